@@ -1,0 +1,411 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/wire"
+)
+
+// NodeConfig configures a Node.
+type NodeConfig struct {
+	// ID names the node: 1-128 letters, digits and . _ - :. A node that restarts keeps its ID
+	// (and its store), so that it resumes where it stopped.
+	ID string
+	// Capacity weighs the load the node should carry relative to others; 0 means 1.
+	Capacity float64
+	// Address is where the node serves its application, for routers.
+	Address string
+	Labels  map[string]string
+	// Assigners are the addresses of the assigners (leader and standbys).
+	Assigners []string
+	// Store holds the node's data. Required.
+	Store Store
+	// ReportInterval is the time between load reports; default 1 s.
+	ReportInterval time.Duration
+	// HotKeys is how many of its heaviest keys the node tracks and reports; default 16,
+	// negative for none.
+	HotKeys int
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Node is a storage node's membership of Sliceplane: it registers with the assigner, pulls
+// the deltas of its data from its distributor and applies them to its Store, and reports
+// the load it serves. Run drives it; the other methods are safe to call at any time, from
+// any goroutine.
+type Node struct {
+	cfg  NodeConfig
+	log  *slog.Logger
+	load *loadCounter
+
+	mu      sync.Mutex
+	dist    *pb.Distributor // nil until the assigner names one
+	changed chan struct{}   // closed and replaced when dist changes
+	kick    chan struct{}   // asks the session for a heartbeat now
+
+	cursor  atomic.Pointer[Cursor]
+	clock   atomic.Uint64
+	running atomic.Bool
+}
+
+// NewNode returns a node; Run starts it.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if err := assignment.NodeID(cfg.ID).Validate(); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("client: a node needs a Store")
+	case len(cfg.Assigners) == 0:
+		return nil, errors.New("client: a node needs the assigners' addresses")
+	case cfg.ReportInterval < 0:
+		return nil, fmt.Errorf("client: negative report interval %s", cfg.ReportInterval)
+	}
+	if cfg.ReportInterval == 0 {
+		cfg.ReportInterval = time.Second
+	}
+	if cfg.HotKeys == 0 {
+		cfg.HotKeys = 16
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), load: newLoadCounter(max(cfg.HotKeys, 0), time.Now()),
+		changed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	n.cursor.Store(&Cursor{})
+	return n, nil
+}
+
+// Slices returns the slices of the map the node holds, as of the last delta applied.
+func (n *Node) Slices() []Range { return n.load.slices() }
+
+// Clock returns the source clock the node's data reflects: every change up to it that
+// belongs to the node's slices has been applied.
+func (n *Node) Clock() uint64 { return n.clock.Load() }
+
+// Cursor returns the cursor of the last delta applied.
+func (n *Node) Cursor() Cursor { return *n.cursor.Load() }
+
+// Distributor returns the ID and address of the distributor the node pulls from, if the
+// assigner named one.
+func (n *Node) Distributor() (id, addr string, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.dist.GetId(), n.dist.GetAddress(), n.dist != nil
+}
+
+// RecordLoad counts cost (in the unit the application chooses: requests, CPU-seconds) of
+// serving key against the slice that holds it. It is cheap enough to call on every request.
+func (n *Node) RecordLoad(key []byte, cost float64) {
+	if cost > 0 {
+		n.load.record(Hash(key), cost)
+	}
+}
+
+// Run registers the node and keeps its data up to date until ctx ends; it returns nil then,
+// or the error that stopped it (only a Store that fails does). It runs once.
+func (n *Node) Run(ctx context.Context) error {
+	if !n.running.CompareAndSwap(false, true) {
+		return errors.New("client: Node.Run called twice")
+	}
+	c, err := n.cfg.Store.Cursor(ctx)
+	if err != nil {
+		return fmt.Errorf("client: reading the stored cursor: %w", err)
+	}
+	n.cursor.Store(&c)
+	conn, err := dial.Leader(n.cfg.Assigners)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	defer conn.Close()
+	assigner := pb.NewNodeServiceClient(conn)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); n.session(ctx, assigner) }()
+	go func() { defer wg.Done(); n.report(ctx, assigner) }()
+	err = n.pull(ctx)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// Leave takes the node out of the map at once, so that its slices move without waiting for
+// its lease to lapse. Call it after Run returned, before the node goes away for good.
+func (n *Node) Leave(ctx context.Context) error {
+	conn, err := dial.Leader(n.cfg.Assigners)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	defer conn.Close()
+	if _, err := pb.NewNodeServiceClient(conn).Deregister(ctx, &pb.DeregisterRequest{NodeId: n.cfg.ID}, grpc.WaitForReady(true)); err != nil {
+		return fmt.Errorf("client: deregistering %s: %w", n.cfg.ID, err)
+	}
+	return nil
+}
+
+func newBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = 50*time.Millisecond, 2*time.Second
+	return b
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// setDistributor records the distributor the assigner named.
+func (n *Node) setDistributor(d *pb.Distributor) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if (n.dist == nil) == (d == nil) && n.dist.GetId() == d.GetId() && n.dist.GetAddress() == d.GetAddress() {
+		return // the same: nothing to do
+	}
+	n.log.Info("distributor", "id", d.GetId(), "address", d.GetAddress())
+	n.dist = d
+	close(n.changed)
+	n.changed = make(chan struct{})
+}
+
+// session registers the node and keeps its lease with heartbeats, which also say which
+// distributor to pull from.
+func (n *Node) session(ctx context.Context, assigner pb.NodeServiceClient) {
+	b := newBackoff()
+	req := &pb.RegisterRequest{Node: wire.NodeToProto(assignment.Node{ID: assignment.NodeID(n.cfg.ID), Capacity: n.cfg.Capacity}),
+		Address: n.cfg.Address, Labels: maps.Clone(n.cfg.Labels)}
+	for ctx.Err() == nil {
+		resp, err := callWithTimeout(ctx, func(ctx context.Context) (*pb.RegisterResponse, error) {
+			return assigner.Register(ctx, req, grpc.WaitForReady(true))
+		})
+		if err != nil {
+			if status.Code(err) == codes.InvalidArgument {
+				n.log.Error("the assigner refused the registration", "err", err)
+			} else if ctx.Err() == nil {
+				n.log.Warn("registering", "err", err)
+			}
+			sleep(ctx, b.NextBackOff())
+			continue
+		}
+		b.Reset()
+		n.setDistributor(resp.GetDistributor())
+		every := max(resp.GetTtl().AsDuration()/3, 100*time.Millisecond)
+		n.heartbeat(ctx, assigner, every)
+	}
+}
+
+// heartbeat renews the lease every interval, until the assigner forgot the node (it must
+// register again) or ctx ends.
+func (n *Node) heartbeat(ctx context.Context, assigner pb.NodeServiceClient, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-n.kick:
+		case <-ctx.Done():
+			return
+		}
+		resp, err := callWithTimeout(ctx, func(ctx context.Context) (*pb.HeartbeatResponse, error) {
+			return assigner.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: n.cfg.ID}, grpc.WaitForReady(true))
+		})
+		switch {
+		case status.Code(err) == codes.NotFound:
+			n.log.Info("the assigner forgot the node; registering again")
+			return
+		case err != nil:
+			if ctx.Err() == nil {
+				n.log.Warn("heartbeat", "err", err)
+			}
+		default:
+			n.setDistributor(resp.GetDistributor())
+		}
+	}
+}
+
+func callWithTimeout[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return call(ctx)
+}
+
+// report sends the load of each window.
+func (n *Node) report(ctx context.Context, assigner pb.NodeServiceClient) {
+	t := time.NewTicker(n.cfg.ReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case now := <-t.C:
+			r := n.load.take(n.cfg.ID, now)
+			if len(r.Samples) == 0 {
+				continue
+			}
+			if _, err := callWithTimeout(ctx, func(ctx context.Context) (*pb.ReportLoadResponse, error) {
+				return assigner.ReportLoad(ctx, wire.ReportToProto(r))
+			}); err != nil && ctx.Err() == nil {
+				n.log.Debug("load report not taken", "err", err)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// errStore marks a failure of the Store, which ends Run.
+type errStore struct{ error }
+
+func (e errStore) Unwrap() error { return e.error }
+
+// pull keeps pulling from the node's distributor until ctx ends or the Store fails.
+func (n *Node) pull(ctx context.Context) error {
+	b := newBackoff()
+	for ctx.Err() == nil {
+		n.mu.Lock()
+		d, changed := n.dist, n.changed
+		n.mu.Unlock()
+		if d == nil {
+			// Registered before any distributor did: ask the assigner again soon rather than
+			// at the next heartbeat, which may be seconds away.
+			n.askAssigner()
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			case <-time.After(b.NextBackOff()):
+			}
+			continue
+		}
+		progressed, err := n.pullFrom(ctx, d, changed)
+		var se errStore
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &se):
+			return se.error
+		case status.Code(err) == codes.FailedPrecondition:
+			n.log.Info("the distributor does not serve this node; asking the assigner", "distributor", d.GetId(), "err", err)
+			n.askAssigner()
+		case err != nil:
+			// The distributor may be gone for good: the assigner knows where to go next.
+			n.log.Info("pull stream ended; reconnecting", "distributor", d.GetId(), "err", err)
+			n.askAssigner()
+		}
+		if progressed {
+			b.Reset()
+		}
+		select {
+		case <-changed: // a new distributor: go at once
+		default:
+			sleep(ctx, b.NextBackOff())
+		}
+	}
+	return nil
+}
+
+// askAssigner makes the session heartbeat now, which tells which distributor serves the node.
+func (n *Node) askAssigner() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// pullFrom pulls from distributor d until the stream fails, ctx ends or changed is closed
+// (the assigner named another distributor). It reports whether any delta was applied.
+func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan struct{}) (progressed bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := grpc.NewClient(d.GetAddress(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false, fmt.Errorf("client: distributor %s at %s: %w", d.GetId(), d.GetAddress(), err)
+	}
+	defer conn.Close()
+	stream, err := pb.NewDistributorServiceClient(conn).Pull(ctx)
+	if err != nil {
+		return false, err
+	}
+	cur := n.Cursor()
+	start := &pb.PullStart{NodeId: n.cfg.ID, Cursor: &pb.Cursor{Epoch: cur.Epoch, Index: cur.Index}}
+	if err := stream.Send(&pb.PullRequest{Request: &pb.PullRequest_Start{Start: start}}); err != nil {
+		return false, err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return progressed, err
+		}
+		delta, err := deltaFromProto(resp.GetDelta())
+		if err != nil {
+			return progressed, fmt.Errorf("client: from distributor %s: %w", d.GetId(), err)
+		}
+		if err := n.apply(ctx, delta); err != nil {
+			return progressed, err
+		}
+		progressed = true
+		if len(delta.Ops) > 0 {
+			ack := &pb.Cursor{Epoch: delta.Epoch, Index: delta.To}
+			if err := stream.Send(&pb.PullRequest{Request: &pb.PullRequest_Ack{Ack: ack}}); err != nil {
+				return progressed, err
+			}
+		}
+	}
+}
+
+// apply checks that a delta continues what the node applied, applies it and records where
+// the node stands.
+func (n *Node) apply(ctx context.Context, d Delta) error {
+	cur := n.Cursor()
+	switch {
+	case d.Epoch != cur.Epoch && (d.From != 0 || len(d.Ops) == 0 || d.Ops[0].Kind != OpReset):
+		return fmt.Errorf("client: a delta of epoch %x does not start a snapshot, and the node is in epoch %x", d.Epoch, cur.Epoch)
+	case d.Epoch == cur.Epoch && d.From != cur.Index:
+		return fmt.Errorf("client: a delta from %d, and the node applied up to %d", d.From, cur.Index)
+	}
+	if d.Slices != nil {
+		n.load.setSlices(d.Slices)
+	}
+	if len(d.Ops) > 0 {
+		if err := Apply(ctx, n.cfg.Store, d); err != nil {
+			return errStore{err}
+		}
+		for _, op := range d.Ops {
+			if op.Kind == OpSetSlices {
+				n.load.setSlices(op.Slices)
+			}
+		}
+		n.cursor.Store(&Cursor{Epoch: d.Epoch, Index: d.To})
+	}
+	n.clock.Store(d.Clock)
+	return nil
+}

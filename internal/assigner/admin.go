@@ -1,0 +1,378 @@
+package assigner
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/store"
+)
+
+// SliceRef names a slice: the one starting exactly at Start, or the one holding Key or Hash.
+// Exactly one must be set.
+type SliceRef struct {
+	Start *uint64
+	Key   []byte
+	Hash  *uint64
+}
+
+func (r SliceRef) String() string {
+	switch {
+	case r.Start != nil:
+		return "the slice starting at " + keyspace.FormatPoint(*r.Start)
+	case r.Key != nil:
+		return fmt.Sprintf("the slice holding key %q", r.Key)
+	case r.Hash != nil:
+		return "the slice holding hash " + keyspace.FormatPoint(*r.Hash)
+	}
+	return "no slice"
+}
+
+func (c *Core) resolve(ref SliceRef) (int, assignment.Slice, error) {
+	if c.a == nil {
+		return 0, assignment.Slice{}, ErrNoMap
+	}
+	switch {
+	case ref.Start != nil:
+		i, ok := c.a.Find(*ref.Start)
+		if !ok {
+			j, s := c.a.Lookup(*ref.Start)
+			return 0, assignment.Slice{}, fmt.Errorf("%w: no slice starts at %s (it lies inside slice %d, %s)",
+				ErrInvalid, keyspace.FormatPoint(*ref.Start), j, s.Range)
+		}
+		return i, c.a.Slice(i), nil
+	case ref.Key != nil:
+		i, s := c.a.Lookup(keyspace.Hash(ref.Key))
+		return i, s, nil
+	case ref.Hash != nil:
+		i, s := c.a.Lookup(*ref.Hash)
+		return i, s, nil
+	}
+	return 0, assignment.Slice{}, fmt.Errorf("%w: no slice given (give its start, a key or a hash)", ErrInvalid)
+}
+
+// Move proposes giving a slice a new replica set. Moving a slice to where it is changes
+// nothing and succeeds.
+func (c *Core) Move(ref SliceRef, to []assignment.NodeID, now time.Time) (*Proposal, error) {
+	_, s, err := c.resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	reps := slices.Sorted(slices.Values(to))
+	if len(reps) == 0 {
+		return nil, fmt.Errorf("%w: moving %s to no node", ErrInvalid, s.Range)
+	}
+	for i, id := range reps {
+		if err := id.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if i > 0 && reps[i-1] == id {
+			return nil, fmt.Errorf("%w: node %s is listed twice", ErrInvalid, id)
+		}
+		if _, ok := c.nodes[id]; !ok {
+			return nil, fmt.Errorf("%w: %s is not registered", ErrUnknownNode, id)
+		}
+		if slices.Contains(c.meta.Draining, id) {
+			return nil, fmt.Errorf("%w: %s is draining; it takes no slices", ErrPrecondition, id)
+		}
+	}
+	if slices.Equal(reps, s.Replicas) {
+		return &Proposal{Meta: c.meta, Summary: fmt.Sprintf("%s is already held by %s", s.Range, assignment.FormatReplicas(reps))}, nil
+	}
+	// Record the move as the algorithm's would be, so that passes do not undo it at once.
+	var moves []balance.Move
+	for _, id := range s.Replicas {
+		if !slices.Contains(reps, id) {
+			moves = append(moves, balance.Move{Range: s.Range, From: id, Pass: c.meta.Pass})
+		}
+	}
+	for _, id := range reps {
+		if !slices.Contains(s.Replicas, id) {
+			moves = append(moves, balance.Move{Range: s.Range, To: id, Pass: c.meta.Pass})
+		}
+	}
+	summary := fmt.Sprintf("move %s from %s to %s", s.Range, assignment.FormatReplicas(s.Replicas), assignment.FormatReplicas(reps))
+	p, err := c.change([]assignment.Op{assignment.Assign{Slice: s.Range.Start, Replicas: reps}}, moves, "admin: "+summary, now)
+	if err != nil {
+		return nil, err
+	}
+	p.Summary = summary
+	p.commit = func(c *Core) { c.history = append(c.history, moves...) }
+	return p, nil
+}
+
+// Split proposes cutting a slice at a point, by default its middle.
+func (c *Core) Split(ref SliceRef, at *uint64, now time.Time) (*Proposal, error) {
+	_, s, err := c.resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	point, ok := s.Range.Midpoint()
+	if at != nil {
+		point = *at
+	} else if !ok {
+		return nil, fmt.Errorf("%w: %s holds one point and cannot be split", ErrPrecondition, s.Range)
+	}
+	if _, _, err := s.Range.Split(point); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	summary := fmt.Sprintf("split %s at %s", s.Range, keyspace.FormatPoint(point))
+	p, err := c.change([]assignment.Op{assignment.Split{Slice: s.Range.Start, At: point}}, nil, "admin: "+summary, now)
+	if err != nil {
+		return nil, err
+	}
+	p.Summary = summary
+	return p, nil
+}
+
+// Merge proposes joining two adjacent slices; the right one takes the left one's replicas.
+func (c *Core) Merge(left, right SliceRef, now time.Time) (*Proposal, error) {
+	i, l, err := c.resolve(left)
+	if err != nil {
+		return nil, err
+	}
+	j, r, err := c.resolve(right)
+	if err != nil {
+		return nil, err
+	}
+	if j != i+1 {
+		return nil, fmt.Errorf("%w: %s and %s are not adjacent, left then right", ErrPrecondition, l.Range, r.Range)
+	}
+	var ops []assignment.Op
+	if !slices.Equal(l.Replicas, r.Replicas) {
+		ops = append(ops, assignment.Assign{Slice: r.Range.Start, Replicas: l.Replicas})
+	}
+	ops = append(ops, assignment.Merge{Left: l.Range.Start})
+	summary := fmt.Sprintf("merge %s and %s on %s", l.Range, r.Range, assignment.FormatReplicas(l.Replicas))
+	p, err := c.change(ops, nil, "admin: "+summary, now)
+	if err != nil {
+		return nil, err
+	}
+	p.Summary = summary
+	return p, nil
+}
+
+// Pin proposes keeping a slice's range where it is; balancing passes will not touch it.
+func (c *Core) Pin(ref SliceRef) (*Proposal, keyspace.Range, error) {
+	_, s, err := c.resolve(ref)
+	if err != nil {
+		return nil, keyspace.Range{}, err
+	}
+	m := c.meta
+	m.Pins = append(slices.Clone(m.Pins), s.Range)
+	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("pin %s", s.Range)}, s.Range, nil
+}
+
+// Unpin proposes removing the pins that overlap a slice.
+func (c *Core) Unpin(ref SliceRef) (*Proposal, keyspace.Range, error) {
+	_, s, err := c.resolve(ref)
+	if err != nil {
+		return nil, keyspace.Range{}, err
+	}
+	m := c.meta
+	m.Pins = slices.DeleteFunc(slices.Clone(m.Pins), func(p keyspace.Range) bool { return p.Overlaps(s.Range) })
+	if len(m.Pins) == len(c.meta.Pins) {
+		return nil, keyspace.Range{}, fmt.Errorf("%w: %s is not pinned", ErrPrecondition, s.Range)
+	}
+	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("unpin %s", s.Range)}, s.Range, nil
+}
+
+// Drain proposes emptying a node (or, with cancel, stopping that). It returns how many
+// slices the node holds now.
+func (c *Core) Drain(id assignment.NodeID, cancel bool) (*Proposal, int, error) {
+	if _, ok := c.nodes[id]; !ok {
+		return nil, 0, fmt.Errorf("%w: %s is not registered", ErrUnknownNode, id)
+	}
+	held := c.holds(id)
+	m := c.meta
+	draining := slices.Contains(m.Draining, id)
+	switch {
+	case cancel && !draining:
+		return nil, 0, fmt.Errorf("%w: %s is not draining", ErrPrecondition, id)
+	case cancel:
+		m.Draining = slices.DeleteFunc(slices.Clone(m.Draining), func(d assignment.NodeID) bool { return d == id })
+		return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("stop draining %s", id)}, held, nil
+	case draining:
+		return &Proposal{Meta: m, Summary: fmt.Sprintf("%s is already draining", id)}, held, nil
+	case len(m.Draining)+1 >= len(c.nodes):
+		return nil, 0, fmt.Errorf("%w: draining %s would leave no node to hold its slices", ErrPrecondition, id)
+	}
+	m.Draining = append(slices.Clone(m.Draining), id)
+	slices.Sort(m.Draining)
+	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("drain %s (%d slices)", id, held)}, held, nil
+}
+
+func (c *Core) holds(id assignment.NodeID) int {
+	if c.a == nil {
+		return 0
+	}
+	n := 0
+	for _, s := range c.a.All() {
+		if s.Holds(id) {
+			n++
+		}
+	}
+	return n
+}
+
+// Freeze proposes stopping balancing passes.
+func (c *Core) Freeze(reason string) *Proposal {
+	m := c.meta
+	m.Frozen, m.FreezeReason = true, reason
+	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("freeze balancing: %q", reason)}
+}
+
+// Unfreeze proposes resuming balancing passes.
+func (c *Core) Unfreeze() *Proposal {
+	m := c.meta
+	m.Frozen, m.FreezeReason = false, ""
+	return &Proposal{SaveMeta: true, Meta: m, Summary: "unfreeze balancing"}
+}
+
+// SetAlgorithm proposes another balancing algorithm or other constants.
+func (c *Core) SetAlgorithm(name string, params map[string]string) (*Proposal, error) {
+	alg, err := newAlgorithm(name, params)
+	if err != nil {
+		return nil, err
+	}
+	m := c.meta
+	m.Algorithm, m.Params = name, maps.Clone(params)
+	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("algorithm %s %v", name, params),
+		commit: func(c *Core) { c.alg = alg }}, nil
+}
+
+// Status is what Core knows about itself.
+type Status struct {
+	Position   quantum.Position
+	Clock      uint64
+	Generation uint64
+	Imbalance  float64
+	Slices     int
+	Nodes      int
+	Frozen     bool
+	Reason     string
+	Algorithm  string
+	Params     map[string]string
+	LastPass   time.Time
+	Pinned     []keyspace.Range
+}
+
+// Status returns the core's status.
+func (c *Core) Status() Status {
+	st := Status{
+		Position: quantum.Position{Term: c.term, Seq: c.seq}, Clock: c.published, Nodes: len(c.nodes),
+		Frozen: c.meta.Frozen, Reason: c.meta.FreezeReason, Algorithm: c.meta.Algorithm, Params: c.meta.Params,
+		LastPass: c.lastPass, Pinned: c.meta.Pins, Imbalance: 1,
+	}
+	if c.a != nil {
+		st.Generation, st.Slices = c.a.Generation(), c.a.Len()
+		st.Imbalance = load.Imbalance(load.NodeLoads(c.a, c.currentLoads().Loads, c.placement()))
+	}
+	return st
+}
+
+// currentLoads returns the last pass's estimates carried over to the current map. The result
+// is kept until the map or the estimates change: status queries and metrics ask often.
+func (c *Core) currentLoads() load.Estimate {
+	if c.current.of == c.a && c.current.from == c.estimated && c.current.of != nil {
+		return c.current.est
+	}
+	n := 0
+	if c.a != nil {
+		n = c.a.Len()
+	}
+	est := load.Estimate{Loads: make([]float64, n), Keys: make([]float64, n)}
+	if c.estimated != nil && c.a != nil {
+		loads, err1 := load.Reproject(c.estimated, c.estimate.Loads, c.a)
+		keys, err2 := load.Reproject(c.estimated, c.estimate.Keys, c.a)
+		if err1 != nil || err2 != nil {
+			panic(fmt.Sprintf("assigner: estimates of a validated map are invalid: %v %v", err1, err2))
+		}
+		est = load.Estimate{Loads: loads, Keys: keys}
+	}
+	c.current.of, c.current.from, c.current.est = c.a, c.estimated, est
+	return est
+}
+
+// NodeInfo describes a registered node.
+type NodeInfo struct {
+	store.Node
+	Draining bool
+	Slices   int
+	// Load is the node's estimated load over its capacity.
+	Load     float64
+	LastSeen time.Time
+}
+
+// Nodes lists the registered nodes by ID.
+func (c *Core) Nodes() []NodeInfo {
+	reg := c.registered()
+	out := make([]NodeInfo, reg.Len())
+	for i, n := range reg.Nodes() {
+		st := c.nodes[n.ID]
+		out[i] = NodeInfo{Node: st.Node, Draining: slices.Contains(c.meta.Draining, n.ID), LastSeen: st.lastSeen}
+	}
+	if c.a == nil {
+		return out
+	}
+	for i, l := range load.NodeLoads(c.a, c.currentLoads().Loads, reg) {
+		out[i].Load = l
+	}
+	for _, s := range c.a.All() { // one pass over the map, not one per node
+		for _, id := range s.Replicas {
+			if i, ok := reg.Index(id); ok {
+				out[i].Slices++
+			}
+		}
+	}
+	return out
+}
+
+// SliceInfo describes a slice.
+type SliceInfo struct {
+	assignment.Slice
+	Load, Keys float64
+	Pinned     bool
+}
+
+// Slices lists the slices, of one node if node is set, hottest first if byLoad, at most
+// limit of them; it also returns how many matched.
+func (c *Core) Slices(node assignment.NodeID, byLoad bool, limit int) ([]SliceInfo, int, error) {
+	if c.a == nil {
+		return nil, 0, nil
+	}
+	if node != "" {
+		if _, ok := c.nodes[node]; !ok {
+			return nil, 0, fmt.Errorf("%w: %s is not registered", ErrUnknownNode, node)
+		}
+	}
+	est := c.currentLoads()
+	var out []SliceInfo
+	for i, s := range c.a.All() {
+		if node != "" && !s.Holds(node) {
+			continue
+		}
+		pinned := slices.ContainsFunc(c.meta.Pins, func(p keyspace.Range) bool { return p.Overlaps(s.Range) })
+		out = append(out, SliceInfo{Slice: s, Load: est.Loads[i], Keys: est.Keys[i], Pinned: pinned})
+	}
+	if byLoad {
+		slices.SortStableFunc(out, func(a, b SliceInfo) int { return cmp.Compare(b.Load, a.Load) })
+	}
+	total := len(out)
+	return out[:min(len(out), limit)], total, nil
+}
+
+// Explain returns the explanation of the last pass of this term, if any ran.
+func (c *Core) Explain() (balance.Explanation, bool) {
+	if c.explain == nil {
+		return balance.Explanation{}, false
+	}
+	return *c.explain, true
+}

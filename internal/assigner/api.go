@@ -1,0 +1,544 @@
+package assigner
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/frame"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/store"
+	"github.com/sliceplane/sliceplane/internal/wire"
+)
+
+// UserMetadata is the gRPC metadata key that names who makes an admin call, for the log.
+const UserMetadata = "x-sliceplane-user"
+
+// api implements the gRPC services on a Server.
+type api struct {
+	pb.UnimplementedAssignmentServiceServer
+	pb.UnimplementedQuantaServiceServer
+	pb.UnimplementedNodeServiceServer
+	pb.UnimplementedAdminServiceServer
+	s       *Server
+	reinits reinitCache
+}
+
+// leader returns the leadership, or a status that says where the leader is.
+func (a *api) leader() (*leadership, error) {
+	if l := a.s.leading.Load(); l != nil {
+		return l, nil
+	}
+	return nil, a.notLeader()
+}
+
+func (a *api) notLeader() error {
+	if addr, _ := a.s.leaderAddr.Load().(string); addr != "" {
+		return status.Errorf(codes.Unavailable, "assigner: not the leader; the leader is at %s", addr)
+	}
+	return status.Error(codes.Unavailable, "assigner: not the leader, and no leader is known yet")
+}
+
+// toStatus maps an error of the core or the store to a gRPC status.
+func (a *api) toStatus(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotLeader), errors.Is(err, store.ErrFenced):
+		return a.notLeader()
+	case errors.Is(err, ErrUnknownNode):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrInvalid), errors.Is(err, wire.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrPrecondition):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	// What is left comes from etcd: most likely passing.
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// call runs fn in the leader's loop and maps its error.
+func (a *api) call(ctx context.Context, name string, fn func(c *Core, now time.Time) (*Proposal, any, error)) (any, *Proposal, error) {
+	l, err := a.leader()
+	if err != nil {
+		return nil, nil, err
+	}
+	who := "unknown"
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(UserMetadata)) > 0 {
+		who = md.Get(UserMetadata)[0]
+	} else if p, ok := peer.FromContext(ctx); ok {
+		who = p.Addr.String()
+	}
+	res, p, err := l.do(ctx, name, who, fn)
+	if name != "" && isAdmin(name) {
+		result := "ok"
+		if err != nil {
+			result = "refused"
+		}
+		a.s.metrics.adminChanges.WithLabelValues(name, result).Inc()
+	}
+	return res, p, a.toStatus(err)
+}
+
+func isAdmin(call string) bool {
+	switch call {
+	case "move", "split", "merge", "pin", "unpin", "drain", "freeze", "unfreeze", "set_algorithm":
+		return true
+	}
+	return false
+}
+
+// change describes a persisted admin proposal.
+func change(p *Proposal) *pb.Change {
+	out := &pb.Change{Summary: p.Summary, Position: &pb.Position{Term: p.Meta.Term, Seq: p.Meta.Seq}, Generation: p.Meta.Generation}
+	if q := p.Quantum; q != nil {
+		out.Position = wire.PositionToProto(q.Position)
+		out.Generation = q.Generation
+		out.Ops = wire.OpsToProto(q.Ops)
+	}
+	return out
+}
+
+// encodeQuantum returns the wire form of a watch response carrying q.
+func encodeQuantum(q quantum.Quantum) ([]byte, error) {
+	return proto.Marshal(&pb.WatchQuantaResponse{Quantum: wire.QuantumToProto(q)})
+}
+
+// reinitCache holds the encoding of the last reinitializing quantum. When many watchers
+// connect at once (after a failover, all of them), the map is encoded once, not once per
+// watcher: for 150k slices that is 4.5 MB each time, and encoding it a hundred times over
+// starved the leader's own etcd lease in a benchmark.
+type reinitCache struct {
+	mu   sync.Mutex
+	pos  quantum.Position
+	data []byte
+}
+
+// reinit returns the encoding of a reinitializing quantum.
+func (a *api) reinit(q quantum.Quantum) ([]byte, error) {
+	c := &a.reinits
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.data != nil && c.pos == q.Position {
+		return c.data, nil
+	}
+	data, err := encodeQuantum(q)
+	if err != nil {
+		return nil, err
+	}
+	c.pos, c.data = q.Position, data
+	return data, nil
+}
+
+// AssignmentService
+
+func (a *api) WatchAssignment(req *pb.WatchAssignmentRequest, stream pb.AssignmentService_WatchAssignmentServer) error {
+	return a.watch(stream, req.GetFrom(), false)
+}
+
+func (a *api) watch(stream grpc.ServerStream, from *pb.Position, clockQuanta bool) error {
+	l, err := a.leader()
+	if err != nil {
+		return err
+	}
+	sub := l.hub.Subscribe(wire.PositionFromProto(from), clockQuanta)
+	a.s.metrics.watchers.Inc()
+	defer a.s.metrics.watchers.Dec()
+	for {
+		q, err := sub.Next(stream.Context())
+		if errors.Is(err, quantum.ErrClosed) {
+			return status.Error(codes.Unavailable, "assigner: this assigner stopped leading; reconnect to the leader")
+		}
+		if err != nil {
+			return status.FromContextError(err).Err()
+		}
+		var msg any
+		if data, ok := q.Payload.([]byte); ok {
+			msg = &frame.Frame{Data: data}
+		} else if data, err := a.reinit(q); err == nil {
+			msg = &frame.Frame{Data: data}
+		} else {
+			return status.Errorf(codes.Internal, "assigner: encoding the map: %v", err)
+		}
+		if err := stream.SendMsg(msg); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *api) GetAssignment(context.Context, *pb.GetAssignmentRequest) (*pb.GetAssignmentResponse, error) {
+	l, err := a.leader()
+	if err != nil {
+		return nil, err
+	}
+	m, pos, clock := l.hub.Current()
+	if m == nil {
+		return nil, a.toStatus(ErrNoMap)
+	}
+	return &pb.GetAssignmentResponse{Position: wire.PositionToProto(pos), Clock: clock, Assignment: wire.AssignmentToProto(m)}, nil
+}
+
+func (a *api) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
+	l, err := a.leader()
+	if err != nil {
+		return nil, err
+	}
+	var h uint64
+	switch t := req.GetTarget().(type) {
+	case *pb.LookupRequest_Key:
+		h = keyspace.Hash(t.Key)
+	case *pb.LookupRequest_Hash:
+		h = t.Hash
+	default:
+		return nil, status.Error(codes.InvalidArgument, "assigner: lookup needs a key or a hash")
+	}
+	m, _, _ := l.hub.Current()
+	if m == nil {
+		return nil, a.toStatus(ErrNoMap)
+	}
+	_, s := m.Lookup(h)
+	return &pb.LookupResponse{Hash: h, Slice: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas), Generation: m.Generation()}, nil
+}
+
+// QuantaService
+
+func (a *api) WatchQuanta(req *pb.WatchQuantaRequest, stream pb.QuantaService_WatchQuantaServer) error {
+	return a.watch(stream, req.GetFrom(), true)
+}
+
+// NodeService
+
+func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterResponse, error) {
+	n, err := wire.NodeFromProto(req.GetNode())
+	if err != nil {
+		return nil, a.toStatus(err)
+	}
+	rec := store.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels())}
+	if _, _, err := a.call(ctx, "register", func(c *Core, now time.Time) (*Proposal, any, error) {
+		p, err := c.Register(rec, now)
+		return p, nil, err
+	}); err != nil {
+		return nil, err
+	}
+	return &pb.RegisterResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Distributor: a.distributor(n.ID)}, nil
+}
+
+func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+	res, _, err := a.call(ctx, "heartbeat", func(c *Core, now time.Time) (*Proposal, any, error) {
+		draining, err := c.Heartbeat(assignment.NodeID(req.GetNodeId()), now)
+		return nil, draining, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.HeartbeatResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Draining: res.(bool),
+		Distributor: a.distributor(assignment.NodeID(req.GetNodeId()))}, nil
+}
+
+// distributor says which distributor serves node id, or nil while there is none.
+func (a *api) distributor(id assignment.NodeID) *pb.Distributor {
+	l, err := a.leader()
+	if err != nil {
+		return nil
+	}
+	d, addr, ok := l.hub.Distributors().For(id)
+	if !ok {
+		return nil
+	}
+	return &pb.Distributor{Id: d, Address: addr}
+}
+
+func (a *api) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb.DeregisterResponse, error) {
+	if _, _, err := a.call(ctx, "deregister", func(c *Core, _ time.Time) (*Proposal, any, error) {
+		p, err := c.Deregister(assignment.NodeID(req.GetNodeId()))
+		return p, nil, err
+	}); err != nil {
+		return nil, err
+	}
+	return &pb.DeregisterResponse{}, nil
+}
+
+func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.ReportLoadResponse, error) {
+	r, err := wire.ReportFromProto(req)
+	if err != nil {
+		a.s.metrics.reports.WithLabelValues("rejected").Inc()
+		return nil, a.toStatus(err)
+	}
+	_, _, err = a.call(ctx, "", func(c *Core, now time.Time) (*Proposal, any, error) {
+		r.At = now
+		return nil, nil, c.Report(r, now)
+	})
+	result := "accepted"
+	if err != nil {
+		result = "rejected"
+	}
+	a.s.metrics.reports.WithLabelValues(result).Inc()
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ReportLoadResponse{}, nil
+}
+
+// AdminService
+
+func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	leaderAddr, _ := a.s.leaderAddr.Load().(string)
+	if a.s.leading.Load() == nil {
+		return &pb.StatusResponse{Leader: false, LeaderAddress: leaderAddr}, nil
+	}
+	res, _, err := a.call(ctx, "status", func(c *Core, _ time.Time) (*Proposal, any, error) { return nil, c.Status(), nil })
+	if err != nil {
+		return nil, err
+	}
+	st := res.(Status)
+	out := &pb.StatusResponse{
+		Leader: true, LeaderAddress: a.s.cfg.Advertise, Position: wire.PositionToProto(st.Position), Clock: st.Clock,
+		Generation: st.Generation, Imbalance: st.Imbalance, Slices: uint32(st.Slices), Nodes: uint32(st.Nodes),
+		Frozen: st.Frozen, Algorithm: st.Algorithm, Params: st.Params,
+	}
+	if !st.LastPass.IsZero() {
+		out.LastPass = timestamppb.New(st.LastPass)
+	}
+	for _, r := range st.Pinned {
+		out.Pinned = append(out.Pinned, wire.RangeToProto(r))
+	}
+	return out, nil
+}
+
+func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
+	res, _, err := a.call(ctx, "list_nodes", func(c *Core, _ time.Time) (*Proposal, any, error) { return nil, c.Nodes(), nil })
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.ListNodesResponse{}
+	for _, n := range res.([]NodeInfo) {
+		out.Nodes = append(out.Nodes, &pb.NodeInfo{Node: wire.NodeToProto(n.Node.Node), Address: n.Address, Labels: n.Labels,
+			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen)})
+	}
+	return out, nil
+}
+
+func (a *api) ListSlices(ctx context.Context, req *pb.ListSlicesRequest) (*pb.ListSlicesResponse, error) {
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = 1000
+	}
+	type result struct {
+		slices []SliceInfo
+		total  int
+	}
+	res, _, err := a.call(ctx, "list_slices", func(c *Core, _ time.Time) (*Proposal, any, error) {
+		s, total, err := c.Slices(assignment.NodeID(req.GetNode()), req.GetByLoad(), limit)
+		return nil, result{s, total}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := res.(result)
+	out := &pb.ListSlicesResponse{Total: uint32(r.total)}
+	for _, s := range r.slices {
+		out.Slices = append(out.Slices, &pb.SliceInfo{Range: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas),
+			Load: s.Load, Keys: s.Keys, Pinned: s.Pinned})
+	}
+	return out, nil
+}
+
+func (a *api) ListQuanta(_ context.Context, req *pb.ListQuantaRequest) (*pb.ListQuantaResponse, error) {
+	l, err := a.leader()
+	if err != nil {
+		return nil, err
+	}
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = 100
+	}
+	out := &pb.ListQuantaResponse{}
+	for _, q := range l.hub.Recent(limit, req.GetIncludeClock()) {
+		p := wire.QuantumToProto(q)
+		p.Assignment = nil // the whole map is not history; GetAssignment gives it
+		out.Quanta = append(out.Quanta, p)
+	}
+	return out, nil
+}
+
+// admin runs a map-changing admin call and describes the change.
+func (a *api) admin(ctx context.Context, name string, fn func(c *Core, now time.Time) (*Proposal, error)) (*pb.Change, error) {
+	_, p, err := a.call(ctx, name, func(c *Core, now time.Time) (*Proposal, any, error) {
+		p, err := fn(c, now)
+		return p, nil, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return change(p), nil
+}
+
+func sliceRef(r *pb.SliceRef) SliceRef {
+	switch v := r.GetRef().(type) {
+	case *pb.SliceRef_Start:
+		return SliceRef{Start: &v.Start}
+	case *pb.SliceRef_Key:
+		return SliceRef{Key: v.Key}
+	case *pb.SliceRef_Hash:
+		return SliceRef{Hash: &v.Hash}
+	}
+	return SliceRef{}
+}
+
+func (a *api) Move(ctx context.Context, req *pb.MoveRequest) (*pb.MoveResponse, error) {
+	to := make([]assignment.NodeID, len(req.GetTo()))
+	for i, id := range req.GetTo() {
+		to[i] = assignment.NodeID(id)
+	}
+	ch, err := a.admin(ctx, "move", func(c *Core, now time.Time) (*Proposal, error) { return c.Move(sliceRef(req.GetSlice()), to, now) })
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MoveResponse{Change: ch}, nil
+}
+
+func (a *api) Split(ctx context.Context, req *pb.SplitRequest) (*pb.SplitResponse, error) {
+	var at *uint64
+	switch v := req.GetAt().(type) {
+	case *pb.SplitRequest_AtHash:
+		at = &v.AtHash
+	case *pb.SplitRequest_AtKey:
+		h := keyspace.Hash(v.AtKey)
+		at = &h
+	}
+	ref := sliceRef(req.GetSlice())
+	if ref.Start == nil && ref.Key == nil && ref.Hash == nil && at != nil {
+		ref.Hash = at // "split at this key": the slice holding it
+	}
+	ch, err := a.admin(ctx, "split", func(c *Core, now time.Time) (*Proposal, error) { return c.Split(ref, at, now) })
+	if err != nil {
+		return nil, err
+	}
+	return &pb.SplitResponse{Change: ch}, nil
+}
+
+func (a *api) Merge(ctx context.Context, req *pb.MergeRequest) (*pb.MergeResponse, error) {
+	ch, err := a.admin(ctx, "merge", func(c *Core, now time.Time) (*Proposal, error) {
+		return c.Merge(sliceRef(req.GetLeft()), sliceRef(req.GetRight()), now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MergeResponse{Change: ch}, nil
+}
+
+func (a *api) Pin(ctx context.Context, req *pb.PinRequest) (*pb.PinResponse, error) {
+	res, _, err := a.call(ctx, "pin", func(c *Core, _ time.Time) (*Proposal, any, error) {
+		p, r, err := c.Pin(sliceRef(req.GetSlice()))
+		return p, r, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.PinResponse{Pinned: wire.RangeToProto(res.(keyspace.Range))}, nil
+}
+
+func (a *api) Unpin(ctx context.Context, req *pb.UnpinRequest) (*pb.UnpinResponse, error) {
+	res, _, err := a.call(ctx, "unpin", func(c *Core, _ time.Time) (*Proposal, any, error) {
+		p, r, err := c.Unpin(sliceRef(req.GetSlice()))
+		return p, r, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.UnpinResponse{Unpinned: wire.RangeToProto(res.(keyspace.Range))}, nil
+}
+
+func (a *api) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
+	res, _, err := a.call(ctx, "drain", func(c *Core, _ time.Time) (*Proposal, any, error) {
+		p, held, err := c.Drain(assignment.NodeID(req.GetNodeId()), req.GetCancel())
+		return p, held, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.DrainResponse{Slices: uint32(res.(int))}, nil
+}
+
+func (a *api) Freeze(ctx context.Context, req *pb.FreezeRequest) (*pb.FreezeResponse, error) {
+	if _, _, err := a.call(ctx, "freeze", func(c *Core, _ time.Time) (*Proposal, any, error) { return c.Freeze(req.GetReason()), nil, nil }); err != nil {
+		return nil, err
+	}
+	return &pb.FreezeResponse{}, nil
+}
+
+func (a *api) Unfreeze(ctx context.Context, _ *pb.UnfreezeRequest) (*pb.UnfreezeResponse, error) {
+	if _, _, err := a.call(ctx, "unfreeze", func(c *Core, _ time.Time) (*Proposal, any, error) { return c.Unfreeze(), nil, nil }); err != nil {
+		return nil, err
+	}
+	return &pb.UnfreezeResponse{}, nil
+}
+
+func (a *api) SetAlgorithm(ctx context.Context, req *pb.SetAlgorithmRequest) (*pb.SetAlgorithmResponse, error) {
+	if _, _, err := a.call(ctx, "set_algorithm", func(c *Core, _ time.Time) (*Proposal, any, error) {
+		p, err := c.SetAlgorithm(req.GetName(), req.GetParams())
+		return p, nil, err
+	}); err != nil {
+		return nil, err
+	}
+	return &pb.SetAlgorithmResponse{}, nil
+}
+
+func (a *api) Explain(ctx context.Context, _ *pb.ExplainRequest) (*pb.ExplainResponse, error) {
+	type result struct {
+		x   balance.Explanation
+		ok  bool
+		pos quantum.Position
+	}
+	res, _, err := a.call(ctx, "explain", func(c *Core, _ time.Time) (*Proposal, any, error) {
+		x, ok := c.Explain()
+		_, pos, _ := c.Assignment()
+		return nil, result{x, ok, pos}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := res.(result)
+	if !r.ok {
+		return &pb.ExplainResponse{Position: wire.PositionToProto(r.pos)}, nil
+	}
+	x := r.x
+	out := &pb.ExplainResponse{
+		Passed: true, Position: wire.PositionToProto(r.pos), Algorithm: x.Algorithm,
+		ImbalanceBefore: x.ImbalanceBefore, ImbalanceAfter: x.ImbalanceAfter, ChurnBudget: x.ChurnBudget,
+		ChurnCleanup: x.Churn.Cleanup, ChurnMerge: x.Churn.Merge, ChurnMove: x.Churn.Move,
+		Splits: uint32(x.Splits), Merges: uint32(x.Merges), Moves: uint32(x.Moves),
+		ReplicasAdded: uint32(x.ReplicasAdded), ReplicasRemoved: uint32(x.ReplicasRemoved), Reassigned: uint32(x.Reassigned),
+		Stop: x.Stop,
+	}
+	for _, c := range x.Candidates {
+		out.Candidates = append(out.Candidates, &pb.Candidate{Action: c.Action, Slice: wire.RangeToProto(c.Slice),
+			From: string(c.From), To: nodeStrings(c.To), Gain: c.Gain, Cost: c.Cost, Chosen: c.Chosen, Reason: c.Reason})
+	}
+	return out, nil
+}
+
+func nodeStrings(ids []assignment.NodeID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
+	}
+	return out
+}

@@ -1,0 +1,530 @@
+package assigner_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assigner"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/wire"
+)
+
+// hot puts half of all load in the first 1/2^10 of the space: the node holding the first
+// slice starts far hotter than the rest.
+var hot = density{hotEnd: 1 << 54, hotShare: 0.5, total: 1000}
+
+func small(c *assigner.Config) {
+	c.Core.Params = map[string]string{"min_slices_per_node": "2", "initial_slices_per_node": "4", "max_slices_per_node": "16"}
+}
+
+func TestPassesReduceImbalance(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small)
+	a.leading(t)
+	ctx := ctxT(t, 30*time.Second)
+	// Frozen, the first map is made over the nodes registered, and stays as made.
+	_, err := a.admin.Freeze(ctx, &pb.FreezeRequest{Reason: "set up"})
+	require.NoError(t, err)
+	var ids []assignment.NodeID
+	for i := range 4 {
+		id := fmt.Sprintf("node-%d", i)
+		ids = append(ids, assignment.NodeID(id))
+		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}})
+		require.NoError(t, err)
+	}
+	eventually(t, 10*time.Second, "the first map", a.hasMap)
+	watch, err := a.assign.WatchAssignment(ctx, &pb.WatchAssignmentRequest{})
+	require.NoError(t, err)
+	first, err := watch.Recv()
+	require.NoError(t, err)
+	require.True(t, first.GetQuantum().GetReinitializing(), "a fresh watcher starts with the whole map")
+	m, err := wire.AssignmentFromProto(first.GetQuantum().GetAssignment())
+	require.NoError(t, err)
+	before := hot.imbalance(m, ids)
+	require.Greater(t, before, 1.5, "the fixture must start unbalanced")
+
+	startFleet(t, hot, 4, a)
+	_, err = a.admin.Unfreeze(ctx, &pb.UnfreezeRequest{})
+	require.NoError(t, err)
+
+	// Follow the stream: the quanta apply in order to the map the watcher holds, and the
+	// true imbalance of that map falls.
+	for hot.imbalance(m, ids) > 1.15 {
+		q, err := watch.Recv()
+		require.NoError(t, err, "imbalance still %.3f", hot.imbalance(m, ids))
+		ops, err := wire.OpsFromProto(q.GetQuantum().GetOps())
+		require.NoError(t, err)
+		require.False(t, q.GetQuantum().GetReinitializing())
+		require.NotEmpty(t, ops, "the assignment stream carries no clock-only quanta")
+		m, err = m.Apply(ops)
+		require.NoError(t, err)
+		require.Equal(t, q.GetQuantum().GetGeneration(), m.Generation())
+	}
+
+	st, err := a.admin.Status(ctx, &pb.StatusRequest{})
+	require.NoError(t, err)
+	assert.Less(t, st.GetImbalance(), 1.3, "the assigner's own estimate agrees")
+	x, err := a.admin.Explain(ctx, &pb.ExplainRequest{})
+	require.NoError(t, err)
+	assert.True(t, x.GetPassed())
+	assert.Equal(t, "weighted-move", x.GetAlgorithm())
+}
+
+func (n *node) nodesList(t *testing.T) []*pb.NodeInfo {
+	t.Helper()
+	resp, err := n.admin.ListNodes(context.Background(), &pb.ListNodesRequest{})
+	if err != nil {
+		return nil
+	}
+	return resp.GetNodes()
+}
+
+func TestWatchersResumeOrStartOver(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small)
+	a.leading(t)
+	startFleet(t, hot, 3, a)
+	eventually(t, 10*time.Second, "a map exists", a.hasMap)
+
+	// Two admin changes give the stream known positions.
+	m := a.assignment(t)
+	split, err := a.admin.Split(context.Background(), &pb.SplitRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Start{Start: m.Slice(1).Range.Start}}})
+	require.NoError(t, err)
+	pos := split.GetChange().GetPosition()
+
+	ctx := ctxT(t, 10*time.Second)
+	resumed, err := a.quanta.WatchQuanta(ctx, &pb.WatchQuantaRequest{From: pos})
+	require.NoError(t, err)
+	_, err = a.source(c).Put(ctx, []byte("k"), []byte("v")) // moves the clock
+	require.NoError(t, err)
+	q, err := resumed.Recv()
+	require.NoError(t, err)
+	assert.False(t, q.GetQuantum().GetReinitializing(), "resuming from a kept position replays what followed")
+	assert.Equal(t, pos.GetSeq()+1, q.GetQuantum().GetPosition().GetSeq())
+
+	for _, from := range []*pb.Position{nil, {Term: pos.GetTerm() - 1, Seq: 1}, {Term: pos.GetTerm(), Seq: pos.GetSeq() + 1000}} {
+		w, err := a.quanta.WatchQuanta(ctx, &pb.WatchQuantaRequest{From: from})
+		require.NoError(t, err)
+		q, err := w.Recv()
+		require.NoError(t, err)
+		assert.True(t, q.GetQuantum().GetReinitializing(), "from %v", from)
+		got, err := wire.AssignmentFromProto(q.GetQuantum().GetAssignment())
+		require.NoError(t, err)
+		assert.Equal(t, q.GetQuantum().GetGeneration(), got.Generation())
+	}
+}
+
+func (n *node) source(c *cluster) *source.Etcd { return source.NewEtcd(c.cli, "/sliceplane/data/") }
+
+func TestQuantaCarryTheSourceClock(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small)
+	a.leading(t)
+	startFleet(t, hot, 2, a)
+	eventually(t, 10*time.Second, "a map exists", a.hasMap)
+	ctx := ctxT(t, 10*time.Second)
+	w, err := a.quanta.WatchQuanta(ctx, &pb.WatchQuantaRequest{})
+	require.NoError(t, err)
+	clock, err := a.source(c).Put(ctx, []byte("user:1"), []byte("x"))
+	require.NoError(t, err)
+	var last uint64
+	for last < clock {
+		q, err := w.Recv()
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, q.GetQuantum().GetClock(), last, "clocks never go back")
+		last = q.GetQuantum().GetClock()
+	}
+	assert.GreaterOrEqual(t, last, clock, "a quantum covers the write")
+}
+
+func TestFailoverContinuesTheMap(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small)
+	a.leading(t)
+	b := c.start(small)
+	f := startFleet(t, hot, 4, a, b)
+	eventually(t, 20*time.Second, "balanced", func() bool {
+		_, err := a.assign.GetAssignment(context.Background(), &pb.GetAssignmentRequest{})
+		return err == nil && hot.imbalance(a.assignment(t), f.ids) < 1.2
+	})
+	// The standby redirects.
+	_, err := b.assign.GetAssignment(context.Background(), &pb.GetAssignmentRequest{})
+	require.Equal(t, codes.Unavailable, code(err))
+	assert.Contains(t, err.Error(), "the leader is at "+a.srv.Addr())
+
+	// Freeze, so that the map we compare is the last one A wrote.
+	_, err = a.admin.Freeze(context.Background(), &pb.FreezeRequest{Reason: "failover test"})
+	require.NoError(t, err)
+	before := a.assignment(t)
+	stA, err := a.admin.Status(context.Background(), &pb.StatusRequest{})
+	require.NoError(t, err)
+	a.stop()
+
+	stB := b.leading(t)
+	assert.Greater(t, stB.GetPosition().GetTerm(), stA.GetPosition().GetTerm(), "a new term")
+	assert.True(t, stB.GetFrozen(), "settings survive the failover")
+	after := b.assignment(t)
+	assert.True(t, before.Equal(after), "the new leader continues the same map")
+	assert.Equal(t, before.Generation(), after.Generation())
+
+	// The first pass of the new leader obeys the normal budget: no reshuffle.
+	_, err = b.admin.Unfreeze(context.Background(), &pb.UnfreezeRequest{})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "the new leader runs a pass", func() bool {
+		x, err := b.admin.Explain(context.Background(), &pb.ExplainRequest{})
+		return err == nil && x.GetPassed()
+	})
+	next := b.assignment(t)
+	keys := make([]float64, before.Len())
+	for i, s := range before.All() {
+		keys[i] = s.Range.Fraction()
+	}
+	live := assignment.MustNodeSet(nodes(f.ids)...)
+	churn := balance.PlacementsAdded(before, next, keys, live)
+	assert.LessOrEqual(t, churn, 0.09+1e-9, "the takeover churned %.4f of the key space", churn)
+}
+
+func nodes(ids []assignment.NodeID) []assignment.Node {
+	out := make([]assignment.Node, len(ids))
+	for i, id := range ids {
+		out[i] = assignment.Node{ID: id}
+	}
+	return out
+}
+
+func TestLeaderStepsDownWhenItsLeaseIsLost(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small)
+	a.leading(t)
+	startFleet(t, hot, 2, a)
+	ctx := ctxT(t, 20*time.Second)
+	w, err := a.quanta.WatchQuanta(ctx, &pb.WatchQuantaRequest{})
+	require.NoError(t, err)
+	_, err = w.Recv()
+	require.NoError(t, err)
+
+	// Take the lease away, as a partition from etcd would.
+	leases, err := c.cli.Leases(ctx)
+	require.NoError(t, err)
+	for _, l := range leases.Leases {
+		_, err := c.cli.Revoke(ctx, l.ID)
+		require.NoError(t, err)
+	}
+	// The stream ends: the old leadership emits nothing more under its term.
+	for {
+		_, err := w.Recv()
+		if err != nil {
+			assert.Equal(t, codes.Unavailable, code(err))
+			break
+		}
+	}
+	st := a.leading(t) // it campaigns again and, alone, wins a new term
+	assert.Greater(t, st.GetPosition().GetTerm(), uint64(0))
+}
+
+func TestAdminOverrides(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small)
+	a.leading(t)
+	f := startFleet(t, hot, 3, a)
+	eventually(t, 10*time.Second, "three nodes and a map", func() bool { return len(a.nodesList(t)) == 3 && a.hasMap() })
+	ctx := ctxT(t, 30*time.Second)
+	_, err := a.admin.Freeze(ctx, &pb.FreezeRequest{Reason: "test"})
+	require.NoError(t, err)
+
+	m := a.assignment(t)
+	s0 := m.Slice(0)
+	to := f.ids[0]
+	if s0.Holds(to) {
+		to = f.ids[1]
+	}
+	ref := func(start uint64) *pb.SliceRef { return &pb.SliceRef{Ref: &pb.SliceRef_Start{Start: start}} }
+
+	// Move: applied as one quantum, visible in the map.
+	mv, err := a.admin.Move(ctx, &pb.MoveRequest{Slice: ref(s0.Range.Start), To: []string{string(to)}})
+	require.NoError(t, err)
+	assert.Len(t, mv.GetChange().GetOps(), 1)
+	assert.Contains(t, mv.GetChange().GetSummary(), "move")
+	_, got := a.assignment(t).Lookup(s0.Range.Start)
+	assert.Equal(t, []assignment.NodeID{to}, got.Replicas)
+
+	// Refusals change nothing and say why.
+	gen := a.assignment(t).Generation()
+	refusals := []struct {
+		call func() error
+		code codes.Code
+		text string
+	}{
+		{func() error {
+			_, err := a.admin.Move(ctx, &pb.MoveRequest{Slice: ref(s0.Range.Start), To: []string{"ghost"}})
+			return err
+		}, codes.NotFound, "ghost is not registered"},
+		{func() error {
+			_, err := a.admin.Move(ctx, &pb.MoveRequest{Slice: ref(s0.Range.Start + 1), To: []string{string(to)}})
+			return err
+		}, codes.InvalidArgument, "no slice starts at"},
+		{func() error {
+			_, err := a.admin.Move(ctx, &pb.MoveRequest{Slice: ref(s0.Range.Start)})
+			return err
+		}, codes.InvalidArgument, "to no node"},
+		{func() error {
+			_, err := a.admin.Split(ctx, &pb.SplitRequest{Slice: ref(s0.Range.Start), At: &pb.SplitRequest_AtHash{AtHash: s0.Range.Start}})
+			return err
+		}, codes.InvalidArgument, "not strictly inside"},
+		{func() error {
+			_, err := a.admin.Merge(ctx, &pb.MergeRequest{Left: ref(m.Slice(0).Range.Start), Right: ref(m.Slice(2).Range.Start)})
+			return err
+		}, codes.FailedPrecondition, "not adjacent"},
+		{func() error {
+			_, err := a.admin.SetAlgorithm(ctx, &pb.SetAlgorithmRequest{Name: "magic"})
+			return err
+		}, codes.InvalidArgument, "unknown algorithm"},
+		{func() error {
+			_, err := a.admin.SetAlgorithm(ctx, &pb.SetAlgorithmRequest{Name: "weighted-move", Params: map[string]string{"hold_passes": "99"}})
+			return err
+		}, codes.InvalidArgument, "at most 32"},
+		{func() error {
+			_, err := a.admin.Drain(ctx, &pb.DrainRequest{NodeId: "ghost"})
+			return err
+		}, codes.NotFound, "not registered"},
+		{func() error {
+			_, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
+			return err
+		}, codes.FailedPrecondition, "not pinned"},
+	}
+	for i, r := range refusals {
+		err := r.call()
+		require.Error(t, err, "refusal %d", i)
+		assert.Equal(t, r.code, code(err), "refusal %d: %v", i, err)
+		assert.Contains(t, err.Error(), r.text, "refusal %d", i)
+	}
+	assert.Equal(t, gen, a.assignment(t).Generation(), "refusals change nothing")
+
+	// Split at a key, then merge the halves back (they share a replica set).
+	key := []byte("user:42")
+	sp, err := a.admin.Split(ctx, &pb.SplitRequest{At: &pb.SplitRequest_AtKey{AtKey: key}})
+	require.NoError(t, err)
+	require.Len(t, sp.GetChange().GetOps(), 1)
+	i, half := a.assignment(t).Lookup(keyspace.Hash(key))
+	assert.Equal(t, keyspace.Hash(key), half.Range.Start)
+	left := a.assignment(t).Slice(i - 1)
+	mg, err := a.admin.Merge(ctx, &pb.MergeRequest{Left: ref(left.Range.Start), Right: ref(half.Range.Start)})
+	require.NoError(t, err)
+	assert.Len(t, mg.GetChange().GetOps(), 1)
+
+	// Merging slices held by different nodes first moves the right one.
+	m = a.assignment(t)
+	for j := 0; j+1 < m.Len(); j++ {
+		if !assert.ObjectsAreEqual(m.Slice(j).Replicas, m.Slice(j+1).Replicas) {
+			mg, err := a.admin.Merge(ctx, &pb.MergeRequest{Left: ref(m.Slice(j).Range.Start), Right: ref(m.Slice(j + 1).Range.Start)})
+			require.NoError(t, err)
+			assert.Len(t, mg.GetChange().GetOps(), 2)
+			break
+		}
+	}
+
+	// Pin the hot slice, unfreeze: passes run but do not move it.
+	m = a.assignment(t)
+	_, hotSlice := m.Lookup(0)
+	_, err = a.admin.Pin(ctx, &pb.PinRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Hash{Hash: 0}}})
+	require.NoError(t, err)
+	_, err = a.admin.Unfreeze(ctx, &pb.UnfreezeRequest{})
+	require.NoError(t, err)
+	gen = a.assignment(t).Generation()
+	eventually(t, 10*time.Second, "passes run", func() bool { return a.assignment(t).Generation() > gen+2 })
+	_, nowHot := a.assignment(t).Lookup(0)
+	assert.Equal(t, hotSlice.Replicas, nowHot.Replicas, "the pinned slice stayed")
+	st, err := a.admin.Status(ctx, &pb.StatusRequest{})
+	require.NoError(t, err)
+	require.Len(t, st.GetPinned(), 1)
+
+	// Drain a node: passes move everything off it.
+	drained := f.ids[2]
+	_, err = a.admin.Drain(ctx, &pb.DrainRequest{NodeId: string(drained)})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "the drained node holds nothing", func() bool {
+		resp, err := a.admin.Drain(ctx, &pb.DrainRequest{NodeId: string(drained)})
+		return err == nil && resp.GetSlices() == 0
+	})
+	hb, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: string(drained)})
+	require.NoError(t, err)
+	assert.True(t, hb.GetDraining(), "the node is told it is draining")
+
+	// Slices and quanta are listed.
+	ls, err := a.admin.ListSlices(ctx, &pb.ListSlicesRequest{ByLoad: true, Limit: 3})
+	require.NoError(t, err)
+	assert.Len(t, ls.GetSlices(), 3)
+	assert.GreaterOrEqual(t, ls.GetSlices()[0].GetLoad(), ls.GetSlices()[1].GetLoad())
+	lq, err := a.admin.ListQuanta(ctx, &pb.ListQuantaRequest{Limit: 5})
+	require.NoError(t, err)
+	assert.NotEmpty(t, lq.GetQuanta())
+}
+
+func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small, func(cfg *assigner.Config) { cfg.MaxRequestBytes = 64 << 10 })
+	a.leading(t)
+	ctx := ctxT(t, 20*time.Second)
+	_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n1"}})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "a map exists", a.hasMap)
+	report := func(l float64) *pb.ReportLoadRequest {
+		return wire.ReportToProto(load.Report{Node: "n1", Window: time.Second, Samples: []load.Sample{{Range: keyspace.Full(), Load: l}}})
+	}
+	big := wire.ReportToProto(load.Report{Node: "n1", Window: time.Second, Samples: make([]load.Sample, 5000)}) // well over 64 KiB
+	cases := []struct {
+		name string
+		call func() error
+		code codes.Code
+		text string
+	}{
+		{"unregistered node", func() error {
+			r := report(1)
+			r.NodeId = "ghost"
+			_, err := a.nodes.ReportLoad(ctx, r)
+			return err
+		}, codes.NotFound, "ghost is not registered"},
+		{"negative load", func() error {
+			_, err := a.nodes.ReportLoad(ctx, report(-1))
+			return err
+		}, codes.InvalidArgument, "load -1"},
+		{"NaN load", func() error {
+			_, err := a.nodes.ReportLoad(ctx, report(math.NaN()))
+			return err
+		}, codes.InvalidArgument, "load NaN"},
+		{"no window", func() error {
+			r := report(1)
+			r.Window = nil
+			_, err := a.nodes.ReportLoad(ctx, r)
+			return err
+		}, codes.InvalidArgument, "no window"},
+		{"empty range", func() error {
+			r := report(1)
+			r.Starts, r.Ends = []uint64{5}, []uint64{5}
+			_, err := a.nodes.ReportLoad(ctx, r)
+			return err
+		}, codes.InvalidArgument, "is empty"},
+		{"oversized request", func() error {
+			_, err := a.nodes.ReportLoad(ctx, big)
+			return err
+		}, codes.ResourceExhausted, "larger than max"},
+		{"ragged columns", func() error {
+			r := report(1)
+			r.Loads = append(r.Loads, 2)
+			_, err := a.nodes.ReportLoad(ctx, r)
+			return err
+		}, codes.InvalidArgument, "columns differ"},
+		{"bad node id", func() error {
+			_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "no spaces"}})
+			return err
+		}, codes.InvalidArgument, "bad node ID"},
+		{"bad capacity", func() error {
+			_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n2", Capacity: -2}})
+			return err
+		}, codes.InvalidArgument, "capacity -2"},
+		{"heartbeat of a stranger", func() error {
+			_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "ghost"})
+			return err
+		}, codes.NotFound, "register again"},
+		{"lookup of nothing", func() error {
+			_, err := a.assign.Lookup(ctx, &pb.LookupRequest{})
+			return err
+		}, codes.InvalidArgument, "key or a hash"},
+	}
+	before := a.assignment(t)
+	for _, tc := range cases {
+		err := tc.call()
+		require.Error(t, err, tc.name)
+		assert.Equal(t, tc.code, code(err), "%s: %v", tc.name, err)
+		assert.Contains(t, err.Error(), tc.text, tc.name)
+	}
+	assert.Equal(t, before.Generation(), a.assignment(t).Generation())
+	assert.Len(t, a.nodesList(t), 1, "no node was added")
+	rejected, err := metric(a, "sliceplane_assigner_load_reports_total", "rejected")
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, rejected, 5.0)
+}
+
+func TestNodesThatStopReportingLeave(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small, func(cfg *assigner.Config) { cfg.Core.NodeTTL = 500 * time.Millisecond })
+	a.leading(t)
+	f := startFleet(t, hot, 3, a)
+	eventually(t, 10*time.Second, "three nodes and a map", func() bool { return len(a.nodesList(t)) == 3 && a.hasMap() })
+	f.stop()
+	// Keep two of them alive by hand.
+	ctx := ctxT(t, 20*time.Second)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				for _, id := range f.ids[:2] {
+					a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: string(id)})
+				}
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	eventually(t, 10*time.Second, "the silent node leaves and its slices move", func() bool {
+		m := a.assignment(t)
+		for _, s := range m.All() {
+			if s.Holds(f.ids[2]) {
+				return false
+			}
+		}
+		return len(a.nodesList(t)) == 2
+	})
+}
+
+func TestHealthReflectionAndMetrics(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small)
+	a.leading(t)
+	startFleet(t, hot, 2, a)
+	eventually(t, 10*time.Second, "nodes counted", func() bool {
+		g, err := metric(a, "sliceplane_assigner_nodes", "")
+		return err == nil && g == 2
+	})
+	problems, err := testutil.GatherAndLint(a.registry)
+	require.NoError(t, err)
+	assert.Empty(t, problems, "metric names follow the Prometheus conventions")
+	leader, err := metric(a, "sliceplane_assigner_leader", "")
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, leader)
+
+	conn, err := grpc.NewClient(a.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	assertHealth(t, conn, assigner.LeaderHealthService)
+	assertReflection(t, conn)
+}
+
+func assertReflection(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	services := listServices(t, conn)
+	for _, want := range []string{"sliceplane.v1.AdminService", "sliceplane.v1.QuantaService", "grpc.health.v1.Health"} {
+		assert.Contains(t, services, want)
+	}
+}

@@ -1,0 +1,309 @@
+package assigner_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assigner"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/embedetcd"
+	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/wire"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		runChild() // the assigner process of BenchmarkAssignerScale
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// cluster is an etcd and the assigners started on it.
+type cluster struct {
+	t    *testing.T
+	etcd *embedetcd.Server
+	cli  *clientv3.Client
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	s := etcdtest.Start(t)
+	return &cluster{t: t, etcd: s, cli: etcdtest.Client(t, s)}
+}
+
+// node is a running assigner.
+type node struct {
+	srv      *assigner.Server
+	conn     *grpc.ClientConn
+	registry *prometheus.Registry
+	stop     func()
+	assign   pb.AssignmentServiceClient
+	quanta   pb.QuantaServiceClient
+	nodes    pb.NodeServiceClient
+	admin    pb.AdminServiceClient
+}
+
+type tweak func(*assigner.Config)
+
+// start starts an assigner with fast intervals; stop (also at cleanup) stops it.
+func (c *cluster) start(tweaks ...tweak) *node {
+	c.t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg := assigner.Config{
+		Client: c.cli, PassInterval: 50 * time.Millisecond, ClockInterval: 10 * time.Millisecond, SessionTTL: time.Second,
+		Core:     assigner.CoreConfig{NodeTTL: 2 * time.Second, Estimator: load.EstimatorConfig{HalfLife: 100 * time.Millisecond}},
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Registry: reg,
+	}
+	for _, tw := range tweaks {
+		tw(&cfg)
+	}
+	srv, err := assigner.New(cfg)
+	require.NoError(c.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(c.t, err)
+	var once sync.Once
+	n := &node{srv: srv, conn: conn, registry: reg,
+		assign: pb.NewAssignmentServiceClient(conn), quanta: pb.NewQuantaServiceClient(conn),
+		nodes: pb.NewNodeServiceClient(conn), admin: pb.NewAdminServiceClient(conn)}
+	n.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				c.t.Errorf("assigner run: %v", err)
+			}
+			conn.Close()
+		})
+	}
+	c.t.Cleanup(n.stop)
+	return n
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// leading waits until n leads.
+func (n *node) leading(t *testing.T) *pb.StatusResponse {
+	t.Helper()
+	var st *pb.StatusResponse
+	eventually(t, 15*time.Second, "the assigner leads", func() bool {
+		var err error
+		st, err = n.admin.Status(context.Background(), &pb.StatusRequest{})
+		return err == nil && st.GetLeader()
+	})
+	return st
+}
+
+func (n *node) hasMap() bool {
+	_, err := n.assign.GetAssignment(context.Background(), &pb.GetAssignmentRequest{})
+	return err == nil
+}
+
+func (n *node) assignment(t *testing.T) *assignment.Assignment {
+	t.Helper()
+	resp, err := n.assign.GetAssignment(ctxT(t, 5*time.Second), &pb.GetAssignmentRequest{})
+	require.NoError(t, err)
+	a, err := wire.AssignmentFromProto(resp.GetAssignment())
+	require.NoError(t, err)
+	return a
+}
+
+// density is the load of the space, per unit of its fraction: a hot band [0, hotEnd)
+// carries hotShare of all load, the rest is even.
+type density struct {
+	hotEnd   uint64
+	hotShare float64
+	total    float64
+}
+
+// of returns the load of range r.
+func (d density) of(r keyspace.Range) float64 {
+	hot := keyspace.Range{Start: 0, End: keyspace.At(d.hotEnd)}
+	cold := keyspace.Range{Start: d.hotEnd, End: keyspace.End}
+	var l float64
+	if o, ok := r.Intersect(hot); ok {
+		l += d.total * d.hotShare * o.Width() / hot.Width()
+	}
+	if o, ok := r.Intersect(cold); ok {
+		l += d.total * (1 - d.hotShare) * o.Width() / cold.Width()
+	}
+	return l
+}
+
+// imbalance is the true imbalance of a under d.
+func (d density) imbalance(a *assignment.Assignment, ids []assignment.NodeID) float64 {
+	loads := make([]float64, a.Len())
+	for i, s := range a.All() {
+		loads[i] = d.of(s.Range)
+	}
+	ns := make([]assignment.Node, len(ids))
+	for i, id := range ids {
+		ns[i] = assignment.Node{ID: id}
+	}
+	return load.Imbalance(load.NodeLoads(a, loads, assignment.MustNodeSet(ns...)))
+}
+
+// fleet simulates storage nodes: each registers, then every tick reports, for each slice it
+// holds in the current map, its share of the slice's load under d. It follows the leader
+// among the given assigners.
+type fleet struct {
+	ids    []assignment.NodeID
+	d      density
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startFleet(t *testing.T, d density, n int, assigners ...*node) *fleet {
+	t.Helper()
+	f := &fleet{d: d}
+	for i := range n {
+		f.ids = append(f.ids, assignment.NodeID(fmt.Sprintf("node-%d", i)))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	for _, id := range f.ids {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.run(ctx, id, assigners)
+		}()
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *fleet) stop() {
+	f.cancel()
+	f.wg.Wait()
+}
+
+func (f *fleet) run(ctx context.Context, id assignment.NodeID, assigners []*node) {
+	registered := map[*node]bool{}
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, a := range assigners {
+			if !registered[a] {
+				_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: string(id)}, Address: "127.0.0.1:1"})
+				if err != nil {
+					continue // a standby, or a stopped one
+				}
+				registered[a] = true
+			}
+			resp, err := a.assign.GetAssignment(ctx, &pb.GetAssignmentRequest{})
+			if err != nil {
+				if status.Code(err) == codes.Unavailable {
+					registered[a] = false // re-register with whoever leads next
+				}
+				continue
+			}
+			m, err := wire.AssignmentFromProto(resp.GetAssignment())
+			if err != nil {
+				continue
+			}
+			r := load.Report{Node: id, Window: time.Second}
+			for _, s := range m.All() {
+				if s.Holds(id) {
+					r.Samples = append(r.Samples, load.Sample{Range: s.Range, Load: f.d.of(s.Range) / float64(len(s.Replicas))})
+				}
+			}
+			if _, err := a.nodes.ReportLoad(ctx, wire.ReportToProto(r)); status.Code(err) == codes.NotFound {
+				registered[a] = false
+			}
+		}
+	}
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+// metric returns the value of a gauge or counter of n, the one with a label of value label
+// if label is not empty.
+func metric(n *node, name, label string) (float64, error) {
+	families, err := n.registry.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if label != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != label) {
+				continue
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue(), nil
+			}
+			return m.GetCounter().GetValue(), nil
+		}
+	}
+	return 0, fmt.Errorf("no metric %s{%s}", name, label)
+}
+
+func assertHealth(t *testing.T, conn *grpc.ClientConn, service string) {
+	t.Helper()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctxT(t, 5*time.Second), &healthpb.HealthCheckRequest{Service: service})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
+}
+
+func listServices(t *testing.T, conn *grpc.ClientConn) []string {
+	t.Helper()
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctxT(t, 5*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
+	resp, err := stream.Recv()
+	require.NoError(t, err)
+	require.NoError(t, stream.CloseSend())
+	var out []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		out = append(out, s.GetName())
+	}
+	return out
+}

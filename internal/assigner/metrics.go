@@ -1,0 +1,61 @@
+package assigner
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the assigner's Prometheus metrics, in their own registry: the embedded etcd
+// fills the default one with its own.
+type metrics struct {
+	leader       prometheus.Gauge
+	term         prometheus.Gauge
+	clock        prometheus.Gauge
+	nodes        prometheus.Gauge
+	slices       prometheus.Gauge
+	imbalance    prometheus.Gauge
+	nodeLoad     *prometheus.GaugeVec
+	passDuration prometheus.Histogram
+	passChurn    prometheus.Histogram
+	quanta       *prometheus.CounterVec
+	reports      *prometheus.CounterVec
+	watchers     prometheus.Gauge
+	etcdWrite    *prometheus.HistogramVec
+	adminChanges *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns, sub = "sliceplane", "assigner"
+	m := &metrics{
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "leader",
+			Help: "1 if this assigner is the leader, else 0."}),
+		term: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "term",
+			Help: "The term of the current leadership, if this assigner leads."}),
+		clock: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "clock",
+			Help: "The Lamport clock of the last quantum."}),
+		nodes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "nodes",
+			Help: "Registered nodes."}),
+		slices: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "slices",
+			Help: "Slices in the assignment."}),
+		imbalance: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "imbalance_ratio",
+			Help: "Max over mean node load (over capacity) as the last pass saw it; 1 is perfect."}),
+		nodeLoad: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "node_load",
+			Help: "Estimated load of each node over its capacity, in the application's load unit."}, []string{"node"}),
+		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_duration_seconds",
+			Help: "Time of a balancing pass, persistence included.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		passChurn: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_churn_ratio",
+			Help: "Share of keys a pass copied to new nodes.", Buckets: []float64{0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.09, 0.2, 0.5, 1}}),
+		quanta: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_total",
+			Help: "Quanta emitted, by cause (initial, pass, clock, admin)."}, []string{"cause"}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "load_reports_total",
+			Help: "Load reports received, by result (accepted, rejected)."}, []string{"result"}),
+		watchers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watchers",
+			Help: "Open assignment and quanta streams."}),
+		etcdWrite: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "etcd_write_duration_seconds",
+			Help: "Latency of the assigner's fenced etcd transactions, by operation.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"op"}),
+		adminChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admin_requests_total",
+			Help: "Admin requests, by call and result (ok, refused)."}, []string{"call", "result"}),
+	}
+	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
+		m.passChurn, m.quanta, m.reports, m.watchers, m.etcdWrite, m.adminChanges)
+	return m
+}

@@ -1,0 +1,618 @@
+package assigner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/frame"
+	"github.com/sliceplane/sliceplane/internal/membership"
+	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/store"
+)
+
+// LeaderHealthService is the gRPC health service name that reports SERVING only on the
+// leader, for load balancers and readiness checks that must reach it.
+const LeaderHealthService = "sliceplane.leader"
+
+// Config configures a Server.
+type Config struct {
+	// Listen is the gRPC address, "127.0.0.1:0" for a free port. Advertise is the address
+	// others should dial, told to clients by standbys; default the bound address.
+	Listen, Advertise string
+	// MetricsListen serves Prometheus metrics at /metrics; "" serves none.
+	MetricsListen string
+	// Client reaches the etcd cluster that holds the state and the data source. Required.
+	Client *clientv3.Client
+	// Prefix roots the assigner's keys in etcd: state under Prefix+"assigner/", the
+	// election under Prefix+"election/". Default "/sliceplane/".
+	Prefix string
+	// SourcePrefix is where the data source keeps its items; default Prefix+"data/".
+	SourcePrefix string
+	// PassInterval is the time between balancing passes; default 1 s.
+	PassInterval time.Duration
+	// ClockInterval is the shortest time between clock-only quanta; default 20 ms.
+	ClockInterval time.Duration
+	// SessionTTL is the leader's etcd lease: how long a standby waits for a dead leader.
+	// Default 5 s.
+	SessionTTL time.Duration
+	// MaxRequestBytes caps a request; default 16 MiB.
+	MaxRequestBytes int
+	// Core configures the balancing state.
+	Core CoreConfig
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+	// Registry receives the metrics; default a new registry.
+	Registry *prometheus.Registry
+}
+
+func (c *Config) fill() error {
+	if c.Client == nil {
+		return errors.New("assigner: no etcd client")
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:0"
+	}
+	if c.Prefix == "" {
+		c.Prefix = "/sliceplane/"
+	}
+	if c.SourcePrefix == "" {
+		c.SourcePrefix = c.Prefix + "data/"
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.PassInterval, time.Second}, {&c.ClockInterval, 20 * time.Millisecond}, {&c.SessionTTL, 5 * time.Second}} {
+		if *d.v < 0 {
+			return fmt.Errorf("assigner: negative interval %s", *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.SessionTTL < time.Second {
+		return fmt.Errorf("assigner: session TTL %s: etcd leases last whole seconds, at least 1 s", c.SessionTTL)
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 16 << 20
+	}
+	if c.Core.Algorithm == "" {
+		c.Core.Algorithm = "weighted-move"
+	}
+	if _, err := newAlgorithm(c.Core.Algorithm, c.Core.Params); err != nil {
+		return err
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	return nil
+}
+
+// Server is the assigner: it serves the API, campaigns for leadership and, while it leads,
+// runs the core.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *store.Store
+	source  *source.Etcd
+	metrics *metrics
+	grpc    *grpc.Server
+	health  *health.Server
+	lis     net.Listener
+	http    *http.Server
+	httpLis net.Listener
+
+	leading    atomic.Pointer[leadership] // nil unless this server leads
+	leaderAddr atomic.Value               // string: the leader's advertised address, if known
+}
+
+// New returns a server listening on cfg.Listen (and cfg.MetricsListen); Run serves.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("assigner: listening on %s: %w", cfg.Listen, err)
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = lis.Addr().String()
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Logger, lis: lis,
+		store:   store.New(cfg.Client, cfg.Prefix+"assigner/"),
+		source:  source.NewEtcd(cfg.Client, cfg.SourcePrefix),
+		metrics: newMetrics(cfg.Registry),
+		health:  health.NewServer(),
+	}
+	s.leaderAddr.Store("")
+	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), frame.ServerOption())
+	api := &api{s: s}
+	pb.RegisterAssignmentServiceServer(s.grpc, api)
+	pb.RegisterQuantaServiceServer(s.grpc, api)
+	pb.RegisterNodeServiceServer(s.grpc, api)
+	pb.RegisterAdminServiceServer(s.grpc, api)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	if cfg.MetricsListen != "" {
+		if s.httpLis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("assigner: listening on %s for metrics: %w", cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	}
+	return s, nil
+}
+
+// Addr returns the address the gRPC server listens on.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// MetricsAddr returns the address of the metrics endpoint, or "".
+func (s *Server) MetricsAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Run serves until ctx ends, then stops gracefully: it gives up leadership at once (so a
+// standby takes over without waiting for the lease), ends the streams and lets calls in
+// flight finish.
+func (s *Server) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.grpc.Serve(s.lis); err != nil {
+			errs <- fmt.Errorf("assigner: serving gRPC: %w", err)
+		}
+	}()
+	if s.http != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("assigner: serving metrics: %w", err)
+			}
+		}()
+	}
+	s.log.Info("assigner serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise)
+
+	campaignCtx, stopCampaign := context.WithCancel(ctx)
+	campaignDone := make(chan struct{})
+	go func() {
+		defer close(campaignDone)
+		s.campaign(campaignCtx)
+	}()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	}
+	stopCampaign()
+	<-campaignDone // leadership is given up and the hub closed: the streams end
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		s.grpc.Stop()
+	}
+	if s.http != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.http.Shutdown(sctx)
+		cancel()
+	}
+	wg.Wait()
+	s.log.Info("assigner stopped")
+	return err
+}
+
+// campaign runs for leadership again and again until ctx ends, and leads when elected.
+func (s *Server) campaign(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.electAndLead(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("leadership ended; campaigning again", "err", err, "retry_in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (s *Server) electAndLead(ctx context.Context) error {
+	session, err := concurrency.NewSession(s.cfg.Client, concurrency.WithTTL(int(s.cfg.SessionTTL/time.Second)), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("opening an etcd session: %w", err)
+	}
+	defer func() {
+		// Revoke the lease ourselves: Close would use the session's context, which is already
+		// cancelled on shutdown, and a standby would then wait out the whole TTL.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if _, err := s.cfg.Client.Revoke(rctx, session.Lease()); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.log.Warn("could not revoke the leader lease; standbys wait for it to expire", "err", err)
+		}
+		session.Orphan()
+	}()
+	election := concurrency.NewElection(session, s.cfg.Prefix+"election/")
+
+	observeCtx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	go s.observe(observeCtx, election)
+
+	campaignCtx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-session.Done():
+		case <-campaignCtx.Done():
+		}
+		cancel()
+	}()
+	err = election.Campaign(campaignCtx, s.cfg.Advertise)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("campaigning: %w", err)
+	}
+	select {
+	case <-session.Done():
+		return errors.New("the etcd session expired while campaigning")
+	default:
+	}
+	return s.lead(ctx, session, election)
+}
+
+// observe follows who leads, so that standbys can say where to go.
+func (s *Server) observe(ctx context.Context, e *concurrency.Election) {
+	for resp := range e.Observe(ctx) {
+		if len(resp.Kvs) > 0 {
+			s.leaderAddr.Store(string(resp.Kvs[0].Value))
+		}
+	}
+}
+
+// leadership is the state of this server while it leads.
+type leadership struct {
+	term  uint64
+	hub   *quantum.Hub
+	reqs  chan request
+	done  chan struct{} // closed when the leadership ends
+	fence store.Fence
+
+	snapshotting atomic.Bool
+	background   sync.WaitGroup // snapshots being written
+}
+
+// request runs fn on the core in the leader's loop. fn returns a proposal to persist and
+// commit (or nil) and a result for the caller.
+type request struct {
+	call  string
+	who   string // the caller, for the log of admin changes
+	fn    func(c *Core, now time.Time) (*Proposal, any, error)
+	reply chan reply
+}
+
+type reply struct {
+	result   any
+	proposal *Proposal
+	err      error
+}
+
+// do runs fn in the leader's loop and returns its result once its proposal is persisted.
+func (l *leadership) do(ctx context.Context, call, who string, fn func(c *Core, now time.Time) (*Proposal, any, error)) (any, *Proposal, error) {
+	r := request{call: call, who: who, fn: fn, reply: make(chan reply, 1)}
+	select {
+	case l.reqs <- r:
+	case <-l.done:
+		return nil, nil, ErrNotLeader
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	select {
+	case rep := <-r.reply:
+		return rep.result, rep.proposal, rep.err
+	case <-l.done:
+		return nil, nil, ErrNotLeader
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+// lead runs the leader's loop until the session ends, ctx ends or a write is fenced off.
+func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *concurrency.Election) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-session.Done():
+			cancel() // the lease is gone: stop at once, never emit under a stale term
+		case <-ctx.Done():
+		}
+	}()
+	fence := store.Fence{Key: e.Key(), Rev: e.Rev()}
+	term := uint64(e.Rev())
+	log := s.log.With("term", term)
+
+	st, found, err := s.store.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("loading the state: %w", err)
+	}
+	clock, err := s.source.Clock(ctx)
+	if err != nil {
+		return err
+	}
+	core, first, err := NewCore(s.cfg.Core, term, st, found, clock, time.Now())
+	if err != nil {
+		return err
+	}
+	if err := s.persist(ctx, fence, first); err != nil {
+		return fmt.Errorf("claiming term %d: %w", term, err)
+	}
+	core.Commit(first)
+	a, _, published := core.Assignment()
+	l := &leadership{term: term, fence: fence, hub: quantum.NewHub(quantum.HubConfig{}, term, a, published),
+		reqs: make(chan request), done: make(chan struct{})}
+	// The distributors are known before anything is served: a reinitializing quantum without
+	// them would tell every distributor that it serves no node.
+	dists, distRev, err := membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
+	if err != nil {
+		return err
+	}
+	if p := core.SetDistributors(dists, time.Now()); p != nil {
+		if err := s.apply(ctx, l, core, p); err != nil {
+			return err
+		}
+	}
+	s.leading.Store(l)
+	s.metrics.leader.Set(1)
+	s.metrics.term.Set(float64(term))
+	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_SERVING)
+	if found {
+		log.Info("leading", "generation", st.Assignment.Generation(), "slices", st.Assignment.Len(), "nodes", len(st.Nodes), "clock", clock)
+	} else {
+		log.Info("leading a new cluster", "clock", clock)
+	}
+	defer func() {
+		cancel()
+		l.background.Wait()
+		s.leading.Store(nil)
+		close(l.done)
+		l.hub.Close()
+		s.metrics.leader.Set(0)
+		s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+		log.Info("no longer leading")
+	}()
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	clocks := s.source.Watch(watchCtx, clock)
+	distributors := membership.Watch(watchCtx, s.cfg.Client, s.cfg.Prefix, dists, distRev)
+	pass := time.NewTicker(s.cfg.PassInterval)
+	defer pass.Stop()
+	tick := time.NewTicker(s.cfg.ClockInterval)
+	defer tick.Stop()
+	s.observeCore(core)
+
+	for {
+		var p *Proposal
+		var cause string
+		var computed time.Duration // of a pass, before persistence
+		start := time.Now()
+		select {
+		case <-ctx.Done():
+			if isDone(session) {
+				return errors.New("the etcd session expired")
+			}
+			return nil
+		case r := <-l.reqs:
+			prop, result, err := r.fn(core, start)
+			if err == nil && prop != nil {
+				err = s.apply(ctx, l, core, prop)
+			}
+			if prop != nil && prop.Summary != "" && err == nil {
+				log.Info("change", "call", r.call, "who", r.who, "what", prop.Summary, "seq", core.seq)
+			} else if err != nil && isAdmin(r.call) {
+				log.Info("admin change refused", "call", r.call, "who", r.who, "why", err)
+			}
+			r.reply <- reply{result: result, proposal: prop, err: err}
+			if errors.Is(err, store.ErrFenced) {
+				return err
+			}
+			continue
+		case <-pass.C:
+			if p = core.Expire(start); p != nil {
+				log.Info("nodes expired", "what", p.Summary)
+				if err := s.apply(ctx, l, core, p); err != nil {
+					return err
+				}
+			}
+			if p, err = core.Pass(start); err != nil {
+				log.Error("balancing pass failed", "err", err)
+				continue
+			}
+			cause, computed = "pass", time.Since(start)
+		case <-tick.C:
+			// Clock quanta are not written to etcd, so no fence guards them: check the lease
+			// right before. (A lease that etcd expired but whose expiry the client has not yet
+			// learned leaves a window of at most one keep-alive round trip.)
+			if isDone(session) {
+				return errors.New("the etcd session expired")
+			}
+			p, cause = core.ClockQuantum(start), "clock"
+		case d, ok := <-distributors:
+			if !ok {
+				return errors.New("the watch of the distributors ended")
+			}
+			if p = core.SetDistributors(d, start); p != nil {
+				log.Info("distributors changed", "distributors", d)
+			}
+			cause = "distributors"
+		case b, ok := <-clocks:
+			switch {
+			case !ok:
+				return errors.New("the source watch ended")
+			case b.Err != nil:
+				log.Warn("the source watch failed; restarting it", "err", b.Err)
+				now, err := s.source.Clock(ctx)
+				if err != nil {
+					return err
+				}
+				core.ObserveClock(now)
+				clocks = s.source.Watch(watchCtx, now)
+			case len(b.Changes) > 0:
+				// Progress marks (asked for by a distributor sharing this etcd client) would
+				// do too, but a clock quantum for them would invite the next request.
+				core.ObserveClock(b.Clock)
+			}
+			continue
+		}
+		if p == nil {
+			continue
+		}
+		if err := s.apply(ctx, l, core, p); err != nil {
+			return err
+		}
+		if cause == "pass" {
+			took := time.Since(start)
+			s.metrics.passDuration.Observe(took.Seconds())
+			log.Debug("pass", "took", took, "computed", computed, "summary", p.Summary)
+			if x, ok := core.Explain(); ok && p.Quantum != nil {
+				s.metrics.passChurn.Observe(x.Churn.Total())
+			}
+			s.observeCore(core)
+		}
+	}
+}
+
+func isDone(s *concurrency.Session) bool {
+	select {
+	case <-s.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// apply persists a proposal, commits it and publishes its quantum. A proposal that cannot be
+// persisted changes nothing; a fenced write means leadership is lost.
+func (s *Server) apply(ctx context.Context, l *leadership, core *Core, p *Proposal) error {
+	if err := s.persist(ctx, l.fence, p); err != nil {
+		return err
+	}
+	core.Commit(p)
+	if q := p.Quantum; q != nil {
+		q.Time = time.Now() // when it is emitted, which watchers can measure their lag from
+		data, err := encodeQuantum(*q)
+		if err != nil {
+			return fmt.Errorf("assigner: encoding %s: %w", q.Position, err)
+		}
+		q.Payload = data
+		if err := l.hub.Publish(*q, p.After); err != nil {
+			return fmt.Errorf("assigner: publishing %s: %w", q.Position, err)
+		}
+		s.metrics.quanta.WithLabelValues(quantumCause(q.Cause)).Inc()
+		s.metrics.clock.Set(float64(q.Clock))
+	}
+	if p.Snapshot {
+		l.snapshot(ctx, s, p.Meta.LastIndex, p.After)
+	}
+	return nil
+}
+
+// snapshot writes a snapshot in the background, one at a time: it is compaction, not needed
+// for correctness (the log has it all), and writing a large map takes longer than a pass.
+// One asked for while another is being written is skipped; the next will cover it.
+func (l *leadership) snapshot(ctx context.Context, s *Server, index uint64, a *assignment.Assignment) {
+	if !l.snapshotting.CompareAndSwap(false, true) {
+		return
+	}
+	l.background.Add(1)
+	go func() {
+		defer l.background.Done()
+		defer l.snapshotting.Store(false)
+		start := time.Now()
+		if err := s.store.Snapshot(ctx, l.fence, index, a); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("snapshot failed; the log keeps everything", "index", index, "err", err)
+			}
+			return
+		}
+		s.log.Debug("snapshot", "index", index, "slices", a.Len(), "took", time.Since(start))
+	}()
+}
+
+// quantumCause folds admin causes into one label value, keeping the label bounded.
+func quantumCause(cause string) string {
+	if len(cause) >= 6 && cause[:6] == "admin:" {
+		return "admin"
+	}
+	return cause
+}
+
+// persist writes what a proposal asks, in order.
+func (s *Server) persist(ctx context.Context, f store.Fence, p *Proposal) error {
+	if p.PutNode != nil {
+		if err := s.store.PutNode(ctx, f, *p.PutNode); err != nil {
+			return err
+		}
+	}
+	for _, id := range p.DeleteNodes {
+		if err := s.store.DeleteNode(ctx, f, id); err != nil {
+			return err
+		}
+	}
+	switch {
+	case p.Init:
+		return s.store.Init(ctx, f, p.Meta, p.After)
+	case p.Entry != nil:
+		return s.store.Append(ctx, f, p.Meta, *p.Entry)
+	case p.SaveMeta:
+		return s.store.SaveMeta(ctx, f, p.Meta)
+	}
+	return nil
+}
+
+// observeCore updates the gauges that describe the core.
+func (s *Server) observeCore(c *Core) {
+	st := c.Status()
+	s.metrics.nodes.Set(float64(st.Nodes))
+	s.metrics.slices.Set(float64(st.Slices))
+	s.metrics.imbalance.Set(st.Imbalance)
+	s.metrics.nodeLoad.Reset()
+	for _, n := range c.Nodes() {
+		s.metrics.nodeLoad.WithLabelValues(string(n.ID)).Set(n.Load)
+	}
+}

@@ -1,0 +1,537 @@
+package balance
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/load"
+)
+
+// cand is a candidate move off the hottest node.
+type cand struct {
+	kind                       int
+	slice                      int
+	from                       int32   // -1 where the kind has none
+	to                         []int32 // one for a move, one or more for a replicate
+	gain, cost, weight, newMax float64
+	reason                     string // why the candidate is rejected; empty if it is not
+	blocked                    bool   // it would undo a recent move
+}
+
+// move runs the move step: first drop replicas of slices that cooled (free), then repeatedly
+// take the best-weighted move off the hottest node until the budget is spent, the imbalance
+// is within the dead band, or no move helps.
+func (p *wmPass) move() {
+	p.on = make([][]int32, len(p.raw))
+	for n := range p.on {
+		p.on[n] = make([]int32, 0, p.count[n])
+	}
+	for i := range p.sl {
+		for _, n := range p.sl[i].reps {
+			p.on[n] = append(p.on[n], int32(i))
+		}
+	}
+	p.dropCooledReplicas()
+	p.x.Stop = p.moveOffHottest()
+	p.x.ImbalanceAfter = load.Imbalance(p.utilization())
+	for _, s := range p.sl {
+		if s.reassigned {
+			p.ops = append(p.ops, assignment.Assign{Slice: s.r.Start, Replicas: p.names(s.reps)})
+		}
+	}
+}
+
+func (p *wmPass) utilization() []float64 {
+	out := make([]float64, len(p.raw))
+	for n := range out {
+		out[n] = p.u(int32(n))
+	}
+	return out
+}
+
+// dropCooledReplicas removes replicas that a slice no longer needs. A slice whose load per
+// replica would stay under DereplicateBelow times the mean node load even with one replica
+// fewer keeps only as many replicas as ReplicateAbove asks for, on its coldest holders (and
+// any holder whose replica a recent move added). It copies nothing, so it costs no churn; it
+// is skipped when it would make any node hotter than the hottest node is now.
+func (p *wmPass) dropCooledReplicas() {
+	mean, top := p.meanU(), p.maxU()
+	if mean <= 0 {
+		return
+	}
+	for i := range p.sl {
+		s := &p.sl[i]
+		r := len(s.reps)
+		if r < 2 || s.pinned || !s.change.allows(dereplicate) || s.load/float64(r-1) > p.cfg.DereplicateBelow*mean {
+			continue
+		}
+		need := max(1, int(math.Ceil(s.load/(p.cfg.ReplicateAbove*mean))))
+		keep := make([]bool, r)
+		kept := 0
+		for k, n := range s.reps {
+			if _, blocked := p.blocker(s.r, n, -1); blocked {
+				keep[k], kept = true, kept+1
+			}
+		}
+		byCold := make([]int, r)
+		for k := range byCold {
+			byCold[k] = k
+		}
+		slices.SortStableFunc(byCold, func(x, y int) int { return cmp.Compare(p.u(s.reps[x]), p.u(s.reps[y])) })
+		for _, k := range byCold {
+			if kept < need && !keep[k] {
+				keep[k], kept = true, kept+1
+			}
+		}
+		if kept == r {
+			continue
+		}
+		newShare := s.load / float64(kept)
+		fits := true
+		for k, n := range s.reps {
+			if keep[k] && (p.raw[n]-s.load/float64(r)+newShare)/p.cap[n] > top {
+				fits = false
+			}
+		}
+		if !fits {
+			continue
+		}
+		var drop []int32
+		for k, n := range s.reps {
+			if !keep[k] {
+				drop = append(drop, n)
+			}
+		}
+		for _, n := range drop {
+			p.apply(cand{kind: dereplicate, slice: i, from: n})
+		}
+	}
+}
+
+const (
+	reasonNoCooler = "would not cool the hottest node"
+	reasonBudget   = "over the churn budget"
+	reasonPinned   = "pinned by an operator"
+)
+
+// maxReplicasAtOnce bounds how many replicas one candidate may add. A slice whose load is L
+// times the mean node load cannot be helped by one more replica when L < 2, since the target
+// already carries about the mean: it takes k replicas at once with k+1 > L/(L-1).
+const maxReplicasAtOnce = 16
+
+func (p *wmPass) moveOffHottest() string {
+	order := make([]int32, len(p.raw)) // nodes by ascending utilization, ties by index
+	for n := range order {
+		order[n] = int32(n)
+	}
+	less := func(a, b int32) int {
+		if c := cmp.Compare(p.u(a), p.u(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	}
+	slices.SortFunc(order, less)
+	reorder := func(changed []int32) { // keep order sorted after the loads of changed moved
+		for _, n := range changed {
+			k := slices.Index(order, n)
+			order = slices.Delete(order, k, k+1)
+			at, _ := slices.BinarySearchFunc(order, n, less)
+			order = slices.Insert(order, at, n)
+		}
+	}
+	coldest := func(k int, reps []int32) []int32 { // the k coldest nodes not holding reps
+		var out []int32
+		for _, n := range order {
+			if len(out) == k {
+				break
+			}
+			if _, held := slices.BinarySearch(reps, n); !held {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	var round []cand
+	limit := 4*len(p.sl) + 4*len(p.raw) + 64
+	for range limit {
+		h := order[len(order)-1]
+		mean := p.meanU()
+		if mean <= 0 {
+			return "no load reported"
+		}
+		if imb := p.u(h) / mean; imb <= 1+p.cfg.DeadBand {
+			return fmt.Sprintf("imbalance %.3f is within the dead band (%.3f)", imb, 1+p.cfg.DeadBand)
+		}
+		round = round[:0]
+		best := -1
+		for _, i := range p.on[h] {
+			s := &p.sl[i]
+			if s.pinned {
+				round = append(round, cand{kind: move, slice: int(i), from: h, reason: reasonPinned})
+				continue
+			}
+			r := len(s.reps)
+			n := len(round)
+			if r > 1 && s.change.allows(dereplicate) {
+				round = append(round, p.evaluate(cand{kind: dereplicate, slice: int(i), from: h}, p.u(h), mean))
+			}
+			canReplicate := s.change.allows(replicate) && r < p.cfg.MaxReplicas && s.load/float64(r) > p.cfg.ReplicateAbove*mean
+			k := 1
+			if canReplicate {
+				k = min(maxReplicasAtOnce, p.cfg.MaxReplicas-r)
+			}
+			cold := coldest(k, s.reps) // one list per slice: candidates keep sub-slices of it
+			if len(cold) > 0 && s.change.allows(move) {
+				round = append(round, p.evaluate(cand{kind: move, slice: int(i), from: h, to: cold[:1]}, p.u(h), mean))
+			}
+			if canReplicate && len(cold) > 0 {
+				// The fewest replicas that cool the hottest node; failing that, one.
+				c := p.evaluate(cand{kind: replicate, slice: int(i), from: -1, to: cold[:1]}, p.u(h), mean)
+				for k := 2; c.reason == reasonNoCooler && k <= len(cold); k++ {
+					if more := p.evaluate(cand{kind: replicate, slice: int(i), from: -1, to: cold[:k]}, p.u(h), mean); more.reason != reasonNoCooler {
+						c = more
+					}
+				}
+				round = append(round, c)
+			}
+			for j := n; j < len(round); j++ {
+				if round[j].reason == "" && (best < 0 || round[j].weight > round[best].weight) {
+					best = j
+				}
+			}
+		}
+		if best < 0 {
+			if c, sheds, ok := p.bestWithRoom(h, round, order, mean); ok {
+				for _, sh := range sheds {
+					p.explain(sh, true)
+					reorder(p.apply(sh))
+				}
+				p.explain(c, true)
+				reorder(p.apply(c))
+				continue
+			}
+			p.explainRejected(round)
+			if slices.ContainsFunc(round, func(c cand) bool { return c.reason == reasonBudget }) {
+				return fmt.Sprintf("the churn budget left (%.2f%% of keys) cannot pay for any move that helps",
+					100*max(0, p.cfg.MaxChurn-p.spent.Total()/p.keys))
+			}
+			return fmt.Sprintf("no move off %s lowers its load without another node taking its place", p.ids[h])
+		}
+		c := round[best]
+		p.explain(c, true)
+		for _, r := range round {
+			// Record what would have beaten the chosen move but was refused for the hold
+			// or the budget: that is what an operator asks about.
+			if r.reason != "" && r.reason != reasonNoCooler && r.reason != reasonPinned && r.weight >= c.weight {
+				p.explain(r, false)
+			}
+		}
+		reorder(p.apply(c))
+	}
+	return "iteration limit reached"
+}
+
+// Making room. When no single move off the hottest node h helps, it is usually because every
+// slice h could give away is larger than the room on the coolest node: the pass is stuck
+// although the cluster has plenty of room spread over many nodes. A compound candidate then
+// first moves some of the target's smaller slices to other cool nodes, and then makes the
+// move (or adds the replica) that did not fit before. Every node it touches must end at or
+// below a level under h's load: the level the move itself leaves h (and the slice's other
+// holders) at, or a few lower ones; the one with the best gain per key copied wins. (A key
+// whose replicas each carry more than the mean can only cool by one more replica on a node
+// that gives up nearly everything else, which only the first level allows.)
+const (
+	roomSlices    = 16 // h's largest slices tried
+	roomTargets   = 4  // coolest nodes tried as the target of each
+	roomReceivers = 16 // coolest nodes that may take shed slices
+)
+
+var roomLevels = [...]float64{0.25, 0.5, 0.75} // lower levels, as fractions of the way from the mean to h's load
+
+// bestWithRoom returns the best compound candidate off h, and the moves that make room for it.
+func (p *wmPass) bestWithRoom(h int32, round []cand, order []int32, mean float64) (cand, []cand, bool) {
+	top := p.u(h)
+	var tried []cand
+	for _, c := range round {
+		if c.reason == reasonNoCooler && len(c.to) == 1 && (c.kind == move || c.kind == replicate) {
+			tried = append(tried, c)
+		}
+	}
+	share := func(c cand) float64 { return p.sl[c.slice].load / float64(len(p.sl[c.slice].reps)) }
+	slices.SortStableFunc(tried, func(a, b cand) int { return cmp.Compare(share(b), share(a)) })
+	var best cand
+	var bestSheds []cand
+	found := false
+	var targets []cand
+	for _, c := range tried[:min(len(tried), roomSlices)] {
+		reps := p.sl[c.slice].reps
+		k := 0
+		for _, n := range order {
+			if k == roomTargets {
+				break
+			}
+			if _, held := slices.BinarySearch(reps, n); !held {
+				alt := c
+				alt.to = []int32{n}
+				targets = append(targets, alt)
+				k++
+			}
+		}
+	}
+	for _, c := range targets {
+		floor := p.leftBehind(c, h)
+		levels := []float64{max(floor, mean)}
+		for _, f := range roomLevels {
+			if l := mean + f*(top-mean); l > levels[0] {
+				levels = append(levels, l)
+			}
+		}
+		for _, level := range levels {
+			if level >= top {
+				continue
+			}
+			rc, sheds, ok := p.withRoom(c, h, level, top, mean, order)
+			if ok && (!found || rc.weight > best.weight) {
+				best, bestSheds, found = rc, sheds, true
+			}
+		}
+	}
+	return best, bestSheds, found
+}
+
+// leftBehind returns the highest utilization that candidate c leaves on the nodes it touches
+// other than its target: h after a move; the slice's holders after a replica is added.
+func (p *wmPass) leftBehind(c cand, h int32) float64 {
+	s := &p.sl[c.slice]
+	r := float64(len(s.reps))
+	if c.kind == move {
+		return (p.raw[h] - s.load/r) / p.cap[h]
+	}
+	var top float64
+	for _, n := range s.reps {
+		top = max(top, (p.raw[n]-s.load/r+s.load/(r+1))/p.cap[n])
+	}
+	return top
+}
+
+// withRoom evaluates candidate c (a move or one replica to c.to[0]) made after shedding
+// enough of the target's other slices that every node touched ends at or below level.
+func (p *wmPass) withRoom(c cand, h int32, level, top, mean float64, order []int32) (cand, []cand, bool) {
+	s := &p.sl[c.slice]
+	t := c.to[0]
+	from := int32(-1)
+	if c.kind == move {
+		from = h
+	}
+	if _, blocked := p.blocker(s.r, from, t); blocked {
+		return cand{}, nil, false
+	}
+	delta := map[int32]float64{} // raw load changes
+	u := func(n int32) float64 { return (p.raw[n] + delta[n]) / p.cap[n] }
+	r := float64(len(s.reps))
+	share := s.load / r
+	switch c.kind {
+	case move:
+		delta[h] -= share
+		delta[t] += share
+	case replicate:
+		ns := s.load / (r + 1)
+		for _, n := range s.reps {
+			delta[n] += ns - share
+		}
+		delta[t] += ns
+	}
+	for n := range delta {
+		if n != t && u(n) > level {
+			return cand{}, nil, false
+		}
+	}
+	// The target's other slices that may leave, most load per key first (the least churn for
+	// the room made), to the coolest nodes that stay at or below level.
+	var movable []int32
+	for _, j := range p.on[t] {
+		if int(j) != c.slice && !p.sl[j].pinned && p.sl[j].change.allows(move) && p.sl[j].load > 0 {
+			movable = append(movable, j)
+		}
+	}
+	density := func(j int32) float64 {
+		sl := &p.sl[j]
+		return sl.load / float64(len(sl.reps)) / max(sl.keys, p.keys*1e-12)
+	}
+	slices.SortStableFunc(movable, func(a, b int32) int { return cmp.Compare(density(b), density(a)) })
+	var receivers []int32
+	for _, n := range order {
+		if len(receivers) == roomReceivers {
+			break
+		}
+		if _, touched := delta[n]; !touched && !slices.Contains(s.reps, n) {
+			receivers = append(receivers, n)
+		}
+	}
+	var sheds []cand
+	cost := c.cost
+	for _, j := range movable {
+		if u(t) <= level {
+			break
+		}
+		sl := &p.sl[j]
+		sj := sl.load / float64(len(sl.reps))
+		to := int32(-1)
+		for _, n := range receivers {
+			if _, held := slices.BinarySearch(sl.reps, n); held || (p.raw[n]+delta[n]+sj)/p.cap[n] > level {
+				continue
+			}
+			if _, blocked := p.blocker(sl.r, t, n); !blocked && (to < 0 || u(n) < u(to)) {
+				to = n
+			}
+		}
+		if to < 0 {
+			continue
+		}
+		delta[t] -= sj
+		delta[to] += sj
+		cost += sl.keys
+		sheds = append(sheds, cand{kind: move, slice: int(j), from: t, to: []int32{to}, cost: sl.keys})
+	}
+	if u(t) > level || p.spent.Total()+cost > p.cfg.MaxChurn*p.keys {
+		return cand{}, nil, false
+	}
+	c.newMax = 0
+	for n := range delta {
+		c.newMax = max(c.newMax, u(n))
+	}
+	// c keeps its own cost, since applying each shed move charges that move; the weight is
+	// the compound's gain over the compound's cost.
+	c.reason = ""
+	c.gain = (top - max(c.newMax, mean)) / mean
+	c.weight = c.gain / max(cost, p.keys*1e-12)
+	for i := range sheds {
+		sheds[i].gain, sheds[i].weight = c.gain, c.weight
+	}
+	return c, sheds, c.gain > 0
+}
+
+// evaluate fills in a candidate's effect: top is the hottest node's utilization, which every
+// node the move touches must end strictly below.
+func (p *wmPass) evaluate(c cand, top, mean float64) cand {
+	s := &p.sl[c.slice]
+	r := float64(len(s.reps))
+	share := s.load / r
+	newU := func(n int32, delta float64) float64 { return (p.raw[n] + delta) / p.cap[n] }
+	var prev Move
+	switch c.kind {
+	case move:
+		c.newMax = max(newU(c.from, -share), newU(c.to[0], share))
+		c.cost = s.keys
+		prev, c.blocked = p.blocker(s.r, c.from, c.to[0])
+	case replicate:
+		ns := s.load / (r + float64(len(c.to)))
+		for _, n := range s.reps {
+			c.newMax = max(c.newMax, newU(n, ns-share))
+		}
+		for _, n := range c.to {
+			c.newMax = max(c.newMax, newU(n, ns))
+			if m, b := p.blocker(s.r, -1, n); b && !c.blocked {
+				prev, c.blocked = m, true
+			}
+		}
+		c.cost = s.keys * float64(len(c.to))
+	case dereplicate:
+		ns := s.load / (r - 1)
+		c.newMax = newU(c.from, -share)
+		for _, n := range s.reps {
+			if n != c.from {
+				c.newMax = max(c.newMax, newU(n, ns-share))
+			}
+		}
+		prev, c.blocked = p.blocker(s.r, c.from, -1)
+	}
+	c.gain = (top - max(c.newMax, mean)) / mean
+	c.weight = c.gain / max(c.cost, p.keys*1e-12)
+	switch {
+	case !(c.newMax < top*(1-1e-12)):
+		c.reason = reasonNoCooler
+	case c.gain <= 0:
+		c.reason = "the node is already at the mean"
+	case c.cost > 0 && p.spent.Total()+c.cost > p.cfg.MaxChurn*p.keys:
+		c.reason = reasonBudget
+	case c.blocked:
+		c.reason = fmt.Sprintf("would undo a move of pass %d", prev.Pass)
+	}
+	return c
+}
+
+// apply carries out a candidate and returns the nodes whose load changed.
+func (p *wmPass) apply(c cand) []int32 {
+	s := &p.sl[c.slice]
+	changed := slices.Clone(s.reps)
+	p.place(s, -1)
+	switch c.kind {
+	case move:
+		s.reps = insertSorted(removeSorted(s.reps, c.from), c.to[0])
+		s.change = moved
+		p.x.Moves++
+		p.remember(Move{Range: s.r, From: p.ids[c.from], To: p.ids[c.to[0]], Pass: p.in.Pass})
+	case replicate:
+		for _, n := range c.to {
+			s.reps = insertSorted(s.reps, n)
+			p.remember(Move{Range: s.r, To: p.ids[n], Pass: p.in.Pass})
+		}
+		s.change = resized
+		p.x.ReplicasAdded += len(c.to)
+	case dereplicate:
+		s.reps = removeSorted(s.reps, c.from)
+		s.change = resized
+		p.x.ReplicasRemoved++
+		p.remember(Move{Range: s.r, From: p.ids[c.from], Pass: p.in.Pass})
+	}
+	p.spent.Move += c.cost
+	s.reassigned = true
+	p.place(s, +1)
+	if c.from >= 0 {
+		p.on[c.from] = removeSorted(p.on[c.from], int32(c.slice))
+	}
+	for _, n := range c.to {
+		p.on[n] = insertSorted(p.on[n], int32(c.slice))
+	}
+	return append(changed, c.to...)
+}
+
+func insertSorted(xs []int32, x int32) []int32 {
+	i, _ := slices.BinarySearch(xs, x)
+	return slices.Insert(slices.Clip(xs), i, x)
+}
+
+func removeSorted(xs []int32, x int32) []int32 {
+	i, ok := slices.BinarySearch(xs, x)
+	if !ok {
+		return xs
+	}
+	return slices.Delete(slices.Clone(xs), i, i+1)
+}
+
+func (p *wmPass) explain(c cand, chosen bool) {
+	if len(p.x.Candidates) >= maxExplained {
+		return
+	}
+	s := p.sl[c.slice]
+	e := Candidate{Action: actionNames[c.kind], Slice: s.r, Gain: c.gain, Cost: c.cost / p.keys,
+		Weight: c.weight, Chosen: chosen, Reason: c.reason}
+	if c.from >= 0 {
+		e.From = p.ids[c.from]
+	}
+	e.To = p.names(c.to)
+	p.x.Candidates = append(p.x.Candidates, e)
+}
+
+// explainRejected records the best candidates of the last round, so that "why did nothing
+// move?" has an answer.
+func (p *wmPass) explainRejected(round []cand) {
+	slices.SortStableFunc(round, func(a, b cand) int { return cmp.Compare(b.gain, a.gain) })
+	for _, c := range round[:min(len(round), 10)] {
+		p.explain(c, false)
+	}
+}

@@ -1,0 +1,301 @@
+// Package clustertest runs a whole Sliceplane in one test process, on loopback: an embedded
+// etcd, assigners, distributors and nodes, each with its own etcd client or gRPC
+// connections as separate processes would have. Tests stop and restart the parts, write
+// data, and wait for the nodes to converge.
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/client/memstore"
+	"github.com/sliceplane/sliceplane/internal/assigner"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/converge"
+	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/distributor"
+	"github.com/sliceplane/sliceplane/internal/embedetcd"
+	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/wire"
+)
+
+// Options tune the parts a Cluster starts.
+type Options struct {
+	Assigner    func(*assigner.Config)
+	Distributor func(*distributor.Config)
+	Node        func(*client.NodeConfig)
+}
+
+// Cluster is a running Sliceplane.
+type Cluster struct {
+	t    testing.TB
+	opts Options
+	Etcd *embedetcd.Server
+	// Source is the data source, on its own etcd client.
+	Source *source.Etcd
+	log    *slog.Logger
+
+	mu           sync.Mutex
+	assigners    []*Part
+	distributors map[string]*Part
+	nodes        map[string]*Node
+}
+
+// Part is a running assigner or distributor.
+type Part struct {
+	Addr string
+	stop func()
+}
+
+// Stop stops the part and waits for it; stopping twice does nothing.
+func (p *Part) Stop() { p.stop() }
+
+// Store is what a node of a Cluster holds its data in: the checker reads it back.
+type Store interface {
+	client.Store
+	client.Reader
+}
+
+// Node is a running node and its store, which outlives it.
+type Node struct {
+	ID    string
+	Store Store
+	*client.Node
+	stop func()
+}
+
+// Stop stops the node (its store keeps what it applied).
+func (n *Node) Stop() { n.stop() }
+
+// New starts an embedded etcd and one assigner.
+func New(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, opts: opts, Etcd: etcdtest.Start(t), distributors: map[string]*Part{}, nodes: map[string]*Node{}}
+	c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("SLICEPLANE_TEST_LOG") != "" {
+		c.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	c.Source = source.NewEtcd(c.client(), "/sliceplane/data/")
+	c.StartAssigner()
+	return c
+}
+
+// client returns a new etcd client, closed when the test ends.
+func (c *Cluster) client() *clientv3.Client { return etcdtest.Client(c.t, c.Etcd) }
+
+// run runs fn until the returned stop is called (or the test ends), reporting its error.
+func (c *Cluster) run(what string, fn func(ctx context.Context) error) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				c.t.Errorf("%s: %v", what, err)
+			}
+		})
+	}
+	c.t.Cleanup(stop)
+	return stop
+}
+
+// sessionTTL is the lease of every part. Parts stop gracefully here, revoking their leases, so
+// a long TTL slows no test down; a short one lets a lease lapse on a loaded machine (the race
+// detector on two cores), which costs an election in the middle of a scenario.
+const sessionTTL = 5 * time.Second
+
+// StartAssigner starts an assigner with fast intervals.
+func (c *Cluster) StartAssigner() *Part {
+	c.t.Helper()
+	cfg := assigner.Config{
+		Client: c.client(), PassInterval: 100 * time.Millisecond, ClockInterval: 10 * time.Millisecond, SessionTTL: sessionTTL,
+		Core:   assigner.CoreConfig{NodeTTL: 2 * sessionTTL, Estimator: load.EstimatorConfig{HalfLife: 200 * time.Millisecond}},
+		Logger: c.log.With("part", "assigner"),
+	}
+	if c.opts.Assigner != nil {
+		c.opts.Assigner(&cfg)
+	}
+	srv, err := assigner.New(cfg)
+	if err != nil {
+		c.t.Fatalf("clustertest: %v", err)
+	}
+	p := &Part{Addr: srv.Addr(), stop: c.run("assigner", srv.Run)}
+	c.mu.Lock()
+	c.assigners = append(c.assigners, p)
+	c.mu.Unlock()
+	return p
+}
+
+// Assigners returns the addresses of every assigner started.
+func (c *Cluster) Assigners() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, p := range c.assigners {
+		out = append(out, p.Addr)
+	}
+	return out
+}
+
+// StartDistributor starts distributor id.
+func (c *Cluster) StartDistributor(id string) *Part {
+	c.t.Helper()
+	cfg := distributor.Config{ID: id, Client: c.client(), Assigners: c.Assigners(), SessionTTL: sessionTTL,
+		ClockInterval: 10 * time.Millisecond, Logger: c.log.With("part", "distributor")}
+	if c.opts.Distributor != nil {
+		c.opts.Distributor(&cfg)
+	}
+	srv, err := distributor.New(cfg)
+	if err != nil {
+		c.t.Fatalf("clustertest: %v", err)
+	}
+	p := &Part{Addr: srv.Addr(), stop: c.run("distributor "+id, srv.Run)}
+	c.mu.Lock()
+	c.distributors[id] = p
+	c.mu.Unlock()
+	return p
+}
+
+// StartNode starts node id on store (a new memstore if nil).
+func (c *Cluster) StartNode(id string, store Store) *Node {
+	c.t.Helper()
+	if store == nil {
+		store = memstore.New()
+	}
+	cfg := client.NodeConfig{ID: id, Assigners: c.Assigners(), Store: store, ReportInterval: 100 * time.Millisecond,
+		Address: "127.0.0.1:1", Logger: c.log.With("part", "node")}
+	if c.opts.Node != nil {
+		c.opts.Node(&cfg)
+	}
+	n, err := client.NewNode(cfg)
+	if err != nil {
+		c.t.Fatalf("clustertest: %v", err)
+	}
+	node := &Node{ID: id, Store: store, Node: n}
+	node.stop = c.run("node "+id, n.Run)
+	c.mu.Lock()
+	c.nodes[id] = node
+	c.mu.Unlock()
+	return node
+}
+
+// Distributors returns the distributors started last under each ID.
+func (c *Cluster) Distributors() map[string]*Part {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.distributors)
+}
+
+// Nodes returns the nodes started last under each ID.
+func (c *Cluster) Nodes() map[string]*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.nodes)
+}
+
+// Conn returns a connection to the leading assigner, closed when the test ends.
+func (c *Cluster) Conn() *grpc.ClientConn {
+	c.t.Helper()
+	conn, err := dial.Leader(c.Assigners())
+	if err != nil {
+		c.t.Fatalf("clustertest: %v", err)
+	}
+	c.t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// Assignment returns the leader's map and the clock of its last quantum.
+func (c *Cluster) Assignment(ctx context.Context) (*assignment.Assignment, uint64, error) {
+	resp, err := pb.NewAssignmentServiceClient(c.Conn()).GetAssignment(ctx, &pb.GetAssignmentRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return nil, 0, fmt.Errorf("clustertest: getting the map: %w", err)
+	}
+	a, err := wire.AssignmentFromProto(resp.GetAssignment())
+	return a, resp.GetClock(), err
+}
+
+// fenceKey is the item WaitConverged writes to mark a clock every node must reach.
+var fenceKey = []byte("clustertest-fence")
+
+// WaitConverged waits until the nodes hold exactly what they must (converge.Check), or ctx
+// ends; it returns the last report. Writers must have stopped, and the map should be still
+// (balancing frozen) for the wait to end: it checks against one map at a time.
+//
+// It writes a fence item and waits for every running node to apply its clock: a node's clock
+// covers a change only after the quanta before it, so the node has then applied the map of
+// the check too.
+func (c *Cluster) WaitConverged(ctx context.Context) (converge.Report, error) {
+	var last converge.Report
+	for {
+		fence, err := c.Source.Put(ctx, fenceKey, []byte(time.Now().String()))
+		if err != nil {
+			return last, err
+		}
+		a, _, err := c.Assignment(ctx)
+		if err != nil {
+			return last, err
+		}
+		readers := map[assignment.NodeID]client.Reader{}
+		for id, n := range c.Nodes() {
+			readers[assignment.NodeID(id)] = n.Store
+		}
+		if err := c.waitClock(ctx, fence); err != nil {
+			return last, fmt.Errorf("%w (last check: %s)", err, last)
+		}
+		r, err := converge.Check(ctx, c.Source, fence, a, readers)
+		switch {
+		case err != nil && ctx.Err() != nil && last.Copies == 0:
+			return last, fmt.Errorf("clustertest: no check completed in time: %w", err)
+		case err != nil && ctx.Err() != nil:
+			return last, fmt.Errorf("clustertest: not converged in time: %w\n%s", ctx.Err(), last)
+		case err != nil:
+			return last, err
+		case r.OK():
+			return r, nil
+		}
+		last = r
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return last, fmt.Errorf("clustertest: not converged: %w\n%s", ctx.Err(), last)
+		}
+	}
+}
+
+// waitClock waits until every running node applied clock.
+func (c *Cluster) waitClock(ctx context.Context, clock uint64) error {
+	for {
+		var behind []string
+		for id, n := range c.Nodes() {
+			if n.Clock() < clock {
+				behind = append(behind, fmt.Sprintf("%s at %d", id, n.Clock()))
+			}
+		}
+		if len(behind) == 0 {
+			return nil
+		}
+		slices.Sort(behind)
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("clustertest: nodes did not reach clock %d: %v: %w", clock, behind, ctx.Err())
+		}
+	}
+}

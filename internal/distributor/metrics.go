@@ -1,0 +1,69 @@
+package distributor
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the distributor's Prometheus metrics.
+type metrics struct {
+	clock       prometheus.Gauge
+	lag         prometheus.Gauge
+	quanta      prometheus.Counter
+	changes     prometheus.Counter
+	buffered    prometheus.Gauge
+	served      prometheus.Gauge
+	streams     prometheus.Gauge
+	queueOps    *prometheus.GaugeVec
+	queueBytes  *prometheus.GaugeVec
+	deltas      prometheus.Counter
+	opsSent     prometheus.Counter
+	snapshots   prometheus.Counter
+	overflows   prometheus.Counter
+	scans       *prometheus.CounterVec
+	scanLatency prometheus.Histogram
+	applyLag    prometheus.Histogram
+	paused      prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns, sub = "sliceplane", "distributor"
+	m := &metrics{
+		clock: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "clock",
+			Help: "The router's clock: every source change up to it has been routed."}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "source_lag_clock",
+			Help: "How far, in source clock units, the router is behind the latest clock it knows of."}),
+		quanta: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_applied_total",
+			Help: "Quanta applied by the router."}),
+		changes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "changes_routed_total",
+			Help: "Source changes routed."}),
+		buffered: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "buffered_bytes",
+			Help: "Bytes of source changes waiting for a quantum."}),
+		served: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "nodes",
+			Help: "Nodes this distributor serves."}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "pull_streams",
+			Help: "Open Pull streams."}),
+		queueOps: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_ops",
+			Help: "Operations queued for each node and not yet acknowledged."}, []string{"node"}),
+		queueBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_bytes",
+			Help: "Bytes queued for each node and not yet acknowledged."}, []string{"node"}),
+		deltas: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "deltas_sent_total",
+			Help: "Deltas sent to nodes."}),
+		opsSent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ops_sent_total",
+			Help: "Operations (items, fragments, slice changes) sent to nodes."}),
+		snapshots: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "snapshots_total",
+			Help: "Snapshots started: new nodes, restarts, overflows and failed scans."}),
+		overflows: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "queue_overflows_total",
+			Help: "Node queues dropped for holding more than their bound; the node catches up by snapshot."}),
+		scans: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "scans_total",
+			Help: "Source scans, by result (ok, compacted, error)."}, []string{"result"}),
+		scanLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "scan_duration_seconds",
+			Help: "Time to scan a range of the source.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		applyLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "apply_latency_seconds",
+			Help: "From routing a change to the node's acknowledgement of it.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		paused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_pauses_total",
+			Help: "Times the source watch paused because too many changes waited for a quantum."}),
+	}
+	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.buffered, m.served, m.streams, m.queueOps, m.queueBytes,
+		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused)
+	return m
+}

@@ -1,0 +1,641 @@
+package distributor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/source/memsource"
+	"github.com/sliceplane/sliceplane/internal/wire"
+)
+
+// TestScripts runs the data path scripts in testdata/: an assigner, distributors and nodes
+// driven step by step over an in-memory source, so that a script chooses the order in which
+// each distributor hears of quanta and changes. Regenerate expectations with
+//
+//	go test ./internal/distributor -run TestScripts -rewrite
+//
+// and review the diff. Commands:
+//
+//	distributors IDS...     the assigner publishes the distributor set (a reinitializing
+//	                        quantum); prints which distributor serves each node named so far
+//	map                     input: "START REPLICAS" lines; the assigner publishes this map
+//	write                   input: "put K V", "delete K", "putf K ID V", "deletef K ID" lines
+//	quantum [clock=C]       input: "move START A,B", "split START AT", "merge LEFT" lines; the
+//	                        assigner publishes them at clock C (default: the source's clock)
+//	deliver d=D [quanta=N] [changes=N] [progress] [naive]
+//	                        D hears of N more quanta and changes (default all), and of the
+//	                        source's progress; naive applies them in arrival order, as a
+//	                        distributor without a sequencer would
+//	scan d=D [fail]         D's pending scans run (or fail as compacted)
+//	pull node=N             N pulls from its distributor and applies all it can
+//	check                   every node against the source and the map (I3)
+//	show d=D                D's clock and what it holds per node
+//	restart node=N          N's stream ends (its data and cursor stay)
+//	wipe node=N             N restarts with an empty store
+//	limit d=D bytes=B       D's bound on a node's queue of changes
+//
+// Every node named in a map takes part; nodes start with an empty cursor.
+func TestScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		w := newWorld()
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			out, err := w.run(d)
+			if err != nil {
+				return "error: " + err.Error() + "\n"
+			}
+			return out
+		})
+	})
+}
+
+type world struct {
+	src    *memsource.Source
+	a      *assignment.Assignment
+	dists  quantum.Distributors
+	quanta []quantum.Quantum
+	seq    uint64
+	ds     map[string]*scriptDist
+	nodes  map[assignment.NodeID]*modelNode
+}
+
+// scriptDist is a distributor as a script drives it.
+type scriptDist struct {
+	seq     *Sequencer
+	router  *Router
+	quanta  int    // quanta heard of
+	clock   uint64 // source changes heard of, up to
+	pending []ScanRequest
+	streams map[assignment.NodeID]*Attached
+}
+
+func newWorld() *world {
+	return &world{src: memsource.New(), dists: quantum.Distributors{}, ds: map[string]*scriptDist{},
+		nodes: map[assignment.NodeID]*modelNode{}}
+}
+
+func arg(d *datadriven.TestData, key string) (string, bool) {
+	for _, a := range d.CmdArgs {
+		if a.Key == key {
+			return strings.Join(a.Vals, ","), true
+		}
+	}
+	return "", false
+}
+
+func intArg(d *datadriven.TestData, key string, def int) (int, error) {
+	v, ok := arg(d, key)
+	if !ok {
+		return def, nil
+	}
+	return strconv.Atoi(v)
+}
+
+func (w *world) run(d *datadriven.TestData) (string, error) {
+	switch d.Cmd {
+	case "distributors":
+		set := quantum.Distributors{}
+		for _, a := range d.CmdArgs {
+			set[a.Key] = a.Key + ":addr"
+			if w.ds[a.Key] == nil {
+				var epochs uint64
+				prefix := uint64(len(w.ds)+1) * 1000
+				w.ds[a.Key] = &scriptDist{router: NewRouter(RouterConfig{ID: a.Key, NewEpoch: func() uint64 { epochs++; return prefix + epochs }}),
+					streams: map[assignment.NodeID]*Attached{}}
+			}
+		}
+		w.dists = set
+		if w.a != nil {
+			w.publish(quantum.Quantum{Snapshot: w.a, Distributors: set, Cause: "distributors"})
+		}
+		return w.serving(), nil
+	case "map":
+		var ss []assignment.Slice
+		for line := range strings.Lines(d.Input) {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				return "", fmt.Errorf("want START REPLICAS: %q", line)
+			}
+			start, err := keyspace.ParsePoint(f[0])
+			if err != nil {
+				return "", err
+			}
+			ss = append(ss, assignment.Slice{Range: keyspace.Range{Start: start}, Replicas: ids(f[1])})
+		}
+		for i := range ss {
+			ss[i].Range.End = keyspace.End
+			if i+1 < len(ss) {
+				ss[i].Range.End = keyspace.At(ss[i+1].Range.Start)
+			}
+		}
+		a, err := assignment.New(uint64(len(w.quanta)+1), ss)
+		if err != nil {
+			return "", err
+		}
+		w.a = a
+		w.addNodes()
+		w.publish(quantum.Quantum{Snapshot: a, Distributors: w.dists, Cause: "map"})
+		return w.serving(), nil
+	case "write":
+		for line := range strings.Lines(d.Input) {
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 3 && f[0] == "put":
+				w.src.Put([]byte(f[1]), []byte(f[2]))
+			case len(f) == 2 && f[0] == "delete":
+				w.src.Delete([]byte(f[1]))
+			case len(f) == 4 && f[0] == "putf":
+				w.src.PutFragment([]byte(f[1]), f[2], []byte(f[3]))
+			case len(f) == 3 && f[0] == "deletef":
+				w.src.DeleteFragment([]byte(f[1]), f[2])
+			default:
+				return "", fmt.Errorf("bad write %q", line)
+			}
+		}
+		clock, _ := w.src.Clock(context.Background())
+		return fmt.Sprintf("clock %d\n", clock), nil
+	case "quantum":
+		var ops []assignment.Op
+		for line := range strings.Lines(d.Input) {
+			op, err := parseOp(line)
+			if err != nil {
+				return "", err
+			}
+			ops = append(ops, op)
+		}
+		next, err := w.a.Apply(ops)
+		if err != nil {
+			return "", err
+		}
+		w.a = next
+		w.addNodes()
+		clock, _ := w.src.Clock(context.Background())
+		if c, ok := arg(d, "clock"); ok {
+			v, err := strconv.ParseUint(c, 10, 64)
+			if err != nil {
+				return "", err
+			}
+			clock = v
+		}
+		w.publishAt(quantum.Quantum{Ops: ops, Cause: "quantum"}, clock)
+		return fmt.Sprintf("quantum %d at clock %d\n", len(w.quanta), clock), nil
+	case "deliver":
+		return w.deliver(d)
+	case "scan":
+		name, _ := arg(d, "d")
+		ds := w.ds[name]
+		if ds == nil {
+			return "", fmt.Errorf("no distributor %q", name)
+		}
+		_, fail := arg(d, "fail")
+		var b strings.Builder
+		for _, req := range ds.pending {
+			var items []op
+			var err error
+			if fail {
+				err = source.ErrCompacted
+			} else {
+				var found []source.Item
+				if found, err = w.src.Items(req.Range, req.Clock); err != nil {
+					return "", err
+				}
+				for _, it := range found {
+					items = encodeItem(it, items)
+				}
+			}
+			fmt.Fprintf(&b, "scan %d for %s: %s at clock %d: %d ops\n", req.ID, req.Node, req.Range, req.Clock, len(items))
+			ds.router.ScanDone(req.ID, items, err)
+		}
+		ds.pending = append(ds.pending[:0], ds.router.TakeScans()...)
+		return b.String(), nil
+	case "pull":
+		name, _ := arg(d, "node")
+		return w.pull(assignment.NodeID(name))
+	case "check":
+		return w.check()
+	case "restart":
+		// The node's process restarts: its stream ends; its data and cursor stay.
+		name, _ := arg(d, "node")
+		for _, ds := range w.ds {
+			delete(ds.streams, assignment.NodeID(name))
+		}
+		return "ok\n", nil
+	case "wipe":
+		// The node restarts with an empty store.
+		name, _ := arg(d, "node")
+		id := assignment.NodeID(name)
+		for _, ds := range w.ds {
+			delete(ds.streams, id)
+		}
+		w.nodes[id] = &modelNode{items: map[string]*modelItem{}}
+		return "ok\n", nil
+	case "limit":
+		name, _ := arg(d, "d")
+		ds := w.ds[name]
+		if ds == nil {
+			return "", fmt.Errorf("no distributor %q", name)
+		}
+		n, err := intArg(d, "bytes", 0)
+		if err != nil {
+			return "", err
+		}
+		ds.router.cfg.MaxQueueBytes = n
+		return "ok\n", nil
+	case "show":
+		name, _ := arg(d, "d")
+		ds := w.ds[name]
+		if ds == nil {
+			return "", fmt.Errorf("no distributor %q", name)
+		}
+		var b strings.Builder
+		_, held := ds.seq.Held()
+		fmt.Fprintf(&b, "clock %d, %d bytes of changes held\n", ds.router.Clock(), held)
+		for _, id := range ds.router.Served() {
+			ops, _ := ds.router.nodes[id].q.depth()
+			fmt.Fprintf(&b, "%s: holds %s, %d ops queued\n", id, ds.router.nodes[id].cover, ops)
+		}
+		return b.String(), nil
+	}
+	return "", fmt.Errorf("unknown command %q", d.Cmd)
+}
+
+func ids(s string) []assignment.NodeID {
+	var out []assignment.NodeID
+	for _, id := range strings.Split(s, ",") {
+		out = append(out, assignment.NodeID(id))
+	}
+	return out
+}
+
+func parseOp(line string) (assignment.Op, error) {
+	f := strings.Fields(line)
+	point := func(i int) uint64 {
+		p, _ := keyspace.ParsePoint(f[i])
+		return p
+	}
+	switch {
+	case len(f) == 3 && f[0] == "move":
+		return assignment.Assign{Slice: point(1), Replicas: ids(f[2])}, nil
+	case len(f) == 3 && f[0] == "split":
+		return assignment.Split{Slice: point(1), At: point(2)}, nil
+	case len(f) == 2 && f[0] == "merge":
+		return assignment.Merge{Left: point(1)}, nil
+	}
+	return nil, fmt.Errorf("bad op %q", line)
+}
+
+func (w *world) addNodes() {
+	for _, s := range w.a.All() {
+		for _, id := range s.Replicas {
+			if w.nodes[id] == nil {
+				w.nodes[id] = &modelNode{items: map[string]*modelItem{}}
+			}
+		}
+	}
+}
+
+func (w *world) publish(q quantum.Quantum) {
+	clock, _ := w.src.Clock(context.Background())
+	w.publishAt(q, clock)
+}
+
+func (w *world) publishAt(q quantum.Quantum, clock uint64) {
+	w.seq++
+	q.Position, q.Clock, q.Generation = quantum.Position{Term: 1, Seq: w.seq}, clock, w.a.Generation()
+	w.quanta = append(w.quanta, q)
+}
+
+// serving says which distributor serves each node.
+func (w *world) serving() string {
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(w.nodes)) {
+		d, _, ok := w.dists.For(id)
+		if !ok {
+			d = "none"
+		}
+		fmt.Fprintf(&b, "%s -> %s\n", id, d)
+	}
+	if b.Len() == 0 {
+		return "ok\n"
+	}
+	return b.String()
+}
+
+func (w *world) deliver(d *datadriven.TestData) (string, error) {
+	name, _ := arg(d, "d")
+	ds := w.ds[name]
+	if ds == nil {
+		return "", fmt.Errorf("no distributor %q", name)
+	}
+	nq, err := intArg(d, "quanta", len(w.quanta)-ds.quanta)
+	if err != nil {
+		return "", err
+	}
+	_, naive := arg(d, "naive")
+	_, progress := arg(d, "progress")
+	var b strings.Builder
+	apply := func(ev Event) {
+		if ev.Quantum != nil {
+			if err := ds.router.Quantum(*ev.Quantum); err != nil {
+				fmt.Fprintf(&b, "quantum %s: error: %v\n", ev.Quantum.Position, err)
+				return
+			}
+			fmt.Fprintf(&b, "applied quantum %d (clock %d)\n", ev.Quantum.Seq, ev.Quantum.Clock)
+			return
+		}
+		ds.router.Changes(*ev.Batch, time.Time{})
+		fmt.Fprintf(&b, "routed change %d\n", ev.Batch.Clock)
+	}
+	for range nq {
+		if ds.quanta == len(w.quanta) {
+			return "", fmt.Errorf("%s heard of every quantum", name)
+		}
+		q := w.quanta[ds.quanta]
+		ds.quanta++
+		if ds.seq == nil {
+			ds.seq, ds.clock = NewSequencer(q.Clock), q.Clock
+		}
+		if naive {
+			apply(Event{Quantum: &q})
+		} else {
+			ds.seq.AddQuantum(q)
+		}
+	}
+	if ds.seq == nil {
+		return "", fmt.Errorf("%s heard of no quantum yet", name)
+	}
+	clock, _ := w.src.Clock(context.Background())
+	nc, err := intArg(d, "changes", int(clock-ds.clock))
+	if err != nil {
+		return "", err
+	}
+	if nc > 0 {
+		found, err := w.changes(ds.clock, ds.clock+uint64(nc))
+		if err != nil {
+			return "", err
+		}
+		for _, b := range found {
+			if naive {
+				apply(Event{Batch: &b})
+			} else {
+				ds.seq.AddBatch(b)
+			}
+		}
+		ds.clock += uint64(nc)
+	}
+	if progress {
+		ds.seq.AddBatch(source.Batch{Clock: ds.clock})
+	}
+	for {
+		ev, ok := ds.seq.Next()
+		if !ok {
+			break
+		}
+		apply(ev)
+	}
+	ds.pending = append(ds.pending, ds.router.TakeScans()...)
+	if wait, ok := ds.seq.Waiting(); ok {
+		fmt.Fprintf(&b, "a quantum waits for the source to reach clock %d\n", wait)
+	}
+	if qs, held := ds.seq.Held(); held > 0 {
+		fmt.Fprintf(&b, "%d quanta and %d bytes of changes held\n", qs, held)
+	}
+	if len(ds.pending) > 0 {
+		fmt.Fprintf(&b, "%d scans pending\n", len(ds.pending))
+	}
+	if b.Len() == 0 {
+		return "ok\n", nil
+	}
+	return b.String(), nil
+}
+
+// changes returns the source's changes with clocks in (from, to], one batch each.
+func (w *world) changes(from, to uint64) ([]source.Batch, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out []source.Batch
+	for b := range w.src.Watch(ctx, from) {
+		if b.Err != nil {
+			return nil, b.Err
+		}
+		out = append(out, b)
+		if b.Clock >= to {
+			break
+		}
+	}
+	return out, nil
+}
+
+// modelNode is a node's data, kept by a script.
+type modelNode struct {
+	epoch, index, clock uint64
+	cover               keyspace.Set
+	list                []keyspace.Range
+	items               map[string]*modelItem
+}
+
+type modelItem struct {
+	value    []byte
+	hasValue bool
+	frags    map[string][]byte
+}
+
+// pull applies everything ready for node id at its distributor, through the wire encoding.
+func (w *world) pull(id assignment.NodeID) (string, error) {
+	n := w.nodes[id]
+	if n == nil {
+		return "", fmt.Errorf("no node %q", id)
+	}
+	name, _, ok := w.dists.For(id)
+	if !ok {
+		return "", fmt.Errorf("no distributor for %s", id)
+	}
+	ds := w.ds[name]
+	att := ds.streams[id]
+	var b strings.Builder
+	if att == nil || att.Epoch != n.epoch {
+		a, err := ds.router.Attach(id, n.epoch, n.index)
+		if err != nil {
+			return "", err
+		}
+		att = &a
+		ds.streams[id] = att
+		ds.pending = append(ds.pending, ds.router.TakeScans()...)
+		fmt.Fprintf(&b, "attached to %s: epoch %d from %d (resumed %v)\n", name, a.Epoch, a.Index, a.Resumed)
+	}
+	for {
+		next := n.index
+		if att.Epoch != n.epoch {
+			next = att.Index // a snapshot, from 0
+		}
+		ops, clock, _, st := att.q.take(att.Stream, att.Epoch, next, 1000, 1<<20, ds.router.pub.Load())
+		if st == takeRestart {
+			delete(ds.streams, id)
+			fmt.Fprintf(&b, "the queue restarted: a snapshot follows\n")
+			out, err := w.pull(id)
+			return b.String() + out, err
+		}
+		if st != takeOK {
+			return "", fmt.Errorf("take: state %d", st)
+		}
+		if len(ops) == 0 {
+			if clock != 0 {
+				n.clock = clock
+			}
+			fmt.Fprintf(&b, "%s at epoch %d, index %d, clock %d\n", id, n.epoch, n.index, n.clock)
+			return b.String(), nil
+		}
+		var resp pb.PullResponse
+		if err := proto.Unmarshal(appendDelta(nil, att.Epoch, next, next+uint64(len(ops)), clock, ops, nil), &resp); err != nil {
+			return "", err
+		}
+		desc, err := n.apply(resp.GetDelta())
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(desc)
+		att.q.ack(att.Epoch, n.index, time.Time{}, nil)
+	}
+}
+
+// apply applies a delta to the model, as a client does, and describes its operations.
+func (n *modelNode) apply(d *pb.Delta) (string, error) {
+	switch {
+	case d.GetEpoch() != n.epoch && (d.GetFrom() != 0 || d.GetOps()[0].GetReset_() == nil):
+		return "", fmt.Errorf("delta of epoch %d does not start with a reset", d.GetEpoch())
+	case d.GetEpoch() == n.epoch && d.GetFrom() != n.index:
+		return "", fmt.Errorf("delta from %d, node at %d", d.GetFrom(), n.index)
+	}
+	var kinds []string
+	for _, o := range d.GetOps() {
+		switch x := o.GetOp().(type) {
+		case *pb.DeltaOp_Reset_:
+			n.cover, n.list, n.items = keyspace.Set{}, nil, map[string]*modelItem{}
+			kinds = append(kinds, "reset")
+		case *pb.DeltaOp_AddSlice:
+			r, err := wire.RangeFromProto(x.AddSlice)
+			if err != nil {
+				return "", err
+			}
+			n.cover = n.cover.Union(keyspace.NewSet(r))
+			kinds = append(kinds, "add "+r.String())
+		case *pb.DeltaOp_DropSlice:
+			r, err := wire.RangeFromProto(x.DropSlice)
+			if err != nil {
+				return "", err
+			}
+			n.cover = n.cover.Minus(keyspace.NewSet(r))
+			for k := range n.items {
+				if r.Contains(keyspace.Hash([]byte(k))) {
+					delete(n.items, k)
+				}
+			}
+			kinds = append(kinds, "drop "+r.String())
+		case *pb.DeltaOp_SetSlices:
+			n.list = nil
+			for _, m := range x.SetSlices.GetRanges() {
+				r, err := wire.RangeFromProto(m)
+				if err != nil {
+					return "", err
+				}
+				n.list = append(n.list, r)
+			}
+			kinds = append(kinds, fmt.Sprintf("slices(%d)", len(n.list)))
+		case *pb.DeltaOp_Put:
+			n.item(x.Put.GetKey()).value, n.item(x.Put.GetKey()).hasValue = x.Put.GetValue(), true
+			kinds = append(kinds, fmt.Sprintf("put %s=%s", x.Put.GetKey(), x.Put.GetValue()))
+		case *pb.DeltaOp_Delete:
+			delete(n.items, string(x.Delete.GetKey()))
+			kinds = append(kinds, fmt.Sprintf("delete %s", x.Delete.GetKey()))
+		case *pb.DeltaOp_PutFragment:
+			c := x.PutFragment
+			n.item(c.GetKey()).frags[c.GetFragment()] = c.GetValue()
+			kinds = append(kinds, fmt.Sprintf("putf %s/%s=%s", c.GetKey(), c.GetFragment(), c.GetValue()))
+		case *pb.DeltaOp_DeleteFragment:
+			c := x.DeleteFragment
+			if it := n.items[string(c.GetKey())]; it != nil {
+				delete(it.frags, c.GetFragment())
+				if !it.hasValue && len(it.frags) == 0 {
+					delete(n.items, string(c.GetKey()))
+				}
+			}
+			kinds = append(kinds, fmt.Sprintf("deletef %s/%s", c.GetKey(), c.GetFragment()))
+		default:
+			return "", fmt.Errorf("empty op")
+		}
+	}
+	n.epoch, n.index, n.clock = d.GetEpoch(), d.GetTo(), d.GetClock()
+	return fmt.Sprintf("delta %d..%d clock %d: %s\n", d.GetFrom(), d.GetTo(), d.GetClock(), strings.Join(kinds, ", ")), nil
+}
+
+func (n *modelNode) item(key []byte) *modelItem {
+	it := n.items[string(key)]
+	if it == nil {
+		it = &modelItem{frags: map[string][]byte{}}
+		n.items[string(key)] = it
+	}
+	return it
+}
+
+// check compares every node with what it must hold under the assigner's map and the source
+// as of now.
+func (w *world) check() (string, error) {
+	clock, _ := w.src.Clock(context.Background())
+	all, err := w.src.Items(keyspace.Full(), clock)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(w.nodes)) {
+		n := w.nodes[id]
+		var want []keyspace.Range
+		for _, s := range w.a.All() {
+			if s.Holds(id) {
+				want = append(want, s.Range)
+			}
+		}
+		if !n.cover.Equal(keyspace.NewSet(want...)) {
+			fmt.Fprintf(&b, "%s holds %s, must hold %s\n", id, n.cover, keyspace.NewSet(want...))
+		}
+		if !slices.Equal(n.list, want) {
+			fmt.Fprintf(&b, "%s lists %d slices, holds %d\n", id, len(n.list), len(want))
+		}
+		must := map[string]bool{}
+		for _, it := range all {
+			if _, s := w.a.Lookup(it.Hash); !s.Holds(id) {
+				continue
+			}
+			must[string(it.Key)] = true
+			got := n.items[string(it.Key)]
+			switch {
+			case got == nil:
+				fmt.Fprintf(&b, "%s: missing %s\n", id, it.Key)
+			case got.hasValue != it.Exists || !bytes.Equal(got.value, it.Value) || len(got.frags) != len(it.Fragments):
+				fmt.Fprintf(&b, "%s: stale %s\n", id, it.Key)
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(n.items)) {
+			if !must[k] {
+				fmt.Fprintf(&b, "%s: leaked %s\n", id, k)
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return fmt.Sprintf("ok: %d items\n", len(all)), nil
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,106 @@
+package distributor
+
+import (
+	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/source"
+)
+
+// Sequencer puts quanta and source changes in causal order (the seed thesis's Algorithm 3):
+// every change with a clock <= a quantum's clock comes before the quantum, and every other
+// change after it. Quanta and changes each arrive in clock order, from different streams; a
+// change waits until a quantum at least as late as it is known (until then the map it must
+// be routed by is unknown), and a quantum waits until the source is known to have delivered
+// everything up to its clock.
+//
+// The source says how far it has delivered with each batch, and with batches that carry no
+// change (progress marks), which Waiting says are needed.
+type Sequencer struct {
+	quanta  []quantum.Quantum
+	batches []source.Batch
+	seen    uint64 // every change with a clock <= seen has been added
+	bytes   int    // of the changes held
+}
+
+// NewSequencer returns a sequencer whose source delivers changes after clock from.
+func NewSequencer(from uint64) *Sequencer { return &Sequencer{seen: from} }
+
+// AddQuantum adds the next quantum.
+func (s *Sequencer) AddQuantum(q quantum.Quantum) { s.quanta = append(s.quanta, q) }
+
+// AddBatch adds the next batch of the source: changes with one clock, or a progress mark
+// without changes. Batches at or below the clock already seen are dropped: the source
+// delivered them before (a restarted watch may repeat a mark).
+func (s *Sequencer) AddBatch(b source.Batch) {
+	if b.Clock <= s.seen {
+		return
+	}
+	s.seen = b.Clock
+	if len(b.Changes) == 0 {
+		return // a progress mark: it says all there is to say by advancing seen
+	}
+	s.batches = append(s.batches, b)
+	s.bytes += batchBytes(b)
+}
+
+// Rebase forgets the changes held and takes the source as delivered up to clock, after a
+// watch that had to restart from there (the changes before it are lost: every node must take
+// a snapshot at a clock >= this one).
+func (s *Sequencer) Rebase(clock uint64) {
+	s.batches, s.bytes = nil, 0
+	s.seen = max(s.seen, clock)
+}
+
+// DropQuanta forgets the quanta held: the stream they came from broke, and a new one starts
+// with a reinitializing quantum.
+func (s *Sequencer) DropQuanta() { s.quanta = nil }
+
+// Event is what Next releases: a quantum or a batch of changes.
+type Event struct {
+	Quantum *quantum.Quantum
+	Batch   *source.Batch
+}
+
+// Next releases the next event, if one may go.
+func (s *Sequencer) Next() (Event, bool) {
+	switch {
+	case len(s.quanta) == 0:
+		return Event{}, false
+	case len(s.batches) > 0 && s.batches[0].Clock <= s.quanta[0].Clock:
+		b := s.batches[0]
+		s.batches[0] = source.Batch{}
+		s.batches = s.batches[1:]
+		s.bytes -= batchBytes(b)
+		return Event{Batch: &b}, true
+	case s.seen >= s.quanta[0].Clock:
+		// Every change up to the quantum's clock has been added, and the ones held are later.
+		q := s.quanta[0]
+		s.quanta[0] = quantum.Quantum{}
+		s.quanta = s.quanta[1:]
+		return Event{Quantum: &q}, true
+	}
+	return Event{}, false
+}
+
+// Waiting returns the clock the source must be known to have reached before the next
+// quantum can go, if a quantum waits for that.
+func (s *Sequencer) Waiting() (uint64, bool) {
+	if len(s.quanta) > 0 && s.seen < s.quanta[0].Clock {
+		return s.quanta[0].Clock, true
+	}
+	return 0, false
+}
+
+// Seen returns the clock up to which the source has delivered everything.
+func (s *Sequencer) Seen() uint64 { return s.seen }
+
+// Held returns the number of quanta and the bytes of changes held.
+func (s *Sequencer) Held() (quanta, bytes int) { return len(s.quanta), s.bytes }
+
+// batchBytes approximates the memory a batch holds.
+func batchBytes(b source.Batch) int {
+	n := 64
+	for _, c := range b.Changes {
+		n += 96 + len(c.Key) + len(c.Fragment) + len(c.Value)
+	}
+	return n
+}

@@ -1,0 +1,383 @@
+package distributor
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/source"
+)
+
+func q(seq, clock uint64) quantum.Quantum {
+	return quantum.Quantum{Position: quantum.Position{Term: 1, Seq: seq}, Clock: clock}
+}
+
+func batch(clock uint64, keys ...string) source.Batch {
+	b := source.Batch{Clock: clock}
+	for _, k := range keys {
+		b.Changes = append(b.Changes, source.Change{Clock: clock, Key: []byte(k), Value: []byte("value-" + k)})
+	}
+	return b
+}
+
+// drain releases events until Next says none may go.
+func drain(s *Sequencer) []Event {
+	var out []Event
+	for {
+		e, ok := s.Next()
+		if !ok {
+			return out
+		}
+		out = append(out, e)
+	}
+}
+
+// describe renders events as "q<seq>" and "b<clock>".
+func describe(es []Event) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		switch {
+		case e.Quantum != nil && e.Batch == nil:
+			out[i] = fmt.Sprintf("q%d", e.Quantum.Seq)
+		case e.Batch != nil && e.Quantum == nil:
+			out[i] = fmt.Sprintf("b%d", e.Batch.Clock)
+		default:
+			out[i] = fmt.Sprintf("bad event %+v", e)
+		}
+	}
+	return out
+}
+
+func TestSequencerOrdersChangesAroundQuanta(t *testing.T) {
+	s := NewSequencer(10)
+	assert.Equal(t, uint64(10), s.Seen())
+	_, ok := s.Next()
+	assert.False(t, ok, "nothing held")
+	_, waiting := s.Waiting()
+	assert.False(t, waiting)
+
+	s.AddBatch(batch(12, "a"))
+	assert.Empty(t, drain(s), "a change waits for a quantum at least as late")
+	s.AddQuantum(q(1, 11))
+	assert.Equal(t, []string{"q1"}, describe(drain(s)), "the source is past 11: the quantum goes, the later change stays")
+	s.AddQuantum(q(2, 15))
+	clock, waiting := s.Waiting()
+	assert.True(t, waiting)
+	assert.Equal(t, uint64(15), clock)
+	assert.Equal(t, []string{"b12"}, describe(drain(s)), "the change at 12 precedes the quantum at 15, which waits")
+	s.AddBatch(batch(14, "b"))
+	assert.Equal(t, []string{"b14"}, describe(drain(s)))
+	clock, waiting = s.Waiting()
+	assert.True(t, waiting)
+	assert.Equal(t, uint64(15), clock)
+	s.AddBatch(source.Batch{Clock: 15}) // a progress mark
+	_, waiting = s.Waiting()
+	assert.False(t, waiting)
+	assert.Equal(t, []string{"q2"}, describe(drain(s)))
+	n, bytes := s.Held()
+	assert.Zero(t, n)
+	assert.Zero(t, bytes)
+}
+
+func TestSequencerChangeAtTheQuantumsClockComesFirst(t *testing.T) {
+	s := NewSequencer(0)
+	s.AddQuantum(q(1, 5))
+	s.AddQuantum(q(2, 5))
+	s.AddBatch(batch(5, "x"))
+	assert.Equal(t, []string{"b5", "q1", "q2"}, describe(drain(s)))
+}
+
+func TestSequencerDropsStaleBatches(t *testing.T) {
+	s := NewSequencer(10)
+	s.AddBatch(batch(10, "old")) // at from: delivered before
+	s.AddBatch(batch(3, "older"))
+	_, bytes := s.Held()
+	assert.Zero(t, bytes)
+	s.AddBatch(batch(12, "new"))
+	s.AddBatch(source.Batch{Clock: 12}) // a repeated mark
+	s.AddBatch(batch(11, "late"))       // behind what was seen
+	assert.Equal(t, uint64(12), s.Seen())
+	s.AddQuantum(q(1, 20))
+	s.AddBatch(source.Batch{Clock: 20})
+	assert.Equal(t, []string{"b12", "q1"}, describe(drain(s)))
+}
+
+func TestSequencerHeldCountsBytes(t *testing.T) {
+	s := NewSequencer(0)
+	s.AddQuantum(q(1, 100))
+	n, bytes := s.Held()
+	assert.Equal(t, 1, n)
+	assert.Zero(t, bytes)
+	s.AddBatch(batch(1, "k1"))
+	_, one := s.Held()
+	assert.Positive(t, one)
+	s.AddBatch(source.Batch{Clock: 2}) // marks hold nothing
+	_, same := s.Held()
+	assert.Equal(t, one, same)
+	big := batch(3, "k2")
+	big.Changes[0].Value = make([]byte, 10000)
+	s.AddBatch(big)
+	_, more := s.Held()
+	assert.GreaterOrEqual(t, more-one, 10000, "the value's bytes count")
+	assert.Equal(t, batchBytes(batch(1, "k1"))+batchBytes(big), more)
+
+	s.AddBatch(source.Batch{Clock: 100})
+	assert.Equal(t, []string{"b1", "b3", "q1"}, describe(drain(s)))
+	n, bytes = s.Held()
+	assert.Zero(t, n)
+	assert.Zero(t, bytes)
+}
+
+func TestSequencerDropQuanta(t *testing.T) {
+	s := NewSequencer(0)
+	s.AddQuantum(q(1, 10))
+	s.AddQuantum(q(2, 20))
+	s.AddBatch(batch(5, "a"))
+	s.AddBatch(batch(15, "b"))
+	s.DropQuanta()
+	n, bytes := s.Held()
+	assert.Zero(t, n, "the quanta are gone")
+	assert.Equal(t, batchBytes(batch(5, "a"))+batchBytes(batch(15, "b")), bytes, "the changes stay")
+	_, waiting := s.Waiting()
+	assert.False(t, waiting, "no quantum waits")
+	assert.Empty(t, drain(s), "changes wait for the new stream's quanta")
+	assert.Equal(t, uint64(15), s.Seen(), "what the source delivered stays delivered")
+
+	// The new stream starts with a reinitializing quantum.
+	s.AddQuantum(quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 4}, Clock: 18, Cause: "reinit"})
+	clock, waiting := s.Waiting()
+	assert.True(t, waiting)
+	assert.Equal(t, uint64(18), clock)
+	s.AddBatch(source.Batch{Clock: 18})
+	es := drain(s)
+	require.Len(t, es, 3, "%v", describe(es))
+	assert.Equal(t, []string{"b5", "b15", "q4"}, describe(es))
+	assert.Equal(t, uint64(2), es[2].Quantum.Term, "the new stream's quantum, not a dropped one")
+	n, bytes = s.Held()
+	assert.Zero(t, n)
+	assert.Zero(t, bytes)
+}
+
+func TestSequencerRebase(t *testing.T) {
+	s := NewSequencer(0)
+	s.AddQuantum(q(1, 30))
+	s.AddBatch(batch(5, "a"))
+	s.AddBatch(batch(8, "b"))
+	s.Rebase(25)
+	n, bytes := s.Held()
+	assert.Equal(t, 1, n, "the quanta stay")
+	assert.Zero(t, bytes, "the changes are forgotten")
+	assert.Equal(t, uint64(25), s.Seen())
+	clock, waiting := s.Waiting()
+	assert.True(t, waiting)
+	assert.Equal(t, uint64(30), clock)
+	s.AddBatch(batch(20, "before the rebase")) // at or below the new base: dropped
+	_, bytes = s.Held()
+	assert.Zero(t, bytes)
+	s.AddBatch(batch(27, "c"))
+	s.AddBatch(source.Batch{Clock: 30})
+	assert.Equal(t, []string{"b27", "q1"}, describe(drain(s)))
+
+	// Rebasing below what was seen keeps what was seen.
+	s.Rebase(10)
+	assert.Equal(t, uint64(30), s.Seen())
+	s.AddQuantum(q(2, 30))
+	assert.Equal(t, []string{"q2"}, describe(drain(s)), "the source is still known to be at 30")
+}
+
+// TestSequencerCausalOrderProperty adds quanta (nondecreasing clocks) and batches
+// (increasing clocks, some of them progress marks) in a random interleaving, draining at
+// random points, then a final progress mark; every quantum and every non-empty batch must be
+// released once, in causal order.
+func TestSequencerCausalOrderProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		from := rapid.Uint64Range(0, 50).Draw(t, "from")
+
+		var batches []source.Batch
+		clock := from
+		for i := range rapid.IntRange(0, 25).Draw(t, "batches") {
+			clock += rapid.Uint64Range(1, 4).Draw(t, fmt.Sprintf("batch %d step", i))
+			b := source.Batch{Clock: clock}
+			for j := range rapid.IntRange(0, 3).Draw(t, fmt.Sprintf("batch %d changes", i)) {
+				b.Changes = append(b.Changes, source.Change{Clock: clock, Key: fmt.Appendf(nil, "k%d.%d", i, j),
+					Value: make([]byte, rapid.IntRange(0, 64).Draw(t, fmt.Sprintf("batch %d change %d size", i, j)))})
+			}
+			batches = append(batches, b)
+		}
+		var quanta []quantum.Quantum
+		qc := rapid.Uint64Range(0, from+5).Draw(t, "first quantum clock")
+		for i := range rapid.IntRange(0, 15).Draw(t, "quanta") {
+			qc += rapid.Uint64Range(0, 6).Draw(t, fmt.Sprintf("quantum %d step", i))
+			quanta = append(quanta, q(uint64(i+1), qc))
+		}
+		// A last quantum at the highest clock, so that every change has one to precede.
+		final := max(clock, qc)
+		quanta = append(quanta, q(uint64(len(quanta)+1), final))
+
+		s := NewSequencer(from)
+		var out []Event
+		qi, bi := 0, 0          // next to add
+		releasedQ := 0          // quanta released so far
+		seen := from            // the model's seen
+		var held []source.Batch // the model's held batches
+		check := func(when string) {
+			// Seen, Held and Waiting against the model.
+			if s.Seen() != seen {
+				t.Fatalf("%s: Seen %d, want %d", when, s.Seen(), seen)
+			}
+			hq, hb := s.Held()
+			wantBytes := 0
+			for _, b := range held {
+				wantBytes += batchBytes(b)
+			}
+			if hq != qi-releasedQ || hb != wantBytes {
+				t.Fatalf("%s: Held %d quanta %d bytes, want %d and %d", when, hq, hb, qi-releasedQ, wantBytes)
+			}
+			wc, waiting := s.Waiting()
+			wantWaiting := releasedQ < qi && seen < quanta[releasedQ].Clock
+			if waiting != wantWaiting || waiting && wc != quanta[releasedQ].Clock {
+				t.Fatalf("%s: Waiting %d %v; seen %d, head quantum %v", when, wc, waiting, seen, quanta[releasedQ:qi])
+			}
+		}
+		next := func(when string) bool {
+			check(when)
+			e, ok := s.Next()
+			if !ok {
+				// Nothing may go: then no quantum is releasable, so if one is held it waits
+				// for the source.
+				if releasedQ < qi {
+					if _, waiting := s.Waiting(); !waiting {
+						t.Fatalf("%s: a quantum is held, not waiting for the source, yet nothing was released", when)
+					}
+					if len(held) > 0 && held[0].Clock <= quanta[releasedQ].Clock {
+						t.Fatalf("%s: the change at %d precedes the head quantum at %d, yet was not released",
+							when, held[0].Clock, quanta[releasedQ].Clock)
+					}
+				}
+				return false
+			}
+			out = append(out, e)
+			switch {
+			case e.Quantum != nil && e.Batch == nil:
+				releasedQ++
+			case e.Batch != nil && e.Quantum == nil:
+				if len(held) == 0 || held[0].Clock != e.Batch.Clock {
+					t.Fatalf("%s: released batch %d; held %v", when, e.Batch.Clock, held)
+				}
+				held = held[1:]
+			default:
+				t.Fatalf("%s: bad event %+v", when, e)
+			}
+			return true
+		}
+		addBatch := func(b source.Batch) {
+			s.AddBatch(b)
+			if b.Clock > seen {
+				seen = b.Clock
+				if len(b.Changes) > 0 {
+					held = append(held, b)
+				}
+			}
+		}
+
+		for step := 0; qi < len(quanta) || bi < len(batches); step++ {
+			when := fmt.Sprintf("step %d", step)
+			switch rapid.IntRange(0, 4).Draw(t, "action") {
+			case 0, 1:
+				if qi < len(quanta) {
+					s.AddQuantum(quanta[qi])
+					qi++
+				}
+			case 2, 3:
+				if bi < len(batches) {
+					addBatch(batches[bi])
+					bi++
+				}
+			case 4:
+				if rapid.Bool().Draw(t, "drain all") {
+					for next(when) {
+					}
+				} else {
+					next(when)
+				}
+			}
+			if rapid.IntRange(0, 9).Draw(t, "repeat a stale mark") == 0 && seen > 0 {
+				addBatch(source.Batch{Clock: rapid.Uint64Range(0, seen).Draw(t, "stale clock")})
+			}
+			check(when)
+		}
+		addBatch(source.Batch{Clock: final}) // the final progress mark
+		for next("final drain") {
+		}
+
+		// Everything was released, exactly once.
+		if hq, hb := s.Held(); hq != 0 || hb != 0 {
+			t.Fatalf("held after draining: %d quanta, %d bytes", hq, hb)
+		}
+		if _, waiting := s.Waiting(); waiting {
+			t.Fatal("waiting after draining")
+		}
+		pos := map[string]int{}
+		for i, e := range out {
+			k := describe([]Event{e})[0]
+			if _, dup := pos[k]; dup {
+				t.Fatalf("%s released twice: %v", k, describe(out))
+			}
+			pos[k] = i
+		}
+		nonEmpty := 0
+		for _, b := range batches {
+			if len(b.Changes) > 0 {
+				nonEmpty++
+				if _, ok := pos[fmt.Sprintf("b%d", b.Clock)]; !ok {
+					t.Fatalf("batch %d never released: %v", b.Clock, describe(out))
+				}
+			}
+		}
+		if len(out) != len(quanta)+nonEmpty {
+			t.Fatalf("released %d events, want %d quanta and %d batches: %v", len(out), len(quanta), nonEmpty, describe(out))
+		}
+		// Quanta in order, each with its own content.
+		last := -1
+		for _, qu := range quanta {
+			i, ok := pos[fmt.Sprintf("q%d", qu.Seq)]
+			if !ok || i < last {
+				t.Fatalf("quantum %d missing or out of order: %v", qu.Seq, describe(out))
+			}
+			if out[i].Quantum.Clock != qu.Clock {
+				t.Fatalf("quantum %d released with clock %d, added with %d", qu.Seq, out[i].Quantum.Clock, qu.Clock)
+			}
+			last = i
+			// Causality: the changes up to its clock before it, the later ones after.
+			for _, b := range batches {
+				if len(b.Changes) == 0 {
+					continue
+				}
+				bp := pos[fmt.Sprintf("b%d", b.Clock)]
+				if b.Clock <= qu.Clock && bp > i || b.Clock > qu.Clock && bp < i {
+					t.Fatalf("batch %d and quantum %d (clock %d) out of causal order: %v", b.Clock, qu.Seq, qu.Clock, describe(out))
+				}
+			}
+		}
+		// Batches in clock order, with their changes intact.
+		var prev uint64
+		for _, e := range out {
+			if e.Batch == nil {
+				continue
+			}
+			if e.Batch.Clock <= prev {
+				t.Fatalf("batches out of order: %v", describe(out))
+			}
+			prev = e.Batch.Clock
+			for _, b := range batches {
+				if b.Clock == e.Batch.Clock && len(b.Changes) != len(e.Batch.Changes) {
+					t.Fatalf("batch %d released with %d changes, added with %d", b.Clock, len(e.Batch.Changes), len(b.Changes))
+				}
+			}
+		}
+	})
+}

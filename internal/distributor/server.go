@@ -1,0 +1,667 @@
+// Package distributor is the distributor service: it follows the assigner's quanta and the
+// data source's changes, puts them in causal order, and keeps for each node it serves the
+// stream of operations that brings the node's data in line with its slices. Nodes pull
+// their streams over gRPC.
+//
+// Sequencer and Router are the deterministic core; Server is the driver: it holds the
+// goroutines, the network and the clocks.
+package distributor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/frame"
+	"github.com/sliceplane/sliceplane/internal/membership"
+	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/wire"
+)
+
+// Config configures a Server.
+type Config struct {
+	// ID names the distributor among the others; nodes are spread over distributors by it.
+	// A restarted distributor should keep its ID, so that its nodes come back to it.
+	ID string
+	// Listen is the gRPC address, "127.0.0.1:0" for a free port; Advertise the address nodes
+	// dial, default the bound one.
+	Listen, Advertise string
+	// MetricsListen serves Prometheus metrics at /metrics; "" serves none.
+	MetricsListen string
+	// Assigners are the addresses of the assigners (leader and standbys).
+	Assigners []string
+	// Client reaches the etcd cluster where distributors register. Required.
+	Client *clientv3.Client
+	// Prefix roots Sliceplane's keys in etcd; default "/sliceplane/".
+	Prefix string
+	// Source is the data source; default the etcd source under Prefix+"data/".
+	Source source.Source
+	// SessionTTL is the registration's lease: how long nodes wait for a dead distributor
+	// before they move. Default 5 s.
+	SessionTTL time.Duration
+
+	// MaxDeltaOps and MaxDeltaBytes bound one delta; defaults 1024 and 1 MiB.
+	MaxDeltaOps   int
+	MaxDeltaBytes int
+	// MaxInFlightBytes bounds what a node has been sent but not acknowledged; default 4 MiB.
+	MaxInFlightBytes int
+	// MaxQueueBytes bounds the changes queued for one node (see RouterConfig).
+	MaxQueueBytes int
+	// MaxBufferedBytes bounds the source changes waiting for a quantum; beyond it the source
+	// watch pauses. Default 64 MiB.
+	MaxBufferedBytes int
+	// ScanWorkers is how many scans run at once; default 4.
+	ScanWorkers int
+	// ClockInterval is the shortest time between the deltas that only advance a node's clock;
+	// default 50 ms.
+	ClockInterval time.Duration
+	// NewEpoch is for tests; see RouterConfig.
+	NewEpoch func() uint64
+
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+}
+
+func (c *Config) fill() error {
+	switch {
+	case c.Client == nil:
+		return errors.New("distributor: no etcd client")
+	case len(c.Assigners) == 0:
+		return errors.New("distributor: no assigner address")
+	}
+	if err := membership.ValidateID(c.ID); err != nil {
+		return fmt.Errorf("distributor: %w", err)
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:0"
+	}
+	if c.Prefix == "" {
+		c.Prefix = "/sliceplane/"
+	}
+	if c.Source == nil {
+		c.Source = source.NewEtcd(c.Client, c.Prefix+"data/")
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.SessionTTL, 5 * time.Second}, {&c.ClockInterval, 50 * time.Millisecond}} {
+		if *d.v < 0 {
+			return fmt.Errorf("distributor: negative interval %s", *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&c.MaxDeltaOps, 1024}, {&c.MaxDeltaBytes, 1 << 20}, {&c.MaxInFlightBytes, 4 << 20},
+		{&c.MaxQueueBytes, 64 << 20}, {&c.MaxBufferedBytes, 64 << 20}, {&c.ScanWorkers, 4}} {
+		if *d.v < 0 {
+			return fmt.Errorf("distributor: negative limit %d", *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	return nil
+}
+
+// Server is a distributor.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	router  *Router
+	grpc    *grpc.Server
+	lis     net.Listener
+	http    *http.Server
+	httpLis net.Listener
+	attach  chan attachRequest
+	done    chan struct{}                          // closed when Run's loop ends
+	counted struct{ snapshots, overflows float64 } // of the router's stats, by the metrics
+}
+
+// New returns a distributor listening on cfg.Listen (and cfg.MetricsListen); Run serves.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("distributor: listening on %s: %w", cfg.Listen, err)
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = lis.Addr().String()
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Logger.With("distributor", cfg.ID), lis: lis,
+		metrics: newMetrics(cfg.Registry),
+		router:  NewRouter(RouterConfig{ID: cfg.ID, MaxQueueBytes: cfg.MaxQueueBytes, NewEpoch: cfg.NewEpoch}),
+		attach:  make(chan attachRequest),
+		done:    make(chan struct{}),
+	}
+	s.grpc = grpc.NewServer(frame.ServerOption())
+	pb.RegisterDistributorServiceServer(s.grpc, &puller{s: s})
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, hs)
+	reflection.Register(s.grpc)
+	if cfg.MetricsListen != "" {
+		if s.httpLis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("distributor: listening on %s for metrics: %w", cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	}
+	return s, nil
+}
+
+// Addr returns the address the gRPC server listens on.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// MetricsAddr returns the address of the metrics endpoint, or "".
+func (s *Server) MetricsAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Run serves until ctx ends: it registers the distributor, follows quanta and the source,
+// and serves Pull. On return it has left the distributor set and stopped every goroutine.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	spawn := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("distributor: %s: %w", name, err)
+			}
+		}()
+	}
+	spawn("serving gRPC", func(context.Context) error { return s.grpc.Serve(s.lis) })
+	if s.http != nil {
+		spawn("serving metrics", func(context.Context) error {
+			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	spawn("routing", s.route)
+	spawn("registering", s.register)
+	s.log.Info("distributor serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise)
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	}
+	cancel()
+	// The loop is over (or ending): streams see the queues close and end.
+	s.grpc.Stop()
+	if s.http != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.http.Shutdown(sctx)
+		scancel()
+	}
+	wg.Wait()
+	s.log.Info("distributor stopped")
+	return err
+}
+
+// register keeps the distributor in the set while ctx lasts, registering again whenever its
+// lease is lost (etcd unreachable for longer than the lease).
+func (s *Server) register(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		reg, err := membership.Register(ctx, s.cfg.Client, s.cfg.Prefix, s.cfg.ID, s.cfg.Advertise, s.cfg.SessionTTL)
+		if err == nil {
+			backoff = 100 * time.Millisecond
+			select {
+			case <-ctx.Done():
+				if err := reg.Close(); err != nil {
+					s.log.Warn("could not leave the distributor set; nodes wait for the lease to lapse", "err", err)
+				}
+				return nil
+			case <-reg.Done():
+				s.log.Warn("the registration's lease was lost; registering again")
+				continue
+			}
+		}
+		s.log.Warn("registration failed", "err", err, "retry_in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	return nil
+}
+
+// randomEpoch returns a random nonzero epoch. Epochs only need to differ from every other
+// this distributor, and its earlier runs, gave out; 64 random bits do that without storage.
+func randomEpoch() uint64 {
+	var b [8]byte
+	for {
+		rand.Read(b[:])
+		if e := binary.BigEndian.Uint64(b[:]); e != 0 {
+			return e
+		}
+	}
+}
+
+// attachRequest asks the loop to start a Pull stream.
+type attachRequest struct {
+	node         assignment.NodeID
+	epoch, index uint64
+	reply        chan attachReply
+}
+
+type attachReply struct {
+	att Attached
+	err error
+}
+
+// attachNode starts a Pull stream through the loop.
+func (s *Server) attachNode(ctx context.Context, id assignment.NodeID, epoch, index uint64) (Attached, error) {
+	req := attachRequest{node: id, epoch: epoch, index: index, reply: make(chan attachReply, 1)}
+	select {
+	case s.attach <- req:
+	case <-s.done:
+		return Attached{}, errStopped
+	case <-ctx.Done():
+		return Attached{}, ctx.Err()
+	}
+	select {
+	case rep := <-req.reply:
+		return rep.att, rep.err
+	case <-s.done:
+		return Attached{}, errStopped
+	case <-ctx.Done():
+		return Attached{}, ctx.Err()
+	}
+}
+
+var errStopped = errors.New("distributor: stopping")
+
+// scanResult is a scan's outcome, for the loop.
+type scanResult struct {
+	id    uint64
+	items []op
+	err   error
+}
+
+// route is the loop that owns the sequencer and the router.
+func (s *Server) route(ctx context.Context) error {
+	defer close(s.done)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	scanReqs := make(chan ScanRequest)
+	scanDone := make(chan scanResult)
+	for range s.cfg.ScanWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.scanWorker(ctx, scanReqs, scanDone)
+		}()
+	}
+	quanta := &quantaFeed{s: s}
+	quanta.start(ctx, &wg, nil)
+	defer quanta.stop()
+
+	var (
+		seq      *Sequencer
+		feed     sourceFeed
+		pending  []ScanRequest // scans asked for, not yet taken by a worker
+		progress <-chan time.Time
+		latest   uint64 // the latest clock known, for the lag metric
+	)
+	feed.s = s
+	defer feed.stop()
+	stats := time.NewTicker(time.Second)
+	defer stats.Stop()
+
+	for {
+		var scanOut chan ScanRequest
+		var nextScan ScanRequest
+		if len(pending) > 0 {
+			scanOut, nextScan = scanReqs, pending[0]
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case q := <-quanta.out:
+			latest = max(latest, q.Clock)
+			if seq == nil {
+				// The first quantum is reinitializing, as every fresh stream begins: the source
+				// is followed from its clock, and the map in it was made at that clock.
+				seq = NewSequencer(q.Clock)
+				feed.start(ctx, q.Clock)
+			}
+			seq.AddQuantum(q)
+		case b, ok := <-feed.out:
+			if !ok {
+				feed.out = nil
+				continue
+			}
+			if b.Err != nil {
+				s.recoverSource(ctx, seq, &feed, b.Err)
+				continue
+			}
+			latest = max(latest, b.Clock)
+			seq.AddBatch(b)
+		case res := <-scanDone:
+			if res.err != nil {
+				s.log.Warn("scan failed; the node starts over with a snapshot", "err", res.err)
+			}
+			s.router.ScanDone(res.id, res.items, res.err)
+		case req := <-s.attach:
+			att, err := s.router.Attach(req.node, req.epoch, req.index)
+			req.reply <- attachReply{att: att, err: err}
+		case scanOut <- nextScan:
+			pending[0] = ScanRequest{}
+			pending = pending[1:]
+			continue
+		case <-progress:
+			progress = nil
+			// A quantum waits for the source to say it has delivered everything up to the
+			// quantum's clock; ask it to say how far it got.
+			if err := s.cfg.Source.Progress(feed.ctx); err != nil && ctx.Err() == nil {
+				s.log.Debug("asking the source for progress", "err", err)
+			}
+		case <-stats.C:
+			s.observe(seq, latest)
+			continue
+		}
+		if seq == nil {
+			continue
+		}
+		for {
+			ev, ok := seq.Next()
+			if !ok {
+				break
+			}
+			if ev.Quantum != nil {
+				if err := s.router.Quantum(*ev.Quantum); err != nil {
+					// The stream is broken (a quantum was lost): start over from a reinit.
+					s.log.Warn("quantum does not apply; resubscribing", "err", err)
+					seq.DropQuanta()
+					quanta.restart(ctx, &wg)
+					break
+				}
+				s.metrics.quanta.Inc()
+			} else {
+				s.router.Changes(*ev.Batch, time.Now())
+				s.metrics.changes.Add(float64(len(ev.Batch.Changes)))
+			}
+		}
+		pending = append(pending, s.router.TakeScans()...)
+		if _, waiting := seq.Waiting(); !waiting {
+			progress = nil
+		} else if progress == nil {
+			progress = time.After(5 * time.Millisecond)
+		}
+		s.pace(ctx, seq, &feed)
+	}
+}
+
+// pace pauses the source watch while too many changes wait for a quantum (the assigner is
+// slow or away), and resumes it once half of them have gone: memory stays bounded during a
+// burst fill, and the source keeps what was not read.
+func (s *Server) pace(ctx context.Context, seq *Sequencer, feed *sourceFeed) {
+	_, held := seq.Held()
+	switch {
+	case feed.running() && held > s.cfg.MaxBufferedBytes:
+		feed.stop()
+		s.metrics.paused.Inc()
+		s.log.Debug("source paused", "buffered_bytes", held)
+	case !feed.running() && held <= s.cfg.MaxBufferedBytes/2:
+		feed.start(ctx, seq.Seen())
+	}
+}
+
+// recoverSource restarts a failed source watch. If the source no longer holds the changes
+// after the last one seen, every node is rebased onto a snapshot at the current clock.
+func (s *Server) recoverSource(ctx context.Context, seq *Sequencer, feed *sourceFeed, err error) {
+	feed.stop()
+	from := seq.Seen()
+	if errors.Is(err, source.ErrCompacted) {
+		clock, cerr := s.cfg.Source.Clock(ctx)
+		if cerr != nil {
+			s.log.Warn("reading the source's clock", "err", cerr)
+			return // feed stays stopped; pace starts it again from seen, which fails again
+		}
+		s.log.Warn("the source lost changes the router had not seen; every node takes a snapshot", "from", from, "clock", clock)
+		seq.Rebase(clock)
+		s.router.Rebase(clock)
+		from = clock
+	} else {
+		s.log.Warn("the source watch failed; restarting it", "err", err, "from", from)
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
+	feed.start(ctx, from)
+}
+
+// observe updates the gauges.
+func (s *Server) observe(seq *Sequencer, latest uint64) {
+	clock := s.router.Clock()
+	s.metrics.clock.Set(float64(clock))
+	if latest > clock {
+		s.metrics.lag.Set(float64(latest - clock))
+	} else {
+		s.metrics.lag.Set(0)
+	}
+	if seq != nil {
+		_, held := seq.Held()
+		s.metrics.buffered.Set(float64(held))
+	}
+	st := s.router.Stats()
+	s.metrics.snapshots.Add(float64(st.Snapshots) - s.counted.snapshots)
+	s.metrics.overflows.Add(float64(st.Overflows) - s.counted.overflows)
+	s.counted.snapshots, s.counted.overflows = float64(st.Snapshots), float64(st.Overflows)
+	s.metrics.queueOps.Reset()
+	s.metrics.queueBytes.Reset()
+	served := 0
+	for id, n := range s.router.nodes {
+		ops, bytes := n.q.depth()
+		s.metrics.queueOps.WithLabelValues(string(id)).Set(float64(ops))
+		s.metrics.queueBytes.WithLabelValues(string(id)).Set(float64(bytes))
+		served++
+	}
+	s.metrics.served.Set(float64(served))
+}
+
+// scanWorker runs scans until ctx ends. A scan that fails for a passing reason is retried;
+// one whose clock the source no longer holds is reported, and the router starts the node
+// over at a later clock.
+func (s *Server) scanWorker(ctx context.Context, reqs <-chan ScanRequest, done chan<- scanResult) {
+	for {
+		var req ScanRequest
+		select {
+		case req = <-reqs:
+		case <-ctx.Done():
+			return
+		}
+		res := scanResult{id: req.ID}
+		backoff := 50 * time.Millisecond
+		for {
+			start := time.Now()
+			var items []op
+			err := s.cfg.Source.Scan(ctx, req.Range, req.Clock, func(it source.Item) error {
+				items = encodeItem(it, items)
+				return nil
+			})
+			if err == nil {
+				s.metrics.scans.WithLabelValues("ok").Inc()
+				s.metrics.scanLatency.Observe(time.Since(start).Seconds())
+				res.items = items
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, source.ErrCompacted) {
+				s.metrics.scans.WithLabelValues("compacted").Inc()
+				res.err = err
+				break
+			}
+			s.metrics.scans.WithLabelValues("error").Inc()
+			s.log.Warn("scan failed; retrying", "node", req.Node, "range", req.Range, "clock", req.Clock, "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		}
+		select {
+		case done <- res:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// sourceFeed is the source watch, which the loop stops and starts to pace it.
+type sourceFeed struct {
+	s      *Server
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    <-chan source.Batch
+}
+
+func (f *sourceFeed) running() bool { return f.cancel != nil }
+
+func (f *sourceFeed) start(ctx context.Context, from uint64) {
+	f.ctx, f.cancel = context.WithCancel(ctx)
+	f.out = f.s.cfg.Source.Watch(f.ctx, from)
+}
+
+// stop ends the watch; batches it had not delivered are read again from the clock seen.
+func (f *sourceFeed) stop() {
+	if f.cancel != nil {
+		f.cancel()
+		f.cancel, f.out = nil, nil
+	}
+}
+
+// quantaFeed follows the assigner's quanta, reconnecting as needed.
+type quantaFeed struct {
+	s      *Server
+	cancel context.CancelFunc
+	out    chan quantum.Quantum
+}
+
+// start follows quanta after position from (nil: from a reinitializing quantum).
+func (f *quantaFeed) start(ctx context.Context, wg *sync.WaitGroup, from *quantum.Position) {
+	ctx, f.cancel = context.WithCancel(ctx)
+	out := make(chan quantum.Quantum)
+	f.out = out
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f.s.followQuanta(ctx, from, out)
+	}()
+}
+
+func (f *quantaFeed) stop() {
+	if f.cancel != nil {
+		f.cancel()
+	}
+}
+
+// restart starts over from a reinitializing quantum.
+func (f *quantaFeed) restart(ctx context.Context, wg *sync.WaitGroup) {
+	f.stop()
+	f.start(ctx, wg, nil)
+}
+
+// followQuanta streams quanta into out until ctx ends, reconnecting after failures from the
+// last position received.
+func (s *Server) followQuanta(ctx context.Context, from *quantum.Position, out chan<- quantum.Quantum) {
+	conn, err := dial.Leader(s.cfg.Assigners)
+	if err != nil {
+		s.log.Error("cannot follow quanta", "err", err)
+		return
+	}
+	defer conn.Close()
+	client := pb.NewQuantaServiceClient(conn)
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		stream, err := client.WatchQuanta(ctx, &pb.WatchQuantaRequest{From: positionOrNil(from)}, grpc.WaitForReady(true))
+		for err == nil {
+			var resp *pb.WatchQuantaResponse
+			if resp, err = stream.Recv(); err != nil {
+				break
+			}
+			var q quantum.Quantum
+			if q, err = wire.QuantumFromProto(resp.GetQuantum()); err != nil {
+				from = nil // start over from the whole map
+				break
+			}
+			select {
+			case out <- q:
+			case <-ctx.Done():
+				return
+			}
+			from, backoff = &q.Position, 50*time.Millisecond
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Info("the quanta stream ended; reconnecting", "err", err, "retry_in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func positionOrNil(p *quantum.Position) *pb.Position {
+	if p == nil {
+		return nil
+	}
+	return wire.PositionToProto(*p)
+}

@@ -1,0 +1,280 @@
+// Package distributormain is the distributor binary's command line: flags, config file and
+// logging around the distributor service.
+package distributormain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/sliceplane/sliceplane/internal/distributor"
+	"github.com/sliceplane/sliceplane/internal/etcdlog"
+	"github.com/sliceplane/sliceplane/internal/flagfile"
+	"github.com/sliceplane/sliceplane/internal/membership"
+)
+
+// ErrUsage is wrapped by errors about how the command was called (bad flags, arguments or
+// config file), which main reports with exit status 2, as distinct from a distributor that
+// ran and failed (status 1).
+var ErrUsage = errors.New("usage")
+
+type usage struct{ error }
+
+func (u usage) Unwrap() []error { return []error{u.error, ErrUsage} }
+
+func usageError(err error) error { return usage{err} }
+
+func usagef(format string, args ...any) error { return usageError(fmt.Errorf(format, args...)) }
+
+// hostname is os.Hostname, replaced by tests.
+var hostname = os.Hostname
+
+type options struct {
+	config           string
+	id               string
+	listen           string
+	advertise        string
+	metrics          string
+	assigners        []string
+	endpoints        []string
+	prefix           string
+	sessionTTL       time.Duration
+	maxDeltaOps      int
+	maxDeltaBytes    byteSize
+	maxInFlightBytes byteSize
+	maxQueueBytes    byteSize
+	maxBufferedBytes byteSize
+	scanWorkers      int
+	clockInterval    time.Duration
+	logLevel         string
+	logFormat        string
+}
+
+// NewCommand returns the distributor command.
+func NewCommand() *cobra.Command {
+	o := &options{
+		maxDeltaBytes: 1 << 20, maxInFlightBytes: 4 << 20, maxQueueBytes: 64 << 20, maxBufferedBytes: 64 << 20,
+	}
+	cmd := &cobra.Command{
+		Use:   "distributor",
+		Short: "Run a Sliceplane distributor: stream to each node the changes of its slices",
+		Long: `distributor follows the assigner's quanta (the changes of the slice map) and the data
+source's changes in etcd, puts them in causal order, and keeps for each node it serves a
+queue of deltas that brings the node's data in line with its slices; nodes pull their
+queues over gRPC. Several distributors share the nodes: each registers in etcd under --id
+and the assigner spreads the nodes over those registered. A restart is safe: queues live
+in memory, so the restarted distributor's nodes catch up by taking a snapshot.
+
+Flags can also come from a YAML file (--config), one flag name per key; flags given
+on the command line win.`,
+		Example: `  # Next to a zero-setup assigner on the same machine (its embedded etcd and gRPC port).
+  distributor
+
+  # Two distributors on one machine.
+  distributor --id d1
+  distributor --id d2 --listen 127.0.0.1:7082 --metrics-listen 127.0.0.1:7083
+
+  # Against an etcd cluster and two assigners.
+  distributor --etcd-endpoints http://10.0.0.1:2379,http://10.0.0.2:2379 \
+    --assigners 10.0.0.5:7070,10.0.0.6:7070 --listen :7080 --advertise 10.0.0.7:7080`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.NoArgs(cmd, args); err != nil {
+				return usageError(err)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.config != "" {
+				if err := flagfile.Load(cmd.Flags(), o.config); err != nil {
+					return usageError(err)
+				}
+			}
+			return o.run(cmd.Context())
+		},
+		SilenceUsage: true,
+		// main prints the error once, with the binary's name.
+		SilenceErrors: true,
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	f := cmd.Flags()
+	f.StringVar(&o.config, "config", "", "YAML file of flag values (keys are flag names)")
+	f.StringVar(&o.id, "id", "", "name of this distributor among the others; keep it across restarts (default: the host name)")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:7080", "gRPC address to serve nodes on")
+	f.StringVar(&o.advertise, "advertise", "", "address nodes should dial to reach this distributor (default: the bound address; set it when --listen is a wildcard)")
+	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:7081", "address serving Prometheus metrics at /metrics (empty: none)")
+	f.StringSliceVar(&o.assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners, leader and standbys")
+	f.StringSliceVar(&o.endpoints, "etcd-endpoints", []string{"http://127.0.0.1:2379"}, "endpoints of the etcd cluster the assigner uses; a zero-setup assigner's embedded etcd listens on the default")
+	f.StringVar(&o.prefix, "prefix", "/sliceplane/", "etcd key prefix of the cluster's state and data, as given to the assigner")
+	f.DurationVar(&o.sessionTTL, "session-ttl", 5*time.Second, "registration lease: how long nodes wait for a dead distributor before they move (whole seconds)")
+	f.IntVar(&o.maxDeltaOps, "max-delta-ops", 1024, "most operations in one delta sent to a node")
+	f.Var(&o.maxDeltaBytes, "max-delta-bytes", "most bytes of operations in one delta (nodes accept gRPC messages of up to 4MiB)")
+	f.Var(&o.maxInFlightBytes, "max-in-flight-bytes", "most bytes sent to a node and not yet acknowledged")
+	f.Var(&o.maxQueueBytes, "max-queue-bytes", "most bytes queued for one node; beyond it the queue is dropped and the node takes a snapshot")
+	f.Var(&o.maxBufferedBytes, "max-buffered-bytes", "most bytes of source changes waiting for a quantum; beyond it the source watch pauses")
+	f.IntVar(&o.scanWorkers, "scan-workers", 4, "snapshot scans of the source run at once")
+	f.DurationVar(&o.clockInterval, "clock-interval", 50*time.Millisecond, "shortest time between the deltas that only advance a node's clock")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	return cmd
+}
+
+// validate checks every flag before anything starts, so that a typo fails at once with the
+// flag named instead of as a retry loop in the log. It fills in the default ID.
+func (o *options) validate() error {
+	if o.id == "" {
+		h, err := hostname()
+		if err != nil {
+			return usagef("--id is not set and the host name is unknown (%w); set --id", err)
+		}
+		if err := membership.ValidateID(h); err != nil {
+			return usagef("--id is not set and the host name cannot be the ID (%w); set --id", err)
+		}
+		o.id = h
+	} else if err := membership.ValidateID(o.id); err != nil {
+		return usagef("--id: %w", err)
+	}
+	hostPort := func(flag, addr string) error {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return usagef("--%s: %w", flag, err)
+		}
+		return nil
+	}
+	if err := hostPort("listen", o.listen); err != nil {
+		return err
+	}
+	if o.advertise != "" {
+		if err := hostPort("advertise", o.advertise); err != nil {
+			return err
+		}
+	}
+	if o.metrics != "" {
+		if err := hostPort("metrics-listen", o.metrics); err != nil {
+			return err
+		}
+	}
+	for _, a := range o.assigners {
+		if err := hostPort("assigners", a); err != nil {
+			return err
+		}
+	}
+	switch {
+	case len(o.assigners) == 0:
+		return usagef("--assigners: want at least one address")
+	case len(o.endpoints) == 0:
+		return usagef("--etcd-endpoints: want at least one endpoint")
+	case o.sessionTTL < time.Second || o.sessionTTL%time.Second != 0:
+		// etcd leases last whole seconds: a shorter one would fail to register, over and over,
+		// and a fraction of a second would be dropped without a word.
+		return usagef("--session-ttl %s: want whole seconds, at least 1s", o.sessionTTL)
+	case o.clockInterval <= 0:
+		return usagef("--clock-interval %s: want more than 0", o.clockInterval)
+	}
+	// Zero means "the default" to distributor.Config, which on a command line with the
+	// defaults shown would be a surprise: refuse it.
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{
+		{"max-delta-ops", o.maxDeltaOps}, {"max-delta-bytes", int(o.maxDeltaBytes)},
+		{"max-in-flight-bytes", int(o.maxInFlightBytes)}, {"max-queue-bytes", int(o.maxQueueBytes)},
+		{"max-buffered-bytes", int(o.maxBufferedBytes)}, {"scan-workers", o.scanWorkers},
+	} {
+		if n.v < 1 {
+			return usagef("--%s %d: want at least 1", n.flag, n.v)
+		}
+	}
+	return nil
+}
+
+func (o *options) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", o.logFormat)
+}
+
+func (o *options) run(ctx context.Context) error {
+	log, err := o.logger()
+	if err != nil {
+		return err
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	client, err := clientv3.New(clientv3.Config{Endpoints: o.endpoints, DialTimeout: 5 * time.Second, Context: ctx,
+		Logger: etcdlog.New(log, zapcore.WarnLevel, nil)})
+	if err != nil {
+		return fmt.Errorf("distributor: connecting to etcd %v: %w", o.endpoints, err)
+	}
+	// Closed after Run, which revokes the registration's lease through it on the way out.
+	defer client.Close()
+	srv, err := distributor.New(distributor.Config{
+		ID: o.id, Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics,
+		Assigners: o.assigners, Client: client, Prefix: o.prefix, SessionTTL: o.sessionTTL,
+		MaxDeltaOps: o.maxDeltaOps, MaxDeltaBytes: int(o.maxDeltaBytes), MaxInFlightBytes: int(o.maxInFlightBytes),
+		MaxQueueBytes: int(o.maxQueueBytes), MaxBufferedBytes: int(o.maxBufferedBytes),
+		ScanWorkers: o.scanWorkers, ClockInterval: o.clockInterval,
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	return srv.Run(ctx)
+}
+
+// byteSize is a flag of a number of bytes: a whole number, optionally with a binary unit.
+type byteSize int
+
+var byteUnits = []struct {
+	suffix string
+	n      int
+}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+
+func (b *byteSize) Set(s string) error {
+	num, unit := s, 1
+	for _, u := range byteUnits {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, unit = strings.TrimSpace(rest), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseUint(num, 10, 63)
+	if err != nil || n > uint64(math.MaxInt/unit) {
+		return errors.New("want a whole number of bytes, optionally with B, KiB, MiB or GiB, such as 64MiB")
+	}
+	*b = byteSize(int(n) * unit)
+	return nil
+}
+
+func (b *byteSize) String() string {
+	for _, u := range byteUnits {
+		if *b != 0 && int(*b)%u.n == 0 {
+			if u.n == 1 {
+				break
+			}
+			return strconv.Itoa(int(*b)/u.n) + u.suffix
+		}
+	}
+	return strconv.Itoa(int(*b))
+}
+
+func (b *byteSize) Type() string { return "bytes" }

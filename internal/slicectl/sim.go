@@ -1,0 +1,304 @@
+package slicectl
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/sim"
+)
+
+type simOptions struct {
+	algorithms []string
+	params     []string
+	workload   string
+	trace      string
+	keys       int
+	nodes      int
+	epochs     int
+	seed       uint64
+	addAt      []int
+	removeAt   []string
+	format     string
+	plot       string
+}
+
+func newSimCommand() *cobra.Command {
+	o := &simOptions{}
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Run balancing algorithms offline against a workload and compare them",
+		Long: `sim runs one or more balancing algorithms over the same workload, one balancing
+pass per epoch, and reports what a system would have experienced.
+
+Each epoch, the epoch's events apply (loads change, keys and nodes come and go);
+the imbalance (max / mean node load) of the assignment in force is measured under
+the epoch's loads, a key's load split evenly over its replicas; then the algorithm
+runs one pass with those loads, and its churn is the number of key placements it
+adds (a key copied to a node that did not hold it) over the number of keys.
+
+Algorithms: ` + strings.Join(balance.Names(), ", ") + `, or all.
+Workloads:  ` + sim.Workloads + `
+Traces (--trace) are JSON Lines sorted by epoch, one event per line:
+  {"epoch":E,"key":"k","load":L}               from epoch E on, key k has load L
+  {"epoch":E,"delete_key":"k"}                 key k is deleted
+  {"epoch":E,"add_node":"n1","capacity":1.0}   node n1 joins (capacity optional)
+  {"epoch":E,"remove_node":"n1"}               node n1 leaves
+If a trace adds no node at epoch 0, --nodes nodes n0..n(N-1) exist from the start.`,
+		Example: `  # Compare every algorithm on a Zipf workload and draw the result.
+  slicectl sim --algorithm all --workload zipf:1.1 --plot out.svg
+
+  # Weighted-Move with a smaller churn budget, 1M keys, a node joining at epoch 5.
+  slicectl sim --workload hotspot-shift:1.1:10 --keys 1000000 --nodes 100 \
+      --param max_churn=0.05 --add-node-at 5
+
+  # Replay a trace and write the per-epoch figures as JSON.
+  slicectl sim --trace load.jsonl --algorithm weighted-move --algorithm consistent-hash --format json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&o.algorithms, "algorithm", "a", []string{"weighted-move"}, "algorithm to run (repeatable, or all)")
+	f.StringArrayVarP(&o.params, "param", "p", nil, "algorithm constant as [ALGORITHM:]NAME=VALUE (repeatable); see the algorithm's parameters below")
+	f.StringVarP(&o.workload, "workload", "w", "zipf:1.1", "built-in workload: "+sim.Workloads)
+	f.StringVar(&o.trace, "trace", "", "JSON Lines trace to replay instead of a built-in workload")
+	f.IntVarP(&o.keys, "keys", "k", 100_000, "number of keys of a built-in workload")
+	f.IntVarP(&o.nodes, "nodes", "n", 20, "nodes n0..n(N-1) at the start")
+	f.IntVarP(&o.epochs, "epochs", "e", 20, "epochs to run (with --trace: default, up to its last event)")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload's randomness (and of the random algorithm)")
+	f.IntSliceVar(&o.addAt, "add-node-at", nil, "epoch at which a new node joins (repeatable)")
+	f.StringArrayVar(&o.removeAt, "remove-node-at", nil, "EPOCH[:NODE] at which a node leaves; default the newest (repeatable)")
+	f.StringVarP(&o.format, "format", "o", "table", "output format: "+strings.Join(sim.Formats, ", "))
+	f.StringVar(&o.plot, "plot", "", "also draw imbalance and churn per epoch into this .svg or .png file")
+	cmd.SetHelpTemplate(cmd.HelpTemplate() + paramsHelp())
+	return cmd
+}
+
+// paramsHelp lists every algorithm's constants, for sim --help.
+func paramsHelp() string {
+	var b strings.Builder
+	b.WriteString("\nAlgorithm parameters (--param NAME=VALUE, default in brackets):\n")
+	for _, name := range balance.Names() {
+		fmt.Fprintf(&b, "  %s: %s\n", name, balance.Help(name))
+		ps, _ := balance.Params(name)
+		for _, p := range ps {
+			fmt.Fprintf(&b, "      %-24s %s [%s]\n", p.Name, p.Help, p.Default)
+		}
+	}
+	return b.String()
+}
+
+func (o *simOptions) run(cmd *cobra.Command) error {
+	algs, err := o.build()
+	if err != nil {
+		return usageError(err)
+	}
+	if !slices.Contains(sim.Formats, o.format) {
+		return usageError(fmt.Errorf("--format %q: want %s", o.format, strings.Join(sim.Formats, ", ")))
+	}
+	var plotFormat string
+	if o.plot != "" {
+		if plotFormat, err = sim.PlotFormat(o.plot); err != nil {
+			return usageError(err)
+		}
+	}
+	opt, err := o.options(cmd)
+	if err != nil {
+		return usageError(err)
+	}
+	sc, title, err := o.scenario(cmd, &opt)
+	if err != nil {
+		return err
+	}
+
+	progress := newProgress(cmd.ErrOrStderr())
+	var report sim.Report
+	for _, alg := range algs {
+		opt.Progress = func(done, total int) { progress.report(alg.Name(), done, total) }
+		if sc.Workload != nil { // a workload holds per-run state; give every algorithm a fresh one
+			if sc.Workload, err = sim.ParseWorkload(o.workload, o.keys, opt.Epochs, o.seed); err != nil {
+				return usageError(err)
+			}
+		}
+		res, err := sim.Run(cmd.Context(), alg, sc, opt)
+		if err != nil {
+			return err
+		}
+		report.Runs = append(report.Runs, res)
+	}
+	progress.done()
+
+	if o.plot != "" {
+		var img bytes.Buffer
+		if err := report.Plot(&img, plotFormat, title); err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.plot, img.Bytes(), 0o644); err != nil {
+			return fmt.Errorf("writing the plot: %w", err)
+		}
+	}
+	return report.Write(cmd.OutOrStdout(), o.format)
+}
+
+// build resolves the algorithm names and parameters.
+func (o *simOptions) build() ([]balance.Algorithm, error) {
+	var names []string
+	for _, a := range o.algorithms {
+		for _, name := range strings.Split(a, ",") {
+			switch {
+			case name == "all":
+				names = append(names, balance.Names()...)
+			case !slices.Contains(balance.Names(), name):
+				return nil, fmt.Errorf("--algorithm %q: want one of %s, or all", name, strings.Join(balance.Names(), ", "))
+			default:
+				names = append(names, name)
+			}
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+
+	params := make(map[string]map[string]string, len(names))
+	for _, name := range names {
+		params[name] = map[string]string{}
+	}
+	for _, p := range o.params {
+		scope, kv, scoped := strings.Cut(p, ":")
+		if !scoped || strings.Contains(scope, "=") {
+			scope, kv = "", p
+		}
+		parsed, err := balance.ParseParams([]string{kv})
+		if err != nil {
+			return nil, fmt.Errorf("--param %q: %w", p, err)
+		}
+		used := false
+		for _, name := range names {
+			if scope != "" && scope != name {
+				continue
+			}
+			known, _ := balance.Params(name)
+			for k, v := range parsed {
+				if slices.ContainsFunc(known, func(q balance.Param) bool { return q.Name == k }) {
+					params[name][k], used = v, true
+				}
+			}
+		}
+		if !used {
+			return nil, fmt.Errorf("--param %q: no selected algorithm has that parameter (see slicectl sim --help)", p)
+		}
+	}
+	algs := make([]balance.Algorithm, len(names))
+	for i, name := range names {
+		if _, set := params[name]["seed"]; !set && name == "random" {
+			params[name]["seed"] = strconv.FormatUint(o.seed, 10)
+		}
+		alg, err := balance.New(name, params[name])
+		if err != nil {
+			return nil, err
+		}
+		algs[i] = alg
+	}
+	return algs, nil
+}
+
+func (o *simOptions) options(cmd *cobra.Command) (sim.Options, error) {
+	opt := sim.Options{Nodes: o.nodes, Epochs: o.epochs, AddNodeAt: o.addAt}
+	switch {
+	case o.nodes < 1:
+		return opt, fmt.Errorf("--nodes %d: want at least 1", o.nodes)
+	case cmd.Flags().Changed("epochs") && o.epochs < 1:
+		return opt, fmt.Errorf("--epochs %d: want at least 1", o.epochs)
+	case o.keys < 1:
+		return opt, fmt.Errorf("--keys %d: want at least 1", o.keys)
+	case o.trace != "" && cmd.Flags().Changed("workload"):
+		return opt, fmt.Errorf("--trace and --workload: give one or the other")
+	}
+	for _, at := range o.addAt {
+		if at < 0 {
+			return opt, fmt.Errorf("--add-node-at %d: want an epoch >= 0", at)
+		}
+	}
+	for _, r := range o.removeAt {
+		epoch, node, _ := strings.Cut(r, ":")
+		e, err := strconv.Atoi(epoch)
+		if err != nil || e < 0 {
+			return opt, fmt.Errorf("--remove-node-at %q: want EPOCH[:NODE] with EPOCH >= 0", r)
+		}
+		if node != "" {
+			if err := assignment.NodeID(node).Validate(); err != nil {
+				return opt, fmt.Errorf("--remove-node-at %q: %w", r, err)
+			}
+		}
+		opt.RemoveNodeAt = append(opt.RemoveNodeAt, sim.Removal{Epoch: e, Node: assignment.NodeID(node)})
+	}
+	return opt, nil
+}
+
+// scenario loads the trace or parses the workload, and describes it for the plot's title.
+func (o *simOptions) scenario(cmd *cobra.Command, opt *sim.Options) (sim.Scenario, string, error) {
+	if o.trace == "" {
+		wl, err := sim.ParseWorkload(o.workload, o.keys, opt.Epochs, o.seed)
+		if err != nil {
+			return sim.Scenario{}, "", usageError(err)
+		}
+		return sim.Scenario{Workload: wl},
+			fmt.Sprintf("%s, %d keys, %d nodes, seed %d", o.workload, o.keys, o.nodes, o.seed), nil
+	}
+	f, err := os.Open(o.trace)
+	if err != nil {
+		return sim.Scenario{}, "", fmt.Errorf("opening the trace: %w", err)
+	}
+	defer f.Close()
+	initial := make([]assignment.NodeID, o.nodes)
+	for i := range initial {
+		initial[i] = assignment.NodeID("n" + strconv.Itoa(i))
+	}
+	tr, err := sim.ReadTrace(f, initial)
+	if err != nil {
+		return sim.Scenario{}, "", fmt.Errorf("%s: %w", o.trace, err)
+	}
+	if !cmd.Flags().Changed("epochs") {
+		opt.Epochs = max(tr.LastEpoch+1, 1)
+	} else if tr.LastEpoch >= opt.Epochs {
+		fmt.Fprintf(cmd.ErrOrStderr(), "sim: the trace has events up to epoch %d; running only %d epochs as --epochs says\n",
+			tr.LastEpoch, opt.Epochs)
+	}
+	return sim.Scenario{Trace: tr}, "trace " + o.trace, nil
+}
+
+// progress reports on stderr how far a long run has got: nothing for runs that end within a
+// couple of seconds, then a line a second.
+type progress struct {
+	w     io.Writer
+	start time.Time
+	last  time.Time
+	shown bool
+}
+
+func newProgress(w io.Writer) *progress { return &progress{w: w, start: time.Now()} }
+
+func (p *progress) report(alg string, done, total int) {
+	now := time.Now()
+	if now.Sub(p.start) < 2*time.Second || now.Sub(p.last) < time.Second {
+		return
+	}
+	p.last, p.shown = now, true
+	fmt.Fprintf(p.w, "sim: %s: epoch %d of %d (%s)\n", alg, done, total, now.Sub(p.start).Round(100*time.Millisecond))
+}
+
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprintf(p.w, "sim: done in %s\n", time.Since(p.start).Round(100*time.Millisecond))
+	}
+}

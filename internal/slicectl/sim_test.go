@@ -1,0 +1,141 @@
+package slicectl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// run executes slicectl with args and returns its stdout and stderr.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := Execute(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+type report struct {
+	Runs []struct {
+		Algorithm string `json:"algorithm"`
+		Epochs    []struct {
+			Epoch     int     `json:"epoch"`
+			Imbalance float64 `json:"imbalance"`
+			Churn     float64 `json:"churn"`
+			Nodes     int     `json:"nodes"`
+		} `json:"epochs"`
+		Summary struct {
+			FinalImbalance float64 `json:"final_imbalance"`
+		} `json:"summary"`
+	} `json:"runs"`
+}
+
+func TestSimComparesAllAlgorithmsAndPlots(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "out.svg")
+	out, _, err := run(t, "sim", "--algorithm", "all", "--workload", "zipf:1.1", "--keys", "20000",
+		"--nodes", "10", "--epochs", "6", "--plot", plot, "--format", "json")
+	require.NoError(t, err)
+	var r report
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	var names []string
+	for _, run := range r.Runs {
+		names = append(names, run.Algorithm)
+		assert.Len(t, run.Epochs, 6)
+	}
+	assert.Equal(t, []string{"consistent-hash", "neighbour-offload", "random", "range", "weighted-move"}, names)
+	wm := r.Runs[4]
+	assert.Less(t, wm.Summary.FinalImbalance, 1.1, "Weighted-Move balances the Zipf load")
+	for _, base := range r.Runs[:4] {
+		assert.Greater(t, base.Summary.FinalImbalance, wm.Summary.FinalImbalance, base.Algorithm)
+	}
+	svg, err := os.ReadFile(plot)
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(bytes.TrimSpace(svg), []byte("<?xml")) || bytes.Contains(svg[:200], []byte("<svg")))
+}
+
+func TestSimTraceAndNodeChanges(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "t.jsonl")
+	require.NoError(t, os.WriteFile(trace, []byte(`{"epoch":0,"key":"a","load":5}
+{"epoch":0,"key":"b","load":1}
+{"epoch":2,"add_node":"extra"}
+{"epoch":3,"key":"c","load":2}
+`), 0o644))
+	out, _, err := run(t, "sim", "--trace", trace, "--nodes", "3", "--algorithm", "range,consistent-hash",
+		"--remove-node-at", "1:n2", "--format", "json")
+	require.NoError(t, err)
+	var r report
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Runs, 2)
+	var nodes []int
+	for _, e := range r.Runs[0].Epochs {
+		nodes = append(nodes, e.Nodes)
+	}
+	assert.Equal(t, []int{3, 2, 3, 3}, nodes, "epochs run up to the trace's last event")
+
+	_, errOut, err := run(t, "sim", "--trace", trace, "--epochs", "2", "--format", "csv")
+	require.NoError(t, err)
+	assert.Contains(t, errOut, "running only 2 epochs")
+}
+
+func TestSimRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"epoch":0,"key":"a","load":1}`+"\n"+`{"epoch":0,"key":"a"}`+"\n"), 0o644))
+	cases := []struct {
+		args  []string
+		want  string
+		usage bool
+	}{
+		{[]string{"--algorithm", "magic"}, `--algorithm "magic"`, true},
+		{[]string{"--param", "max_churn=0.05", "--algorithm", "range"}, "no selected algorithm has that parameter", true},
+		{[]string{"--param", "max_churn"}, "is not name=value", true},
+		{[]string{"--param", "max_churn=2"}, "max_churn=2: want 0..1", true},
+		{[]string{"--param", "range:virtual_nodes=3"}, "no selected algorithm", true},
+		{[]string{"--workload", "zipf"}, "give the exponent", true},
+		{[]string{"--keys", "0"}, "--keys 0", true},
+		{[]string{"--nodes", "0"}, "--nodes 0", true},
+		{[]string{"--epochs", "0"}, "--epochs 0", true},
+		{[]string{"--format", "xml"}, `--format "xml"`, true},
+		{[]string{"--plot", "x.pdf"}, ".svg or .png", true},
+		{[]string{"--remove-node-at", "x"}, `--remove-node-at "x"`, true},
+		{[]string{"--remove-node-at", "1:a b"}, "bad node ID", true},
+		{[]string{"--add-node-at", "-1"}, "--add-node-at -1", true},
+		{[]string{"--trace", bad, "--workload", "uniform"}, "give one or the other", true},
+		{[]string{"--trace", bad}, `line 2: key "a" has no "load"`, false},
+		{[]string{"--trace", filepath.Join(dir, "missing.jsonl")}, "opening the trace", false},
+		{[]string{"--nodes", "1", "--remove-node-at", "1"}, "last live node", false},
+		{[]string{"--bogus"}, "unknown flag", true},
+		{[]string{"extra-arg"}, "unknown command", true},
+	}
+	for _, c := range cases {
+		args := append([]string{"sim", "--keys", "100", "--epochs", "3"}, c.args...)
+		_, _, err := run(t, args...)
+		require.Error(t, err, strings.Join(c.args, " "))
+		assert.Contains(t, err.Error(), c.want, strings.Join(c.args, " "))
+		assert.Equal(t, c.usage, errorsIsUsage(err), "usage error? %s: %v", strings.Join(c.args, " "), err)
+	}
+}
+
+func TestUnknownCommandIsAUsageError(t *testing.T) {
+	_, _, err := run(t, "frobnicate")
+	require.ErrorIs(t, err, ErrUsage)
+	assert.Contains(t, err.Error(), `unknown command "frobnicate"`)
+}
+
+func TestSimHelpListsParameters(t *testing.T) {
+	out, _, err := run(t, "sim", "--help")
+	require.NoError(t, err)
+	for _, s := range []string{"max_churn", "virtual_nodes", "threshold", "--workload", "Example"} {
+		assert.Contains(t, out, s)
+	}
+}
+
+func errorsIsUsage(err error) bool { return errors.Is(err, ErrUsage) }

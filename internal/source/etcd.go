@@ -1,0 +1,295 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// Etcd is a Source kept under a key prefix of an etcd cluster; the clock is the etcd revision.
+//
+// An item lives at prefix + 16 hex digits of its key's hash + "/" + the key in unpadded
+// base64url, and its fragments at that + "/" + fragment ID. Items are thus sorted by hash, a
+// hash range is one etcd range read, and neither keys nor fragment IDs need escaping.
+type Etcd struct {
+	client *clientv3.Client
+	prefix string
+	// page bounds the keys a Scan reads per request.
+	page int64
+}
+
+// NewEtcd returns the source under prefix.
+func NewEtcd(client *clientv3.Client, prefix string) *Etcd {
+	return &Etcd{client: client, prefix: prefix, page: 1000}
+}
+
+var b64 = base64.RawURLEncoding
+
+// ItemKey returns the etcd key of the item with key key.
+func (s *Etcd) ItemKey(key []byte) string {
+	return s.prefix + fmt.Sprintf("%016x/", keyspace.Hash(key)) + b64.EncodeToString(key)
+}
+
+// FragmentKey returns the etcd key of fragment id of item key.
+func (s *Etcd) FragmentKey(key []byte, id string) string { return s.ItemKey(key) + "/" + id }
+
+// parse splits an etcd key of the source into hash, item key and fragment ID.
+func (s *Etcd) parse(k []byte) (hash uint64, key []byte, frag string, err error) {
+	rest, ok := bytes.CutPrefix(k, []byte(s.prefix))
+	if !ok || len(rest) < 18 || rest[16] != '/' {
+		return 0, nil, "", fmt.Errorf("source: %q is not an item key under %q", k, s.prefix)
+	}
+	if hash, err = strconv.ParseUint(string(rest[:16]), 16, 64); err != nil {
+		return 0, nil, "", fmt.Errorf("source: %q: bad hash: %w", k, err)
+	}
+	enc, fragment, _ := bytes.Cut(rest[17:], []byte("/"))
+	if key, err = b64.DecodeString(string(enc)); err != nil {
+		return 0, nil, "", fmt.Errorf("source: %q: bad key: %w", k, err)
+	}
+	frag = string(fragment)
+	if keyspace.Hash(key) != hash {
+		return 0, nil, "", fmt.Errorf("source: %q: the hash does not match the key", k)
+	}
+	return hash, key, frag, nil
+}
+
+// Clock implements Source.
+func (s *Etcd) Clock(ctx context.Context) (uint64, error) {
+	resp, err := s.client.Get(ctx, s.prefix, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("source: reading the clock: %w", err)
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+// Watch implements Source. Changes within one etcd transaction share a clock and arrive in
+// one batch.
+func (s *Etcd) Watch(ctx context.Context, from uint64) <-chan Batch {
+	out := make(chan Batch)
+	go func() {
+		defer close(out)
+		send := func(b Batch) bool {
+			select {
+			case out <- b:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		wctx := clientv3.WithRequireLeader(ctx)
+		for resp := range s.client.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(int64(from)+1)) {
+			if resp.CompactRevision != 0 {
+				send(Batch{Err: fmt.Errorf("%w: watching from %d, the source keeps only from %d", ErrCompacted, from, resp.CompactRevision)})
+				return
+			}
+			if err := resp.Err(); err != nil {
+				send(Batch{Err: fmt.Errorf("source: watch: %w", err)})
+				return
+			}
+			if resp.IsProgressNotify() {
+				if !send(Batch{Clock: uint64(resp.Header.Revision)}) {
+					return
+				}
+				continue
+			}
+			var b Batch
+			for _, ev := range resp.Events {
+				clock := uint64(ev.Kv.ModRevision)
+				if b.Clock != 0 && clock != b.Clock {
+					if !send(b) {
+						return
+					}
+					b = Batch{}
+				}
+				hash, key, frag, err := s.parse(ev.Kv.Key)
+				if err != nil {
+					continue // not an item: someone wrote under the prefix by hand
+				}
+				c := Change{Clock: clock, Hash: hash, Key: key, Fragment: frag}
+				if ev.Type == clientv3.EventTypeDelete {
+					c.Delete = true
+				} else {
+					c.Value = ev.Kv.Value
+				}
+				b.Clock, b.Changes = clock, append(b.Changes, c)
+			}
+			if b.Clock != 0 && !send(b) {
+				return
+			}
+		}
+		if ctx.Err() == nil {
+			send(Batch{Err: errors.New("source: watch ended")})
+		}
+	}()
+	return out
+}
+
+// Progress implements Source. etcd answers only while every watch of the stream has caught
+// up with the store; until then the request is dropped, and the caller asks again.
+func (s *Etcd) Progress(ctx context.Context) error {
+	// The watches' stream is found by ctx's metadata, which Watch set with WithRequireLeader.
+	if err := s.client.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
+		return fmt.Errorf("source: requesting progress: %w", err)
+	}
+	return nil
+}
+
+// Scan implements Source. It reads in pages at the same revision, so the result is one
+// consistent snapshot.
+func (s *Etcd) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(Item) error) error {
+	start := s.prefix + fmt.Sprintf("%016x", r.Start)
+	end := clientv3.GetPrefixRangeEnd(s.prefix)
+	if !r.End.IsEnd() {
+		end = s.prefix + fmt.Sprintf("%016x", r.End.Point())
+	}
+	var cur *Item
+	flush := func() error {
+		if cur == nil {
+			return nil
+		}
+		it := *cur
+		cur = nil
+		return fn(it)
+	}
+	for {
+		resp, err := s.client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithRev(int64(at)),
+			clientv3.WithLimit(s.page), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return fmt.Errorf("%w: scanning %s at %d: %w", ErrCompacted, r, at, err)
+		}
+		if err != nil {
+			return fmt.Errorf("source: scanning %s at %d: %w", r, at, err)
+		}
+		for _, kv := range resp.Kvs {
+			hash, key, frag, err := s.parse(kv.Key)
+			if err != nil {
+				continue
+			}
+			if cur == nil || !bytes.Equal(cur.Key, key) {
+				if err := flush(); err != nil {
+					return err
+				}
+				cur = &Item{Key: key, Hash: hash}
+			}
+			if frag == "" {
+				cur.Value, cur.Exists = kv.Value, true
+			} else {
+				cur.Fragments = append(cur.Fragments, Fragment{ID: frag, Value: kv.Value})
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return flush()
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// checkKey rejects an empty item key: its etcd key would end right after the hash, which
+// parse cannot tell from a stray key, so Scan and Watch would skip the item without a word.
+func checkKey(op string, key []byte) error {
+	if len(key) == 0 {
+		return fmt.Errorf("source: %s: empty item key (Scan and Watch could not read the item back)", op)
+	}
+	return nil
+}
+
+// checkFragment rejects an empty fragment ID: its etcd key would be the item's key plus "/",
+// which parse reads back as the item's own value, so the fragment would overwrite it.
+// A "/" inside an ID is fine: parse splits at the first "/" after the base64url key, which
+// never holds one.
+func checkFragment(op string, key []byte, id string) error {
+	if err := checkKey(op, key); err != nil {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("source: %s %q: empty fragment ID (it would read back as the item's own value)", op, key)
+	}
+	return nil
+}
+
+// Put sets an item's value, as a backend change tracker would. It returns the change's clock.
+func (s *Etcd) Put(ctx context.Context, key, value []byte) (uint64, error) {
+	if err := checkKey("put", key); err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Put(ctx, s.ItemKey(key), string(value))
+	if err != nil {
+		return 0, fmt.Errorf("source: put %q: %w", key, err)
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+// PutFragment sets one fragment of an item.
+func (s *Etcd) PutFragment(ctx context.Context, key []byte, id string, value []byte) (uint64, error) {
+	if err := checkFragment("put", key, id); err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Put(ctx, s.FragmentKey(key, id), string(value))
+	if err != nil {
+		return 0, fmt.Errorf("source: put %q fragment %q: %w", key, id, err)
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+// Delete removes an item and all its fragments in one change.
+func (s *Etcd) Delete(ctx context.Context, key []byte) (uint64, error) {
+	if err := checkKey("delete", key); err != nil {
+		return 0, err
+	}
+	k := s.ItemKey(key)
+	resp, err := s.client.Txn(ctx).Then(
+		clientv3.OpDelete(k),
+		clientv3.OpDelete(k+"/", clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("source: delete %q: %w", key, err)
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+// DeleteFragment removes one fragment of an item.
+func (s *Etcd) DeleteFragment(ctx context.Context, key []byte, id string) (uint64, error) {
+	if err := checkFragment("delete", key, id); err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Delete(ctx, s.FragmentKey(key, id))
+	if err != nil {
+		return 0, fmt.Errorf("source: delete %q fragment %q: %w", key, id, err)
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+// Get reads an item as of now; ok is false if it has neither value nor fragments.
+func (s *Etcd) Get(ctx context.Context, key []byte) (item Item, ok bool, err error) {
+	if err := checkKey("get", key); err != nil {
+		return Item{}, false, err
+	}
+	k := s.ItemKey(key)
+	resp, err := s.client.Txn(ctx).Then(
+		clientv3.OpGet(k),
+		clientv3.OpGet(k+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
+	).Commit()
+	if err != nil {
+		return Item{}, false, fmt.Errorf("source: get %q: %w", key, err)
+	}
+	item = Item{Key: key, Hash: keyspace.Hash(key)}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		item.Value, item.Exists = kvs[0].Value, true
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		if _, _, frag, err := s.parse(kv.Key); err == nil && frag != "" {
+			item.Fragments = append(item.Fragments, Fragment{ID: frag, Value: kv.Value})
+		}
+	}
+	return item, item.Exists || len(item.Fragments) > 0, nil
+}
+
+var _ Source = (*Etcd)(nil)

@@ -1,0 +1,70 @@
+// Package source is the backend's data as Sliceplane sees it: an ordered log of changes to
+// data items, each stamped with a monotonic clock (an etcd revision, a Kafka offset, a
+// Postgres LSN), that can also be scanned by hash range as of a clock.
+//
+// A data item is identified by its key and placed by the key's hash; it may hold fragments
+// (an ad group and its keywords, a user and their messages), each with an ID.
+package source
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// ErrCompacted is returned by Watch and Scan when the clock asked for is older than the
+// source retains. Callers recover by scanning again at a newer clock.
+var ErrCompacted = errors.New("source: clock compacted")
+
+// Change is one change to an item or to one of its fragments.
+type Change struct {
+	Clock uint64
+	Hash  uint64
+	Key   []byte
+	// Fragment is the fragment changed, or "" for the item itself.
+	Fragment string
+	// Value is the new value; nil for a delete.
+	Value  []byte
+	Delete bool
+}
+
+// Batch is what Watch delivers: the changes with one clock, in order. A batch without
+// changes is a progress mark: every change up to its clock has been delivered. A batch with
+// an error is the last one.
+type Batch struct {
+	Clock   uint64
+	Changes []Change
+	Err     error
+}
+
+// Fragment is a part of an item.
+type Fragment struct {
+	ID    string
+	Value []byte
+}
+
+// Item is a data item as of some clock.
+type Item struct {
+	Key       []byte
+	Hash      uint64
+	Value     []byte
+	Fragments []Fragment
+	// Exists is false for an item that has fragments but no value of its own.
+	Exists bool
+}
+
+// Source is the backend's ordered log of changes.
+type Source interface {
+	// Clock returns the current clock: every change so far has a clock <= it.
+	Clock(ctx context.Context) (uint64, error)
+	// Watch delivers every change with a clock > from, in clock order, until ctx ends or an
+	// error (the last batch) occurs; then it closes the channel.
+	Watch(ctx context.Context, from uint64) <-chan Batch
+	// Scan calls fn for every item whose hash lies in r, in hash order, as of clock at.
+	Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(Item) error) error
+	// Progress asks the watches started with ctx to say how far they have delivered: each
+	// sends, in order with its changes, a batch without changes whose clock is the clock it
+	// has reached. A source may answer late or not at all; callers ask again.
+	Progress(ctx context.Context) error
+}
