@@ -231,34 +231,34 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 		return nil, a.toStatus(err)
 	}
 	rec := store.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels())}
-	if _, _, err := a.call(ctx, "register", func(c *Core, now time.Time) (*Proposal, any, error) {
+	res, _, err := a.call(ctx, "register", func(c *Core, now time.Time) (*Proposal, any, error) {
 		p, err := c.Register(rec, now)
-		return p, nil, err
-	}); err != nil {
-		return nil, err
-	}
-	return &pb.RegisterResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Distributor: a.distributor(n.ID)}, nil
-}
-
-func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
-	res, _, err := a.call(ctx, "heartbeat", func(c *Core, now time.Time) (*Proposal, any, error) {
-		draining, err := c.Heartbeat(assignment.NodeID(req.GetNodeId()), now)
-		return nil, draining, err
+		return p, distributorFor(c, n.ID), err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.HeartbeatResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Draining: res.(bool),
-		Distributor: a.distributor(assignment.NodeID(req.GetNodeId()))}, nil
+	d, _ := res.(*pb.Distributor)
+	return &pb.RegisterResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Distributor: d}, nil
 }
 
-// distributor says which distributor serves node id, or nil while there is none.
-func (a *api) distributor(id assignment.NodeID) *pb.Distributor {
-	l, err := a.leader()
+func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+	id := assignment.NodeID(req.GetNodeId())
+	res, _, err := a.call(ctx, "heartbeat", func(c *Core, now time.Time) (*Proposal, any, error) {
+		draining, err := c.Heartbeat(id, now)
+		return nil, &pb.HeartbeatResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Draining: draining,
+			Distributor: distributorFor(c, id)}, err
+	})
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	d, addr, ok := l.hub.Distributors().For(id)
+	return res.(*pb.HeartbeatResponse), nil
+}
+
+// distributorFor says which distributor serves node id, or nil while there is none. It reads
+// the core's set, which is current even before the first map carries it to the hub.
+func distributorFor(c *Core, id assignment.NodeID) *pb.Distributor {
+	d, addr, ok := c.Distributors().For(id)
 	if !ok {
 		return nil
 	}

@@ -197,6 +197,9 @@ func (c *Core) SetDistributors(d quantum.Distributors, now time.Time) *Proposal 
 		Summary: fmt.Sprintf("distributors: %d live", len(d))}
 }
 
+// Distributors returns the live distributors, as last committed.
+func (c *Core) Distributors() quantum.Distributors { return c.dists }
+
 func (c *Core) next() quantum.Position { return quantum.Position{Term: c.term, Seq: c.seq + 1} }
 
 // placement returns the nodes slices may be placed on: registered and not draining.

@@ -23,6 +23,7 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/quantum"
@@ -31,8 +32,8 @@ import (
 )
 
 // LeaderHealthService is the gRPC health service name that reports SERVING only on the
-// leader, for load balancers and readiness checks that must reach it.
-const LeaderHealthService = "sliceplane.leader"
+// leader, for load balancers and readiness checks that must reach it (and for dial.Leader).
+const LeaderHealthService = dial.LeaderHealthService
 
 // Config configures a Server.
 type Config struct {

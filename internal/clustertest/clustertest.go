@@ -54,6 +54,7 @@ type Cluster struct {
 	assigners    []*Part
 	distributors map[string]*Part
 	nodes        map[string]*Node
+	conn         *grpc.ClientConn // to the leader, made at first use
 }
 
 // Part is a running assigner or distributor.
@@ -210,15 +211,25 @@ func (c *Cluster) Nodes() map[string]*Node {
 	return maps.Clone(c.nodes)
 }
 
-// Conn returns a connection to the leading assigner, closed when the test ends.
+// Conn returns the cluster's connection to the leading assigner, closed when the test ends.
+// It follows the assigners started before its first use.
 func (c *Cluster) Conn() *grpc.ClientConn {
 	c.t.Helper()
-	conn, err := dial.Leader(c.Assigners())
-	if err != nil {
-		c.t.Fatalf("clustertest: %v", err)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		var addrs []string
+		for _, p := range c.assigners {
+			addrs = append(addrs, p.Addr)
+		}
+		conn, err := dial.Leader(addrs)
+		if err != nil {
+			c.t.Fatalf("clustertest: %v", err)
+		}
+		c.t.Cleanup(func() { conn.Close() })
+		c.conn = conn
 	}
-	c.t.Cleanup(func() { conn.Close() })
-	return conn
+	return c.conn
 }
 
 // Assignment returns the leader's map and the clock of its last quantum.

@@ -279,14 +279,16 @@ func (sc scenario) run(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// waitFor polls cond until it holds, for at most within. It polls often: benchmarks time
+// the wait.
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("not within %s: %s", within, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 

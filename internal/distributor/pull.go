@@ -118,7 +118,12 @@ func (p *puller) Pull(stream pb.DistributorService_PullServer) error {
 			wake = w
 			c = max(c, clock)
 			clockOnly := len(ops) == 0 && c > clock && time.Since(lastSend) >= s.cfg.ClockInterval
-			if len(ops) > 0 || clockOnly || resumed {
+			if len(inFlight) > 0 && len(ops) > 0 && !resumed && !full(ops, s.cfg.MaxDeltaOps, s.cfg.MaxDeltaBytes) {
+				// Nagle's rule: while a delta is in flight, a partial one waits for the ack and
+				// grows meanwhile. Under load a node gets fewer, fuller deltas (each costs a
+				// write, a read and an ack at both ends); when it is idle, nothing waits.
+				wake = nil
+			} else if len(ops) > 0 || clockOnly || resumed {
 				var list *[]keyspace.Range
 				if resumed {
 					list, resumed = &slices, false
@@ -153,6 +158,19 @@ func (p *puller) Pull(stream pb.DistributorService_PullServer) error {
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+// full reports whether ops make a delta worth sending without waiting: they fill half its
+// count or bytes.
+func full(ops []op, maxOps, maxBytes int) bool {
+	if 2*len(ops) >= maxOps {
+		return true
+	}
+	n := 0
+	for _, o := range ops {
+		n += len(o.data)
+	}
+	return 2*n >= maxBytes
 }
 
 // status maps an error of attaching to a gRPC status.
