@@ -16,6 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
@@ -36,24 +37,14 @@ const maxTxnBytes = 1 << 20
 // empty fragment ID, an item with nothing to write); nothing is written then.
 var ErrInvalid = errors.New("writer: invalid item")
 
-// Fragment is a part of an item.
-type Fragment struct {
-	// ID names the fragment within its item. It must not be empty; it may hold any other
-	// bytes, "/" included.
-	ID    string
-	Value []byte
-}
+// Fragment is a part of an item. Its ID must not be empty; it may hold any other bytes, "/"
+// included.
+type Fragment = client.Fragment
 
-// Item is a data item.
-type Item struct {
-	Key []byte
-	// Value is the item's own value, meaningful only if HasValue: an item may consist of
-	// fragments alone, and an empty value is still a value.
-	Value    []byte
-	HasValue bool
-	// Fragments are the item's fragments; Get returns them in byte order of their IDs.
-	Fragments []Fragment
-}
+// Item is a data item: the same type the nodes' stores hold. Value is meaningful only if
+// HasValue (an item may consist of fragments alone, and an empty value is still a value);
+// Get returns the fragments in byte order of their IDs.
+type Item = client.Item
 
 // Writer writes items under one etcd key prefix. It is safe for concurrent use.
 type Writer struct {

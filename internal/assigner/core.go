@@ -184,6 +184,9 @@ func (c *Core) ClockQuantum(now time.Time) *Proposal {
 // carries it with the map, or returns nil if the set did not change. Before the first map
 // there is nothing to publish: the first map's quantum carries the set.
 func (c *Core) SetDistributors(d quantum.Distributors, now time.Time) *Proposal {
+	if d == nil {
+		d = quantum.Distributors{} // none live, which a quantum must say, not leave out
+	}
 	if c.dists.Equal(d) {
 		return nil
 	}

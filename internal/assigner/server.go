@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -26,6 +24,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/membership"
+	"github.com/sliceplane/sliceplane/internal/metricsserver"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/store"
@@ -122,8 +121,7 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	lis     net.Listener
-	http    *http.Server
-	httpLis net.Listener
+	scrape  *metricsserver.Server // nil without MetricsListen
 
 	leading    atomic.Pointer[leadership] // nil unless this server leads
 	leaderAddr atomic.Value               // string: the leader's advertised address, if known
@@ -159,14 +157,9 @@ func New(cfg Config) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
-	if cfg.MetricsListen != "" {
-		if s.httpLis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
-			lis.Close()
-			return nil, fmt.Errorf("assigner: listening on %s for metrics: %w", cfg.MetricsListen, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("assigner: %w", err)
 	}
 	return s, nil
 }
@@ -175,17 +168,14 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
 // MetricsAddr returns the address of the metrics endpoint, or "".
-func (s *Server) MetricsAddr() string {
-	if s.httpLis == nil {
-		return ""
-	}
-	return s.httpLis.Addr().String()
-}
+func (s *Server) MetricsAddr() string { return s.scrape.Addr() }
 
 // Run serves until ctx ends, then stops gracefully: it gives up leadership at once (so a
 // standby takes over without waiting for the lease), ends the streams and lets calls in
 // flight finish.
 func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Add(1)
@@ -195,15 +185,13 @@ func (s *Server) Run(ctx context.Context) error {
 			errs <- fmt.Errorf("assigner: serving gRPC: %w", err)
 		}
 	}()
-	if s.http != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errs <- fmt.Errorf("assigner: serving metrics: %w", err)
-			}
-		}()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.scrape.Serve(ctx); err != nil {
+			errs <- fmt.Errorf("assigner: %w", err)
+		}
+	}()
 	s.log.Info("assigner serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise)
 
 	campaignCtx, stopCampaign := context.WithCancel(ctx)
@@ -217,6 +205,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-errs:
 	}
+	cancel() // the metrics endpoint stops too
 	stopCampaign()
 	<-campaignDone // leadership is given up and the hub closed: the streams end
 	stopped := make(chan struct{})
@@ -225,11 +214,6 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-stopped:
 	case <-time.After(10 * time.Second):
 		s.grpc.Stop()
-	}
-	if s.http != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s.http.Shutdown(sctx)
-		cancel()
 	}
 	wg.Wait()
 	s.log.Info("assigner stopped")

@@ -15,12 +15,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -32,6 +30,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/membership"
+	"github.com/sliceplane/sliceplane/internal/metricsserver"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/wire"
@@ -140,8 +139,7 @@ type Server struct {
 	router  *Router
 	grpc    *grpc.Server
 	lis     net.Listener
-	http    *http.Server
-	httpLis net.Listener
+	scrape  *metricsserver.Server // nil without MetricsListen
 	attach  chan attachRequest
 	done    chan struct{}                          // closed when Run's loop ends
 	counted struct{ snapshots, overflows float64 } // of the router's stats, by the metrics
@@ -171,14 +169,9 @@ func New(cfg Config) (*Server, error) {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
 	reflection.Register(s.grpc)
-	if cfg.MetricsListen != "" {
-		if s.httpLis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
-			lis.Close()
-			return nil, fmt.Errorf("distributor: listening on %s for metrics: %w", cfg.MetricsListen, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("distributor: %w", err)
 	}
 	return s, nil
 }
@@ -187,12 +180,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
 // MetricsAddr returns the address of the metrics endpoint, or "".
-func (s *Server) MetricsAddr() string {
-	if s.httpLis == nil {
-		return ""
-	}
-	return s.httpLis.Addr().String()
-}
+func (s *Server) MetricsAddr() string { return s.scrape.Addr() }
 
 // Run serves until ctx ends: it registers the distributor, follows quanta and the source,
 // and serves Pull. On return it has left the distributor set and stopped every goroutine.
@@ -211,14 +199,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 	}
 	spawn("serving gRPC", func(context.Context) error { return s.grpc.Serve(s.lis) })
-	if s.http != nil {
-		spawn("serving metrics", func(context.Context) error {
-			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-	}
+	spawn("serving metrics", s.scrape.Serve)
 	spawn("routing", s.route)
 	spawn("registering", s.register)
 	s.log.Info("distributor serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise)
@@ -231,11 +212,6 @@ func (s *Server) Run(ctx context.Context) error {
 	cancel()
 	// The loop is over (or ending): streams see the queues close and end.
 	s.grpc.Stop()
-	if s.http != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s.http.Shutdown(sctx)
-		scancel()
-	}
 	wg.Wait()
 	s.log.Info("distributor stopped")
 	return err

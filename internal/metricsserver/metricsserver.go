@@ -1,0 +1,80 @@
+// Package metricsserver serves a Prometheus registry at /metrics on a listener of its own, as
+// every Sliceplane process does next to its gRPC port.
+package metricsserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// shutdownTimeout bounds how long Serve waits for scrapes in flight when it stops.
+const shutdownTimeout = 5 * time.Second
+
+// Server is a bound metrics endpoint. A nil *Server is one that was not asked for: it has no
+// address and serves nothing.
+type Server struct {
+	lis  net.Listener
+	http *http.Server
+}
+
+// Listen binds addr and prepares to serve g at /metrics. An empty addr asks for no endpoint:
+// Listen returns nil, nil.
+func Listen(addr string, g prometheus.Gatherer) (*Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listening on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	return &Server{lis: lis, http: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
+}
+
+// Addr returns the bound address, or "" for a nil Server.
+func (s *Server) Addr() string {
+	if s == nil {
+		return ""
+	}
+	return s.lis.Addr().String()
+}
+
+// Close releases the listener of a Server that will not Serve.
+func (s *Server) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.lis.Close()
+}
+
+// Serve serves until ctx ends, then shuts down, letting scrapes in flight finish for a
+// while; it returns nil then, or the error that stopped it earlier. A nil Server returns nil
+// at once.
+func (s *Server) Serve(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	stopped := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(stopped)
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		s.http.Shutdown(sctx) //nolint:errcheck // a scrape cut short is no failure
+	})
+	err := s.http.Serve(s.lis)
+	if !stop() {
+		<-stopped // the shutdown began: it owns the connections until it is done
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("metrics: serving on %s: %w", s.Addr(), err)
+}

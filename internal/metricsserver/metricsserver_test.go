@@ -1,0 +1,67 @@
+package metricsserver_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sliceplane/sliceplane/internal/metricsserver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestServesTheRegistryUntilCancelled(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sliceplane_test_things_total", Help: "Things."})
+	reg.MustRegister(c)
+	c.Add(3)
+	s, err := metricsserver.Listen("127.0.0.1:0", reg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + s.Addr() + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(body), "sliceplane_test_things_total 3")
+
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "a cancelled Serve is a clean stop")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after its context ended")
+	}
+	_, err = client.Get("http://" + s.Addr() + "/metrics")
+	assert.Error(t, err, "the port is closed")
+}
+
+func TestNoAddressNoEndpoint(t *testing.T) {
+	s, err := metricsserver.Listen("", prometheus.NewRegistry())
+	require.NoError(t, err)
+	assert.Nil(t, s)
+	assert.Empty(t, s.Addr())
+	assert.NoError(t, s.Serve(context.Background()), "a nil Server serves nothing and returns")
+	assert.NoError(t, s.Close())
+}
+
+func TestAddressInUse(t *testing.T) {
+	a, err := metricsserver.Listen("127.0.0.1:0", prometheus.NewRegistry())
+	require.NoError(t, err)
+	defer a.Close()
+	_, err = metricsserver.Listen(a.Addr(), prometheus.NewRegistry())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), a.Addr())
+}
