@@ -61,7 +61,7 @@ build:
 ## demo: a running cluster on loopback (arrives with the demo issue)
 demo:
 	@echo "make demo: not yet. The one-command demo (assigner, distributors, nodes, load generator)"
-	@echo "arrives with the data path. Meanwhile, try the simulator:"
+	@echo "is the next step. Meanwhile, try the simulator, or the data path (README, 'The data path'):"
 	@echo "  go run ./cmd/slicectl sim --algorithm all --workload zipf:1.1 --plot out.svg"
 
 tools: $(BUF) $(STATICCHECK)
