@@ -233,13 +233,12 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 	rec := store.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels())}
 	res, _, err := a.call(ctx, "register", func(c *Core, now time.Time) (*Proposal, any, error) {
 		p, err := c.Register(rec, now)
-		return p, distributorFor(c, n.ID), err
+		return p, &pb.RegisterResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Distributor: distributorFor(c, n.ID)}, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	d, _ := res.(*pb.Distributor)
-	return &pb.RegisterResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Distributor: d}, nil
+	return res.(*pb.RegisterResponse), nil
 }
 
 func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {

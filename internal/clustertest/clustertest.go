@@ -215,13 +215,10 @@ func (c *Cluster) Nodes() map[string]*Node {
 // It follows the assigners started before its first use.
 func (c *Cluster) Conn() *grpc.ClientConn {
 	c.t.Helper()
+	addrs := c.Assigners()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn == nil {
-		var addrs []string
-		for _, p := range c.assigners {
-			addrs = append(addrs, p.Addr)
-		}
 		conn, err := dial.Leader(addrs)
 		if err != nil {
 			c.t.Fatalf("clustertest: %v", err)
@@ -267,7 +264,7 @@ func (c *Cluster) WaitConverged(ctx context.Context) (converge.Report, error) {
 		for id, n := range c.Nodes() {
 			readers[assignment.NodeID(id)] = n.Store
 		}
-		if err := c.waitClock(ctx, fence); err != nil {
+		if err := c.WaitClock(ctx, fence); err != nil {
 			return last, fmt.Errorf("%w (last check: %s)", err, last)
 		}
 		r, err := converge.Check(ctx, c.Source, fence, a, readers)
@@ -290,8 +287,8 @@ func (c *Cluster) WaitConverged(ctx context.Context) (converge.Report, error) {
 	}
 }
 
-// waitClock waits until every running node applied clock.
-func (c *Cluster) waitClock(ctx context.Context, clock uint64) error {
+// WaitClock waits until every running node applied clock, or ctx ends.
+func (c *Cluster) WaitClock(ctx context.Context, clock uint64) error {
 	for {
 		var behind []string
 		for id, n := range c.Nodes() {

@@ -24,9 +24,9 @@ type Server struct {
 	http *http.Server
 }
 
-// Listen binds addr and prepares to serve g at /metrics. An empty addr asks for no endpoint:
-// Listen returns nil, nil.
-func Listen(addr string, g prometheus.Gatherer) (*Server, error) {
+// Listen binds addr and prepares to serve reg at /metrics; the handler counts its own errors
+// in reg too. An empty addr asks for no endpoint: Listen returns nil, nil.
+func Listen(addr string, reg *prometheus.Registry) (*Server, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -35,7 +35,7 @@ func Listen(addr string, g prometheus.Gatherer) (*Server, error) {
 		return nil, fmt.Errorf("metrics: listening on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return &Server{lis: lis, http: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
 }
 

@@ -36,6 +36,7 @@ func TestServesTheRegistryUntilCancelled(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Contains(t, string(body), "sliceplane_test_things_total 3")
+	assert.Contains(t, string(body), "promhttp_metric_handler_errors_total", "the handler counts its errors in the registry")
 
 	cancel()
 	select {
