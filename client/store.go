@@ -2,7 +2,7 @@
 //
 // A storage node runs a Node: it registers with the assigner, pulls from its distributor the
 // deltas that bring its data up to date, applies them to the application through a Store,
-// counts the load it serves per slice and reports it. A router runs a Router (later) to find
+// counts the load it serves per slice and reports it. A router runs a Router to find
 // which nodes hold a key.
 //
 // The data a node holds is made of items: an item has a key, a value and optional fragments

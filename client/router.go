@@ -1,0 +1,535 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/wire"
+)
+
+// ErrNotReady is returned by lookups before the router has applied its first map.
+var ErrNotReady = errors.New("client: router not ready: no assignment applied yet")
+
+// RouterConfig configures a Router.
+type RouterConfig struct {
+	// Assigners are the gRPC addresses of the assigners (leader and standbys). Required.
+	Assigners []string
+	// Policy chooses the replica Pick returns; default RoundRobin.
+	Policy Policy
+	// RefreshInterval is how often the nodes' addresses and capacities are read again; default
+	// 5 s. A map that names a node the router does not know makes it read them at once.
+	RefreshInterval time.Duration
+	// Logger receives structured logs; default none.
+	Logger *slog.Logger
+}
+
+// Replica is a node holding a slice, as a router sends requests to it.
+type Replica struct {
+	ID string
+	// Address is where the node serves its application, as it registered. It is "" while the
+	// router has not learned it yet (the node is newer than the router's last read of the
+	// node list, which a map naming it triggers): treat such a replica as unreachable.
+	Address string
+	// Capacity is the node's capacity weight: 1 for a node that did not set one, and for a
+	// node the router does not know yet.
+	Capacity float64
+}
+
+// Route is where a key lives: its hash, the slice that holds it and the slice's replicas in
+// the router's current map.
+type Route struct {
+	Hash  uint64
+	Slice Range
+	// Replicas are sorted by ID. The router shares the array between lookups: do not modify it.
+	Replicas   []Replica
+	Generation uint64
+}
+
+// Router answers which nodes hold a key, from a copy of the assignment that it keeps up to
+// date by watching the assigner: lookups make no network call and take no lock. Run drives
+// it; the other methods are safe to call at any time, from any goroutine, and lookups fail
+// with ErrNotReady until Run has applied the first map (WaitReady waits for it).
+type Router struct {
+	cfg  RouterConfig
+	log  *slog.Logger
+	rand func() uint64 // uniform random numbers for the policies; tests make it deterministic
+
+	view    atomic.Pointer[view] // nil until the first map
+	ready   chan struct{}        // closed when the first map is applied
+	running atomic.Bool
+	kick    chan struct{} // asks for the node list now
+
+	loads sync.Map // node ID (string) -> *nodeLoad: requests in flight, from Begin
+
+	// mu serializes the publishing of views: both the watch (a new map) and the node refresh
+	// (new addresses) publish one.
+	mu    sync.Mutex
+	nodes map[assignment.NodeID]nodeInfo // from the last node list; nil before the first
+	sets  map[string]*replicaSet         // the replica sets of the current view, by setKey
+}
+
+// view is what lookups read: one map, the replicas of each of its slices, and the stream
+// position it was applied at. A new view replaces it whole, so that a lookup sees one
+// consistent state.
+type view struct {
+	a *assignment.Assignment
+	// starts and sets hold the first point and the replicas of each slice of a, in order.
+	// Lookups search starts, 8 bytes a slice (1.2 MB for 150k slices), rather than the
+	// map's slices, 48 bytes each, which miss the cache more.
+	starts []uint64
+	sets   []*replicaSet
+	pos    quantum.Position
+	clock  uint64
+}
+
+// find returns the index of the slice holding point h.
+func (v *view) find(h uint64) int {
+	// The first slice starts at 0: the slice holding h is the last one starting at or
+	// before it.
+	lo, hi := 0, len(v.starts) // v.starts[lo] <= h < v.starts[hi], with starts[len] = 2^64
+	for hi-lo > 1 {
+		mid := int(uint(lo+hi) >> 1)
+		if v.starts[mid] <= h {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// nodeInfo is what the node list says of a node.
+type nodeInfo struct {
+	address  string
+	capacity float64
+}
+
+// maxMapBytes bounds the message carrying a whole map. The assigner sends a map of 150k
+// slices in about 4.5 MB, over gRPC's default limit of 4 MB.
+const maxMapBytes = 256 << 20
+
+// minRefreshGap spaces the reads of the node list that maps naming unknown nodes trigger,
+// so that a node the assigner no longer lists (it is leaving) cannot make every quantum
+// cost a call.
+const minRefreshGap = 100 * time.Millisecond
+
+// NewRouter validates cfg and returns a router; Run starts it. It does no I/O.
+func NewRouter(cfg RouterConfig) (*Router, error) {
+	var addrs []string
+	for _, a := range cfg.Assigners {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	switch {
+	case len(addrs) == 0:
+		return nil, errors.New("client: a router needs the assigners' addresses")
+	case !cfg.Policy.valid():
+		return nil, fmt.Errorf("client: unknown replica policy %s; use one of %s", cfg.Policy, strings.Join(Policies(), ", "))
+	case cfg.RefreshInterval < 0:
+		return nil, fmt.Errorf("client: negative refresh interval %s", cfg.RefreshInterval)
+	}
+	cfg.Assigners = addrs
+	if cfg.RefreshInterval == 0 {
+		cfg.RefreshInterval = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Router{cfg: cfg, log: cfg.Logger, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+}
+
+// Run watches the assignment and the node list until ctx ends, and returns nil then. When
+// the assigner is out of reach it keeps the map it has, retries with backoff, and resumes
+// the watch from the last quantum it applied. It runs once.
+func (r *Router) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("client: Router.Run called twice")
+	}
+	conn, err := dial.Leader(r.cfg.Assigners)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	defer conn.Close()
+	var wg sync.WaitGroup
+	wg.Go(func() { r.refreshNodes(ctx, pb.NewAdminServiceClient(conn)) })
+	r.watch(ctx, pb.NewAssignmentServiceClient(conn))
+	wg.Wait()
+	return nil
+}
+
+// WaitReady waits until the router has applied its first map, or ctx ends.
+func (r *Router) WaitReady(ctx context.Context) error {
+	select {
+	case <-r.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("client: waiting for the router's first map: %w", ctx.Err())
+	}
+}
+
+// Lookup returns the route of key, in O(log slices).
+func (r *Router) Lookup(key []byte) (Route, error) { return r.LookupHash(Hash(key)) }
+
+// LookupHash returns the route of the point h of the hash space.
+func (r *Router) LookupHash(h uint64) (Route, error) {
+	v := r.view.Load()
+	if v == nil {
+		return Route{}, ErrNotReady
+	}
+	i := v.find(h)
+	return Route{Hash: h, Slice: v.a.Slice(i).Range, Replicas: v.sets[i].replicas, Generation: v.a.Generation()}, nil
+}
+
+// Pick returns the replica of key's slice that the router's policy chooses.
+func (r *Router) Pick(key []byte) (Replica, error) {
+	v := r.view.Load()
+	if v == nil {
+		return Replica{}, ErrNotReady
+	}
+	set := v.sets[v.find(Hash(key))]
+	return set.replicas[set.pick(r.cfg.Policy, r.rand)], nil
+}
+
+// Begin reports that the application sent a request to node nodeID; calling done reports
+// that it finished (calling it again does nothing). The counts of requests in flight steer
+// LeastOutstanding and PowerOfTwo; other policies do not need them.
+func (r *Router) Begin(nodeID string) (done func()) {
+	l := r.loadOf(nodeID)
+	l.n.Add(1)
+	var finished atomic.Bool
+	return func() {
+		if finished.CompareAndSwap(false, true) {
+			l.n.Add(-1)
+		}
+	}
+}
+
+// Generation returns the generation of the router's map; 0 before the first.
+func (r *Router) Generation() uint64 {
+	if v := r.view.Load(); v != nil {
+		return v.a.Generation()
+	}
+	return 0
+}
+
+// Clock returns the Lamport clock of the last quantum applied: the map reflects every
+// change of the data source up to it. The assigner sends routers only the quanta that
+// change the map (and skips clock-only ones), so the clock moves with the map.
+func (r *Router) Clock() uint64 {
+	if v := r.view.Load(); v != nil {
+		return v.clock
+	}
+	return 0
+}
+
+// Position returns the position (term, sequence) in the assigner's stream of quanta of the
+// last quantum applied; 0, 0 before the first. Positions order maps across leaders: a new
+// leader's term is higher.
+func (r *Router) Position() (term, seq uint64) {
+	if v := r.view.Load(); v != nil {
+		return v.pos.Term, v.pos.Seq
+	}
+	return 0, 0
+}
+
+// loadOf returns the in-flight counter of a node, making it at first use.
+func (r *Router) loadOf(id string) *nodeLoad {
+	if l, ok := r.loads.Load(id); ok {
+		return l.(*nodeLoad)
+	}
+	l, _ := r.loads.LoadOrStore(id, new(nodeLoad))
+	return l.(*nodeLoad)
+}
+
+// watch follows the assignment until ctx ends, reconnecting after failures.
+func (r *Router) watch(ctx context.Context, assignments pb.AssignmentServiceClient) {
+	b := newBackoff()
+	var from *quantum.Position // the last position applied; nil asks for the whole map
+	for ctx.Err() == nil {
+		applied, err := r.follow(ctx, assignments, &from)
+		if ctx.Err() != nil {
+			return
+		}
+		if applied {
+			b.Reset()
+		}
+		wait := b.NextBackOff()
+		resume := "the whole map"
+		if from != nil {
+			resume = from.String()
+		}
+		r.log.Info("assignment watch ended; reconnecting", "err", err, "from", resume, "retry_in", wait)
+		sleep(ctx, wait)
+	}
+}
+
+// follow runs one watch stream, applying its quanta, until it fails. It keeps *from at the
+// last position applied, and sets it to nil when the router must start over from the whole
+// map. It reports whether it applied any quantum.
+func (r *Router) follow(ctx context.Context, assignments pb.AssignmentServiceClient, from **quantum.Position) (applied bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := &pb.WatchAssignmentRequest{}
+	if *from != nil {
+		req.From = wire.PositionToProto(**from)
+	}
+	stream, err := assignments.WatchAssignment(ctx, req, grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(maxMapBytes))
+	if err != nil {
+		return false, fmt.Errorf("client: watching the assignment: %w", err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return applied, fmt.Errorf("client: watching the assignment: %w", err)
+		}
+		q, err := wire.QuantumFromProto(resp.GetQuantum())
+		if err == nil {
+			err = r.apply(q)
+		}
+		if err != nil {
+			// The map the router holds is still whole and consistent, so lookups go on
+			// with it; the stream is not to be trusted any more, so start over.
+			*from = nil
+			err = fmt.Errorf("client: from the assignment watch: %w", err)
+			r.log.Warn("quantum rejected; starting over from the whole map", "err", err)
+			return applied, err
+		}
+		pos := q.Position
+		*from, applied = &pos, true
+	}
+}
+
+// apply applies a quantum and publishes the map it leads to. A quantum that does not
+// follow the router's map leaves it unchanged, and the error says why.
+func (r *Router) apply(q quantum.Quantum) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.view.Load()
+	if q.Snapshot == nil {
+		switch {
+		case cur == nil:
+			return fmt.Errorf("quantum %s changes a map the router never had", q.Position)
+		case q.Term != cur.pos.Term || !cur.pos.Less(q.Position):
+			// Operations only make sense within a term, on the map they were made for.
+			return fmt.Errorf("quantum %s does not follow %s", q.Position, cur.pos)
+		}
+	}
+	next := &view{pos: q.Position, clock: q.Clock}
+	switch {
+	case q.Snapshot != nil:
+		next.a = q.Snapshot
+	case len(q.Ops) == 0:
+		// Clock only: the map and its replicas stay as they are.
+		next.a, next.starts, next.sets = cur.a, cur.starts, cur.sets
+	default:
+		a, err := cur.a.Apply(q.Ops)
+		if err != nil {
+			return fmt.Errorf("quantum %s does not apply to generation %d: %w", q.Position, cur.a.Generation(), err)
+		}
+		if a.Generation() != q.Generation {
+			// Each change increments the generation: the router missed one.
+			return fmt.Errorf("quantum %s leads to generation %d, but applied to the router's map it gives %d",
+				q.Position, q.Generation, a.Generation())
+		}
+		next.a = a
+	}
+	unknown := false
+	if next.sets == nil {
+		next.starts, next.sets, unknown = r.buildSets(next.a, false)
+	}
+	r.publish(next)
+	if unknown {
+		r.refreshSoon()
+	}
+	return nil
+}
+
+// publish makes v the view that lookups read. r.mu must be held.
+func (r *Router) publish(v *view) {
+	first := r.view.Swap(v) == nil
+	if first {
+		close(r.ready)
+	}
+}
+
+// refreshSoon asks the node refresh to read the node list now.
+func (r *Router) refreshSoon() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// setNodes records the node list and, if it changed what the router knows, publishes the
+// current map again with the new addresses and capacities.
+func (r *Router) setNodes(nodes map[assignment.NodeID]nodeInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nodes != nil && maps.Equal(r.nodes, nodes) {
+		return
+	}
+	r.nodes = nodes
+	if cur := r.view.Load(); cur != nil {
+		starts, sets, _ := r.buildSets(cur.a, true)
+		r.publish(&view{a: cur.a, starts: starts, sets: sets, pos: cur.pos, clock: cur.clock})
+	}
+	r.pruneLoads()
+}
+
+// buildSets returns the start and the replica set of every slice of a, and whether any
+// replica is a node the router does not know. Slices with the same replicas share a replicaSet. Those of the
+// current view are reused while the node list is the same (renewed, the node list having
+// changed, they keep their round-robin turn). r.mu must be held.
+func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint64, []*replicaSet, bool) {
+	starts, out := make([]uint64, a.Len()), make([]*replicaSet, a.Len())
+	byKey := make(map[string]*replicaSet, len(r.sets))
+	unknown := false
+	var (
+		key      []byte
+		prev     []assignment.NodeID
+		prevSet  *replicaSet
+		prevSeen bool
+	)
+	for i, s := range a.All() {
+		starts[i] = s.Range.Start
+		// Neighbouring slices are often held by the same nodes: a split keeps them.
+		if prevSeen && slices.Equal(s.Replicas, prev) {
+			out[i] = prevSet
+			continue
+		}
+		key = setKey(key[:0], s.Replicas)
+		set, ok := byKey[string(key)] // no allocation: the compiler does not copy key to look up
+		if !ok {
+			old, had := r.sets[string(key)]
+			switch {
+			case had && !nodesChanged:
+				set = old
+			default:
+				set = r.newReplicaSet(s.Replicas)
+				if had {
+					set.turn.Store(old.turn.Load())
+				}
+			}
+			byKey[string(key)] = set
+			for _, rep := range s.Replicas {
+				if _, known := r.nodes[rep]; !known {
+					unknown = true
+				}
+			}
+		}
+		out[i], prev, prevSet, prevSeen = set, s.Replicas, set, true
+	}
+	r.sets = byKey
+	return starts, out, unknown
+}
+
+// setKey appends the key of a replica set to b: the IDs, each followed by a 0 byte (which no
+// ID holds).
+func setKey(b []byte, ids []assignment.NodeID) []byte {
+	for _, id := range ids {
+		b = append(append(b, id...), 0)
+	}
+	return b
+}
+
+// newReplicaSet makes the replica set of nodes ids from the node list. r.mu must be held.
+func (r *Router) newReplicaSet(ids []assignment.NodeID) *replicaSet {
+	set := &replicaSet{replicas: make([]Replica, len(ids)), load: make([]*nodeLoad, len(ids))}
+	for i, id := range ids {
+		rep := Replica{ID: string(id), Capacity: 1}
+		if n, ok := r.nodes[id]; ok {
+			rep.Address, rep.Capacity = n.address, n.capacity
+		}
+		set.replicas[i], set.load[i] = rep, r.loadOf(rep.ID)
+		set.capacity += rep.Capacity
+	}
+	return set
+}
+
+// pruneLoads forgets the in-flight counters of nodes that are neither listed nor in the map
+// and have nothing in flight, so that a long-lived router's memory does not grow with every
+// node that ever came and went. r.mu must be held.
+func (r *Router) pruneLoads() {
+	inMap := map[string]bool{}
+	for _, set := range r.sets {
+		for _, rep := range set.replicas {
+			inMap[rep.ID] = true
+		}
+	}
+	r.loads.Range(func(k, v any) bool {
+		id := k.(string)
+		if _, listed := r.nodes[assignment.NodeID(id)]; !listed && !inMap[id] && v.(*nodeLoad).n.Load() == 0 {
+			r.loads.Delete(id)
+		}
+		return true
+	})
+}
+
+// refreshNodes reads the node list at once, then every RefreshInterval and whenever a map
+// names a node the router does not know, until ctx ends. After a failure it tries again
+// with backoff.
+func (r *Router) refreshNodes(ctx context.Context, admin pb.AdminServiceClient) {
+	b := newBackoff()
+	for {
+		start := time.Now()
+		wait := r.cfg.RefreshInterval
+		if err := r.listNodes(ctx, admin); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			wait = min(wait, b.NextBackOff())
+			r.log.Warn("listing the nodes", "err", err, "retry_in", wait)
+		} else {
+			b.Reset()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-r.kick:
+			t.Stop()
+			if !sleep(ctx, time.Until(start.Add(minRefreshGap))) {
+				return
+			}
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// listNodes reads the node list from the assigner and records it.
+func (r *Router) listNodes(ctx context.Context, admin pb.AdminServiceClient) error {
+	resp, err := callWithTimeout(ctx, func(ctx context.Context) (*pb.ListNodesResponse, error) {
+		return admin.ListNodes(ctx, &pb.ListNodesRequest{}, grpc.WaitForReady(true))
+	})
+	if err != nil {
+		return fmt.Errorf("client: listing the nodes: %w", err)
+	}
+	nodes := make(map[assignment.NodeID]nodeInfo, len(resp.GetNodes()))
+	for _, info := range resp.GetNodes() {
+		n, err := wire.NodeFromProto(info.GetNode())
+		if err != nil {
+			r.log.Warn("the assigner lists a malformed node; ignoring it", "err", err)
+			continue
+		}
+		nodes[n.ID] = nodeInfo{address: info.GetAddress(), capacity: n.Weight()}
+	}
+	r.setNodes(nodes)
+	return nil
+}
