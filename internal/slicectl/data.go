@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -24,19 +22,17 @@ import (
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
-var dataOutputs = []string{"table", "json"}
-
-// dataOptions are the flags shared by the data commands.
+// dataOptions are the flags shared by the data commands; --output and --timeout are the
+// global ones.
 type dataOptions struct {
+	*globalOptions
 	endpoints []string
 	prefix    string
-	timeout   time.Duration
-	output    string
 	hex       bool
 }
 
-func newDataCommand() *cobra.Command {
-	o := &dataOptions{}
+func newDataCommand(g *globalOptions) *cobra.Command {
+	o := &dataOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "data",
 		Short: "Read and write the data items of the built-in etcd backend",
@@ -51,7 +47,8 @@ prefix the assigner reads: its --prefix plus "data/", by default ` + writer.Defa
 
 KEY and VALUE are taken as text, or as hex with --hex (for binary keys); the
 table output then shows keys and values in hex too. Values read from a file or
-stdin are taken byte for byte.`,
+stdin are taken byte for byte. The JSON output is one object per line, the YAML
+output one document per item or change.`,
 		Example: `  # Write an item and one of its fragments, read it back, list a slice.
   slicectl data put user:1 alice
   slicectl data put user:1 hello --fragment msg/1
@@ -61,18 +58,11 @@ stdin are taken byte for byte.`,
   # Against another cluster and prefix, as JSON.
   slicectl data scan --etcd-endpoints 10.0.0.1:2379,10.0.0.2:2379 --prefix /prod/data/ -o json`,
 		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 { // cobra would otherwise just print the help and succeed
-				return usageError(fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
-			}
-			return cmd.Help()
-		},
+		RunE: helpOrUnknown,
 	}
 	f := cmd.PersistentFlags()
 	f.StringSliceVar(&o.endpoints, "etcd-endpoints", []string{"127.0.0.1:2379"}, "etcd cluster endpoints, comma-separated")
 	f.StringVar(&o.prefix, "prefix", writer.DefaultPrefix, "etcd key prefix of the data items; must match the assigner's data prefix")
-	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "time limit of the whole command, connecting included")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(dataOutputs, ", "))
 	f.BoolVar(&o.hex, "hex", false, "KEY and VALUE arguments are hex (for binary keys); the table output shows hex")
 	cmd.AddCommand(newDataPutCommand(o), newDataGetCommand(o), newDataDeleteCommand(o), newDataScanCommand(o))
 	return cmd
@@ -80,11 +70,10 @@ stdin are taken byte for byte.`,
 
 // check validates the shared flags, before anything reaches etcd.
 func (o *dataOptions) check() error {
+	if err := o.globalOptions.check(outputs); err != nil {
+		return err
+	}
 	switch {
-	case !slices.Contains(dataOutputs, o.output):
-		return fmt.Errorf("--output %q: want %s", o.output, strings.Join(dataOutputs, " or "))
-	case o.timeout <= 0:
-		return fmt.Errorf("--timeout %s: want a positive duration", o.timeout)
 	case o.prefix == "":
 		return errors.New("--prefix is empty: the items would mix with every other key of the cluster")
 	case len(o.endpoints) == 0:
@@ -172,10 +161,10 @@ func (o *dataOptions) withSource(cmd *cobra.Command, fn func(ctx context.Context
 	return err
 }
 
-// emit writes one result: its JSON form with -o json, else the text line.
+// emit writes one result: its JSON or YAML form with -o json or yaml, else the text line.
 func (o *dataOptions) emit(w io.Writer, v any, line string) error {
-	if o.output == "json" {
-		return json.NewEncoder(w).Encode(v)
+	if o.output != "table" {
+		return newPrinter(w, o.output).line(v)
 	}
 	_, err := fmt.Fprintln(w, line)
 	return err
@@ -362,8 +351,8 @@ if the item has neither a value nor fragments.`,
 }
 
 func (o *dataOptions) printItem(w io.Writer, it source.Item) error {
-	if o.output == "json" {
-		return json.NewEncoder(w).Encode(itemJSON(it))
+	if o.output != "table" {
+		return newPrinter(w, o.output).line(itemJSON(it))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "key        %s\n", o.showBytes(it.Key))
@@ -541,7 +530,7 @@ func (o *dataOptions) scan(ctx context.Context, cmd *cobra.Command, s *source.Et
 		return usageError(fmt.Errorf("--at %d: the current clock is %d", at, now))
 	}
 	w := cmd.OutOrStdout()
-	enc := json.NewEncoder(w)
+	p := newPrinter(w, o.output)
 	if o.output == "table" {
 		// Fixed widths and the key last, so that a long listing streams instead of waiting
 		// for the widest key.
@@ -553,8 +542,8 @@ func (o *dataOptions) scan(ctx context.Context, cmd *cobra.Command, s *source.Et
 			return errLimit
 		}
 		n++
-		if o.output == "json" {
-			return enc.Encode(itemJSON(it))
+		if o.output != "table" {
+			return p.line(itemJSON(it))
 		}
 		size := "-"
 		if it.Exists {

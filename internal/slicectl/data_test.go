@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
@@ -139,6 +140,23 @@ fragments  2
 	require.Len(t, got.Fragments, 2)
 	assert.Equal(t, "msg/1", got.Fragments[0].ID)
 	assert.Equal(t, "hi", got.Fragments[0].Value)
+
+	// YAML: one document per item, the same fields as JSON.
+	var doc struct {
+		Key       string `yaml:"key"`
+		Hash      string `yaml:"hash"`
+		Value     string `yaml:"value"`
+		Fragments []struct {
+			ID    string `yaml:"id"`
+			Value string `yaml:"value"`
+		} `yaml:"fragments"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(e.ok("get", "user:1", "-o", "yaml")), &doc))
+	assert.Equal(t, "user:1", doc.Key)
+	assert.Equal(t, keyspace.FormatPoint(keyspace.Hash([]byte("user:1"))), doc.Hash)
+	assert.Equal(t, "alice", doc.Value)
+	require.Len(t, doc.Fragments, 2)
+	assert.Equal(t, "hi", doc.Fragments[0].Value)
 
 	// The value from a file, then from stdin.
 	file := filepath.Join(t.TempDir(), "v.json")
@@ -339,7 +357,7 @@ func TestDataBadInputIsAUsageErrorAndWritesNothing(t *testing.T) {
 		{[]string{"put", "--hex", "zz", "00"}, `KEY "zz" is not hex`},
 		{[]string{"put", "--hex", "00", "abc"}, `VALUE "abc" is not hex`},
 		{[]string{"put", "--hex", "0x", "00"}, "KEY is empty"},
-		{[]string{"put", "k", "v", "-o", "yaml"}, `--output "yaml": want table or json`},
+		{[]string{"put", "k", "v", "-o", "xml"}, `--output "xml": want table, json or yaml`},
 		{[]string{"put", "k", "v", "--timeout", "0s"}, "--timeout 0s: want a positive duration"},
 		{[]string{"put", "k", "v", "--prefix", ""}, "--prefix is empty"},
 		{[]string{"put", "k", "v", "--bogus"}, "unknown flag: --bogus"},

@@ -32,7 +32,7 @@ type simOptions struct {
 	plot       string
 }
 
-func newSimCommand() *cobra.Command {
+func newSimCommand(g *globalOptions) *cobra.Command {
 	o := &simOptions{}
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -65,6 +65,12 @@ If a trace adds no node at epoch 0, --nodes nodes n0..n(N-1) exist from the star
   slicectl sim --trace load.jsonl --algorithm weighted-move --algorithm consistent-hash --format json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("output") { // the global -o, which sim honours too
+				if cmd.Flags().Changed("format") && o.format != g.output {
+					return usageError(fmt.Errorf("--format %q and --output %q: give one or the other", o.format, g.output))
+				}
+				o.format = g.output
+			}
 			return o.run(cmd)
 		},
 	}
@@ -79,7 +85,7 @@ If a trace adds no node at epoch 0, --nodes nodes n0..n(N-1) exist from the star
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload's randomness (and of the random algorithm)")
 	f.IntSliceVar(&o.addAt, "add-node-at", nil, "epoch at which a new node joins (repeatable)")
 	f.StringArrayVar(&o.removeAt, "remove-node-at", nil, "EPOCH[:NODE] at which a node leaves; default the newest (repeatable)")
-	f.StringVarP(&o.format, "format", "o", "table", "output format: "+strings.Join(sim.Formats, ", "))
+	f.StringVar(&o.format, "format", "table", "output format: "+strings.Join(sim.Formats, ", ")+" (the global --output/-o does the same)")
 	f.StringVar(&o.plot, "plot", "", "also draw imbalance and churn per epoch into this .svg or .png file")
 	cmd.SetHelpTemplate(cmd.HelpTemplate() + paramsHelp())
 	return cmd
