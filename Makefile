@@ -15,11 +15,15 @@ BUF_VERSION         := v1.75.0
 STATICCHECK_VERSION := v0.8.2
 
 # Every package is tested with the race detector. The data-path integration scenarios shrink
-# under it (20k items), so they run a second time without it at the full 100k.
+# under it (20k items), so they run a second time without it at the full 100k; the
+# end-to-end test (real binaries, kill -9) runs only without it.
 TEST_FLAGS  ?= -race -timeout 10m
 BENCH_FLAGS ?= -run '^$$' -bench . -benchmem -timeout 30m
 
-.PHONY: test unit lint proto proto-check bench demo build tools clean
+# The binaries of the demo and the end-to-end tests.
+DEMO_BINARIES := ./cmd/assigner ./cmd/distributor ./cmd/slicectl ./examples/kvstore/cmd/kvnode ./examples/kvstore/cmd/kvdemo
+
+.PHONY: test unit lint proto proto-check bench demo e2e-compose build tools clean
 
 ## test: proto and lint checks, every test with the race detector, the data path at full size
 test: proto-check lint unit
@@ -27,6 +31,7 @@ test: proto-check lint unit
 unit:
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -count=1 -timeout 10m -run '^TestDataPath' ./internal/distributor
+	$(GO) test -count=1 -timeout 10m ./e2e
 
 ## lint: gofmt, go vet, staticcheck
 lint: $(STATICCHECK)
@@ -56,13 +61,16 @@ bench:
 
 ## build: the binaries, into ./bin
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -o $(BIN)/ ./cmd/... ./examples/kvstore/cmd/...
 
-## demo: a running cluster on loopback (arrives with the demo issue)
+## demo: a balancing cluster on loopback with a live view; DEMO_SECONDS=N stops it after N s
 demo:
-	@echo "make demo: not yet. The one-command demo (assigner, distributors, nodes, load generator)"
-	@echo "is the next step. Meanwhile, try the simulator, or the data path (README, 'The data path'):"
-	@echo "  go run ./cmd/slicectl sim --algorithm all --workload zipf:1.1 --plot out.svg"
+	$(GO) build -o $(BIN)/ $(DEMO_BINARIES)
+	$(BIN)/kvdemo --bin $(BIN)
+
+## e2e-compose: the docker-compose deployment, built, broken and checked (skips without Docker)
+e2e-compose:
+	deploy/compose/e2e.sh
 
 tools: $(BUF) $(STATICCHECK)
 

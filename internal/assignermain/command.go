@@ -21,6 +21,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/etcdlog"
 	"github.com/sliceplane/sliceplane/internal/flagfile"
 	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/logging"
 )
 
 type options struct {
@@ -102,18 +103,7 @@ on the command line win.`,
 }
 
 func (o *options) logger() (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch o.logFormat {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
+	return logging.New(os.Stderr, o.logLevel, o.logFormat)
 }
 
 func (o *options) run(ctx context.Context) error {

@@ -604,7 +604,8 @@ func (s *Server) followQuanta(ctx context.Context, from *quantum.Position, out c
 	client := pb.NewQuantaServiceClient(conn)
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		stream, err := client.WatchQuanta(ctx, &pb.WatchQuantaRequest{From: positionOrNil(from)}, grpc.WaitForReady(true))
+		// A whole map of 150k slices is ~4.5 MB, over gRPC's default 4 MB receive limit.
+		stream, err := client.WatchQuanta(ctx, &pb.WatchQuantaRequest{From: positionOrNil(from)}, grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(256<<20))
 		for err == nil {
 			var resp *pb.WatchQuantaResponse
 			if resp, err = stream.Recv(); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/distributor"
 	"github.com/sliceplane/sliceplane/internal/etcdlog"
 	"github.com/sliceplane/sliceplane/internal/flagfile"
+	"github.com/sliceplane/sliceplane/internal/logging"
 	"github.com/sliceplane/sliceplane/internal/membership"
 )
 
@@ -198,18 +199,11 @@ func (o *options) validate() error {
 }
 
 func (o *options) logger() (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, usagef("--log-level %q: want debug, info, warn or error", o.logLevel)
+	log, err := logging.New(os.Stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		return nil, usageError(err)
 	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch o.logFormat {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return nil, usagef("--log-format %q: want text or json", o.logFormat)
+	return log, nil
 }
 
 func (o *options) run(ctx context.Context) error {

@@ -1,0 +1,315 @@
+// Package e2e_test runs Sliceplane as separate processes built from this module (two
+// assigners, two distributors, three nodes of the example key-value store) and breaks it
+// with kill -9, driving it only through its public gRPC API, slicectl and the nodes' HTTP
+// API; after each failure the convergence checker must find nothing lost or leaked.
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client/writer"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
+	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
+	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/source"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// patience bounds every wait of the scenario; it is long because the machine may be busy
+// with other packages' tests.
+const patience = 2 * time.Minute
+
+type scenario struct {
+	t       *testing.T
+	ctx     context.Context
+	bin     string
+	cluster *kvcluster.Cluster
+	src     *source.Etcd
+	writer  *writer.Writer
+	written int
+}
+
+func (s *scenario) slicectl(args ...string) string {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "slicectl"),
+		append([]string{"--assigner", strings.Join(s.cluster.Assigners(), ",")}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		s.t.Fatalf("slicectl %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return out.String()
+}
+
+// write writes n new items and rewrites some old ones.
+func (s *scenario) write(n int) {
+	s.t.Helper()
+	var items []writer.Item
+	for i := s.written; i < s.written+n; i++ {
+		k := loadgen.Key(i)
+		items = append(items, writer.Item{Key: k, Value: fmt.Appendf(nil, "v%d", i), HasValue: true})
+		if i%10 == 9 && i > 100 { // and rewrite an old one
+			items = append(items, writer.Item{Key: loadgen.Key(i / 10), Value: fmt.Appendf(nil, "w%d", i), HasValue: true})
+		}
+		if len(items) >= 100 {
+			if _, err := s.writer.PutMany(s.ctx, items); err != nil {
+				s.t.Fatalf("writing: %v", err)
+			}
+			items = items[:0]
+		}
+	}
+	if len(items) > 0 {
+		if _, err := s.writer.PutMany(s.ctx, items); err != nil {
+			s.t.Fatalf("writing: %v", err)
+		}
+	}
+	s.written += n
+}
+
+// converged waits until every node holds exactly what it must.
+func (s *scenario) converged(after string) {
+	s.t.Helper()
+	start := time.Now()
+	conn, err := s.cluster.Dial()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(s.ctx, patience)
+	defer cancel()
+	c := &kvcheck.Checker{Source: s.src, Assigner: conn, Nodes: s.cluster.Nodes()}
+	r, err := c.Wait(ctx)
+	if err != nil {
+		s.t.Fatalf("after %s: %v\nlogs in %s", after, err, s.cluster.LogDir())
+	}
+	if r.Items != s.written+1 { // the checker's fence is an item too
+		s.t.Fatalf("after %s: the source holds %d items, want %d", after, r.Items-1, s.written)
+	}
+	s.t.Logf("after %s: %s (in %s)", after, r, time.Since(start).Round(time.Millisecond))
+	if err := s.cluster.Exited(); err != nil {
+		s.t.Fatalf("after %s: %v", after, err)
+	}
+}
+
+// leader returns the assigner that leads, waiting for one.
+func (s *scenario) leader() *kvcluster.Member {
+	s.t.Helper()
+	var lead *kvcluster.Member
+	ctx, cancel := context.WithTimeout(s.ctx, patience)
+	defer cancel()
+	err := launch.WaitFor(ctx, "a leader", 100*time.Millisecond, func(ctx context.Context) error {
+		for _, m := range s.cluster.Members("assigner") {
+			if done, _ := m.Proc().Exited(); done {
+				continue
+			}
+			st, err := status(ctx, m.Addr)
+			if err == nil && st.GetLeader() {
+				lead = m
+				return nil
+			}
+		}
+		return fmt.Errorf("no assigner leads")
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return lead
+}
+
+// status asks one assigner (not the leader) for its status.
+func status(ctx context.Context, addr string) (*pb.StatusResponse, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return pb.NewAdminServiceClient(conn).Status(ctx, &pb.StatusRequest{})
+}
+
+func (s *scenario) assignment() *pb.GetAssignmentResponse {
+	s.t.Helper()
+	conn, err := s.cluster.Dial()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(s.ctx, patience)
+	defer cancel()
+	resp, err := pb.NewAssignmentServiceClient(conn).GetAssignment(ctx, &pb.GetAssignmentRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return resp
+}
+
+func (s *scenario) nodeState(id string) kvclient.State {
+	s.t.Helper()
+	m, ok := s.cluster.Member("node", id)
+	if !ok {
+		s.t.Fatalf("no node %s", id)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	st, err := kvclient.New(m.Addr, nil).State(ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return st
+}
+
+// phase runs one step of the scenario. It is not a subtest: every step needs the ones
+// before it, and the scenario's helpers fail the test as a whole.
+func (s *scenario) phase(name string, fn func()) {
+	s.t.Logf("=== %s", name)
+	fn()
+}
+
+func TestKillAndRecover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries; skipped in -short mode")
+	}
+	if raceEnabled {
+		t.Skip("runs without the race detector, in make test's second step (the binaries it starts are not instrumented either)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scenario{t: t, ctx: ctx, bin: t.TempDir()}
+	start := time.Now()
+	var pkgs []string
+	for _, p := range kvcluster.Binaries {
+		pkgs = append(pkgs, p)
+	}
+	if err := launch.Build(ctx, root, s.bin, false, pkgs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built the binaries in %s", time.Since(start).Round(time.Millisecond))
+
+	etcd := etcdtest.Start(t)
+	cli := etcdtest.Client(t, etcd)
+	s.src, s.writer = source.NewEtcd(cli, writer.DefaultPrefix), writer.New(cli, writer.DefaultPrefix)
+	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{etcd.Endpoint()},
+		AssignerArgs:    []string{"--pass-interval", "200ms", "--session-ttl", "2s", "--node-ttl", "20s"},
+		DistributorArgs: []string{"--session-ttl", "2s"},
+		NodeArgs:        []string{"--report-interval", "200ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.cluster.Stop(10 * time.Second); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+	for _, id := range []string{"a1", "a2"} {
+		if _, err := s.cluster.StartAssigner(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"d1", "d2"} {
+		if _, err := s.cluster.StartDistributor(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if _, err := s.cluster.StartNode(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, patience)
+	defer wcancel()
+	err = launch.WaitFor(wctx, "three nodes in the map", 100*time.Millisecond, func(context.Context) error {
+		if got := strings.Count(s.slicectl("nodes", "-o", "json"), `"n`); got < 3 {
+			return fmt.Errorf("slicectl nodes lists %d nodes", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.write(3000)
+	// A still map lets each check compare against one map; failover and recovery of the
+	// data path need no balancing.
+	s.slicectl("freeze", "--reason", "e2e")
+	s.converged("the first fill")
+
+	s.phase("kill -9 the leading assigner", func() {
+		before := s.assignment()
+		old := s.leader()
+		old.Proc().Kill()
+		killed := time.Now()
+		lead := s.leader()
+		if lead == old {
+			t.Fatalf("%s still leads after kill -9", old.ID)
+		}
+		t.Logf("%s took over from %s in %s", lead.ID, old.ID, time.Since(killed).Round(time.Millisecond))
+		after := s.assignment()
+		if !proto.Equal(before.GetAssignment(), after.GetAssignment()) {
+			t.Errorf("the map changed in the failover: generation %d -> %d", before.GetAssignment().GetGeneration(), after.GetAssignment().GetGeneration())
+		}
+		if after.GetPosition().GetTerm() <= before.GetPosition().GetTerm() {
+			t.Errorf("term %d after the failover, %d before", after.GetPosition().GetTerm(), before.GetPosition().GetTerm())
+		}
+		s.write(500)
+		s.converged("kill -9 of the leader")
+		if err := s.cluster.Restart(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	s.phase("kill -9 a distributor", func() {
+		d1, _ := s.cluster.Member("distributor", "d1")
+		d1.Proc().Kill()
+		s.write(500)
+		s.converged("kill -9 of distributor d1")
+		if err := s.cluster.Restart(ctx, d1); err != nil {
+			t.Fatal(err)
+		}
+		s.write(200)
+		s.converged("restart of distributor d1")
+	})
+
+	s.phase("kill -9 a node and restart it", func() {
+		before := s.nodeState("n2")
+		n2, _ := s.cluster.Member("node", "n2")
+		n2.Proc().Kill()
+		s.write(500)
+		if err := s.cluster.Restart(ctx, n2); err != nil {
+			t.Fatal(err)
+		}
+		s.converged("kill -9 and restart of node n2")
+		after := s.nodeState("n2")
+		var be, ae uint64
+		fmt.Sscanf(before.Cursor, "%d/", &be) //nolint:errcheck // checked below
+		fmt.Sscanf(after.Cursor, "%d/", &ae)  //nolint:errcheck // checked below
+		if be == 0 || ae != be {
+			t.Errorf("n2's cursor went from %s to %s: want it to resume in the same epoch, not take a snapshot", before.Cursor, after.Cursor)
+		}
+		if after.Clock <= before.Clock {
+			t.Errorf("n2's clock went from %d to %d", before.Clock, after.Clock)
+		}
+	})
+}

@@ -1,0 +1,122 @@
+// Command kvdemo runs Sliceplane's one-command demo (make demo). See kvdemo --help.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sliceplane/sliceplane/examples/kvstore/demo"
+	"github.com/sliceplane/sliceplane/internal/logging"
+)
+
+func main() {
+	if err := command().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "kvdemo:", err)
+		os.Exit(1)
+	}
+}
+
+func command() *cobra.Command {
+	cfg := demo.Config{Out: os.Stdout}
+	var keep bool
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "kvdemo",
+		Short: "Run Sliceplane's demo: a balancing cluster of the example key-value store on loopback",
+		Long: `kvdemo starts, on loopback, an embedded etcd, an assigner, two distributors and
+four nodes of the example key-value store (separate processes, from the binaries in
+--bin), fills the store and reads it with a skewed popularity whose hot keys move
+half-way. Every second it prints the load each node serves, the imbalance (busiest
+node over the mean), the slices, the churn of the last pass and the items.
+
+It stops after --duration (default: $DEMO_SECONDS seconds, or until Ctrl-C), then
+freezes the map and checks that every node holds exactly what it must, and prints
+  final imbalance=X.XX items=N lost=0
+A second Ctrl-C abandons the check. Every process is stopped on the way out.`,
+		Example: `  make demo                       # builds the binaries and runs this
+  DEMO_SECONDS=30 make demo
+  kvdemo --bin ./bin --duration 1m --keys 50000`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true, SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logging.New(os.Stderr, logLevel, "text")
+			if err != nil {
+				return err
+			}
+			cfg.Log = log
+			if !cmd.Flags().Changed("duration") {
+				if s := os.Getenv("DEMO_SECONDS"); s != "" {
+					n, err := strconv.Atoi(s)
+					if err != nil || n < 1 {
+						return fmt.Errorf("DEMO_SECONDS=%q: want a whole number of seconds >= 1", s)
+					}
+					cfg.Duration = time.Duration(n) * time.Second
+				}
+			}
+			if cfg.Dir == "" {
+				if cfg.Dir, err = os.MkdirTemp("", "sliceplane-demo-"); err != nil {
+					return err
+				}
+				if !keep {
+					defer os.RemoveAll(cfg.Dir)
+				}
+			}
+			if cfg.Bin, err = filepath.Abs(cfg.Bin); err != nil {
+				return err
+			}
+			// The first Ctrl-C ends the load and starts the final check; the second abandons it.
+			signals := make(chan os.Signal, 2)
+			signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(signals)
+			stop := make(chan struct{})
+			ctx, abandon := context.WithCancel(cmd.Context())
+			defer abandon()
+			go func() {
+				select {
+				case <-signals:
+					close(stop)
+				case <-ctx.Done():
+					return
+				}
+				select {
+				case <-signals:
+					abandon()
+				case <-ctx.Done():
+				}
+			}()
+			cfg.Stop = stop
+			s, err := demo.Run(ctx, cfg)
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return errors.New("abandoned")
+				}
+				return err
+			}
+			fmt.Println(s)
+			if s.Lost+s.Leaked+s.Stale > 0 {
+				return errors.New("the nodes do not hold what they must")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Bin, "bin", "bin", "directory of the binaries: assigner, distributor, slicectl, kvnode")
+	f.StringVar(&cfg.Dir, "dir", "", "directory for the demo's data and logs (default: a temporary one, removed at the end)")
+	f.BoolVar(&keep, "keep", false, "keep the temporary directory (logs, data) at the end")
+	f.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (default: $DEMO_SECONDS seconds, else at Ctrl-C)")
+	f.IntVar(&cfg.Keys, "keys", 10000, "number of items")
+	f.Float64Var(&cfg.ReadRate, "rate", 1000, "reads per second")
+	f.Float64Var(&cfg.WriteRate, "write-rate", 20, "writes per second")
+	f.IntVar(&cfg.Nodes, "nodes", 4, "number of nodes")
+	f.StringVar(&logLevel, "log-level", "warn", "the demo's own diagnostics: debug, info, warn or error")
+	return cmd
+}

@@ -1,0 +1,228 @@
+// Command kvload fills, drives and checks the example key-value store. See kvload --help.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/client/writer"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
+	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/logging"
+	"github.com/sliceplane/sliceplane/internal/source"
+)
+
+// errNotConverged makes check exit with status 1 after printing its report.
+var errNotConverged = errors.New("not converged")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := command(os.Stdout).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvload:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the flags every subcommand shares.
+type options struct {
+	endpoints []string
+	prefix    string
+	assigners []string
+	keys      int
+	logLevel  string
+}
+
+func (o *options) etcd(ctx context.Context) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: o.endpoints, DialTimeout: 5 * time.Second, Context: ctx, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %v: %w", o.endpoints, err)
+	}
+	return cli, nil
+}
+
+func command(out io.Writer) *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "kvload",
+		Short: "Fill, drive and check the example key-value store",
+		Long: `kvload works the example key-value store from outside, as its users would:
+fill writes items to the data source (the etcd prefix the assigner reads), run
+keeps reading keys through the router client with a skewed, optionally shifting
+popularity (and keeps rewriting some), and check waits until every node holds
+exactly what it must.`,
+		SilenceUsage: true, SilenceErrors: true,
+	}
+	f := cmd.PersistentFlags()
+	f.StringSliceVar(&o.endpoints, "etcd-endpoints", []string{"http://127.0.0.1:2379"}, "etcd endpoints of the cluster")
+	f.StringVar(&o.prefix, "prefix", "/sliceplane/", "the cluster's etcd prefix, as given to the assigner (items live under PREFIX/data/)")
+	f.StringSliceVar(&o.assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners")
+	f.IntVar(&o.keys, "keys", 10000, "number of keys, key-0 to key-(N-1)")
+	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
+	cmd.AddCommand(fillCommand(o, out), runCommand(o, out), checkCommand(o, out))
+	return cmd
+}
+
+func fillCommand(o *options, out io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:     "fill",
+		Short:   "Write every key once",
+		Example: `  kvload fill --keys 100000`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cli, err := o.etcd(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			g, err := loadgen.New(loadgen.Config{Writer: writer.New(cli, o.prefix+"data/"), Keys: o.keys})
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			clock, err := g.Fill(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "wrote %d items in %s; clock %d\n", o.keys, time.Since(start).Round(time.Millisecond), clock)
+			return nil
+		},
+	}
+}
+
+func runCommand(o *options, out io.Writer) *cobra.Command {
+	cfg := loadgen.Config{}
+	var duration time.Duration
+	var fill bool
+	var policy string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Read keys through the router, and rewrite some, until stopped",
+		Example: `  kvload run --workload hotspot-shift:1.1:30 --rate 1000 --write-rate 20
+  kvload run --fill --workload zipf:1.2 --duration 1m`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, err := logging.New(os.Stderr, o.logLevel, "text")
+			if err != nil {
+				return err
+			}
+			pol, err := client.ParsePolicy(policy)
+			if err != nil {
+				return err
+			}
+			cli, err := o.etcd(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			router, err := client.NewRouter(client.RouterConfig{Assigners: o.assigners, Policy: pol, Logger: log})
+			if err != nil {
+				return err
+			}
+			cfg.Writer, cfg.Router, cfg.Keys, cfg.Logger = writer.New(cli, o.prefix+"data/"), router, o.keys, log
+			g, err := loadgen.New(cfg)
+			if err != nil {
+				return err
+			}
+			if fill {
+				if _, err := g.Fill(ctx); err != nil {
+					return err
+				}
+			}
+			if duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, duration)
+				defer cancel()
+			}
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			routed := make(chan error, 1)
+			go func() { routed <- router.Run(ctx) }()
+			if err := router.WaitReady(ctx); err != nil {
+				cancel()
+				<-routed
+				return fmt.Errorf("waiting for the map: %w", err)
+			}
+			err = g.Run(ctx)
+			cancel()
+			if rerr := <-routed; err == nil {
+				err = rerr
+			}
+			s := g.Stats()
+			fmt.Fprintf(out, "reads=%d hits=%d misses=%d misdirected=%d errors=%d writes=%d\n",
+				s.Reads, s.Hits, s.Misses, s.Misdirected, s.Errors, s.Writes)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Workload, "workload", "zipf:1.1", "key popularity, as slicectl sim's --workload")
+	f.DurationVar(&cfg.Epoch, "epoch", time.Second, "wall time of one workload epoch")
+	f.Float64Var(&cfg.ReadRate, "rate", 500, "reads per second")
+	f.Float64Var(&cfg.WriteRate, "write-rate", 10, "writes per second")
+	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the popular keys and random choices")
+	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
+	f.BoolVar(&fill, "fill", false, "write every key once first")
+	f.StringVar(&policy, "policy", "least-outstanding", "how to pick a replica: "+strings.Join(client.Policies(), ", "))
+	return cmd
+}
+
+func checkCommand(o *options, out io.Writer) *cobra.Command {
+	var nodes []string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Wait until every node holds exactly what it must",
+		Long: `check compares what every node holds (asked over HTTP) with the data source
+and the assigner's map, until they agree or --timeout passes: it prints the
+report of Sliceplane's convergence checker (items missing, leaked or stale) and
+exits 0 when nothing is lost or leaked, 1 otherwise. Stop writers first.`,
+		Example: `  kvload check --nodes http://127.0.0.1:7090,http://127.0.0.1:7091 --timeout 1m`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(nodes) == 0 {
+				return errors.New("--nodes: name every node's HTTP address")
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			cli, err := o.etcd(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			conn, err := dial.Leader(o.assigners)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			c := &kvcheck.Checker{Source: source.NewEtcd(cli, o.prefix+"data/"), Assigner: conn}
+			for _, n := range nodes {
+				c.Nodes = append(c.Nodes, kvclient.New(n, nil))
+			}
+			r, err := c.Wait(ctx)
+			fmt.Fprintln(out, r)
+			if err != nil {
+				return fmt.Errorf("%w: %w", errNotConverged, err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "HTTP addresses of every node")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait")
+	return cmd
+}

@@ -1,0 +1,394 @@
+// Package demo runs Sliceplane's one-command demo: an embedded etcd, an assigner, two
+// distributors and four nodes of the example key-value store as separate processes on
+// loopback, and a load generator whose hot keys move half-way, with a live view of the
+// load on each node, and a final check that nothing was lost.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/client/writer"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
+	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
+	"github.com/sliceplane/sliceplane/internal/embedetcd"
+	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/source"
+)
+
+// Config shapes the demo.
+type Config struct {
+	// Bin holds the binaries (kvcluster.Binaries); Dir, the demo's data and logs.
+	Bin, Dir string
+	// Duration stops the load after this long and runs the final check; 0 runs until Stop
+	// is closed, and checks then. (Cancelling Run's ctx abandons the demo, check included.)
+	Duration time.Duration
+	Stop     <-chan struct{}
+	// Keys, ReadRate and WriteRate shape the load; Nodes is the number of nodes.
+	Keys                int
+	ReadRate, WriteRate float64
+	Nodes               int
+	// Out receives the live view; Log, diagnostics.
+	Out io.Writer
+	Log *slog.Logger
+}
+
+// Summary is the demo's outcome.
+type Summary struct {
+	// Imbalance is the true imbalance of the last seconds of load: the reads each node
+	// served, max over mean.
+	Imbalance float64
+	// Items is the number of items in the source; Lost, Leaked and Stale what the
+	// convergence checker found amiss.
+	Items, Lost, Leaked, Stale int
+}
+
+func (s Summary) String() string {
+	line := fmt.Sprintf("final imbalance=%.2f items=%d lost=%d", s.Imbalance, s.Items, s.Lost)
+	if s.Leaked+s.Stale > 0 {
+		line += fmt.Sprintf(" leaked=%d stale=%d", s.Leaked, s.Stale)
+	}
+	return line
+}
+
+// window is how many seconds of reads the imbalance is measured over.
+const window = 5
+
+// Run runs the demo until cfg.Duration passes or cfg.Stop is closed, then checks the
+// cluster; it stops every process on the way out, also when ctx ends first. The summary is
+// valid when err is nil.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	if cfg.Keys == 0 {
+		cfg.Keys = 10000
+	}
+	if cfg.ReadRate == 0 {
+		cfg.ReadRate = 1000
+	}
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 4
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	d := &demo{cfg: cfg, out: cfg.Out}
+	defer d.stop()
+	if err := d.start(ctx); err != nil {
+		return Summary{}, err
+	}
+	return d.run(ctx)
+}
+
+type demo struct {
+	cfg     Config
+	out     io.Writer
+	etcd    *embedetcd.Server
+	cli     *clientv3.Client
+	cluster *kvcluster.Cluster
+	conn    *grpc.ClientConn
+	admin   pb.AdminServiceClient
+	src     *source.Etcd
+	router  *client.Router
+	stopAll []func()
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+// stop stops everything start started, in reverse order.
+func (d *demo) stop() {
+	for i := len(d.stopAll) - 1; i >= 0; i-- {
+		d.stopAll[i]()
+	}
+}
+
+func (d *demo) start(ctx context.Context) error {
+	started := time.Now()
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(d.cfg.Dir, "etcd"), Fast: true,
+		// etcd reports a single-member loopback setup as errors; the demo has nothing to fix.
+		LogLevel: "fatal", Logger: d.cfg.Log})
+	if err != nil {
+		return err
+	}
+	d.etcd = etcd
+	d.stopAll = append(d.stopAll, etcd.Close)
+	d.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("demo: connecting to etcd: %w", err)
+	}
+	d.stopAll = append(d.stopAll, func() { d.cli.Close() })
+	d.src = source.NewEtcd(d.cli, writer.DefaultPrefix)
+
+	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{etcd.Endpoint()},
+		// Quick passes and a short memory of load, so that the demo settles in seconds.
+		AssignerArgs:    []string{"--pass-interval", "1s", "--load-half-life", "2s", "--log-format", "json"},
+		DistributorArgs: []string{"--log-format", "json"},
+		NodeArgs:        []string{"--report-interval", "500ms", "--log-format", "json"}})
+	if err != nil {
+		return err
+	}
+	d.stopAll = append(d.stopAll, func() {
+		if err := d.cluster.Stop(10 * time.Second); err != nil {
+			d.say("demo: %v", err)
+		} else {
+			d.say("every process stopped cleanly")
+		}
+	})
+	assigner, err := d.cluster.StartAssigner(ctx, "a1")
+	if err != nil {
+		return err
+	}
+	for _, id := range []string{"d1", "d2"} {
+		if _, err := d.cluster.StartDistributor(ctx, id); err != nil {
+			return err
+		}
+	}
+	for i := 1; i <= d.cfg.Nodes; i++ {
+		if _, err := d.cluster.StartNode(ctx, fmt.Sprintf("n%d", i)); err != nil {
+			return err
+		}
+	}
+	if d.conn, err = d.cluster.Dial(); err != nil {
+		return err
+	}
+	d.stopAll = append(d.stopAll, func() { d.conn.Close() })
+	d.admin = pb.NewAdminServiceClient(d.conn)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = launch.WaitFor(wctx, "every node in the map", 100*time.Millisecond, func(ctx context.Context) error {
+		resp, err := d.admin.ListNodes(ctx, &pb.ListNodesRequest{})
+		if err != nil {
+			return err
+		}
+		if n := len(resp.GetNodes()); n < d.cfg.Nodes {
+			return fmt.Errorf("%d of %d nodes registered", n, d.cfg.Nodes)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	d.router, err = client.NewRouter(client.RouterConfig{Assigners: d.cluster.Assigners(), Policy: client.LeastOutstanding, Logger: d.cfg.Log})
+	if err != nil {
+		return err
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	routed := make(chan error, 1)
+	go func() { routed <- d.router.Run(rctx) }()
+	d.stopAll = append(d.stopAll, func() { rcancel(); <-routed })
+	if err := d.router.WaitReady(wctx); err != nil {
+		return fmt.Errorf("demo: waiting for the router's first map: %w", err)
+	}
+
+	d.say("Sliceplane demo: etcd, 1 assigner, 2 distributors, %d kvstore nodes on loopback (up in %s)", d.cfg.Nodes, time.Since(started).Round(100*time.Millisecond))
+	d.say("  metrics:   assigner http://%s/metrics, distributors %s, nodes %s", assigner.Metrics,
+		metricsOf(d.cluster.Members("distributor")), metricsOf(d.cluster.Members("node")))
+	d.say("  dashboard: deploy/grafana/sliceplane.json (import into Grafana; Prometheus scrapes the endpoints above)")
+	d.say("  inspect:   %s --assigner %s status   (also: nodes, slices, explain, quanta --follow)", filepath.Join(d.cfg.Bin, "slicectl"), assigner.Addr)
+	d.say("  logs:      %s (kvdemo --keep keeps them)", d.cluster.LogDir())
+	return nil
+}
+
+func metricsOf(ms []*kvcluster.Member) string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, "http://"+m.Metrics+"/metrics")
+	}
+	return strings.Join(out, " ")
+}
+
+// run fills the store, drives the load with a live view, and checks the end state.
+func (d *demo) run(ctx context.Context) (Summary, error) {
+	// The hot keys move once, half-way through a timed demo (every 20 s otherwise), leaving
+	// the second half to rebalance.
+	period := 20 * time.Second
+	if d.cfg.Duration > 0 {
+		period = max(d.cfg.Duration/2, 5*time.Second)
+	}
+	g, err := loadgen.New(loadgen.Config{Writer: writer.New(d.cli, writer.DefaultPrefix), Router: d.router, Keys: d.cfg.Keys,
+		Workload: fmt.Sprintf("hotspot-shift:1.1:%d", int(period/time.Second)), ReadRate: d.cfg.ReadRate, WriteRate: d.cfg.WriteRate,
+		Seed: 1, Logger: d.cfg.Log})
+	if err != nil {
+		return Summary{}, err
+	}
+	filled := time.Now()
+	if _, err := g.Fill(ctx); err != nil {
+		return Summary{}, err
+	}
+	d.say("wrote %d items in %s; reading %.0f keys/s with Zipf 1.1 popularity; the hot keys move every %s",
+		d.cfg.Keys, time.Since(filled).Round(time.Millisecond), d.cfg.ReadRate, period)
+	if d.cfg.Duration == 0 {
+		d.say("Ctrl-C stops the load, checks that nothing was lost, and stops every process")
+	}
+
+	lctx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	if d.cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(lctx, d.cfg.Duration)
+		defer cancel()
+	}
+	if d.cfg.Stop != nil {
+		stopped := d.cfg.Stop
+		done := lctx.Done()
+		go func() {
+			select {
+			case <-stopped:
+				stopLoad()
+			case <-done:
+			}
+		}()
+	}
+	loaded := make(chan error, 1)
+	start := time.Now()
+	go func() { loaded <- g.Run(lctx) }()
+	var history []loadgen.Stats
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	shifts := 1
+	for running := true; running; {
+		select {
+		case <-lctx.Done():
+			running = false
+		case <-tick.C:
+			history = append(history, g.Stats())
+			if exited := d.cluster.Exited(); exited != nil {
+				return Summary{}, fmt.Errorf("demo: a process died: %w", exited)
+			}
+			elapsed := time.Since(start)
+			if at := time.Duration(shifts) * period; elapsed >= at && (d.cfg.Duration == 0 || at < d.cfg.Duration) {
+				d.say("  >>> the hot keys move now")
+				shifts++
+			}
+			d.view(ctx, elapsed, history)
+		}
+	}
+	<-loaded
+	if len(history) < 2 {
+		return Summary{}, ErrNoLoad
+	}
+	return d.finish(ctx, history)
+}
+
+// rates returns the reads each node served per second over the last n seconds of history,
+// and the total read rate.
+func rates(history []loadgen.Stats, n int) (map[string]float64, float64) {
+	if len(history) < 2 {
+		return nil, 0
+	}
+	n = min(n, len(history)-1)
+	last, first := history[len(history)-1], history[len(history)-1-n]
+	out := map[string]float64{}
+	for id, c := range last.Served {
+		out[id] = float64(c-first.Served[id]) / float64(n)
+	}
+	return out, float64(last.Reads-first.Reads) / float64(n)
+}
+
+// imbalance is max over mean of the nodes' rates; nodes that served nothing count.
+func imbalance(r map[string]float64, nodes []string) float64 {
+	var sum, top float64
+	for _, id := range nodes {
+		sum += r[id]
+		top = max(top, r[id])
+	}
+	if sum == 0 {
+		return 0
+	}
+	return top / (sum / float64(len(nodes)))
+}
+
+const barWidth = 30
+
+// view prints one frame of the live view.
+func (d *demo) view(ctx context.Context, elapsed time.Duration, history []loadgen.Stats) {
+	ctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+	defer cancel()
+	status, err := d.admin.Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		d.say("[%3ds] assigner: %v", int(elapsed.Seconds()), err)
+		return
+	}
+	nodes, err := d.admin.ListNodes(ctx, &pb.ListNodesRequest{})
+	if err != nil {
+		d.say("[%3ds] assigner: %v", int(elapsed.Seconds()), err)
+		return
+	}
+	var churn float64
+	if ex, err := d.admin.Explain(ctx, &pb.ExplainRequest{}); err == nil && ex.GetPassed() {
+		churn = ex.GetChurnMove() + ex.GetChurnMerge() + ex.GetChurnCleanup()
+	}
+	items, err := kvcheck.Items(ctx, d.src)
+	if err != nil {
+		d.say("[%3ds] source: %v", int(elapsed.Seconds()), err)
+		return
+	}
+	perNode, total := rates(history, window)
+	now, _ := rates(history, 1)
+	ids := make([]string, 0, len(nodes.GetNodes()))
+	slicesOf := map[string]uint32{}
+	for _, n := range nodes.GetNodes() {
+		ids = append(ids, n.GetNode().GetId())
+		slicesOf[n.GetNode().GetId()] = n.GetSlices()
+	}
+	slices.Sort(ids)
+	imb := "-"
+	if total > 0 {
+		imb = fmt.Sprintf("%.2f", imbalance(perNode, ids))
+	}
+	d.say("[%3ds] imbalance %s (last %ds; assigner's estimate %.2f)  slices %d  churn %.1f%%  items %d  reads %.0f/s",
+		int(elapsed.Seconds()), imb, window, status.GetImbalance(), status.GetSlices(), 100*churn, items, total)
+	var top float64
+	for _, id := range ids {
+		top = max(top, now[id])
+	}
+	for _, id := range ids {
+		filled := 0
+		if top > 0 {
+			filled = int(now[id] / top * barWidth)
+		}
+		d.say("   %-4s %s%s %5.0f/s  %3d slices", id, strings.Repeat("█", filled), strings.Repeat("░", barWidth-filled), now[id], slicesOf[id])
+	}
+}
+
+// finish freezes the map, checks that every node holds exactly what it must, and sums up.
+func (d *demo) finish(ctx context.Context, history []loadgen.Stats) (Summary, error) {
+	nodes := slices.Sorted(maps.Keys(d.cluster.NodeURLs()))
+	perNode, _ := rates(history, window)
+	s := Summary{Imbalance: imbalance(perNode, nodes)}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	d.say("load stopped; checking that every node holds exactly what it must")
+	if _, err := d.admin.Freeze(cctx, &pb.FreezeRequest{Reason: "demo: final check"}); err != nil {
+		return s, fmt.Errorf("demo: freezing the map for the check: %w", err)
+	}
+	checker := &kvcheck.Checker{Source: d.src, Assigner: d.conn, Nodes: d.cluster.Nodes()}
+	r, err := checker.Wait(cctx)
+	if err != nil {
+		return s, fmt.Errorf("demo: %w", err)
+	}
+	items, err := kvcheck.Items(cctx, d.src)
+	if err != nil {
+		return s, err
+	}
+	s.Items, s.Lost, s.Leaked, s.Stale = items, r.Missing, r.Leaked, r.Stale
+	last := history[len(history)-1]
+	d.say("%d reads (%d misdirected, %d failed), %d writes; convergence check: %s", last.Reads, last.Misdirected, last.Errors, last.Writes, r)
+	return s, nil
+}
+
+// ErrNoLoad is returned when the demo stopped before any load was measured.
+var ErrNoLoad = errors.New("demo: stopped before any load was measured")

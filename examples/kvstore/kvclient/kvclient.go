@@ -1,0 +1,246 @@
+// Package kvclient speaks the HTTP API of the example key-value store's nodes (package
+// kvnode): reading a key, a node's state, and everything a node holds, which makes a node a
+// client.Reader for Sliceplane's convergence checker.
+package kvclient
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// Paths of the node API.
+const (
+	KeyPath   = "/v1/kv/"
+	StatePath = "/v1/state"
+	ItemsPath = "/v1/items"
+)
+
+// ClockHeader carries, on every answer to a read, the source clock the node's data reflects.
+const ClockHeader = "Sliceplane-Clock"
+
+// State is what a node says of itself at StatePath.
+type State struct {
+	ID          string  `json:"id"`
+	Clock       uint64  `json:"clock"`
+	Cursor      string  `json:"cursor"`
+	Slices      []Slice `json:"slices"`
+	Distributor string  `json:"distributor,omitempty"`
+}
+
+// Slice is a range of the hash space in the API: points in hex, the end of the space as "end".
+type Slice struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
+}
+
+// SliceOf returns r in the API's form.
+func SliceOf(r client.Range) Slice {
+	return Slice{Start: keyspace.FormatPoint(r.Start), End: r.End.String()}
+}
+
+// Range parses s.
+func (s Slice) Range() (client.Range, error) {
+	start, err := keyspace.ParsePoint(s.Start)
+	if err != nil {
+		return client.Range{}, err
+	}
+	end, err := keyspace.ParseBound(s.End)
+	if err != nil {
+		return client.Range{}, err
+	}
+	r := client.Range{Start: start, End: end}
+	if !r.Valid() {
+		return client.Range{}, fmt.Errorf("empty slice %s", r)
+	}
+	return r, nil
+}
+
+// Owner is a node that holds a key, as a node names it when it does not.
+type Owner struct {
+	ID      string `json:"id"`
+	Address string `json:"address,omitempty"`
+}
+
+// Misdirected is the body of a 421 answer: the key is not the node's; ask the owners.
+type Misdirected struct {
+	Error  string  `json:"error"`
+	Owners []Owner `json:"owners"`
+}
+
+// ErrNotFound is returned by Get for a key the node owns and does not hold.
+var ErrNotFound = errors.New("kvclient: no such key")
+
+// NotMineError is returned by Get for a key the node does not own.
+type NotMineError struct {
+	Node   string
+	Owners []Owner
+}
+
+func (e *NotMineError) Error() string {
+	ids := make([]string, len(e.Owners))
+	for i, o := range e.Owners {
+		ids[i] = o.ID
+	}
+	return fmt.Sprintf("kvclient: %s does not hold the key; ask %s", e.Node, strings.Join(ids, ", "))
+}
+
+// Node is a client of one node.
+type Node struct {
+	base string
+	http *http.Client
+}
+
+// New returns a client of the node serving at base ("http://host:port", or "host:port").
+// A nil hc means http.DefaultClient.
+func New(base string, hc *http.Client) *Node {
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Node{base: strings.TrimRight(base, "/"), http: hc}
+}
+
+// URL returns the node's base URL.
+func (n *Node) URL() string { return n.base }
+
+func (n *Node) get(ctx context.Context, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.base+path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("kvclient: %w", err)
+	}
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("kvclient: %w", err)
+	}
+	return resp, nil
+}
+
+// unexpected turns an answer of an unexpected status into an error, closing its body.
+func unexpected(resp *http.Response) error {
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return fmt.Errorf("kvclient: %s %s: %s: %s", resp.Request.Method, resp.Request.URL, resp.Status, strings.TrimSpace(string(body)))
+}
+
+// Get reads key: its value, and the clock the node's data reflects. A key the node owns and
+// does not hold is ErrNotFound; one it does not own, a *NotMineError.
+func (n *Node) Get(ctx context.Context, key []byte) (value []byte, clock uint64, err error) {
+	resp, err := n.get(ctx, KeyPath+url.PathEscape(string(key)))
+	if err != nil {
+		return nil, 0, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		defer resp.Body.Close()
+		value, err = io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, 0, fmt.Errorf("kvclient: reading %q from %s: %w", key, n.base, err)
+		}
+		fmt.Sscan(resp.Header.Get(ClockHeader), &clock) //nolint:errcheck // a missing clock reads as 0
+		return value, clock, nil
+	case http.StatusNotFound:
+		resp.Body.Close()
+		return nil, 0, ErrNotFound
+	case http.StatusMisdirectedRequest:
+		defer resp.Body.Close()
+		var m Misdirected
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			return nil, 0, fmt.Errorf("kvclient: decoding the answer of %s: %w", n.base, err)
+		}
+		return nil, 0, &NotMineError{Node: n.base, Owners: m.Owners}
+	}
+	return nil, 0, unexpected(resp)
+}
+
+// State returns what the node says of itself.
+func (n *Node) State(ctx context.Context) (State, error) {
+	resp, err := n.get(ctx, StatePath)
+	if err != nil {
+		return State{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return State{}, unexpected(resp)
+	}
+	defer resp.Body.Close()
+	var s State
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return State{}, fmt.Errorf("kvclient: decoding the state of %s: %w", n.base, err)
+	}
+	return s, nil
+}
+
+// Slices returns the slices the node holds, in key order (client.Reader).
+func (n *Node) Slices(ctx context.Context) ([]client.Range, error) {
+	s, err := n.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]client.Range, len(s.Slices))
+	for i, sl := range s.Slices {
+		if out[i], err = sl.Range(); err != nil {
+			return nil, fmt.Errorf("kvclient: the state of %s: %w", n.base, err)
+		}
+	}
+	return out, nil
+}
+
+// Items calls fn for every item the node holds, until fn fails (client.Reader).
+func (n *Node) Items(ctx context.Context, fn func(client.Item) error) error {
+	resp, err := n.get(ctx, ItemsPath)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return unexpected(resp)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(bufio.NewReader(resp.Body))
+	for {
+		var it client.Item
+		switch err := dec.Decode(&it); {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return fmt.Errorf("kvclient: reading the items of %s: %w", n.base, err)
+		}
+		if err := fn(it); err != nil {
+			return err
+		}
+	}
+}
+
+// GetItem returns one item as the node stores it, with its fragments, and whether it is held
+// (client.Reader). It reads the whole item list: it is for checks, not for serving.
+func (n *Node) GetItem(ctx context.Context, key []byte) (client.Item, bool, error) {
+	var found client.Item
+	var ok bool
+	err := n.Items(ctx, func(it client.Item) error {
+		if string(it.Key) == string(key) {
+			found, ok = it, true
+		}
+		return nil
+	})
+	return found, ok, err
+}
+
+// Reader adapts a Node to client.Reader, whose Get returns whole items.
+type Reader struct{ *Node }
+
+// Get returns an item and whether the node holds it.
+func (r Reader) Get(ctx context.Context, key []byte) (client.Item, bool, error) {
+	return r.GetItem(ctx, key)
+}
+
+var _ client.Reader = Reader{}

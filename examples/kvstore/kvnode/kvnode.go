@@ -1,0 +1,246 @@
+// Package kvnode is a storage node of the example key-value store: it embeds Sliceplane's
+// client.Node, which keeps an on-disk store (client/boltstore) holding exactly the items of
+// the node's slices, and serves reads of those items over HTTP, counting each as load. A read
+// of a key the node does not own is answered 421 with the owners, found with client.Router.
+package kvnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/client/boltstore"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+)
+
+// Config configures a node.
+type Config struct {
+	// ID names the node; keep it across restarts, with DataDir, so that it resumes.
+	ID string
+	// Listen is the HTTP address to serve on; Advertise, where routers should send requests
+	// (default: the bound address).
+	Listen, Advertise string
+	// Assigners are the assigners' gRPC addresses.
+	Assigners []string
+	// DataDir holds the node's store, DataDir/ID.db.
+	DataDir string
+	// Capacity weighs the node's share of the load; 0 means 1.
+	Capacity float64
+	// ReportInterval is the time between load reports; 0 means the client's default.
+	ReportInterval time.Duration
+	Logger         *slog.Logger
+}
+
+// Server is a running node.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	lis    net.Listener
+	store  *boltstore.Store
+	node   *client.Node
+	router *client.Router
+	reg    *prometheus.Registry
+	reads  *prometheus.CounterVec
+}
+
+// shutdownTimeout bounds how long requests in flight may take once the node stops.
+const shutdownTimeout = 5 * time.Second
+
+// New opens the node's store and binds its address; Run serves.
+func New(cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("kvnode: a data directory is required")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("kvnode: %w", err)
+	}
+	router, err := client.NewRouter(client.RouterConfig{Assigners: cfg.Assigners, Logger: cfg.Logger.With("part", "router")})
+	if err != nil {
+		return nil, fmt.Errorf("kvnode: %w", err)
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("kvnode: listening on %s: %w", cfg.Listen, err)
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = lis.Addr().String()
+	}
+	store, err := boltstore.Open(filepath.Join(cfg.DataDir, cfg.ID+".db"))
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("kvnode: %w", err)
+	}
+	node, err := client.NewNode(client.NodeConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Advertise,
+		Assigners: cfg.Assigners, Store: store, ReportInterval: cfg.ReportInterval, Logger: cfg.Logger})
+	if err != nil {
+		lis.Close()
+		store.Close()
+		return nil, fmt.Errorf("kvnode: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), lis: lis, store: store, node: node, router: router,
+		reg: prometheus.NewRegistry()}
+	s.reads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvstore_node_reads_total",
+		Help: "Reads served, by outcome: hit, miss (owned, not held) or not_mine.",
+	}, []string{"outcome"})
+	clock := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvstore_node_clock",
+		Help: "Source clock the node's data reflects.",
+	}, func() float64 { return float64(node.Clock()) })
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvstore_node_slices",
+		Help: "Slices the node holds.",
+	}, func() float64 { return float64(len(node.Slices())) })
+	s.reg.MustRegister(s.reads, clock, held, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return s, nil
+}
+
+// Addr returns the bound HTTP address.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Run serves until ctx ends, then stops and closes the store; it returns nil then, or the
+// error that stopped the node. It runs once.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.store.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	errs := make(chan error, 3)
+	var wg sync.WaitGroup
+	run := func(what string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil {
+				errs <- fmt.Errorf("kvnode: %s: %w", what, err)
+				cancel()
+			}
+		}()
+	}
+	run("node", func() error { return s.node.Run(ctx) })
+	run("router", func() error { return s.router.Run(ctx) })
+	run("http", func() error {
+		if err := srv.Serve(s.lis); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	s.log.Info("serving", "addr", s.Addr(), "advertise", s.cfg.Advertise)
+	<-ctx.Done()
+	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer scancel()
+	srv.Shutdown(sctx) //nolint:errcheck // requests cut short on the way out are no failure
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// Handler returns the node's HTTP API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+kvclient.KeyPath+"{key...}", s.serveKey)
+	mux.HandleFunc("GET "+kvclient.StatePath, s.serveState)
+	mux.HandleFunc("GET "+kvclient.ItemsPath, s.serveItems)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	return mux
+}
+
+// owns reports whether h lies in one of the node's slices.
+func (s *Server) owns(h uint64) bool {
+	held := s.node.Slices()
+	i := sort.Search(len(held), func(i int) bool { return held[i].End.After(h) })
+	return i < len(held) && held[i].Contains(h)
+}
+
+func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
+	key := []byte(r.PathValue("key"))
+	if len(key) == 0 {
+		http.Error(w, "kvnode: empty key", http.StatusBadRequest)
+		return
+	}
+	if !s.owns(client.Hash(key)) {
+		s.reads.WithLabelValues("not_mine").Inc()
+		m := kvclient.Misdirected{Error: "not mine", Owners: []kvclient.Owner{}}
+		if route, err := s.router.Lookup(key); err == nil {
+			for _, rep := range route.Replicas {
+				m.Owners = append(m.Owners, kvclient.Owner{ID: rep.ID, Address: rep.Address})
+			}
+		}
+		writeJSON(w, http.StatusMisdirectedRequest, m)
+		return
+	}
+	s.node.RecordLoad(key, 1)
+	clock := s.node.Clock()
+	it, ok, err := s.store.Get(r.Context(), key)
+	switch {
+	case err != nil:
+		s.log.Error("reading the store", "key", string(key), "err", err)
+		http.Error(w, "kvnode: reading the store failed", http.StatusInternalServerError)
+		return
+	case !ok || !it.HasValue:
+		s.reads.WithLabelValues("miss").Inc()
+		http.Error(w, "kvnode: no such key", http.StatusNotFound)
+		return
+	}
+	s.reads.WithLabelValues("hit").Inc()
+	w.Header().Set(kvclient.ClockHeader, strconv.FormatUint(clock, 10))
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Write(it.Value) //nolint:errcheck // the client went away
+}
+
+// serveState reports the slices of the store, like serveItems its items.
+func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {
+	st := kvclient.State{ID: s.cfg.ID, Clock: s.node.Clock(), Cursor: s.node.Cursor().String(), Slices: []kvclient.Slice{}}
+	held, err := s.store.Slices(r.Context())
+	if err != nil {
+		s.log.Error("reading the store's slices", "err", err)
+		http.Error(w, "kvnode: reading the store failed", http.StatusInternalServerError)
+		return
+	}
+	for _, r := range held {
+		st.Slices = append(st.Slices, kvclient.SliceOf(r))
+	}
+	if id, _, ok := s.node.Distributor(); ok {
+		st.Distributor = id
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// serveItems streams every item the store holds, one JSON object per line. It reads the
+// store, not the node's view of its slices, so that a check sees what is really there.
+func (s *Server) serveItems(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	err := s.store.Items(r.Context(), func(it client.Item) error { return enc.Encode(it) })
+	if err != nil {
+		// Headers are gone: cut the stream so the reader sees a broken body, not a short list.
+		s.log.Error("listing the store", "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
+}

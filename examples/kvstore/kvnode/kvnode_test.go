@@ -1,0 +1,163 @@
+package kvnode_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client/writer"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvnode"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/clustertest"
+	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/launch"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startNode runs a kvnode in the test's process until the test ends.
+func startNode(t *testing.T, c *clustertest.Cluster, id string) *kvclient.Node {
+	t.Helper()
+	srv, err := kvnode.New(kvnode.Config{ID: id, Listen: "127.0.0.1:0", Assigners: c.Assigners(), DataDir: t.TempDir(),
+		ReportInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node %s: %v", id, err)
+		}
+	})
+	return kvclient.New(srv.Addr(), nil)
+}
+
+func TestNodesServeTheirKeysAndNameTheOwnersOfOthers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := clustertest.New(t, clustertest.Options{})
+	c.StartDistributor("d1")
+	nodes := []*kvclient.Node{startNode(t, c, "k1"), startNode(t, c, "k2")}
+	w := writer.New(etcdtest.Client(t, c.Etcd), writer.DefaultPrefix)
+	const items = 200
+	for i := range items {
+		if _, err := w.Put(ctx, fmt.Appendf(nil, "key-%d", i), fmt.Appendf(nil, "value-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Reads make load, which the assigner balances by giving the second node slices (the
+	// first may have taken them all when it joined alone). Then each node must hold exactly
+	// its share: the checker reads them over HTTP.
+	err := launch.WaitFor(ctx, "two nodes in the map", 50*time.Millisecond, func(ctx context.Context) error {
+		for i := range items {
+			for _, n := range nodes {
+				n.Get(ctx, fmt.Appendf(nil, "key-%d", i)) //nolint:errcheck // only the load counts here
+			}
+		}
+		a, _, err := c.Assignment(ctx)
+		if err != nil {
+			return err
+		}
+		held := map[assignment.NodeID]bool{}
+		for _, s := range a.All() {
+			for _, id := range s.Replicas {
+				held[id] = true
+			}
+		}
+		if len(held) != 2 {
+			return fmt.Errorf("%d nodes hold slices", len(held))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A still map, so that no slice is between two nodes while the test reads.
+	if _, err := pb.NewAdminServiceClient(c.Conn()).Freeze(ctx, &pb.FreezeRequest{Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	checker := &kvcheck.Checker{Source: c.Source, Assigner: c.Conn(), Nodes: nodes}
+	r, err := checker.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Items != items+1 {
+		t.Fatalf("checked %d items, want %d and the fence", r.Items, items)
+	}
+
+	// Every key is served by exactly one node; the other answers 421 naming it.
+	for i := range items {
+		key := fmt.Appendf(nil, "key-%d", i)
+		var served int
+		var owners []kvclient.Owner
+		for _, n := range nodes {
+			v, _, err := n.Get(ctx, key)
+			var nm *kvclient.NotMineError
+			switch {
+			case err == nil:
+				served++
+				if want := fmt.Sprintf("value-%d", i); string(v) != want {
+					t.Errorf("%s: %q = %q, want %q", n.URL(), key, v, want)
+				}
+			case errors.As(err, &nm):
+				owners = nm.Owners
+			default:
+				t.Fatalf("%s: reading %q: %v", n.URL(), key, err)
+			}
+		}
+		if served != 1 || len(owners) != 1 {
+			t.Fatalf("%q: served by %d nodes, %d owners named by the other", key, served, len(owners))
+		}
+		if owners[0].Address == "" {
+			t.Errorf("%q: owner %s named without its address", key, owners[0].ID)
+		}
+	}
+
+	// A key the owner does not hold is 404, not an error; the state names the node.
+	st, err := nodes[0].State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ID != "k1" || st.Clock == 0 || len(st.Slices) == 0 {
+		t.Errorf("state %+v", st)
+	}
+	for i := 0; ; i++ {
+		key := fmt.Appendf(nil, "absent-%d", i)
+		if _, _, err := nodes[0].Get(ctx, key); errors.Is(err, kvclient.ErrNotFound) {
+			break
+		} else if i > 100 {
+			t.Fatalf("no absent key owned by k1 in 100 tries; last: %v", err)
+		}
+	}
+	resp, err := http.Get(nodes[0].URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/metrics: %s", resp.Status)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	if _, err := kvnode.New(kvnode.Config{ID: "k1", Assigners: []string{"127.0.0.1:1"}}); err == nil {
+		t.Error("no data directory: want an error")
+	}
+	if _, err := kvnode.New(kvnode.Config{ID: "k1", DataDir: t.TempDir()}); err == nil {
+		t.Error("no assigners: want an error")
+	}
+	if _, err := kvnode.New(kvnode.Config{ID: "", DataDir: t.TempDir(), Assigners: []string{"127.0.0.1:1"}, Listen: "127.0.0.1:0"}); err == nil {
+		t.Error("no ID: want an error")
+	}
+}

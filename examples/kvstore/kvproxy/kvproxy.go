@@ -1,0 +1,130 @@
+// Package kvproxy is the example key-value store's router: an HTTP front that sends each
+// read to a replica of the key's slice, found with client.Router and chosen by its policy.
+package kvproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+)
+
+// Config configures a Proxy.
+type Config struct {
+	Listen    string
+	Assigners []string
+	Policy    client.Policy
+	Logger    *slog.Logger
+}
+
+// Proxy is a running router.
+type Proxy struct {
+	log    *slog.Logger
+	lis    net.Listener
+	router *client.Router
+	http   *http.Client
+
+	mu    sync.Mutex
+	nodes map[string]*kvclient.Node
+}
+
+// New binds the proxy's address; Run serves.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	router, err := client.NewRouter(client.RouterConfig{Assigners: cfg.Assigners, Policy: cfg.Policy, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("kvproxy: %w", err)
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("kvproxy: listening on %s: %w", cfg.Listen, err)
+	}
+	return &Proxy{log: cfg.Logger, lis: lis, router: router, http: &http.Client{Timeout: 5 * time.Second},
+		nodes: map[string]*kvclient.Node{}}, nil
+}
+
+// Addr returns the bound address.
+func (p *Proxy) Addr() string { return p.lis.Addr().String() }
+
+// Run serves until ctx ends; it returns nil then.
+func (p *Proxy) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+kvclient.KeyPath+"{key...}", p.serveKey)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() {
+		if err := p.router.Run(ctx); err != nil {
+			errs <- fmt.Errorf("kvproxy: router: %w", err)
+		}
+		cancel()
+	})
+	wg.Go(func() {
+		if err := srv.Serve(p.lis); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("kvproxy: %w", err)
+		}
+		cancel()
+	})
+	p.log.Info("serving", "addr", p.Addr())
+	<-ctx.Done()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	srv.Shutdown(sctx) //nolint:errcheck // requests cut short on the way out are no failure
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (p *Proxy) node(addr string) *kvclient.Node {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, ok := p.nodes[addr]
+	if !ok {
+		n = kvclient.New(addr, p.http)
+		p.nodes[addr] = n
+	}
+	return n
+}
+
+func (p *Proxy) serveKey(w http.ResponseWriter, r *http.Request) {
+	key := []byte(r.PathValue("key"))
+	rep, err := p.router.Pick(key)
+	if err != nil {
+		http.Error(w, "kvproxy: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		done := p.router.Begin(rep.ID)
+		v, clock, err := p.node(rep.Address).Get(r.Context(), key)
+		done()
+		var nm *kvclient.NotMineError
+		switch {
+		case err == nil:
+			w.Header().Set(kvclient.ClockHeader, strconv.FormatUint(clock, 10))
+			w.Header().Set("Sliceplane-Node", rep.ID)
+			w.Write(v) //nolint:errcheck // the client went away
+			return
+		case errors.Is(err, kvclient.ErrNotFound):
+			http.Error(w, "kvproxy: no such key", http.StatusNotFound)
+			return
+		case errors.As(err, &nm) && attempt == 0 && len(nm.Owners) > 0:
+			rep = client.Replica{ID: nm.Owners[0].ID, Address: nm.Owners[0].Address}
+			continue
+		}
+		p.log.Warn("read failed", "node", rep.ID, "err", err)
+		http.Error(w, "kvproxy: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+}

@@ -1,0 +1,108 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A shell that exits cleanly on SIGTERM, as Sliceplane's binaries do.
+var polite = []string{"-c", `trap 'echo bye; exit 0' TERM; echo hello; while :; do sleep 0.05; done`}
+
+func TestStopIsCleanAndLogged(t *testing.T) {
+	p, err := Start("polite", "/bin/sh", polite, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := WaitFor(ctx, "hello", 10*time.Millisecond, func(context.Context) error {
+		if !strings.Contains(p.Tail(5), "\nhello") { // the first line, the command, says hello too
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := p.Exited(); done || err != nil {
+		t.Fatalf("running process: exited %v, %v", done, err)
+	}
+	if err := p.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.Tail(1), "bye") {
+		t.Errorf("log ends %q, want the goodbye", p.Tail(3))
+	}
+	if done, err := p.Exited(); !done || err != nil {
+		t.Errorf("stopped process: exited %v, %v; want a clean exit", done, err)
+	}
+}
+
+func TestKillAndUnaskedExits(t *testing.T) {
+	dir := t.TempDir()
+	p, err := Start("stubborn", "/bin/sh", []string{"-c", `trap '' TERM; echo ready; while :; do sleep 0.05; done`}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := WaitFor(ctx, "ready", 10*time.Millisecond, func(context.Context) error {
+		if !strings.Contains(p.Tail(5), "\nready") {
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(200 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("Stop of a process ignoring SIGTERM = %v, want it killed and reported", err)
+	}
+	q, err := Start("crash", "/bin/sh", []string{"-c", "exit 3"}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-q.Done()
+	if done, err := q.Exited(); !done || err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("a process that exits by itself: %v, %v; want its status reported", done, err)
+	}
+	if _, err := Start("missing", dir+"/no-such-binary", nil, dir); err == nil {
+		t.Error("starting a missing binary: want an error")
+	}
+}
+
+func TestWaitForEndsOnPermanentErrorsAndDeadlines(t *testing.T) {
+	calls := 0
+	err := WaitFor(context.Background(), "x", time.Millisecond, func(context.Context) error {
+		calls++
+		return Permanent(errors.New("gone"))
+	})
+	if calls != 1 || err == nil || !strings.Contains(err.Error(), "gone") {
+		t.Errorf("permanent error: %d calls, %v", calls, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err = WaitFor(ctx, "y", time.Millisecond, func(context.Context) error { return errors.New("not yet") })
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "not yet") {
+		t.Errorf("deadline: %v", err)
+	}
+}
+
+func TestFreeAddrsAreDistinct(t *testing.T) {
+	addrs, err := FreeAddrs(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if seen[a] || !strings.HasPrefix(a, "127.0.0.1:") {
+			t.Errorf("address %s repeated or not loopback: %v", a, addrs)
+		}
+		seen[a] = true
+	}
+}
