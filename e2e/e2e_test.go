@@ -251,8 +251,25 @@ func TestKillAndRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.write(3000)
-	// A still map lets each check compare against one map; failover and recovery of the
-	// data path need no balancing.
+	// Reads make load; the assigner spreads the slices over the nodes by it (the first node
+	// to register may hold them all before). Then a still map lets each check compare
+	// against one map; failover and recovery of the data path need no balancing.
+	err = launch.WaitFor(wctx, "every node to hold slices", 100*time.Millisecond, func(ctx context.Context) error {
+		for _, n := range s.cluster.Nodes() {
+			for i := range 300 {
+				n.Get(ctx, loadgen.Key(i)) //nolint:errcheck // only the load counts here
+			}
+		}
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if st := s.nodeState(id); len(st.Slices) == 0 {
+				return fmt.Errorf("%s holds no slice", id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.slicectl("freeze", "--reason", "e2e")
 	s.converged("the first fill")
 
