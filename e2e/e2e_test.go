@@ -251,9 +251,9 @@ func TestKillAndRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.write(3000)
-	// Reads make load; the assigner spreads the slices over the nodes by it (the first node
-	// to register may hold them all before). Then a still map lets each check compare
-	// against one map; failover and recovery of the data path need no balancing.
+	// Every node must hold slices before the kills (the assigner spreads the hash space of
+	// an idle cluster, and reads make load it balances too). Then a still map lets each check
+	// compare against one map; failover and recovery of the data path need no balancing.
 	err = launch.WaitFor(wctx, "every node to hold slices", 100*time.Millisecond, func(ctx context.Context) error {
 		for _, n := range s.cluster.Nodes() {
 			for i := range 300 {

