@@ -28,6 +28,7 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
@@ -298,17 +299,17 @@ func rates(history []loadgen.Stats, n int) (map[string]float64, float64) {
 	return out, float64(last.Reads-first.Reads) / float64(n)
 }
 
-// imbalance is max over mean of the nodes' rates; nodes that served nothing count.
+// imbalance is max over mean of the nodes' rates (load.Imbalance); nodes that served
+// nothing count. With nothing served at all there is no figure: 0.
 func imbalance(r map[string]float64, nodes []string) float64 {
-	var sum, top float64
-	for _, id := range nodes {
-		sum += r[id]
-		top = max(top, r[id])
+	xs := make([]float64, len(nodes))
+	for i, id := range nodes {
+		xs[i] = r[id]
 	}
-	if sum == 0 {
+	if len(xs) == 0 || slices.Max(xs) == 0 {
 		return 0
 	}
-	return top / (sum / float64(len(nodes)))
+	return load.Imbalance(xs)
 }
 
 const barWidth = 30

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
@@ -121,6 +122,27 @@ func TestNodesServeTheirKeysAndNameTheOwnersOfOthers(t *testing.T) {
 		}
 		if owners[0].Address == "" {
 			t.Errorf("%q: owner %s named without its address", key, owners[0].ID)
+		}
+	}
+
+	// Through a router, every read lands on the owner at once: the map is still.
+	router, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	routed := make(chan error, 1)
+	go func() { routed <- router.Run(rctx) }()
+	defer func() { rcancel(); <-routed }()
+	if err := router.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pool := kvclient.NewPool(nil)
+	for i := range items {
+		key := fmt.Appendf(nil, "key-%d", i)
+		v, _, rep, redirected, err := pool.Read(ctx, router, key)
+		if err != nil || redirected || string(v) != fmt.Sprintf("value-%d", i) {
+			t.Fatalf("reading %q through the router: %q from %s, redirected %v: %v", key, v, rep.ID, redirected, err)
 		}
 	}
 

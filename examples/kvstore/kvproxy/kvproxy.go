@@ -30,10 +30,7 @@ type Proxy struct {
 	log    *slog.Logger
 	lis    net.Listener
 	router *client.Router
-	http   *http.Client
-
-	mu    sync.Mutex
-	nodes map[string]*kvclient.Node
+	nodes  *kvclient.Pool
 }
 
 // New binds the proxy's address; Run serves.
@@ -49,8 +46,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvproxy: listening on %s: %w", cfg.Listen, err)
 	}
-	return &Proxy{log: cfg.Logger, lis: lis, router: router, http: &http.Client{Timeout: 5 * time.Second},
-		nodes: map[string]*kvclient.Node{}}, nil
+	return &Proxy{log: cfg.Logger, lis: lis, router: router, nodes: kvclient.NewPool(&http.Client{Timeout: 5 * time.Second})}, nil
 }
 
 // Addr returns the bound address.
@@ -87,44 +83,19 @@ func (p *Proxy) Run(ctx context.Context) error {
 	return <-errs
 }
 
-func (p *Proxy) node(addr string) *kvclient.Node {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n, ok := p.nodes[addr]
-	if !ok {
-		n = kvclient.New(addr, p.http)
-		p.nodes[addr] = n
-	}
-	return n
-}
-
 func (p *Proxy) serveKey(w http.ResponseWriter, r *http.Request) {
-	key := []byte(r.PathValue("key"))
-	rep, err := p.router.Pick(key)
-	if err != nil {
+	v, clock, rep, _, err := p.nodes.Read(r.Context(), p.router, []byte(r.PathValue("key")))
+	switch {
+	case err == nil:
+		w.Header().Set(kvclient.ClockHeader, strconv.FormatUint(clock, 10))
+		w.Header().Set("Sliceplane-Node", rep.ID)
+		w.Write(v) //nolint:errcheck // the client went away
+	case errors.Is(err, client.ErrNotReady):
 		http.Error(w, "kvproxy: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	for attempt := 0; ; attempt++ {
-		done := p.router.Begin(rep.ID)
-		v, clock, err := p.node(rep.Address).Get(r.Context(), key)
-		done()
-		var nm *kvclient.NotMineError
-		switch {
-		case err == nil:
-			w.Header().Set(kvclient.ClockHeader, strconv.FormatUint(clock, 10))
-			w.Header().Set("Sliceplane-Node", rep.ID)
-			w.Write(v) //nolint:errcheck // the client went away
-			return
-		case errors.Is(err, kvclient.ErrNotFound):
-			http.Error(w, "kvproxy: no such key", http.StatusNotFound)
-			return
-		case errors.As(err, &nm) && attempt == 0 && len(nm.Owners) > 0:
-			rep = client.Replica{ID: nm.Owners[0].ID, Address: nm.Owners[0].Address}
-			continue
-		}
+	case errors.Is(err, kvclient.ErrNotFound):
+		http.Error(w, "kvproxy: no such key", http.StatusNotFound)
+	default:
 		p.log.Warn("read failed", "node", rep.ID, "err", err)
 		http.Error(w, "kvproxy: "+err.Error(), http.StatusBadGateway)
-		return
 	}
 }

@@ -67,7 +67,7 @@ type Generator struct {
 
 	mu      sync.Mutex
 	served  map[string]uint64
-	nodes   map[string]*kvclient.Node
+	nodes   *kvclient.Pool
 	epoch   int
 	cum     []float64 // cumulative popularity of the keys in epoch
 	rng     *rand.Rand
@@ -113,7 +113,7 @@ func New(cfg Config) (*Generator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
-	g := &Generator{cfg: cfg, log: cfg.Logger, workload: w, served: map[string]uint64{}, nodes: map[string]*kvclient.Node{},
+	g := &Generator{cfg: cfg, log: cfg.Logger, workload: w, served: map[string]uint64{}, nodes: kvclient.NewPool(cfg.HTTP),
 		epoch: -1, rng: rand.New(rand.NewPCG(cfg.Seed, 0x10ad))}
 	return g, nil
 }
@@ -193,58 +193,29 @@ func (g *Generator) pick(e int) []byte {
 	return Key(sort.SearchFloat64s(g.cum, x))
 }
 
-func (g *Generator) node(addr string) *kvclient.Node {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n, ok := g.nodes[addr]
-	if !ok {
-		n = kvclient.New(addr, g.cfg.HTTP)
-		g.nodes[addr] = n
-	}
-	return n
-}
-
-// read reads key from a replica the router picks. A node that no longer owns the key (the
-// router is a step behind the map) names the owners, and the read goes there once.
+// read reads key through the router and counts the outcome. A read that a node redirected
+// counts as misdirected, and again if its second node declined it too.
 func (g *Generator) read(ctx context.Context, key []byte) {
 	g.reads.Add(1)
-	rep, err := g.cfg.Router.Pick(key)
-	if err == nil && rep.Address == "" {
-		err = fmt.Errorf("no address known for node %s", rep.ID)
+	_, _, rep, redirected, err := g.nodes.Read(ctx, g.cfg.Router, key)
+	if redirected {
+		g.misdirected.Add(1)
 	}
-	if err != nil {
-		g.errs.Add(1)
-		g.log.Debug("no replica", "key", string(key), "err", err)
-		return
-	}
-	for attempt := 0; ; attempt++ {
-		done := g.cfg.Router.Begin(rep.ID)
-		_, _, err = g.node(rep.Address).Get(ctx, key)
-		done()
-		var nm *kvclient.NotMineError
-		switch {
-		case err == nil:
-			g.hits.Add(1)
-			g.mu.Lock()
-			g.served[rep.ID]++
-			g.mu.Unlock()
-			return
-		case errors.Is(err, kvclient.ErrNotFound):
-			g.misses.Add(1)
-			return
-		case errors.As(err, &nm) && attempt == 0 && len(nm.Owners) > 0 && nm.Owners[0].Address != "":
-			g.misdirected.Add(1)
-			rep = client.Replica{ID: nm.Owners[0].ID, Address: nm.Owners[0].Address}
-			continue
-		case errors.As(err, &nm):
-			g.misdirected.Add(1)
-			return
-		case ctx.Err() != nil:
-			return
-		}
+	var nm *kvclient.NotMineError
+	switch {
+	case err == nil:
+		g.hits.Add(1)
+		g.mu.Lock()
+		g.served[rep.ID]++
+		g.mu.Unlock()
+	case errors.Is(err, kvclient.ErrNotFound):
+		g.misses.Add(1)
+	case errors.As(err, &nm):
+		g.misdirected.Add(1)
+	case ctx.Err() != nil:
+	default:
 		g.errs.Add(1)
 		g.log.Debug("read failed", "key", string(key), "node", rep.ID, "err", err)
-		return
 	}
 }
 
