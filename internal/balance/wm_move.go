@@ -407,7 +407,7 @@ func (p *wmPass) withRoom(c cand, h int32, level, top, mean float64, order []int
 	// the compound's gain over the compound's cost.
 	c.reason = ""
 	c.gain = (top - max(c.newMax, mean)) / mean
-	c.weight = c.gain / max(cost, p.keys*1e-12)
+	c.weight = c.gain / max(cost/p.keys, 1e-12) // in shares: keys near the smallest float would overflow
 	for i := range sheds {
 		sheds[i].gain, sheds[i].weight = c.gain, c.weight
 	}
@@ -450,7 +450,7 @@ func (p *wmPass) evaluate(c cand, top, mean float64) cand {
 		prev, c.blocked = p.blocker(s.r, c.from, -1)
 	}
 	c.gain = (top - max(c.newMax, mean)) / mean
-	c.weight = c.gain / max(c.cost, p.keys*1e-12)
+	c.weight = c.gain / max(c.cost/p.keys, 1e-12)
 	switch {
 	case !(c.newMax < top*(1-1e-12)):
 		c.reason = reasonNoCooler
