@@ -307,10 +307,6 @@ func TestAdminOverrides(t *testing.T) {
 			_, err := a.admin.Drain(ctx, &pb.DrainRequest{NodeId: "ghost"})
 			return err
 		}, codes.NotFound, "not registered"},
-		{func() error {
-			_, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
-			return err
-		}, codes.FailedPrecondition, "not pinned"},
 	}
 	for i, r := range refusals {
 		err := r.call()
@@ -319,6 +315,24 @@ func TestAdminOverrides(t *testing.T) {
 		assert.Contains(t, err.Error(), r.text, "refusal %d", i)
 	}
 	assert.Equal(t, gen, a.assignment(t).Generation(), "refusals change nothing")
+
+	// Pin and unpin are idempotent: asking for what holds already succeeds and says so.
+	up, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
+	require.NoError(t, err)
+	assert.True(t, up.GetAlready(), "it was not pinned")
+	for i, already := range []bool{false, true} {
+		pin, err := a.admin.Pin(ctx, &pb.PinRequest{Slice: ref(s0.Range.Start)})
+		require.NoError(t, err, "pin %d", i)
+		assert.Equal(t, already, pin.GetAlready(), "pin %d", i)
+	}
+	st, err := a.admin.Status(ctx, &pb.StatusRequest{})
+	require.NoError(t, err)
+	assert.Len(t, st.GetPinned(), 1, "pinned twice, held once")
+	for i, already := range []bool{false, true} {
+		up, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
+		require.NoError(t, err, "unpin %d", i)
+		assert.Equal(t, already, up.GetAlready(), "unpin %d", i)
+	}
 
 	// Split at a key, then merge the halves back (they share a replica set).
 	key := []byte("user:42")
