@@ -325,9 +325,9 @@ func TestAdminOverrides(t *testing.T) {
 		require.NoError(t, err, "pin %d", i)
 		assert.Equal(t, already, pin.GetAlready(), "pin %d", i)
 	}
-	st, err := a.admin.Status(ctx, &pb.StatusRequest{})
+	pinned, err := a.admin.Status(ctx, &pb.StatusRequest{})
 	require.NoError(t, err)
-	assert.Len(t, st.GetPinned(), 1, "pinned twice, held once")
+	assert.Len(t, pinned.GetPinned(), 1, "pinned twice, held once")
 	for i, already := range []bool{false, true} {
 		up, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
 		require.NoError(t, err, "unpin %d", i)

@@ -50,6 +50,9 @@ type CoreConfig struct {
 	MaxLoadRate float64
 }
 
+// Validate reports whether the configuration is usable (zero values take defaults).
+func (cfg CoreConfig) Validate() error { return cfg.fill() }
+
 // fill sets defaults and refuses nonsense.
 func (cfg *CoreConfig) fill() error {
 	if cfg.NodeTTL <= 0 {

@@ -98,6 +98,9 @@ func (c *Config) fill() error {
 	if c.Core.Algorithm == "" {
 		c.Core.Algorithm = "weighted-move"
 	}
+	if err := c.Core.fill(); err != nil {
+		return err
+	}
 	if _, err := newAlgorithm(c.Core.Algorithm, c.Core.Params); err != nil {
 		return err
 	}
