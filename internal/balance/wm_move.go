@@ -112,6 +112,8 @@ func (p *wmPass) dropCooledReplicas() {
 }
 
 const (
+	reasonOneKey   = "one key: moving it would only make its destination the hottest node"
+	reasonSwap     = "would make its destination the hottest node for a gain within the dead band"
 	reasonNoCooler = "would not cool the hottest node"
 	reasonBudget   = "over the churn budget"
 	reasonPinned   = "pinned by an operator"
@@ -456,12 +458,24 @@ func (p *wmPass) evaluate(c cand, top, mean float64) cand {
 		c.reason = reasonNoCooler
 	case c.gain <= 0:
 		c.reason = "the node is already at the mean"
+	case c.kind == move && newU(c.to[0], share) > newU(c.from, -share) && p.oneKey(s):
+		// The key would make its destination the hottest node, and the next pass, on
+		// slightly different loads, would move it back: it can only be spread by replicas.
+		c.reason = reasonOneKey
+	case c.kind == move && newU(c.to[0], share) > newU(c.from, -share) && c.gain <= p.cfg.DeadBand:
+		c.reason = reasonSwap
 	case c.cost > 0 && p.spent.Total()+c.cost > p.cfg.MaxChurn*p.keys:
 		c.reason = reasonBudget
 	case c.blocked:
 		c.reason = fmt.Sprintf("would undo a move of pass %d", prev.Pass)
 	}
 	return c
+}
+
+// oneKey reports whether a slice holds a single key: its range is one point, or its key
+// count is known to be at most one. No split can cut it finer.
+func (p *wmPass) oneKey(s *wmSlice) bool {
+	return s.r.Width() == 1 || p.known && s.keys <= 1
 }
 
 // apply carries out a candidate and returns the nodes whose load changed.
