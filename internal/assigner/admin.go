@@ -13,6 +13,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/store"
+	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
 // SliceRef names a slice: the one starting exactly at Start, or the one holding Key or Hash.
@@ -28,7 +29,7 @@ func (r SliceRef) String() string {
 	case r.Start != nil:
 		return "the slice starting at " + keyspace.FormatPoint(*r.Start)
 	case r.Key != nil:
-		return fmt.Sprintf("the slice holding key %q", r.Key)
+		return "the slice holding key " + wire.Quote(string(r.Key))
 	case r.Hash != nil:
 		return "the slice holding hash " + keyspace.FormatPoint(*r.Hash)
 	}
