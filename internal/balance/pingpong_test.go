@@ -57,6 +57,7 @@ func TestASingleHotKeyDoesNotPingPong(t *testing.T) {
 			}
 		}
 		changes := len(placements) - 1
+		t.Logf("params %v: the hot key's replicas over a minute: %v", params, placements)
 		require.LessOrEqual(t, changes, 1, "params %v: the hot key's replicas changed %d times in a minute: %v", params, changes, placements)
 	}
 }
