@@ -29,7 +29,7 @@ type NodeConfig struct {
 	ID string
 	// Capacity weighs the load the node should carry relative to others; 0 means 1.
 	Capacity float64
-	// Address is where the node serves its application, for routers.
+	// Address is where the node serves its application, for routers. Required.
 	Address string
 	Labels  map[string]string
 	// Assigners are the addresses of the assigners (leader and standbys).
@@ -74,6 +74,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, errors.New("client: a node needs a Store")
 	case len(cfg.Assigners) == 0:
 		return nil, errors.New("client: a node needs the assigners' addresses")
+	case cfg.Address == "":
+		// The assigner refuses such a registration: nobody could reach the node's slices.
+		return nil, errors.New("client: a node needs its Address, where routers reach it")
 	case cfg.ReportInterval < 0:
 		return nil, fmt.Errorf("client: negative report interval %s", cfg.ReportInterval)
 	}

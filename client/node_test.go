@@ -55,7 +55,7 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func TestNewNodeRejectsBadConfig(t *testing.T) {
 	good := func() client.NodeConfig {
-		return client.NodeConfig{ID: "n1", Assigners: []string{"127.0.0.1:1"}, Store: memstore.New()}
+		return client.NodeConfig{ID: "n1", Assigners: []string{"127.0.0.1:1"}, Store: memstore.New(), Address: "127.0.0.1:2"}
 	}
 	cases := []struct {
 		name   string
@@ -69,6 +69,7 @@ func TestNewNodeRejectsBadConfig(t *testing.T) {
 		{"ID with a slash", func(c *client.NodeConfig) { c.ID = "a/b" }, `has '/'`, assignment.ErrBadNodeID},
 		{"no store", func(c *client.NodeConfig) { c.Store = nil }, "a node needs a Store", nil},
 		{"no assigners", func(c *client.NodeConfig) { c.Assigners = nil }, "a node needs the assigners' addresses", nil},
+		{"no address", func(c *client.NodeConfig) { c.Address = "" }, "a node needs its Address", nil},
 		{"negative report interval", func(c *client.NodeConfig) { c.ReportInterval = -time.Second }, "negative report interval -1s", nil},
 	}
 	for _, tc := range cases {
@@ -108,7 +109,7 @@ func runNode(ctx context.Context, n *client.Node) <-chan error {
 }
 
 func TestNodeRunTwice(t *testing.T) {
-	n, err := client.NewNode(client.NodeConfig{ID: "n1", Assigners: []string{deadAddress(t)}, Store: memstore.New(), Logger: quiet()})
+	n, err := client.NewNode(client.NodeConfig{ID: "n1", Assigners: []string{deadAddress(t)}, Address: "127.0.0.1:2", Store: memstore.New(), Logger: quiet()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -169,7 +170,7 @@ func (h logCapture) count(msg string) int {
 
 func TestNodeKeepsRetryingAnAssignerThatIsNotThere(t *testing.T) {
 	logs := newLogCapture()
-	n, err := client.NewNode(client.NodeConfig{ID: "n1", Assigners: []string{deadAddress(t)}, Store: memstore.New(),
+	n, err := client.NewNode(client.NodeConfig{ID: "n1", Assigners: []string{deadAddress(t)}, Address: "127.0.0.1:2", Store: memstore.New(),
 		ReportInterval: 10 * time.Millisecond, Logger: slog.New(logs)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -201,7 +202,7 @@ func TestNodeKeepsRetryingAnAssignerThatIsNotThere(t *testing.T) {
 }
 
 func TestNodeLeaveWithoutAnAssignerFails(t *testing.T) {
-	n, err := client.NewNode(client.NodeConfig{ID: "n1", Assigners: []string{deadAddress(t)}, Store: memstore.New(), Logger: quiet()})
+	n, err := client.NewNode(client.NodeConfig{ID: "n1", Assigners: []string{deadAddress(t)}, Address: "127.0.0.1:2", Store: memstore.New(), Logger: quiet()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()

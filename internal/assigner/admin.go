@@ -13,6 +13,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/store"
+	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
 // SliceRef names a slice: the one starting exactly at Start, or the one holding Key or Hash.
@@ -28,7 +29,7 @@ func (r SliceRef) String() string {
 	case r.Start != nil:
 		return "the slice starting at " + keyspace.FormatPoint(*r.Start)
 	case r.Key != nil:
-		return fmt.Sprintf("the slice holding key %q", r.Key)
+		return "the slice holding key " + wire.Quote(string(r.Key))
 	case r.Hash != nil:
 		return "the slice holding hash " + keyspace.FormatPoint(*r.Hash)
 	}
@@ -165,12 +166,18 @@ func (c *Core) Pin(ref SliceRef) (*Proposal, keyspace.Range, error) {
 	if err != nil {
 		return nil, keyspace.Range{}, err
 	}
+	if slices.Contains(c.meta.Pins, s.Range) {
+		// Idempotent, as etcd's and PD's label and placement writes are: asking for what
+		// holds already succeeds and changes nothing.
+		return &Proposal{Meta: c.meta, Summary: fmt.Sprintf("%s is already pinned", s.Range)}, s.Range, nil
+	}
 	m := c.meta
 	m.Pins = append(slices.Clone(m.Pins), s.Range)
 	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("pin %s", s.Range)}, s.Range, nil
 }
 
-// Unpin proposes removing the pins that overlap a slice.
+// Unpin proposes removing the pins that overlap a slice. Unpinning a slice that is not
+// pinned succeeds and changes nothing, as pinning a pinned one does.
 func (c *Core) Unpin(ref SliceRef) (*Proposal, keyspace.Range, error) {
 	_, s, err := c.resolve(ref)
 	if err != nil {
@@ -179,7 +186,7 @@ func (c *Core) Unpin(ref SliceRef) (*Proposal, keyspace.Range, error) {
 	m := c.meta
 	m.Pins = slices.DeleteFunc(slices.Clone(m.Pins), func(p keyspace.Range) bool { return p.Overlaps(s.Range) })
 	if len(m.Pins) == len(c.meta.Pins) {
-		return nil, keyspace.Range{}, fmt.Errorf("%w: %s is not pinned", ErrPrecondition, s.Range)
+		return &Proposal{Meta: c.meta, Summary: fmt.Sprintf("%s is not pinned", s.Range)}, s.Range, nil
 	}
 	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("unpin %s", s.Range)}, s.Range, nil
 }
@@ -262,6 +269,11 @@ type Status struct {
 	Params     map[string]string
 	LastPass   time.Time
 	Pinned     []keyspace.Range
+	// PassFailures counts the passes that failed in a row; PassError says why the last
+	// failed one did, at PassErrorTime (zero if none has failed in this term).
+	PassFailures  uint64
+	PassError     string
+	PassErrorTime time.Time
 }
 
 // Status returns the core's status.
@@ -270,6 +282,7 @@ func (c *Core) Status() Status {
 		Position: quantum.Position{Term: c.term, Seq: c.seq}, Clock: c.published, Nodes: len(c.nodes),
 		Frozen: c.meta.Frozen, Reason: c.meta.FreezeReason, Algorithm: c.meta.Algorithm, Params: c.meta.Params,
 		LastPass: c.lastPass, Pinned: c.meta.Pins, Imbalance: 1,
+		PassFailures: c.failed.count, PassError: c.failed.err, PassErrorTime: c.failed.at,
 	}
 	if c.a != nil {
 		st.Generation, st.Slices = c.a.Generation(), c.a.Len()
@@ -367,6 +380,12 @@ func (c *Core) Slices(node assignment.NodeID, byLoad bool, limit int) ([]SliceIn
 	}
 	total := len(out)
 	return out[:min(len(out), limit)], total, nil
+}
+
+// PassFailures returns how many passes failed in a row, why the last failed one did, and
+// when (zero if none failed in this term).
+func (c *Core) PassFailures() (uint64, string, time.Time) {
+	return c.failed.count, c.failed.err, c.failed.at
 }
 
 // Explain returns the explanation of the last pass of this term, if any ran.

@@ -3,6 +3,7 @@ package assigner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/store"
 	"github.com/sliceplane/sliceplane/internal/wire"
@@ -203,6 +205,9 @@ func (a *api) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRespon
 	var h uint64
 	switch t := req.GetTarget().(type) {
 	case *pb.LookupRequest_Key:
+		if len(t.Key) > maxLookupKey {
+			return nil, status.Errorf(codes.InvalidArgument, "assigner: a key of %d bytes; at most %d", len(t.Key), maxLookupKey)
+		}
 		h = keyspace.Hash(t.Key)
 	case *pb.LookupRequest_Hash:
 		h = t.Hash
@@ -242,6 +247,9 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 }
 
 func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+	if err := wire.CheckNodeID("node_id", req.GetNodeId()); err != nil {
+		return nil, a.toStatus(err)
+	}
 	id := assignment.NodeID(req.GetNodeId())
 	res, _, err := a.call(ctx, "heartbeat", func(c *Core, now time.Time) (*Proposal, any, error) {
 		draining, err := c.Heartbeat(id, now)
@@ -265,6 +273,9 @@ func distributorFor(c *Core, id assignment.NodeID) *pb.Distributor {
 }
 
 func (a *api) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb.DeregisterResponse, error) {
+	if err := wire.CheckNodeID("node_id", req.GetNodeId()); err != nil {
+		return nil, a.toStatus(err)
+	}
 	if _, _, err := a.call(ctx, "deregister", func(c *Core, _ time.Time) (*Proposal, any, error) {
 		p, err := c.Deregister(assignment.NodeID(req.GetNodeId()))
 		return p, nil, err
@@ -278,21 +289,35 @@ func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.Re
 	r, err := wire.ReportFromProto(req)
 	if err != nil {
 		a.s.metrics.reports.WithLabelValues("rejected").Inc()
+		a.s.metrics.reportsRejected.WithLabelValues("malformed").Inc()
 		return nil, a.toStatus(err)
 	}
+	var refused error // the core's verdict, not a failure to reach it
 	_, _, err = a.call(ctx, "", func(c *Core, now time.Time) (*Proposal, any, error) {
 		r.At = now
-		return nil, nil, c.Report(r, now)
+		refused = c.Report(r, now)
+		return nil, nil, refused
 	})
 	result := "accepted"
 	if err != nil {
 		result = "rejected"
 	}
 	a.s.metrics.reports.WithLabelValues(result).Inc()
+	if refused != nil {
+		a.s.metrics.reportsRejected.WithLabelValues(rejectReason(refused)).Inc()
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &pb.ReportLoadResponse{}, nil
+}
+
+// rejectReason names why the core refused a report, for the metric's bounded label.
+func rejectReason(err error) string {
+	if errors.Is(err, ErrUnknownNode) {
+		return "unknown_node"
+	}
+	return load.Reason(err)
 }
 
 // AdminService
@@ -315,6 +340,10 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 	if !st.LastPass.IsZero() {
 		out.LastPass = timestamppb.New(st.LastPass)
 	}
+	out.PassFailures, out.PassError = st.PassFailures, st.PassError
+	if !st.PassErrorTime.IsZero() {
+		out.PassErrorTime = timestamppb.New(st.PassErrorTime)
+	}
 	for _, r := range st.Pinned {
 		out.Pinned = append(out.Pinned, wire.RangeToProto(r))
 	}
@@ -335,10 +364,14 @@ func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNo
 }
 
 func (a *api) ListSlices(ctx context.Context, req *pb.ListSlicesRequest) (*pb.ListSlicesResponse, error) {
+	if err := wire.CheckNodeID("node", req.GetNode()); err != nil {
+		return nil, a.toStatus(err)
+	}
 	limit := int(req.GetLimit())
 	if limit == 0 {
 		limit = 1000
 	}
+	limit = min(limit, maxListedSlices)
 	type result struct {
 		slices []SliceInfo
 		total  int
@@ -368,6 +401,7 @@ func (a *api) ListQuanta(_ context.Context, req *pb.ListQuantaRequest) (*pb.List
 	if limit == 0 {
 		limit = 100
 	}
+	limit = min(limit, maxListQuanta)
 	out := &pb.ListQuantaResponse{}
 	for _, q := range l.hub.Recent(limit, req.GetIncludeClock()) {
 		p := wire.QuantumToProto(q)
@@ -389,6 +423,24 @@ func (a *api) admin(ctx context.Context, name string, fn func(c *Core, now time.
 	return change(p), nil
 }
 
+// Bounds on admin requests' fields, so that no request makes the assigner store, compute or
+// echo without limit.
+const (
+	maxKeyBytes     = 4096 // a key naming a slice
+	maxReplicas     = 64   // nodes a move names
+	maxReasonBytes  = 1024 // a freeze's reason
+	maxParams       = 32   // an algorithm's constants
+	maxParamBytes   = 64   // an algorithm's name, a constant's name or value
+	maxLookupKey    = 64 << 10
+	maxListQuanta   = 10000
+	maxListedSlices = 1 << 20
+)
+
+// checkRef bounds a slice reference.
+func checkRef(field string, r *pb.SliceRef) error {
+	return wire.CheckString(field+".key", string(r.GetKey()), maxKeyBytes)
+}
+
 func sliceRef(r *pb.SliceRef) SliceRef {
 	switch v := r.GetRef().(type) {
 	case *pb.SliceRef_Start:
@@ -402,8 +454,17 @@ func sliceRef(r *pb.SliceRef) SliceRef {
 }
 
 func (a *api) Move(ctx context.Context, req *pb.MoveRequest) (*pb.MoveResponse, error) {
+	if len(req.GetTo()) > maxReplicas {
+		return nil, status.Errorf(codes.InvalidArgument, "assigner: moving a slice to %d nodes; at most %d", len(req.GetTo()), maxReplicas)
+	}
+	if err := checkRef("slice", req.GetSlice()); err != nil {
+		return nil, a.toStatus(err)
+	}
 	to := make([]assignment.NodeID, len(req.GetTo()))
 	for i, id := range req.GetTo() {
+		if err := wire.CheckNodeID(fmt.Sprintf("to[%d]", i), id); err != nil {
+			return nil, a.toStatus(err)
+		}
 		to[i] = assignment.NodeID(id)
 	}
 	ch, err := a.admin(ctx, "move", func(c *Core, now time.Time) (*Proposal, error) { return c.Move(sliceRef(req.GetSlice()), to, now) })
@@ -419,8 +480,14 @@ func (a *api) Split(ctx context.Context, req *pb.SplitRequest) (*pb.SplitRespons
 	case *pb.SplitRequest_AtHash:
 		at = &v.AtHash
 	case *pb.SplitRequest_AtKey:
+		if err := wire.CheckString("at_key", string(v.AtKey), maxKeyBytes); err != nil {
+			return nil, a.toStatus(err)
+		}
 		h := keyspace.Hash(v.AtKey)
 		at = &h
+	}
+	if err := checkRef("slice", req.GetSlice()); err != nil {
+		return nil, a.toStatus(err)
 	}
 	ref := sliceRef(req.GetSlice())
 	if ref.Start == nil && ref.Key == nil && ref.Hash == nil && at != nil {
@@ -434,6 +501,9 @@ func (a *api) Split(ctx context.Context, req *pb.SplitRequest) (*pb.SplitRespons
 }
 
 func (a *api) Merge(ctx context.Context, req *pb.MergeRequest) (*pb.MergeResponse, error) {
+	if err := errors.Join(checkRef("left", req.GetLeft()), checkRef("right", req.GetRight())); err != nil {
+		return nil, a.toStatus(err)
+	}
 	ch, err := a.admin(ctx, "merge", func(c *Core, now time.Time) (*Proposal, error) {
 		return c.Merge(sliceRef(req.GetLeft()), sliceRef(req.GetRight()), now)
 	})
@@ -444,28 +514,37 @@ func (a *api) Merge(ctx context.Context, req *pb.MergeRequest) (*pb.MergeRespons
 }
 
 func (a *api) Pin(ctx context.Context, req *pb.PinRequest) (*pb.PinResponse, error) {
-	res, _, err := a.call(ctx, "pin", func(c *Core, _ time.Time) (*Proposal, any, error) {
+	if err := checkRef("slice", req.GetSlice()); err != nil {
+		return nil, a.toStatus(err)
+	}
+	res, p, err := a.call(ctx, "pin", func(c *Core, _ time.Time) (*Proposal, any, error) {
 		p, r, err := c.Pin(sliceRef(req.GetSlice()))
 		return p, r, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.PinResponse{Pinned: wire.RangeToProto(res.(keyspace.Range))}, nil
+	return &pb.PinResponse{Pinned: wire.RangeToProto(res.(keyspace.Range)), Already: !p.Persists()}, nil
 }
 
 func (a *api) Unpin(ctx context.Context, req *pb.UnpinRequest) (*pb.UnpinResponse, error) {
-	res, _, err := a.call(ctx, "unpin", func(c *Core, _ time.Time) (*Proposal, any, error) {
+	if err := checkRef("slice", req.GetSlice()); err != nil {
+		return nil, a.toStatus(err)
+	}
+	res, p, err := a.call(ctx, "unpin", func(c *Core, _ time.Time) (*Proposal, any, error) {
 		p, r, err := c.Unpin(sliceRef(req.GetSlice()))
 		return p, r, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.UnpinResponse{Unpinned: wire.RangeToProto(res.(keyspace.Range))}, nil
+	return &pb.UnpinResponse{Unpinned: wire.RangeToProto(res.(keyspace.Range)), Already: !p.Persists()}, nil
 }
 
 func (a *api) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
+	if err := wire.CheckNodeID("node_id", req.GetNodeId()); err != nil {
+		return nil, a.toStatus(err)
+	}
 	res, _, err := a.call(ctx, "drain", func(c *Core, _ time.Time) (*Proposal, any, error) {
 		p, held, err := c.Drain(assignment.NodeID(req.GetNodeId()), req.GetCancel())
 		return p, held, err
@@ -477,6 +556,9 @@ func (a *api) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainRespons
 }
 
 func (a *api) Freeze(ctx context.Context, req *pb.FreezeRequest) (*pb.FreezeResponse, error) {
+	if err := wire.CheckString("reason", req.GetReason(), maxReasonBytes); err != nil {
+		return nil, a.toStatus(err)
+	}
 	if _, _, err := a.call(ctx, "freeze", func(c *Core, _ time.Time) (*Proposal, any, error) { return c.Freeze(req.GetReason()), nil, nil }); err != nil {
 		return nil, err
 	}
@@ -491,6 +573,9 @@ func (a *api) Unfreeze(ctx context.Context, _ *pb.UnfreezeRequest) (*pb.Unfreeze
 }
 
 func (a *api) SetAlgorithm(ctx context.Context, req *pb.SetAlgorithmRequest) (*pb.SetAlgorithmResponse, error) {
+	if err := checkAlgorithm(req.GetName(), req.GetParams()); err != nil {
+		return nil, a.toStatus(err)
+	}
 	if _, _, err := a.call(ctx, "set_algorithm", func(c *Core, _ time.Time) (*Proposal, any, error) {
 		p, err := c.SetAlgorithm(req.GetName(), req.GetParams())
 		return p, nil, err
@@ -502,25 +587,35 @@ func (a *api) SetAlgorithm(ctx context.Context, req *pb.SetAlgorithmRequest) (*p
 
 func (a *api) Explain(ctx context.Context, _ *pb.ExplainRequest) (*pb.ExplainResponse, error) {
 	type result struct {
-		x   balance.Explanation
-		ok  bool
-		pos quantum.Position
+		x        balance.Explanation
+		ok       bool
+		pos      quantum.Position
+		failures uint64
+		failure  string
+		failedAt time.Time
 	}
 	res, _, err := a.call(ctx, "explain", func(c *Core, _ time.Time) (*Proposal, any, error) {
 		x, ok := c.Explain()
 		_, pos, _ := c.Assignment()
-		return nil, result{x, ok, pos}, nil
+		r := result{x: x, ok: ok, pos: pos}
+		r.failures, r.failure, r.failedAt = c.PassFailures()
+		return nil, r, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	r := res.(result)
+	out := &pb.ExplainResponse{Position: wire.PositionToProto(r.pos), PassFailures: r.failures, PassError: r.failure}
+	if !r.failedAt.IsZero() {
+		out.PassErrorTime = timestamppb.New(r.failedAt)
+	}
 	if !r.ok {
-		return &pb.ExplainResponse{Position: wire.PositionToProto(r.pos)}, nil
+		return out, nil
 	}
 	x := r.x
-	out := &pb.ExplainResponse{
-		Passed: true, Position: wire.PositionToProto(r.pos), Algorithm: x.Algorithm,
+	*out = pb.ExplainResponse{
+		PassFailures: out.PassFailures, PassError: out.PassError, PassErrorTime: out.PassErrorTime,
+		Passed: true, Position: out.Position, Algorithm: x.Algorithm,
 		ImbalanceBefore: x.ImbalanceBefore, ImbalanceAfter: x.ImbalanceAfter, ChurnBudget: x.ChurnBudget,
 		ChurnCleanup: x.Churn.Cleanup, ChurnMerge: x.Churn.Merge, ChurnMove: x.Churn.Move,
 		Splits: uint32(x.Splits), Merges: uint32(x.Merges), Moves: uint32(x.Moves),
@@ -532,6 +627,19 @@ func (a *api) Explain(ctx context.Context, _ *pb.ExplainRequest) (*pb.ExplainRes
 			From: string(c.From), To: nodeStrings(c.To), Gain: c.Gain, Cost: c.Cost, Chosen: c.Chosen, Reason: c.Reason})
 	}
 	return out, nil
+}
+
+// checkAlgorithm bounds an algorithm's name and constants; their meaning is for
+// balance.New to judge.
+func checkAlgorithm(name string, params map[string]string) error {
+	if len(params) > maxParams {
+		return fmt.Errorf("%w: %d params; at most %d", wire.ErrInvalid, len(params), maxParams)
+	}
+	errs := []error{wire.CheckString("name", name, maxParamBytes)}
+	for k, v := range params {
+		errs = append(errs, wire.CheckString("params key", k, maxParamBytes), wire.CheckString("params value", v, maxParamBytes))
+	}
+	return errors.Join(errs...)
 }
 
 func nodeStrings(ids []assignment.NodeID) []string {

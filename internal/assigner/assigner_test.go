@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestPassesReduceImbalance(t *testing.T) {
 	for i := range 4 {
 		id := fmt.Sprintf("node-%d", i)
 		ids = append(ids, assignment.NodeID(id))
-		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}})
+		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}, Address: "127.0.0.1:1"})
 		require.NoError(t, err)
 	}
 	eventually(t, 10*time.Second, "the first map", a.hasMap)
@@ -306,10 +307,6 @@ func TestAdminOverrides(t *testing.T) {
 			_, err := a.admin.Drain(ctx, &pb.DrainRequest{NodeId: "ghost"})
 			return err
 		}, codes.NotFound, "not registered"},
-		{func() error {
-			_, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
-			return err
-		}, codes.FailedPrecondition, "not pinned"},
 	}
 	for i, r := range refusals {
 		err := r.call()
@@ -318,6 +315,24 @@ func TestAdminOverrides(t *testing.T) {
 		assert.Contains(t, err.Error(), r.text, "refusal %d", i)
 	}
 	assert.Equal(t, gen, a.assignment(t).Generation(), "refusals change nothing")
+
+	// Pin and unpin are idempotent: asking for what holds already succeeds and says so.
+	up, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
+	require.NoError(t, err)
+	assert.True(t, up.GetAlready(), "it was not pinned")
+	for i, already := range []bool{false, true} {
+		pin, err := a.admin.Pin(ctx, &pb.PinRequest{Slice: ref(s0.Range.Start)})
+		require.NoError(t, err, "pin %d", i)
+		assert.Equal(t, already, pin.GetAlready(), "pin %d", i)
+	}
+	pinned, err := a.admin.Status(ctx, &pb.StatusRequest{})
+	require.NoError(t, err)
+	assert.Len(t, pinned.GetPinned(), 1, "pinned twice, held once")
+	for i, already := range []bool{false, true} {
+		up, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
+		require.NoError(t, err, "unpin %d", i)
+		assert.Equal(t, already, up.GetAlready(), "unpin %d", i)
+	}
 
 	// Split at a key, then merge the halves back (they share a replica set).
 	key := []byte("user:42")
@@ -384,7 +399,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	a := c.start(small, func(cfg *assigner.Config) { cfg.MaxRequestBytes = 64 << 10 })
 	a.leading(t)
 	ctx := ctxT(t, 20*time.Second)
-	_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n1"}})
+	_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n1"}, Address: "127.0.0.1:1"})
 	require.NoError(t, err)
 	eventually(t, 10*time.Second, "a map exists", a.hasMap)
 	report := func(l float64) *pb.ReportLoadRequest {
@@ -406,11 +421,11 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"negative load", func() error {
 			_, err := a.nodes.ReportLoad(ctx, report(-1))
 			return err
-		}, codes.InvalidArgument, "load -1"},
+		}, codes.InvalidArgument, "loads[0] = -1"},
 		{"NaN load", func() error {
 			_, err := a.nodes.ReportLoad(ctx, report(math.NaN()))
 			return err
-		}, codes.InvalidArgument, "load NaN"},
+		}, codes.InvalidArgument, "loads[0] = NaN"},
 		{"no window", func() error {
 			r := report(1)
 			r.Window = nil
@@ -445,6 +460,34 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 			_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "ghost"})
 			return err
 		}, codes.NotFound, "register again"},
+		{"a huge load", func() error {
+			_, err := a.nodes.ReportLoad(ctx, report(1e308))
+			return err
+		}, codes.InvalidArgument, "loads[0] = 1e+308, above the cap"},
+		{"no address", func() error {
+			_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n2"}})
+			return err
+		}, codes.InvalidArgument, "no address"},
+		{"a 10 KB node id", func() error {
+			_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: strings.Repeat("x", 10<<10)})
+			return err
+		}, codes.InvalidArgument, "10240 bytes; at most 128"},
+		{"a 10 KB node id registering", func() error {
+			_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: strings.Repeat("x", 10<<10)}, Address: "x:1"})
+			return err
+		}, codes.InvalidArgument, "10240 bytes; at most 128"},
+		{"a 10 KB node id draining", func() error {
+			_, err := a.admin.Drain(ctx, &pb.DrainRequest{NodeId: strings.Repeat("x", 10<<10)})
+			return err
+		}, codes.InvalidArgument, "10240 bytes; at most 128"},
+		{"a dead band that never moves", func() error {
+			_, err := a.admin.SetAlgorithm(ctx, &pb.SetAlgorithmRequest{Name: "weighted-move", Params: map[string]string{"dead_band": "1e308"}})
+			return err
+		}, codes.InvalidArgument, "dead_band=1e+308"},
+		{"a 10 KB param", func() error {
+			_, err := a.admin.SetAlgorithm(ctx, &pb.SetAlgorithmRequest{Name: "weighted-move", Params: map[string]string{strings.Repeat("x", 10<<10): "1"}})
+			return err
+		}, codes.InvalidArgument, "10240 bytes; at most 64"},
 		{"lookup of nothing", func() error {
 			_, err := a.assign.Lookup(ctx, &pb.LookupRequest{})
 			return err
@@ -456,12 +499,19 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		require.Error(t, err, tc.name)
 		assert.Equal(t, tc.code, code(err), "%s: %v", tc.name, err)
 		assert.Contains(t, err.Error(), tc.text, tc.name)
+		assert.Less(t, len(err.Error()), 512, "%s: the error does not echo the input whole", tc.name)
 	}
 	assert.Equal(t, before.Generation(), a.assignment(t).Generation())
 	assert.Len(t, a.nodesList(t), 1, "no node was added")
 	rejected, err := metric(a, "sliceplane_assigner_load_reports_total", "rejected")
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, rejected, 5.0)
+	overCap, err := metric(a, "sliceplane_assigner_reports_rejected_total", "over_cap")
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, overCap)
+	notFinite, err := metric(a, "sliceplane_assigner_reports_rejected_total", "not_finite")
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, notFinite)
 }
 
 func TestNodesThatStopReportingLeave(t *testing.T) {

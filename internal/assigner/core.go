@@ -21,6 +21,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/store"
+	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
 // Errors of the core, which the API maps to status codes.
@@ -43,7 +44,43 @@ type CoreConfig struct {
 	Params    map[string]string
 	// Estimator tunes the folding of load reports.
 	Estimator load.EstimatorConfig
+	// MaxLoadRate caps what a node may report: per second of its report's window and per
+	// unit of its capacity (0 counts as 1), in the application's load unit. A report above
+	// it is refused whole. Default load.DefaultRate (1e9); at most load.MaxRate.
+	MaxLoadRate float64
 }
+
+// Validate reports whether the configuration is usable (zero values take defaults).
+func (cfg CoreConfig) Validate() error { return cfg.fill() }
+
+// fill sets defaults and refuses nonsense.
+func (cfg *CoreConfig) fill() error {
+	if cfg.NodeTTL <= 0 {
+		cfg.NodeTTL = 10 * time.Second
+	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = 64
+	}
+	if cfg.MaxLoadRate == 0 {
+		cfg.MaxLoadRate = load.DefaultRate
+	}
+	if !(cfg.MaxLoadRate > 0 && cfg.MaxLoadRate <= load.MaxRate) {
+		return fmt.Errorf("assigner: max load rate %v: want > 0 and at most %g", cfg.MaxLoadRate, load.MaxRate)
+	}
+	return nil
+}
+
+// Bounds on what a node registers with: every node's capacity is within a factor of 1e12 of
+// every other's, so the load over capacity that passes weigh stays finite; the rest bounds
+// what the assigner stores and echoes.
+const (
+	MinCapacity      = 1e-6
+	MaxCapacity      = 1e6
+	MaxAddressBytes  = 256
+	MaxLabels        = 64
+	MaxLabelKeyBytes = 63
+	MaxLabelBytes    = 256
+)
 
 type nodeState struct {
 	store.Node
@@ -73,6 +110,14 @@ type Core struct {
 	explain  *balance.Explanation
 	lastPass time.Time
 	dists    quantum.Distributors
+	failed   passFailure
+}
+
+// passFailure records the balancing passes that failed: how many in a row, and the last.
+type passFailure struct {
+	count uint64 // in a row; 0 once a pass succeeds
+	err   string
+	at    time.Time
 }
 
 // Proposal is one change of the state: what to persist, in order, and what to publish once
@@ -122,11 +167,8 @@ func (c *Core) Commit(p *Proposal) {
 // false if there is none) and the source's clock. The proposal it returns records the new
 // term; commit it before anything else.
 func NewCore(cfg CoreConfig, term uint64, st store.State, found bool, clock uint64, now time.Time) (*Core, *Proposal, error) {
-	if cfg.NodeTTL <= 0 {
-		cfg.NodeTTL = 10 * time.Second
-	}
-	if cfg.SnapshotEvery == 0 {
-		cfg.SnapshotEvery = 64
+	if err := cfg.fill(); err != nil {
+		return nil, nil, err
 	}
 	c := &Core{cfg: cfg, term: term, nodes: map[assignment.NodeID]*nodeState{}, est: load.NewEstimator(cfg.Estimator),
 		dists: quantum.Distributors{}}
@@ -273,6 +315,7 @@ func (c *Core) Pass(now time.Time) (*Proposal, error) {
 	}
 	record := func(c *Core) {
 		c.history, c.explain, c.lastPass = res.History, &res.Explanation, now
+		c.failed.count = 0
 		c.estimate, c.estimated = est, in.Assignment
 	}
 	if len(res.Ops) == 0 {
@@ -296,6 +339,83 @@ func (c *Core) Pass(now time.Time) (*Proposal, error) {
 		res.Explanation.ImbalanceBefore, res.Explanation.ImbalanceAfter)
 	p.commit = record
 	return p, nil
+}
+
+// maxErrorBytes bounds the reason of a failed pass that Status and Explain show.
+const maxErrorBytes = 512
+
+// PassFailed records that a pass failed (Pass returned err, or its proposal could not be
+// stored), for Status and Explain.
+func (c *Core) PassFailed(err error, now time.Time) {
+	msg := err.Error()
+	if len(msg) > maxErrorBytes {
+		msg = msg[:maxErrorBytes] + "..."
+	}
+	c.failed = passFailure{count: c.failed.count + 1, err: msg, at: now}
+}
+
+// Cleanup proposes taking the slices of departed nodes off them without the algorithm, or
+// returns nil when no slice is held by a departed node. It is the fallback for a pass that
+// failed: whatever made the algorithm fail, I1 must hold once clean-up has run. A slice
+// keeps its live replicas; one left with none goes to the live node holding the fewest
+// slices.
+func (c *Core) Cleanup(now time.Time) (*Proposal, error) {
+	live, reg := c.placement(), c.registered()
+	if c.a == nil || live.Len() == 0 {
+		return nil, nil
+	}
+	held := make(map[assignment.NodeID]int, live.Len())
+	for _, n := range live.Nodes() {
+		held[n.ID] = 0
+	}
+	for _, s := range c.a.All() {
+		for _, id := range s.Replicas {
+			if _, ok := held[id]; ok {
+				held[id]++
+			}
+		}
+	}
+	var ops []assignment.Op
+	var moves []balance.Move
+	for _, s := range c.a.All() {
+		keep := slices.DeleteFunc(slices.Clone(s.Replicas), func(id assignment.NodeID) bool { return !reg.Has(id) })
+		if len(keep) == len(s.Replicas) {
+			continue
+		}
+		for _, id := range s.Replicas {
+			if !reg.Has(id) {
+				moves = append(moves, balance.Move{Range: s.Range, From: id, Pass: c.meta.Pass})
+			}
+		}
+		if len(keep) == 0 {
+			to := leastHeld(live, held)
+			held[to]++
+			keep = []assignment.NodeID{to}
+			moves = append(moves, balance.Move{Range: s.Range, To: to, Pass: c.meta.Pass})
+		}
+		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: keep})
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	p, err := c.change(ops, moves, "cleanup", now)
+	if err != nil {
+		return nil, fmt.Errorf("assigner: clean-up: %w", err)
+	}
+	p.Summary = fmt.Sprintf("clean-up without the algorithm: %d slices off departed nodes", len(ops))
+	p.commit = func(c *Core) { c.history = append(c.history, moves...) }
+	return p, nil
+}
+
+// leastHeld returns the node of live holding the fewest slices, the first by ID on a tie.
+func leastHeld(live *assignment.NodeSet, held map[assignment.NodeID]int) assignment.NodeID {
+	best := live.Nodes()[0].ID
+	for _, n := range live.Nodes()[1:] {
+		if held[n.ID] < held[best] {
+			best = n.ID
+		}
+	}
+	return best
 }
 
 // loadOrKeySpace returns loads, or, when no load at all is measured, each slice's share of
@@ -332,20 +452,39 @@ func (c *Core) initial(live *assignment.NodeSet, now time.Time) (*Proposal, erro
 
 // Register adds or updates a node and renews its lease.
 func (c *Core) Register(n store.Node, now time.Time) (*Proposal, error) {
-	if err := n.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if len(n.Address) > 256 {
-		return nil, fmt.Errorf("%w: node %s: address of %d bytes; at most 256", ErrInvalid, n.ID, len(n.Address))
-	}
-	if len(n.Labels) > 64 {
-		return nil, fmt.Errorf("%w: node %s: %d labels; at most 64", ErrInvalid, n.ID, len(n.Labels))
+	if err := validateNode(n); err != nil {
+		return nil, err
 	}
 	commit := func(c *Core) { c.nodes[n.ID] = &nodeState{Node: n, lastSeen: now} }
 	if old, ok := c.nodes[n.ID]; ok && old.Node.Node == n.Node && old.Address == n.Address && maps.Equal(old.Labels, n.Labels) {
 		return &Proposal{Meta: c.meta, commit: commit}, nil // a renewal: nothing to store
 	}
 	return &Proposal{PutNode: &n, Meta: c.meta, Summary: fmt.Sprintf("node %s registered at %q", n.ID, n.Address), commit: commit}, nil
+}
+
+// validateNode checks a registration: a node nobody can reach, or whose capacity makes its
+// load over capacity overflow, must not get slices.
+func validateNode(n store.Node) error {
+	if err := n.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	switch {
+	case n.Capacity != 0 && (n.Capacity < MinCapacity || n.Capacity > MaxCapacity):
+		return fmt.Errorf("%w: node %s: capacity %g; want 0 (read as 1) or %g..%g", ErrInvalid, n.ID, n.Capacity, MinCapacity, MaxCapacity)
+	case n.Address == "":
+		return fmt.Errorf("%w: node %s: no address; routers could not reach it", ErrInvalid, n.ID)
+	case len(n.Address) > MaxAddressBytes:
+		return fmt.Errorf("%w: node %s: address of %d bytes; at most %d", ErrInvalid, n.ID, len(n.Address), MaxAddressBytes)
+	case len(n.Labels) > MaxLabels:
+		return fmt.Errorf("%w: node %s: %d labels; at most %d", ErrInvalid, n.ID, len(n.Labels), MaxLabels)
+	}
+	for k, v := range n.Labels {
+		if k == "" || len(k) > MaxLabelKeyBytes || len(v) > MaxLabelBytes {
+			return fmt.Errorf("%w: node %s: label %s=%s: want a key of 1..%d bytes and a value of at most %d",
+				ErrInvalid, n.ID, wire.Quote(k), wire.Quote(v), MaxLabelKeyBytes, MaxLabelBytes)
+		}
+	}
+	return nil
 }
 
 // Heartbeat renews a node's lease and says whether it is draining.
@@ -363,6 +502,11 @@ func (c *Core) Report(r load.Report, now time.Time) error {
 	n, ok := c.nodes[r.Node]
 	if !ok {
 		return fmt.Errorf("%w: %s is not registered, so its load cannot be counted", ErrUnknownNode, r.Node)
+	}
+	// Refused whole before the estimator sees it: one value out of bounds would make sums
+	// infinite, and every pass after fail.
+	if err := r.Check(load.Cap(c.cfg.MaxLoadRate, r.Window, n.Weight())); err != nil {
+		return fmt.Errorf("%w: node %s: %w", ErrInvalid, r.Node, err)
 	}
 	if err := c.est.Add(r); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -47,7 +47,7 @@ func mustPass(t *testing.T, c *Core, at time.Time) *Proposal {
 func register(t *testing.T, c *Core, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		p, err := c.Register(store.Node{Node: assignment.Node{ID: assignment.NodeID(id)}}, t0)
+		p, err := c.Register(store.Node{Node: assignment.Node{ID: assignment.NodeID(id)}, Address: id + ":1"}, t0)
 		commit(t, c, p, err)
 	}
 }
@@ -123,7 +123,7 @@ func TestUncommittedProposalsChangeNothing(t *testing.T) {
 	_, err = c.SetAlgorithm("range", nil)
 	require.NoError(t, err)
 	c.Freeze("x")
-	_, err = c.Register(store.Node{Node: assignment.Node{ID: "c"}}, t0)
+	_, err = c.Register(store.Node{Node: assignment.Node{ID: "c"}, Address: "c:1"}, t0)
 	require.NoError(t, err)
 	a2, pos2, clock2 := c.Assignment()
 	assert.Same(t, a, a2)

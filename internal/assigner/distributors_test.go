@@ -29,7 +29,7 @@ func distCore(t *testing.T) *assigner.Core {
 	require.NoError(t, err)
 	c.Commit(first)
 	for _, id := range []assignment.NodeID{"a", "b"} {
-		p, err := c.Register(store.Node{Node: assignment.Node{ID: id}}, distT0)
+		p, err := c.Register(store.Node{Node: assignment.Node{ID: id}, Address: string(id) + ":1"}, distT0)
 		require.NoError(t, err)
 		c.Commit(p)
 	}

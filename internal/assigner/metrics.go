@@ -18,9 +18,13 @@ type metrics struct {
 	passChurn    prometheus.Histogram
 	quanta       *prometheus.CounterVec
 	reports      *prometheus.CounterVec
-	watchers     prometheus.Gauge
-	etcdWrite    *prometheus.HistogramVec
-	adminChanges *prometheus.CounterVec
+	// reportsRejected counts refused load reports by reason: malformed, unknown_node,
+	// not_finite, negative, over_cap.
+	reportsRejected *prometheus.CounterVec
+	passFailures    prometheus.Counter
+	watchers        prometheus.Gauge
+	etcdWrite       *prometheus.HistogramVec
+	adminChanges    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,9 +49,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		passChurn: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_churn_ratio",
 			Help: "Share of keys a pass copied to new nodes.", Buckets: []float64{0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.09, 0.2, 0.5, 1}}),
 		quanta: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_total",
-			Help: "Quanta emitted, by cause (initial, pass, clock, admin)."}, []string{"cause"}),
+			Help: "Quanta emitted, by cause (initial, pass, cleanup, clock, distributors, admin)."}, []string{"cause"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "load_reports_total",
 			Help: "Load reports received, by result (accepted, rejected)."}, []string{"result"}),
+		reportsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "reports_rejected_total",
+			Help: "Load reports refused whole, by reason (malformed, unknown_node, not_finite, negative, over_cap)."}, []string{"reason"}),
+		passFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "pass_failures_total",
+			Help: "Balancing passes that failed; the clean-up of departed nodes ran without the algorithm instead."}),
 		watchers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watchers",
 			Help: "Open assignment and quanta streams."}),
 		etcdWrite: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "etcd_write_duration_seconds",
@@ -55,7 +63,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		adminChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admin_requests_total",
 			Help: "Admin requests, by call and result (ok, refused)."}, []string{"call", "result"}),
 	}
+	for _, r := range []string{"malformed", "unknown_node", "not_finite", "negative", "over_cap"} {
+		m.reportsRejected.WithLabelValues(r) // exported at 0, so that rates and alerts see them
+	}
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
-		m.passChurn, m.quanta, m.reports, m.watchers, m.etcdWrite, m.adminChanges)
+		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.adminChanges)
 	return m
 }

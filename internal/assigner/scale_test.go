@@ -427,7 +427,7 @@ func scale(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < nodes; i += 50 {
-				if _, err := nodeSvc.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: string(ids[i])}}); err != nil {
+				if _, err := nodeSvc.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: string(ids[i])}, Address: "127.0.0.1:1"}); err != nil {
 					b.Error(err)
 				}
 			}

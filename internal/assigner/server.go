@@ -98,6 +98,9 @@ func (c *Config) fill() error {
 	if c.Core.Algorithm == "" {
 		c.Core.Algorithm = "weighted-move"
 	}
+	if err := c.Core.fill(); err != nil {
+		return err
+	}
 	if _, err := newAlgorithm(c.Core.Algorithm, c.Core.Params); err != nil {
 		return err
 	}
@@ -445,7 +448,9 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 				}
 			}
 			if p, err = core.Pass(start); err != nil {
-				log.Error("balancing pass failed", "err", err)
+				if err := s.passFailed(ctx, l, core, err, start); err != nil {
+					return err
+				}
 				continue
 			}
 			cause, computed = "pass", time.Since(start)
@@ -500,6 +505,29 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 			s.observeCore(core)
 		}
 	}
+}
+
+// passFailed counts a failed pass and runs the clean-up of departed nodes without the
+// algorithm, so that no slice stays on a node that left (I1) whatever made the pass fail. It
+// returns an error only when leadership is lost.
+func (s *Server) passFailed(ctx context.Context, l *leadership, core *Core, err error, now time.Time) error {
+	s.metrics.passFailures.Inc()
+	core.PassFailed(err, now)
+	s.log.Error("balancing pass failed; cleaning up departed nodes without the algorithm", "term", l.term, "err", err)
+	p, err := core.Cleanup(now)
+	if err != nil {
+		s.log.Error("clean-up failed", "term", l.term, "err", err)
+		return nil
+	}
+	if p == nil {
+		return nil
+	}
+	if err := s.apply(ctx, l, core, p); err != nil {
+		return err
+	}
+	s.log.Info("change", "call", "cleanup", "what", p.Summary, "seq", core.seq, "term", l.term)
+	s.observeCore(core)
+	return nil
 }
 
 func isDone(s *concurrency.Session) bool {

@@ -38,6 +38,7 @@ type options struct {
 	nodeTTL       time.Duration
 	sessionTTL    time.Duration
 	halfLife      time.Duration
+	maxLoadRate   float64
 	algorithm     string
 	params        []string
 	logLevel      string
@@ -95,6 +96,11 @@ on the command line win.`,
 	f.DurationVar(&o.nodeTTL, "node-ttl", 10*time.Second, "time a node stays in the map without a heartbeat or load report")
 	f.DurationVar(&o.sessionTTL, "session-ttl", 5*time.Second, "leader lease: how long standbys wait for a dead leader (whole seconds)")
 	f.DurationVar(&o.halfLife, "load-half-life", 10*time.Second, "how fast old load measurements fade")
+	f.Float64Var(&o.maxLoadRate, "max-load-rate", load.DefaultRate,
+		"most load a node may report per second of its report's window and per unit of its capacity (0 counts as 1), "+
+			"in the application's load unit; a report above it, or with a load or key count that is not a finite number >= 0, "+
+			"is refused whole (InvalidArgument). The default, 1e9, is a thousand times the requests a second one storage node serves; "+
+			"raise it only for a load unit finer than requests")
 	f.StringVar(&o.algorithm, "algorithm", "weighted-move", "balancing algorithm when none is stored: "+strings.Join(balance.Names(), ", "))
 	f.StringArrayVar(&o.params, "param", nil, "algorithm constant NAME=VALUE (repeatable); see slicectl sim --help")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -117,6 +123,11 @@ func (o *options) run(ctx context.Context) error {
 	}
 	if _, err := balance.New(o.algorithm, params); err != nil { // before starting anything
 		return err
+	}
+	core := assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
+		Estimator: load.EstimatorConfig{HalfLife: o.halfLife}, MaxLoadRate: o.maxLoadRate}
+	if err := core.Validate(); err != nil {
+		return fmt.Errorf("--max-load-rate: %w", err)
 	}
 	endpoints := o.endpoints
 	if len(endpoints) == 0 {
@@ -141,9 +152,7 @@ func (o *options) run(ctx context.Context) error {
 	srv, err := assigner.New(assigner.Config{
 		Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics, Client: client, Prefix: o.prefix,
 		PassInterval: o.passInterval, ClockInterval: o.clockInterval, SessionTTL: o.sessionTTL,
-		Core: assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
-			Estimator: load.EstimatorConfig{HalfLife: o.halfLife}},
-		Logger: log,
+		Core: core, Logger: log,
 	})
 	if err != nil {
 		return err

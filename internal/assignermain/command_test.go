@@ -100,6 +100,9 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		{[]string{"stray"}, "unknown command"},
 		{[]string{"--algorithm", "magic"}, "unknown algorithm"},
 		{[]string{"--param", "max_churn=7"}, "max_churn=7: want 0..1"},
+		{[]string{"--max-load-rate", "-1"}, "max load rate -1"},
+		{[]string{"--max-load-rate", "+Inf"}, "max load rate +Inf"},
+		{[]string{"--param", "dead_band=1e308"}, "dead_band=1e+308: want 0..10"},
 	} {
 		cmd := NewCommand()
 		cmd.SetArgs(c.args)

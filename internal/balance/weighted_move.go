@@ -84,6 +84,15 @@ func (c *WeightedMoveConfig) params() []Param {
 	}
 }
 
+// Upper bounds of Weighted-Move's constants.
+const (
+	MaxSlicesPerNodeLimit = 100000
+	MaxFactor             = 1000 // split_above, replicate_above: multiples of a mean
+	MaxDeadBand           = 10   // max/mean node load <= 11
+	MaxReplicasLimit      = 1024
+	MaxHoldPasses         = 1 << 20
+)
+
 // Validate rejects constants that cannot work together.
 func (c WeightedMoveConfig) Validate() error {
 	var errs []error
@@ -92,7 +101,16 @@ func (c WeightedMoveConfig) Validate() error {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
+	// Upper bounds keep every constant where it means something: a dead band of 1e308 is a
+	// freeze in disguise, and slice counts beyond MaxSlicesPerNodeLimit per node would make
+	// maps no assigner can hold.
 	check(c.MinSlicesPerNode >= 1, "min_slices_per_node=%d: want >= 1", c.MinSlicesPerNode)
+	check(c.MaxSlicesPerNode <= MaxSlicesPerNodeLimit, "max_slices_per_node=%d: want at most %d", c.MaxSlicesPerNode, MaxSlicesPerNodeLimit)
+	check(c.SplitAbove <= MaxFactor, "split_above=%v: want at most %v", c.SplitAbove, MaxFactor)
+	check(c.ReplicateAbove <= MaxFactor, "replicate_above=%v: want at most %v", c.ReplicateAbove, MaxFactor)
+	check(c.DeadBand <= MaxDeadBand, "dead_band=%v: want 0..%v (freeze balancing to stop moves)", c.DeadBand, MaxDeadBand)
+	check(c.MaxReplicas <= MaxReplicasLimit, "max_replicas=%d: want 0..%d", c.MaxReplicas, MaxReplicasLimit)
+	check(c.HoldPasses <= MaxHoldPasses, "hold_passes=%d: want 0..%d", c.HoldPasses, MaxHoldPasses)
 	check(c.MinSlicesPerNode <= c.InitialSlicesPerNode && c.InitialSlicesPerNode <= c.MaxSlicesPerNode,
 		"want min_slices_per_node <= initial_slices_per_node <= max_slices_per_node, have %d, %d, %d",
 		c.MinSlicesPerNode, c.InitialSlicesPerNode, c.MaxSlicesPerNode)

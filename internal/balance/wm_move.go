@@ -112,6 +112,8 @@ func (p *wmPass) dropCooledReplicas() {
 }
 
 const (
+	reasonOneKey   = "one key: moving it would only make its destination the hottest node"
+	reasonSwap     = "would make its destination the hottest node for a gain within the dead band"
 	reasonNoCooler = "would not cool the hottest node"
 	reasonBudget   = "over the churn budget"
 	reasonPinned   = "pinned by an operator"
@@ -407,7 +409,7 @@ func (p *wmPass) withRoom(c cand, h int32, level, top, mean float64, order []int
 	// the compound's gain over the compound's cost.
 	c.reason = ""
 	c.gain = (top - max(c.newMax, mean)) / mean
-	c.weight = c.gain / max(cost, p.keys*1e-12)
+	c.weight = c.gain / max(cost/p.keys, 1e-12) // in shares: keys near the smallest float would overflow
 	for i := range sheds {
 		sheds[i].gain, sheds[i].weight = c.gain, c.weight
 	}
@@ -450,18 +452,30 @@ func (p *wmPass) evaluate(c cand, top, mean float64) cand {
 		prev, c.blocked = p.blocker(s.r, c.from, -1)
 	}
 	c.gain = (top - max(c.newMax, mean)) / mean
-	c.weight = c.gain / max(c.cost, p.keys*1e-12)
+	c.weight = c.gain / max(c.cost/p.keys, 1e-12)
 	switch {
 	case !(c.newMax < top*(1-1e-12)):
 		c.reason = reasonNoCooler
 	case c.gain <= 0:
 		c.reason = "the node is already at the mean"
+	case c.kind == move && newU(c.to[0], share) > newU(c.from, -share) && p.oneKey(s):
+		// The key would make its destination the hottest node, and the next pass, on
+		// slightly different loads, would move it back: it can only be spread by replicas.
+		c.reason = reasonOneKey
+	case c.kind == move && newU(c.to[0], share) > newU(c.from, -share) && c.gain <= p.cfg.DeadBand:
+		c.reason = reasonSwap
 	case c.cost > 0 && p.spent.Total()+c.cost > p.cfg.MaxChurn*p.keys:
 		c.reason = reasonBudget
 	case c.blocked:
 		c.reason = fmt.Sprintf("would undo a move of pass %d", prev.Pass)
 	}
 	return c
+}
+
+// oneKey reports whether a slice holds a single key: its range is one point, or its key
+// count is known to be at most one. No split can cut it finer.
+func (p *wmPass) oneKey(s *wmSlice) bool {
+	return s.r.Width() == 1 || p.known && s.keys <= 1
 }
 
 // apply carries out a candidate and returns the nodes whose load changed.

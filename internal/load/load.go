@@ -144,5 +144,7 @@ func Imbalance(xs []float64) float64 {
 	if len(xs) == 0 || sum <= 0 {
 		return 1
 	}
-	return top / (sum / float64(len(xs)))
+	// top/sum is at most 1, so this cannot overflow; top/(sum/n) can, when sum/n underflows
+	// to 0 with loads near the smallest float.
+	return top / sum * float64(len(xs))
 }

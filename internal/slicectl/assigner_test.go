@@ -518,9 +518,16 @@ func TestAgainstAnAssigner(t *testing.T) {
 
 		assert.Equal(t, fmt.Sprintf("unpinned %s: balancing passes may move it again\n", r), e.ok("unpin", keyspace.FormatPoint(r.Start)))
 		assert.Empty(t, e.status().GetPinned())
-		_, _, err := e.ctl("unpin", keyspace.FormatPoint(r.Start))
-		require.ErrorIs(t, err, ErrRefused)
-		assert.EqualError(t, err, fmt.Sprintf("refused: not possible now: %s is not pinned", r))
+		// Both are idempotent: each says nothing changed, and nothing does.
+		assert.Equal(t, fmt.Sprintf("%s is not pinned: nothing changed\n", r), e.ok("unpin", keyspace.FormatPoint(r.Start)))
+		e.ok("pin", "key:user:5")
+		var again struct{ Changed bool }
+		e.okJSON(&again, "pin", "key:user:5")
+		assert.False(t, again.Changed)
+		assert.Equal(t, fmt.Sprintf("%s is already pinned: nothing changed\n", r), e.ok("pin", "key:user:5"))
+		assert.Len(t, e.status().GetPinned(), 1)
+		e.ok("unpin", keyspace.FormatPoint(r.Start))
+		assert.Empty(t, e.status().GetPinned())
 	})
 
 	t.Run("freeze and unfreeze", func(t *testing.T) {

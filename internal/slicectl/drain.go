@@ -35,6 +35,7 @@ type drainOptions struct {
 	cancel      bool
 	waitTimeout time.Duration
 	interval    time.Duration
+	failing     string // why passes fail, as last said; "" while they succeed
 }
 
 func newDrainCommand(g *globalOptions) *cobra.Command {
@@ -54,7 +55,8 @@ to --wait-timeout (--timeout bounds each call to the assigner, not the wait).
 --no-wait returns at once. --cancel stops a drain: the node may take slices
 again (balancing moves them back only as load calls for it).
 
-While balancing is frozen a drain makes no progress; drain says so.`,
+While balancing is frozen, or while balancing passes fail, a drain makes no
+progress; drain says so, with the reason the passes fail.`,
 		Example: `  # Empty n3 before maintenance, waiting for it.
   slicectl drain n3
 
@@ -115,6 +117,7 @@ func (o *drainOptions) run(ctx context.Context, s *session, node string) error {
 	if st.GetFrozen() {
 		fmt.Fprintf(s.errOut, "slicectl: balancing is frozen: the drain of %s makes no progress until slicectl unfreeze\n", node)
 	}
+	o.warnFailing(s, node, st)
 	start := time.Now()
 	out, err = o.wait(s, node, held)
 	out.Waited = time.Since(start).Seconds()
@@ -166,6 +169,7 @@ func (o *drainOptions) wait(s *session, node string, held uint32) (jsonDrain, er
 				out.Drained = true
 				return out, nil
 			}
+			o.checkPasses(ctx, s, node)
 		}
 		select {
 		case <-time.After(o.interval):
@@ -178,8 +182,36 @@ func (o *drainOptions) wait(s *session, node string, held uint32) (jsonDrain, er
 			if lastErr != nil {
 				msg += fmt.Sprintf("; the last poll failed: %v", s.g.explain(s.parent, lastErr))
 			}
+			if o.failing != "" {
+				msg += "; balancing passes are failing: " + o.failing
+			}
 			return out, errors.New(msg)
 		}
+	}
+}
+
+// warnFailing says, once per cause, that balancing passes are failing, since then a drain
+// makes no progress: only the clean-up of departed nodes runs, not the moves a drain needs.
+func (o *drainOptions) warnFailing(s *session, node string, st *pb.StatusResponse) {
+	if st.GetPassFailures() == 0 {
+		o.failing = ""
+		return
+	}
+	if st.GetPassError() == o.failing {
+		return
+	}
+	o.failing = st.GetPassError()
+	fmt.Fprintf(s.errOut, "slicectl: balancing passes are failing (%d in a row): the drain of %s makes no progress until they succeed: %s\n",
+		st.GetPassFailures(), node, o.failing)
+}
+
+// checkPasses asks whether passes fail, within --timeout, and says so if they do; a failed
+// poll is left to the next one.
+func (o *drainOptions) checkPasses(ctx context.Context, s *session, node string) {
+	ctx, cancel := context.WithTimeout(ctx, s.g.timeout)
+	defer cancel()
+	if st, err := s.admin.Status(ctx, &pb.StatusRequest{}); err == nil {
+		o.warnFailing(s, node, st)
 	}
 }
 

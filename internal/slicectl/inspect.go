@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
@@ -22,7 +23,7 @@ type jsonStatus struct {
 	Position      jsonPosition      `json:"position"`
 	Clock         uint64            `json:"clock"`
 	Generation    uint64            `json:"generation"`
-	Imbalance     float64           `json:"imbalance"`
+	Imbalance     jsonFloat         `json:"imbalance"`
 	Slices        uint32            `json:"slices"`
 	Nodes         uint32            `json:"nodes"`
 	Frozen        bool              `json:"frozen"`
@@ -30,14 +31,34 @@ type jsonStatus struct {
 	Params        map[string]string `json:"params"`
 	LastPass      *time.Time        `json:"last_pass"`
 	Pinned        []jsonRange       `json:"pinned"`
+	jsonPassFailures
+}
+
+// jsonPassFailures says whether balancing passes are failing: how many in a row (0 once one
+// succeeds), and why and when the last failed one did.
+type jsonPassFailures struct {
+	PassFailures  uint64     `json:"pass_failures"`
+	PassError     string     `json:"pass_error,omitempty"`
+	PassErrorTime *time.Time `json:"pass_error_time,omitempty"`
+}
+
+// showPassFailures says that passes are failing, or "" when the last one succeeded.
+func showPassFailures(n uint64, why string, at *timestamppb.Timestamp) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("FAILING: %d passes in a row, the last %s: %s (only the clean-up of departed nodes runs)",
+		n, showTime(at, time.Now()), why)
 }
 
 func statusJSON(st *pb.StatusResponse) jsonStatus {
 	out := jsonStatus{
 		Leader: st.GetLeader(), LeaderAddress: st.GetLeaderAddress(), Position: positionJSON(st.GetPosition()),
-		Clock: st.GetClock(), Generation: st.GetGeneration(), Imbalance: st.GetImbalance(), Slices: st.GetSlices(),
+		Clock: st.GetClock(), Generation: st.GetGeneration(), Imbalance: jsonFloat(st.GetImbalance()), Slices: st.GetSlices(),
 		Nodes: st.GetNodes(), Frozen: st.GetFrozen(), Algorithm: st.GetAlgorithm(), Params: st.GetParams(),
 		LastPass: jsonTime(st.GetLastPass()), Pinned: []jsonRange{},
+		jsonPassFailures: jsonPassFailures{PassFailures: st.GetPassFailures(), PassError: st.GetPassError(),
+			PassErrorTime: jsonTime(st.GetPassErrorTime())},
 	}
 	if out.Params == nil {
 		out.Params = map[string]string{}
@@ -69,7 +90,8 @@ term, the position (term/seq) and Lamport clock of its last quantum, the map's
 generation, the imbalance of the node loads (max over mean of load over
 capacity; 1 is perfect), the numbers of slices and nodes, whether balancing is
 frozen, the balancing algorithm and the constants set for it, when the last
-balancing pass ran, and the ranges pinned in place.`,
+balancing pass ran, and the ranges pinned in place. When balancing passes fail,
+"balancing" says so: how many failed in a row, when the last did and why.`,
 		Example: `  slicectl status
   slicectl status -o json | jq .imbalance
   slicectl --assigner 10.0.0.1:7070,10.0.0.2:7070 status`,
@@ -100,6 +122,8 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 	balancing := "running"
 	if st.GetFrozen() {
 		balancing = "frozen (passes do not run; slicectl unfreeze resumes them)"
+	} else if f := showPassFailures(st.GetPassFailures(), st.GetPassError(), st.GetPassErrorTime()); f != "" {
+		balancing = f
 	}
 	row(w, "leader", leader)
 	row(w, "term", fmt.Sprint(st.GetPosition().GetTerm()))
@@ -128,10 +152,10 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 type jsonNode struct {
 	ID       string            `json:"id"`
 	Address  string            `json:"address"`
-	Capacity float64           `json:"capacity"`
+	Capacity jsonFloat         `json:"capacity"`
 	Labels   map[string]string `json:"labels"`
 	Slices   uint32            `json:"slices"`
-	Load     float64           `json:"load"`
+	Load     jsonFloat         `json:"load"`
 	Draining bool              `json:"draining"`
 	LastSeen *time.Time        `json:"last_seen"`
 }
@@ -174,7 +198,7 @@ for the assigner's --node-ttl leaves the map.`,
 							labels = map[string]string{}
 						}
 						out.Nodes = append(out.Nodes, jsonNode{ID: n.GetNode().GetId(), Address: n.GetAddress(),
-							Capacity: capacity(n.GetNode()), Labels: labels, Slices: n.GetSlices(), Load: n.GetLoad(),
+							Capacity: jsonFloat(capacity(n.GetNode())), Labels: labels, Slices: n.GetSlices(), Load: jsonFloat(n.GetLoad()),
 							Draining: n.GetDraining(), LastSeen: jsonTime(n.GetLastSeen())})
 					}
 					return s.out.print(out)
@@ -215,10 +239,10 @@ func printNodes(s *session, nodes []*pb.NodeInfo) error {
 
 type jsonSlice struct {
 	jsonRange
-	Replicas []string `json:"replicas"`
-	Load     float64  `json:"load"`
-	Keys     float64  `json:"keys"`
-	Pinned   bool     `json:"pinned"`
+	Replicas []string  `json:"replicas"`
+	Load     jsonFloat `json:"load"`
+	Keys     jsonFloat `json:"keys"`
+	Pinned   bool      `json:"pinned"`
 }
 
 type jsonSlices struct {
@@ -261,7 +285,7 @@ assigner caps it at 1000 when --limit is 0).`,
 					out := jsonSlices{Total: resp.GetTotal(), Slices: []jsonSlice{}}
 					for _, sl := range resp.GetSlices() {
 						out.Slices = append(out.Slices, jsonSlice{jsonRange: rangeJSON(sl.GetRange()), Replicas: sl.GetReplicas(),
-							Load: sl.GetLoad(), Keys: sl.GetKeys(), Pinned: sl.GetPinned()})
+							Load: jsonFloat(sl.GetLoad()), Keys: jsonFloat(sl.GetKeys()), Pinned: sl.GetPinned()})
 					}
 					return s.out.print(out)
 				}
@@ -373,16 +397,16 @@ type jsonCandidate struct {
 	Slice  jsonRange `json:"slice"`
 	From   string    `json:"from"`
 	To     []string  `json:"to"`
-	Gain   float64   `json:"gain"`
-	Cost   float64   `json:"cost"`
+	Gain   jsonFloat `json:"gain"`
+	Cost   jsonFloat `json:"cost"`
 	Chosen bool      `json:"chosen"`
 	Reason string    `json:"reason"`
 }
 
 type jsonChurn struct {
-	Cleanup float64 `json:"cleanup"`
-	Merge   float64 `json:"merge"`
-	Move    float64 `json:"move"`
+	Cleanup jsonFloat `json:"cleanup"`
+	Merge   jsonFloat `json:"merge"`
+	Move    jsonFloat `json:"move"`
 }
 
 type jsonExplain struct {
@@ -391,9 +415,9 @@ type jsonExplain struct {
 	Frozen          bool            `json:"frozen"`
 	Position        jsonPosition    `json:"position"`
 	Algorithm       string          `json:"algorithm"`
-	ImbalanceBefore float64         `json:"imbalance_before"`
-	ImbalanceAfter  float64         `json:"imbalance_after"`
-	ChurnBudget     float64         `json:"churn_budget"`
+	ImbalanceBefore jsonFloat       `json:"imbalance_before"`
+	ImbalanceAfter  jsonFloat       `json:"imbalance_after"`
+	ChurnBudget     jsonFloat       `json:"churn_budget"`
 	Churn           jsonChurn       `json:"churn"`
 	Splits          uint32          `json:"splits"`
 	Merges          uint32          `json:"merges"`
@@ -403,16 +427,19 @@ type jsonExplain struct {
 	Reassigned      uint32          `json:"reassigned"`
 	Stop            string          `json:"stop"`
 	Candidates      []jsonCandidate `json:"candidates"`
+	jsonPassFailures
 }
 
 func explainJSON(x *pb.ExplainResponse, frozen bool) jsonExplain {
 	out := jsonExplain{
 		Passed: x.GetPassed(), Frozen: frozen, Position: positionJSON(x.GetPosition()), Algorithm: x.GetAlgorithm(),
-		ImbalanceBefore: x.GetImbalanceBefore(), ImbalanceAfter: x.GetImbalanceAfter(), ChurnBudget: x.GetChurnBudget(),
-		Churn:  jsonChurn{Cleanup: x.GetChurnCleanup(), Merge: x.GetChurnMerge(), Move: x.GetChurnMove()},
+		ImbalanceBefore: jsonFloat(x.GetImbalanceBefore()), ImbalanceAfter: jsonFloat(x.GetImbalanceAfter()), ChurnBudget: jsonFloat(x.GetChurnBudget()),
+		Churn:  jsonChurn{Cleanup: jsonFloat(x.GetChurnCleanup()), Merge: jsonFloat(x.GetChurnMerge()), Move: jsonFloat(x.GetChurnMove())},
 		Splits: x.GetSplits(), Merges: x.GetMerges(), Moves: x.GetMoves(), ReplicasAdded: x.GetReplicasAdded(),
 		ReplicasRemoved: x.GetReplicasRemoved(), Reassigned: x.GetReassigned(), Stop: x.GetStop(),
 		Candidates: []jsonCandidate{},
+		jsonPassFailures: jsonPassFailures{PassFailures: x.GetPassFailures(), PassError: x.GetPassError(),
+			PassErrorTime: jsonTime(x.GetPassErrorTime())},
 	}
 	for _, c := range x.GetCandidates() {
 		to := c.GetTo()
@@ -420,7 +447,7 @@ func explainJSON(x *pb.ExplainResponse, frozen bool) jsonExplain {
 			to = []string{}
 		}
 		out.Candidates = append(out.Candidates, jsonCandidate{Action: c.GetAction(), Slice: rangeJSON(c.GetSlice()),
-			From: c.GetFrom(), To: to, Gain: c.GetGain(), Cost: c.GetCost(), Chosen: c.GetChosen(), Reason: c.GetReason()})
+			From: c.GetFrom(), To: to, Gain: jsonFloat(c.GetGain()), Cost: jsonFloat(c.GetCost()), Chosen: c.GetChosen(), Reason: c.GetReason()})
 	}
 	return out
 }
@@ -438,7 +465,9 @@ its move step stopped, and the candidate moves it weighed: the ones it chose,
 then the best ones it rejected, each with the imbalance it would have gained,
 the share of keys it would have copied, and the reason it was not taken.
 
-It also says when balancing is frozen, as then no pass runs at all.`,
+It also says when balancing is frozen, as then no pass runs at all, and when
+passes are failing: how many in a row, and why the last one failed; what follows
+is then the last pass that succeeded.`,
 		Example: `  slicectl explain
   slicectl explain -o json | jq '.candidates[] | select(.chosen | not) | .reason'`,
 		Args: noArgs,
@@ -465,6 +494,9 @@ func printExplain(s *session, x *pb.ExplainResponse, st *pb.StatusResponse) erro
 	out := s.out.w
 	if st.GetFrozen() {
 		fmt.Fprintln(out, "balancing is frozen: no pass runs until slicectl unfreeze; the last pass before the freeze follows.")
+	}
+	if f := showPassFailures(x.GetPassFailures(), x.GetPassError(), x.GetPassErrorTime()); f != "" {
+		fmt.Fprintf(out, "balancing passes are %s; the last pass that succeeded follows.\n", f)
 	}
 	if !x.GetPassed() {
 		_, err := fmt.Fprintf(out, "no balancing pass has run yet in term %d (map at %s)\n",

@@ -208,6 +208,26 @@ func ago(t, now time.Time) string {
 	return d.Round(time.Second).String() + " ago"
 }
 
+// jsonFloat is a measure in JSON. JSON has no NaN or infinities; like the protobuf JSON
+// mapping, it writes them as the strings "NaN", "Infinity" and "-Infinity", so that output
+// never fails on them (the assigner refuses the input that could make them, but an older
+// assigner or a bug must not make slicectl fail).
+type jsonFloat float64
+
+// MarshalJSON implements json.Marshaler.
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	x := float64(f)
+	switch {
+	case math.IsNaN(x):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(x, 1):
+		return []byte(`"Infinity"`), nil
+	case math.IsInf(x, -1):
+		return []byte(`"-Infinity"`), nil
+	}
+	return json.Marshal(x)
+}
+
 // num writes a load, imbalance or other measure with up to 4 significant digits, and large
 // ones whole.
 func num(f float64) string {

@@ -182,6 +182,9 @@ type jsonPin struct {
 	Summary string    `json:"summary"`
 	Range   jsonRange `json:"range"`
 	Pinned  bool      `json:"pinned"`
+	// Changed is false when the slice already was as asked (pinned, or not pinned): pin and
+	// unpin are both idempotent.
+	Changed bool `json:"changed"`
 }
 
 func newPinCommand(g *globalOptions) *cobra.Command {
@@ -190,7 +193,8 @@ func newPinCommand(g *globalOptions) *cobra.Command {
 		Short: "Keep a slice where it is: balancing passes leave it alone",
 		Long: `pin keeps the range of the slice SLICE where it is: balancing passes never move,
 split or merge it, and its replica set stays as it is. Overrides (move, split,
-merge) still apply to it. status lists the pinned ranges; unpin releases one.`,
+merge) still apply to it. status lists the pinned ranges; unpin releases one.
+Pinning a pinned slice succeeds, says so, and changes nothing.`,
 		Example: `  slicectl pin 0x4000000000000000
   slicectl pin key:user:42`,
 		Args: sliceArgs("SLICE"),
@@ -201,11 +205,16 @@ merge) still apply to it. status lists the pinned ranges; unpin releases one.`,
 					return err
 				}
 				r := resp.GetPinned()
-				out := jsonPin{Summary: "pin " + showRange(r), Range: rangeJSON(r), Pinned: true}
+				out := jsonPin{Summary: "pin " + showRange(r), Range: rangeJSON(r), Pinned: true, Changed: !resp.GetAlready()}
+				line := fmt.Sprintf("pinned %s: balancing passes leave it where it is", showRange(r))
+				if resp.GetAlready() {
+					out.Summary = showRange(r) + " is already pinned"
+					line = out.Summary + ": nothing changed"
+				}
 				if !s.out.table() {
 					return s.out.print(out)
 				}
-				_, err = fmt.Fprintf(s.out.w, "pinned %s: balancing passes leave it where it is\n", showRange(r))
+				_, err = fmt.Fprintln(s.out.w, line)
 				return err
 			})
 		},
@@ -217,7 +226,8 @@ func newUnpinCommand(g *globalOptions) *cobra.Command {
 		Use:   "unpin SLICE",
 		Short: "Let balancing passes move a pinned slice again",
 		Long: `unpin removes the pins that overlap the slice SLICE, so that balancing passes
-may move, split and merge it again. It fails if nothing there is pinned.`,
+may move, split and merge it again. Like pin, it is idempotent: unpinning a
+slice that is not pinned succeeds, says so, and changes nothing.`,
 		Example: `  slicectl unpin 0x4000000000000000
   slicectl unpin key:user:42`,
 		Args: sliceArgs("SLICE"),
@@ -228,11 +238,16 @@ may move, split and merge it again. It fails if nothing there is pinned.`,
 					return err
 				}
 				r := resp.GetUnpinned()
-				out := jsonPin{Summary: "unpin " + showRange(r), Range: rangeJSON(r), Pinned: false}
+				out := jsonPin{Summary: "unpin " + showRange(r), Range: rangeJSON(r), Pinned: false, Changed: !resp.GetAlready()}
+				line := fmt.Sprintf("unpinned %s: balancing passes may move it again", showRange(r))
+				if resp.GetAlready() {
+					out.Summary = showRange(r) + " is not pinned"
+					line = out.Summary + ": nothing changed"
+				}
 				if !s.out.table() {
 					return s.out.print(out)
 				}
-				_, err = fmt.Fprintf(s.out.w, "unpinned %s: balancing passes may move it again\n", showRange(r))
+				_, err = fmt.Fprintln(s.out.w, line)
 				return err
 			})
 		},

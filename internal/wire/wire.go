@@ -6,6 +6,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -17,6 +18,38 @@ import (
 
 // ErrInvalid is wrapped by every error about a malformed message.
 var ErrInvalid = errors.New("wire: invalid message")
+
+// QuoteMax is how many bytes of a client's string an error quotes.
+const QuoteMax = 64
+
+// Quote quotes s for an error message, cut to its first QuoteMax bytes (then "..."), so that
+// an error never echoes unbounded input back.
+func Quote(s string) string {
+	if len(s) <= QuoteMax {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:QuoteMax]) + "..."
+}
+
+// MaxNodeIDBytes is the longest node ID (see assignment.NodeID).
+const MaxNodeIDBytes = 128
+
+// CheckNodeID checks the length of a node ID in field before anything quotes it whole; the
+// rest of its form is for assignment.NodeID.Validate to judge.
+func CheckNodeID(field, id string) error {
+	if len(id) > MaxNodeIDBytes {
+		return fmt.Errorf("%w: %s %s is %d bytes; at most %d", ErrInvalid, field, Quote(id), len(id), MaxNodeIDBytes)
+	}
+	return nil
+}
+
+// CheckString checks that field holds at most limit bytes.
+func CheckString(field, s string, limit int) error {
+	if len(s) > limit {
+		return fmt.Errorf("%w: %s %s is %d bytes; at most %d", ErrInvalid, field, Quote(s), len(s), limit)
+	}
+	return nil
+}
 
 // AssignmentToProto encodes an assignment as boundaries and replica sets.
 func AssignmentToProto(a *assignment.Assignment) *pb.Assignment {
@@ -118,6 +151,9 @@ func NodeToProto(n assignment.Node) *pb.Node {
 
 // NodeFromProto decodes and validates a node.
 func NodeFromProto(m *pb.Node) (assignment.Node, error) {
+	if err := CheckNodeID("node.id", m.GetId()); err != nil {
+		return assignment.Node{}, err
+	}
 	n := assignment.Node{ID: assignment.NodeID(m.GetId()), Capacity: m.GetCapacity()}
 	if err := n.Validate(); err != nil {
 		return assignment.Node{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -164,8 +200,11 @@ func RangeFromProto(m *pb.Range) (keyspace.Range, error) {
 	return r, nil
 }
 
-// MaxSamples bounds the samples of one load report.
-const MaxSamples = 1 << 20
+// MaxSamples bounds the samples of one load report, MaxHotKeys its hot keys.
+const (
+	MaxSamples = 1 << 20
+	MaxHotKeys = 1 << 10
+)
 
 // ReportToProto encodes a load report as columns (see ReportLoadRequest). Its At is not sent:
 // the assigner stamps reports when they arrive.
@@ -197,6 +236,11 @@ func ReportFromProto(req *pb.ReportLoadRequest) (load.Report, error) {
 			ErrInvalid, n, len(req.GetEnds()), len(req.GetLoads()), len(req.GetKeys()))
 	case req.GetWindow() == nil:
 		return load.Report{}, fmt.Errorf("%w: the report has no window", ErrInvalid)
+	case len(req.GetHotKeys()) > MaxHotKeys:
+		return load.Report{}, fmt.Errorf("%w: %d hot keys in one report; at most %d", ErrInvalid, len(req.GetHotKeys()), MaxHotKeys)
+	}
+	if err := CheckNodeID("node_id", req.GetNodeId()); err != nil {
+		return load.Report{}, err
 	}
 	r := load.Report{Node: assignment.NodeID(req.GetNodeId()), Window: req.GetWindow().AsDuration(), Samples: make([]load.Sample, n)}
 	starts, ends, loads, keys := req.GetStarts(), req.GetEnds(), req.GetLoads(), req.GetKeys()

@@ -1501,6 +1501,13 @@ type StatusResponse struct {
 	Params        map[string]string      `protobuf:"bytes,11,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	LastPass      *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=last_pass,json=lastPass,proto3" json:"last_pass,omitempty"`
 	Pinned        []*Range               `protobuf:"bytes,13,rep,name=pinned,proto3" json:"pinned,omitempty"`
+	// pass_failures counts the balancing passes that failed in a row, 0 once one succeeds;
+	// while they fail, only the clean-up of departed nodes runs.
+	PassFailures uint64 `protobuf:"varint,14,opt,name=pass_failures,json=passFailures,proto3" json:"pass_failures,omitempty"`
+	// pass_error is why the last failed pass failed, and pass_error_time when (unset if no
+	// pass has failed in this term).
+	PassError     string                 `protobuf:"bytes,15,opt,name=pass_error,json=passError,proto3" json:"pass_error,omitempty"`
+	PassErrorTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=pass_error_time,json=passErrorTime,proto3" json:"pass_error_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1622,6 +1629,27 @@ func (x *StatusResponse) GetLastPass() *timestamppb.Timestamp {
 func (x *StatusResponse) GetPinned() []*Range {
 	if x != nil {
 		return x.Pinned
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetPassFailures() uint64 {
+	if x != nil {
+		return x.PassFailures
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetPassError() string {
+	if x != nil {
+		return x.PassError
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetPassErrorTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PassErrorTime
 	}
 	return nil
 }
@@ -2460,8 +2488,10 @@ func (x *PinRequest) GetSlice() *SliceRef {
 }
 
 type PinResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pinned        *Range                 `protobuf:"bytes,1,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pinned *Range                 `protobuf:"bytes,1,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	// already is true when the slice was pinned before: nothing changed.
+	Already       bool `protobuf:"varint,2,opt,name=already,proto3" json:"already,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2501,6 +2531,13 @@ func (x *PinResponse) GetPinned() *Range {
 		return x.Pinned
 	}
 	return nil
+}
+
+func (x *PinResponse) GetAlready() bool {
+	if x != nil {
+		return x.Already
+	}
+	return false
 }
 
 type UnpinRequest struct {
@@ -2548,8 +2585,10 @@ func (x *UnpinRequest) GetSlice() *SliceRef {
 }
 
 type UnpinResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Unpinned      *Range                 `protobuf:"bytes,1,opt,name=unpinned,proto3" json:"unpinned,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Unpinned *Range                 `protobuf:"bytes,1,opt,name=unpinned,proto3" json:"unpinned,omitempty"`
+	// already is true when the slice was not pinned: nothing changed.
+	Already       bool `protobuf:"varint,2,opt,name=already,proto3" json:"already,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2589,6 +2628,13 @@ func (x *UnpinResponse) GetUnpinned() *Range {
 		return x.Unpinned
 	}
 	return nil
+}
+
+func (x *UnpinResponse) GetAlready() bool {
+	if x != nil {
+		return x.Already
+	}
+	return false
 }
 
 type DrainRequest struct {
@@ -3084,7 +3130,12 @@ type ExplainResponse struct {
 	Stop            string                 `protobuf:"bytes,15,opt,name=stop,proto3" json:"stop,omitempty"`
 	Candidates      []*Candidate           `protobuf:"bytes,16,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// passed is false when no pass has run yet in this term.
-	Passed        bool `protobuf:"varint,17,opt,name=passed,proto3" json:"passed,omitempty"`
+	Passed bool `protobuf:"varint,17,opt,name=passed,proto3" json:"passed,omitempty"`
+	// pass_failures, pass_error and pass_error_time are as in StatusResponse: the explanation
+	// above is of the last pass that succeeded.
+	PassFailures  uint64                 `protobuf:"varint,18,opt,name=pass_failures,json=passFailures,proto3" json:"pass_failures,omitempty"`
+	PassError     string                 `protobuf:"bytes,19,opt,name=pass_error,json=passError,proto3" json:"pass_error,omitempty"`
+	PassErrorTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=pass_error_time,json=passErrorTime,proto3" json:"pass_error_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3238,6 +3289,27 @@ func (x *ExplainResponse) GetPassed() bool {
 	return false
 }
 
+func (x *ExplainResponse) GetPassFailures() uint64 {
+	if x != nil {
+		return x.PassFailures
+	}
+	return 0
+}
+
+func (x *ExplainResponse) GetPassError() string {
+	if x != nil {
+		return x.PassError
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetPassErrorTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PassErrorTime
+	}
+	return nil
+}
+
 var File_sliceplane_v1_assigner_proto protoreflect.FileDescriptor
 
 const file_sliceplane_v1_assigner_proto_rawDesc = "" +
@@ -3342,7 +3414,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x12#\n" +
 	"\x03ops\x18\x03 \x03(\v2\x11.sliceplane.v1.OpR\x03ops\x12\x18\n" +
 	"\asummary\x18\x04 \x01(\tR\asummary\"\x0f\n" +
-	"\rStatusRequest\"\xa1\x04\n" +
+	"\rStatusRequest\"\xa9\x05\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\bR\x06leader\x12%\n" +
 	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress\x123\n" +
@@ -3359,7 +3431,11 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	" \x01(\tR\talgorithm\x12A\n" +
 	"\x06params\x18\v \x03(\v2).sliceplane.v1.StatusResponse.ParamsEntryR\x06params\x127\n" +
 	"\tlast_pass\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\blastPass\x12,\n" +
-	"\x06pinned\x18\r \x03(\v2\x14.sliceplane.v1.RangeR\x06pinned\x1a9\n" +
+	"\x06pinned\x18\r \x03(\v2\x14.sliceplane.v1.RangeR\x06pinned\x12#\n" +
+	"\rpass_failures\x18\x0e \x01(\x04R\fpassFailures\x12\x1d\n" +
+	"\n" +
+	"pass_error\x18\x0f \x01(\tR\tpassError\x12B\n" +
+	"\x0fpass_error_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\rpassErrorTime\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
@@ -3414,13 +3490,15 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x06change\x18\x01 \x01(\v2\x15.sliceplane.v1.ChangeR\x06change\";\n" +
 	"\n" +
 	"PinRequest\x12-\n" +
-	"\x05slice\x18\x01 \x01(\v2\x17.sliceplane.v1.SliceRefR\x05slice\";\n" +
+	"\x05slice\x18\x01 \x01(\v2\x17.sliceplane.v1.SliceRefR\x05slice\"U\n" +
 	"\vPinResponse\x12,\n" +
-	"\x06pinned\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x06pinned\"=\n" +
+	"\x06pinned\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x06pinned\x12\x18\n" +
+	"\aalready\x18\x02 \x01(\bR\aalready\"=\n" +
 	"\fUnpinRequest\x12-\n" +
-	"\x05slice\x18\x01 \x01(\v2\x17.sliceplane.v1.SliceRefR\x05slice\"A\n" +
+	"\x05slice\x18\x01 \x01(\v2\x17.sliceplane.v1.SliceRefR\x05slice\"[\n" +
 	"\rUnpinResponse\x120\n" +
-	"\bunpinned\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\bunpinned\"?\n" +
+	"\bunpinned\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\bunpinned\x12\x18\n" +
+	"\aalready\x18\x02 \x01(\bR\aalready\"?\n" +
 	"\fDrainRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06cancel\x18\x02 \x01(\bR\x06cancel\"'\n" +
@@ -3447,7 +3525,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x04gain\x18\x05 \x01(\x01R\x04gain\x12\x12\n" +
 	"\x04cost\x18\x06 \x01(\x01R\x04cost\x12\x16\n" +
 	"\x06chosen\x18\a \x01(\bR\x06chosen\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"\xde\x04\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"\xe6\x05\n" +
 	"\x0fExplainResponse\x123\n" +
 	"\bposition\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\bposition\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12)\n" +
@@ -3472,7 +3550,11 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\x10 \x03(\v2\x18.sliceplane.v1.CandidateR\n" +
 	"candidates\x12\x16\n" +
-	"\x06passed\x18\x11 \x01(\bR\x06passed2\x9a\x02\n" +
+	"\x06passed\x18\x11 \x01(\bR\x06passed\x12#\n" +
+	"\rpass_failures\x18\x12 \x01(\x04R\fpassFailures\x12\x1d\n" +
+	"\n" +
+	"pass_error\x18\x13 \x01(\tR\tpassError\x12B\n" +
+	"\x0fpass_error_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\rpassErrorTime2\x9a\x02\n" +
 	"\x11AssignmentService\x12b\n" +
 	"\x0fWatchAssignment\x12%.sliceplane.v1.WatchAssignmentRequest\x1a&.sliceplane.v1.WatchAssignmentResponse0\x01\x12Z\n" +
 	"\rGetAssignment\x12#.sliceplane.v1.GetAssignmentRequest\x1a$.sliceplane.v1.GetAssignmentResponse\x12E\n" +
@@ -3612,77 +3694,79 @@ var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	57, // 24: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
 	62, // 25: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
 	0,  // 26: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
-	63, // 27: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	58, // 28: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	62, // 29: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	27, // 30: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 31: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	30, // 32: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 33: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	22, // 34: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	23, // 35: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	22, // 36: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	23, // 37: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	22, // 38: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	22, // 39: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	23, // 40: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	22, // 41: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 42: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	22, // 43: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 44: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	59, // 45: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 46: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 47: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	53, // 48: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	5,  // 49: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 50: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 51: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 52: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 53: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 54: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 55: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	20, // 56: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	24, // 57: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	26, // 58: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	29, // 59: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	32, // 60: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	34, // 61: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	36, // 62: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	38, // 63: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	40, // 64: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	42, // 65: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	44, // 66: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	46, // 67: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	48, // 68: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	50, // 69: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	52, // 70: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 71: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 72: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 73: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 74: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 75: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 76: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	18, // 77: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	21, // 78: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	25, // 79: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	28, // 80: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	31, // 81: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	33, // 82: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	35, // 83: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	37, // 84: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	39, // 85: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	41, // 86: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	43, // 87: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	45, // 88: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	47, // 89: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	49, // 90: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	51, // 91: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	54, // 92: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	71, // [71:93] is the sub-list for method output_type
-	49, // [49:71] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	62, // 27: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	63, // 28: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	58, // 29: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	62, // 30: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	27, // 31: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 32: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	30, // 33: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 34: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	22, // 35: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	23, // 36: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	22, // 37: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	23, // 38: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	22, // 39: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	22, // 40: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	23, // 41: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	22, // 42: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 43: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	22, // 44: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 45: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	59, // 46: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 47: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 48: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	53, // 49: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	62, // 50: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	5,  // 51: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 52: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 53: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 54: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 55: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 56: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 57: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	20, // 58: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	24, // 59: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	26, // 60: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	29, // 61: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	32, // 62: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	34, // 63: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	36, // 64: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	38, // 65: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	40, // 66: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	42, // 67: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	44, // 68: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	46, // 69: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	48, // 70: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	50, // 71: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	52, // 72: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 73: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 74: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 75: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 76: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 77: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 78: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	18, // 79: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	21, // 80: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	25, // 81: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	28, // 82: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	31, // 83: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	33, // 84: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	35, // 85: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	37, // 86: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	39, // 87: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	41, // 88: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	43, // 89: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	45, // 90: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	47, // 91: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	49, // 92: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	51, // 93: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	54, // 94: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	73, // [73:95] is the sub-list for method output_type
+	51, // [51:73] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }

@@ -1,0 +1,233 @@
+package assigner
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/store"
+)
+
+// passAll runs a pass, commits what it proposes, and fails the test if it fails.
+func passAll(t *testing.T, c *Core, at time.Time) {
+	t.Helper()
+	p, err := c.Pass(at)
+	require.NoError(t, err)
+	if p != nil {
+		c.Commit(p)
+	}
+}
+
+// onDeparted lists the slices held by a node that is not registered (I1 broken).
+func onDeparted(c *Core) []string {
+	var out []string
+	for _, s := range c.a.All() {
+		for _, id := range s.Replicas {
+			if _, ok := c.nodes[id]; !ok {
+				out = append(out, s.String())
+			}
+		}
+	}
+	return out
+}
+
+// TestHugeReportsCannotPoisonTheCore reproduces the finding: a registered node reporting a
+// finite but huge load (1e308) twice made every load +Inf, the imbalance NaN and every pass
+// fail, and once the node went silent its slices stayed on it. Such a report is now
+// refused whole and changes nothing.
+func TestHugeReportsCannotPoisonTheCore(t *testing.T) {
+	c := newCore(t)
+	register(t, c, "a", "b")
+	passAll(t, c, t0)
+	huge := func(node assignment.NodeID) load.Report {
+		var ss []load.Sample
+		for _, s := range c.a.All() {
+			if s.Holds(node) {
+				ss = append(ss, load.Sample{Range: s.Range, Load: 1e308})
+			}
+		}
+		return load.Report{Node: node, At: t0, Window: time.Second, Samples: ss}
+	}
+	before := c.est
+	for i := range 2 {
+		err := c.Report(huge("b"), t0.Add(time.Duration(i)*time.Second))
+		require.Error(t, err, "report %d", i)
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorIs(t, err, load.ErrOverCap)
+		assert.Contains(t, err.Error(), "loads[0]", "the error names the field and the sample")
+	}
+	assert.Same(t, before, c.est)
+	// a keeps reporting; b goes silent and its lease lapses.
+	at := t0
+	for range 15 {
+		at = at.Add(time.Second)
+		require.NoError(t, c.Report(load.Report{Node: "a", At: at, Window: time.Second}, at))
+		if p := c.Expire(at); p != nil {
+			c.Commit(p)
+		}
+		passAll(t, c, at)
+		st := c.Status()
+		require.False(t, math.IsNaN(st.Imbalance) || math.IsInf(st.Imbalance, 0), "imbalance %v", st.Imbalance)
+	}
+	assert.NotContains(t, c.nodes, assignment.NodeID("b"))
+	assert.Empty(t, onDeparted(c), "I1: no slice on a node that left")
+	assert.Zero(t, c.Status().PassFailures)
+}
+
+func TestReportsAreCappedByCapacityAndWindow(t *testing.T) {
+	c, first, err := NewCore(CoreConfig{MaxLoadRate: 1000, Algorithm: "weighted-move", Params: smallParams}, 7, store.State{}, false, 0, t0)
+	require.NoError(t, err)
+	c.Commit(first)
+	p, err := c.Register(store.Node{Node: assignment.Node{ID: "a", Capacity: 2}, Address: "a:1"}, t0)
+	commit(t, c, p, err)
+	full := keyspace.Full()
+	report := func(l, keys float64, window time.Duration) error {
+		return c.Report(load.Report{Node: "a", At: t0, Window: window, Samples: []load.Sample{{Range: full, Load: l, Keys: keys}}}, t0)
+	}
+	// 1000 a second × 2 s × capacity 2.
+	require.NoError(t, report(4000, 10, 2*time.Second))
+	for _, tc := range []struct {
+		load, keys float64
+		window     time.Duration
+		reason     string
+		text       string
+	}{
+		{4001, 0, 2 * time.Second, "over_cap", "loads[0] = 4001, above the cap of 4000"},
+		{math.Inf(1), 0, time.Second, "not_finite", "loads[0] = +Inf"},
+		{math.NaN(), 0, time.Second, "not_finite", "loads[0] = NaN"},
+		{-1, 0, time.Second, "negative", "loads[0] = -1"},
+		{1, math.Inf(1), time.Second, "not_finite", "keys[0] = +Inf"},
+		{1, 1e300, time.Second, "over_cap", "keys[0] = 1e+300"},
+		{1, 0, 2 * time.Hour, "malformed", "window 2h0m0s"},
+		{1, 0, 0, "malformed", "window 0s"},
+	} {
+		err := report(tc.load, tc.keys, tc.window)
+		require.Error(t, err, tc.text)
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.Contains(t, err.Error(), tc.text)
+		assert.Equal(t, tc.reason, load.Reason(err), tc.text)
+	}
+	// Samples that add up above the cap are refused too: each alone is fine.
+	half := keyspace.Range{Start: 0, End: keyspace.At(1 << 63)}
+	err = c.Report(load.Report{Node: "a", At: t0, Window: time.Second, Samples: []load.Sample{{Range: half, Load: 1500}, {Range: half, Load: 1500}}}, t0)
+	assert.ErrorIs(t, err, load.ErrOverCap)
+	err = c.Report(load.Report{Node: "a", At: t0, Window: time.Second, HotKeys: []load.HotKey{{Hash: 1, Load: 3000}}}, t0)
+	assert.ErrorIs(t, err, load.ErrOverCap)
+	assert.Contains(t, err.Error(), "hot_keys[0].load")
+
+	_, _, err = NewCore(CoreConfig{MaxLoadRate: math.Inf(1)}, 1, store.State{}, false, 0, t0)
+	assert.Error(t, err)
+	_, _, err = NewCore(CoreConfig{MaxLoadRate: -1}, 1, store.State{}, false, 0, t0)
+	assert.Error(t, err)
+}
+
+func TestRegistrationsAreBounded(t *testing.T) {
+	c := newCore(t)
+	long := strings.Repeat("x", 10<<10)
+	for _, tc := range []struct {
+		n    store.Node
+		text string
+	}{
+		{store.Node{Node: assignment.Node{ID: "a"}}, "no address"},
+		{store.Node{Node: assignment.Node{ID: "a", Capacity: 1e-300}, Address: "a:1"}, "capacity 1e-300"},
+		{store.Node{Node: assignment.Node{ID: "a", Capacity: 1e300}, Address: "a:1"}, "capacity 1e+300"},
+		{store.Node{Node: assignment.Node{ID: "a"}, Address: long}, "address of 10240 bytes"},
+		{store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{long: "v"}}, "label"},
+		{store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{"k": long}}, "label"},
+		{store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{"": "v"}}, "label"},
+	} {
+		_, err := c.Register(tc.n, t0)
+		require.ErrorIs(t, err, ErrInvalid, tc.text)
+		assert.Contains(t, err.Error(), tc.text)
+		assert.Less(t, len(err.Error()), 400, "the error does not echo the input whole")
+	}
+	assert.Empty(t, c.nodes)
+}
+
+// failing is an algorithm whose passes fail, for whatever reason a real one might.
+type failing struct{ balance.Algorithm }
+
+func (failing) Rebalance(balance.Input) (balance.Result, error) {
+	return balance.Result{}, errors.New("balance: something broke")
+}
+
+// TestAFailedPassStillCleansUp: whatever makes the algorithm fail, the slices of departed
+// nodes leave them (I1), without the algorithm, and the failure is on record.
+func TestAFailedPassStillCleansUp(t *testing.T) {
+	c := newCore(t)
+	register(t, c, "a", "b", "c")
+	passAll(t, c, t0)
+	c.alg = failing{c.alg}
+	gen := c.a.Generation()
+	p, err := c.Cleanup(t0)
+	require.NoError(t, err)
+	assert.Nil(t, p, "nothing to clean up")
+
+	p, err = c.Deregister("c")
+	commit(t, c, p, err)
+	require.NotEmpty(t, onDeparted(c))
+	_, err = c.Pass(t0.Add(time.Second))
+	require.Error(t, err)
+	c.PassFailed(err, t0.Add(time.Second))
+	p, err = c.Cleanup(t0.Add(time.Second))
+	commit(t, c, p, err)
+	assert.Empty(t, onDeparted(c), "I1 holds after the clean-up")
+	assert.Greater(t, c.a.Generation(), gen)
+	require.NoError(t, c.a.Validate(c.registered()))
+	held := map[assignment.NodeID]int{}
+	for _, s := range c.a.All() {
+		for _, id := range s.Replicas {
+			held[id]++
+		}
+	}
+	assert.InDelta(t, held["a"], held["b"], 1, "the orphans are spread: %v", held)
+	require.NotNil(t, p.Entry)
+	assert.Equal(t, "cleanup", p.Entry.Cause)
+
+	st := c.Status()
+	assert.Equal(t, uint64(1), st.PassFailures)
+	assert.Contains(t, st.PassError, "something broke")
+	assert.Equal(t, t0.Add(time.Second), st.PassErrorTime)
+
+	c.alg = c.alg.(failing).Algorithm
+	passAll(t, c, t0.Add(2*time.Second))
+	n, why, _ := c.PassFailures()
+	assert.Zero(t, n, "a pass that succeeds ends the run of failures")
+	assert.Contains(t, why, "something broke", "the last failure stays on record")
+}
+
+// TestPinAndUnpinAreIdempotent: pinning a pinned slice and unpinning one that is not pinned
+// both succeed and change nothing, as etcd's and PD's writes of what already holds do.
+func TestPinAndUnpinAreIdempotent(t *testing.T) {
+	c := newCore(t)
+	register(t, c, "a")
+	passAll(t, c, t0)
+	ref := SliceRef{Hash: new(uint64)}
+	p, r, err := c.Pin(ref)
+	commit(t, c, p, err)
+	assert.True(t, p.Persists())
+	p, r2, err := c.Pin(ref)
+	require.NoError(t, err)
+	assert.False(t, p.Persists(), "pinned already: nothing to store")
+	assert.Contains(t, p.Summary, "already pinned")
+	assert.Equal(t, r, r2)
+	c.Commit(p)
+	assert.Len(t, c.meta.Pins, 1, "one pin, not two")
+
+	p, _, err = c.Unpin(ref)
+	commit(t, c, p, err)
+	assert.Empty(t, c.meta.Pins)
+	p, _, err = c.Unpin(ref)
+	require.NoError(t, err, "unpinning what is not pinned is no error")
+	assert.False(t, p.Persists())
+	assert.Contains(t, p.Summary, "not pinned")
+}
