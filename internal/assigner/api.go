@@ -19,6 +19,7 @@ import (
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/quantum"
@@ -162,7 +163,14 @@ func (a *api) watch(stream grpc.ServerStream, from *pb.Position, clockQuanta boo
 	a.s.metrics.watchers.Inc()
 	defer a.s.metrics.watchers.Dec()
 	for {
-		q, err := sub.Next(stream.Context())
+		q, err := a.next(stream.Context(), sub)
+		if errors.Is(err, errIdle) {
+			// Nothing to send: say so, so that watchers tell an idle leader from a hung one.
+			if err := stream.SendMsg(&frame.Frame{Data: heartbeatFrame}); err != nil {
+				return err
+			}
+			continue
+		}
 		if errors.Is(err, quantum.ErrClosed) {
 			return status.Error(codes.Unavailable, "assigner: this assigner stopped leading; reconnect to the leader")
 		}
@@ -181,6 +189,25 @@ func (a *api) watch(stream grpc.ServerStream, from *pb.Position, clockQuanta boo
 			return err
 		}
 	}
+}
+
+// errIdle says a watch had nothing to send for a heartbeat interval.
+var errIdle = errors.New("assigner: idle")
+
+// heartbeatFrame is the encoding of a watch response that only says the leader is alive
+// (WatchQuantaResponse and WatchAssignmentResponse share it).
+var heartbeatFrame, _ = proto.Marshal(&pb.WatchQuantaResponse{Heartbeat: true})
+
+// next returns the subscription's next quantum, or errIdle after a heartbeat interval
+// without one.
+func (a *api) next(ctx context.Context, sub *quantum.Subscription) (quantum.Quantum, error) {
+	wait, cancel := context.WithTimeout(ctx, dial.StreamHeartbeat)
+	defer cancel()
+	q, err := sub.Next(wait)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return q, errIdle
+	}
+	return q, err
 }
 
 func (a *api) GetAssignment(context.Context, *pb.GetAssignmentRequest) (*pb.GetAssignmentResponse, error) {
