@@ -38,6 +38,7 @@ type api struct {
 	pb.UnimplementedAdminServiceServer
 	s       *Server
 	reinits reinitCache
+	fresh   *freshness
 }
 
 // leader returns the leadership, or a status that says where the leader is.
@@ -270,8 +271,15 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 
 func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
 	id := assignment.NodeID(req.GetNodeId())
+	silence := req.GetSilence().AsDuration()
+	if silence < 0 || !req.GetSilence().IsValid() {
+		silence = 0
+	}
 	res, _, err := a.call(ctx, "heartbeat", func(c *Core, now time.Time) (*Proposal, any, error) {
 		draining, err := c.Heartbeat(id, now)
+		if err == nil {
+			a.fresh.record(id, req.GetStale(), silence, now, a.s.cfg.Core.NodeTTL)
+		}
 		return nil, &pb.HeartbeatResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Draining: draining,
 			Distributor: distributorFor(c, id)}, err
 	})
@@ -354,9 +362,17 @@ func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNo
 		return nil, err
 	}
 	out := &pb.ListNodesResponse{}
+	now := time.Now()
 	for _, n := range res.([]NodeInfo) {
-		out.Nodes = append(out.Nodes, &pb.NodeInfo{Node: wire.NodeToProto(n.Node.Node), Address: n.Address, Labels: n.Labels,
-			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen)})
+		info := &pb.NodeInfo{Node: wire.NodeToProto(n.Node.Node), Address: n.Address, Labels: n.Labels,
+			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen)}
+		if f, ok := a.fresh.of(n.Node.ID, now, a.s.cfg.Core.NodeTTL); ok {
+			info.Stale = f.stale
+			if f.silence > 0 {
+				info.Silence = durationpb.New(f.silence)
+			}
+		}
+		out.Nodes = append(out.Nodes, info)
 	}
 	return out, nil
 }

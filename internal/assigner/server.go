@@ -149,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 	s.leaderAddr.Store("")
 	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
 	s.grpc = grpc.NewServer(append(dial.ServerOptions(), grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), frame.ServerOption())...)
-	api := &api{s: s}
+	api := &api{s: s, fresh: newFreshness(cfg.Registry)}
 	pb.RegisterAssignmentServiceServer(s.grpc, api)
 	pb.RegisterQuantaServiceServer(s.grpc, api)
 	pb.RegisterNodeServiceServer(s.grpc, api)

@@ -109,8 +109,36 @@ func New(cfg Config) (*Server, error) {
 		Name: "kvstore_node_slices",
 		Help: "Slices the node holds.",
 	}, func() float64 { return float64(len(node.Slices())) })
-	s.reg.MustRegister(s.reads, clock, held, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvstore_node_data_stale",
+		Help: "1 while the node's data may be stale: its distributor has been silent for longer than its stall timeout.",
+	}, func() float64 {
+		if node.Health().Stale {
+			return 1
+		}
+		return 0
+	})
+	silence := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvstore_node_data_silence_seconds",
+		Help: "Time since the node last heard from its distributor.",
+	}, func() float64 { return node.Health().Silence.Seconds() })
+	stalls := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "kvstore_node_pull_stalls_total",
+		Help: "Pull streams the node gave up because they went silent (a stalled link or a hung distributor).",
+	}, func() float64 { return float64(node.Health().Stalls) })
+	s.reg.MustRegister(s.reads, clock, held, stale, silence, stalls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s, nil
+}
+
+// serveHealth says whether the node's data is fresh. It answers 200 either way: the process
+// is alive, and a stale node recovers by itself once its pull stream is back.
+func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	h := s.node.Health()
+	if h.Stale {
+		fmt.Fprintf(w, "ok; data stale: no word from the distributor for %s (%d stalled pull streams)\n", h.Silence.Round(time.Millisecond), h.Stalls)
+		return
+	}
+	fmt.Fprintln(w, "ok")
 }
 
 // Addr returns the bound HTTP address.
@@ -160,7 +188,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+kvclient.KeyPath+"{key...}", s.serveKey)
 	mux.HandleFunc("GET "+kvclient.StatePath, s.serveState)
 	mux.HandleFunc("GET "+kvclient.ItemsPath, s.serveItems)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	return mux
 }
