@@ -410,10 +410,10 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 	defer conn.Close()
 	// Distributors send an idle stream heartbeats: a stream silent for StallTimeout is
 	// dead, though its connection may look open (a stalled link holds bytes, resets nothing).
-	ctx, watchdog := dial.NewWatchdog(ctx, n.cfg.StallTimeout)
+	streamCtx, watchdog := dial.NewWatchdog(ctx, n.cfg.StallTimeout)
 	defer watchdog.Stop()
 	watchdog.Waiting() // the stream's start counts: a distributor that never answers is dead too
-	stream, err := pb.NewDistributorServiceClient(conn).Pull(ctx)
+	stream, err := pb.NewDistributorServiceClient(conn).Pull(streamCtx)
 	if err != nil {
 		return false, err
 	}
@@ -427,7 +427,7 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 		resp, err := stream.Recv()
 		watchdog.Heard()
 		if err != nil {
-			if dial.Silent(ctx) {
+			if dial.Silent(streamCtx) {
 				return progressed, dial.ErrSilent
 			}
 			return progressed, err
