@@ -3,8 +3,11 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -236,6 +239,13 @@ func TestHungLeader(t *testing.T) {
 		}
 	}
 
+	// The distributors noticed the hang by the silence of their quanta streams.
+	for _, d := range s.cluster.Members("distributor") {
+		if n := s.metric(d, "sliceplane_distributor_quanta_stream_silences_total"); n < 1 {
+			t.Errorf("distributor %s counted %v silent quanta streams, want at least 1", d.ID, n)
+		}
+	}
+
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -289,4 +299,35 @@ func (s *scenario) waitStandby(m *kvcluster.Member) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+}
+
+// metric returns the value of an unlabelled metric that member m exposes.
+func (s *scenario) metric(m *kvcluster.Member, name string) float64 {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Metrics+"/metrics", nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				s.t.Fatalf("%s: %q: %v", m.ID, line, err)
+			}
+			return f
+		}
+	}
+	s.t.Fatalf("%s exposes no %s", m.ID, name)
+	return 0
 }
