@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/dial"
@@ -41,4 +42,49 @@ func TestIdleWatchesCarryHeartbeats(t *testing.T) {
 			require.Less(t, time.Since(start), dial.StreamIdleTimeout, "%s: heartbeats come often enough", name)
 		}
 	}
+}
+
+// A node's heartbeat says whether its data is stale; the assigner lists it per node and
+// counts the stale nodes.
+func TestHeartbeatsSayWhetherANodesDataIsStale(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small)
+	a.leading(t)
+	ctx := ctxT(t, 30*time.Second)
+	for _, id := range []string{"n1", "n2"} {
+		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}, Address: "127.0.0.1:1"})
+		require.NoError(t, err)
+	}
+	listed := func() map[string]*pb.NodeInfo {
+		resp, err := a.admin.ListNodes(ctx, &pb.ListNodesRequest{})
+		require.NoError(t, err)
+		out := map[string]*pb.NodeInfo{}
+		for _, n := range resp.GetNodes() {
+			out[n.GetNode().GetId()] = n
+		}
+		return out
+	}
+	stale := func() float64 {
+		v, err := metric(a, "sliceplane_assigner_nodes_stale", "")
+		require.NoError(t, err)
+		return v
+	}
+	nodes := listed()
+	require.False(t, nodes["n1"].GetStale())
+	require.Nil(t, nodes["n1"].GetSilence(), "n1 said nothing yet")
+
+	_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "n1", Stale: true, Silence: durationpb.New(7 * time.Second)})
+	require.NoError(t, err)
+	_, err = a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "n2", Silence: durationpb.New(100 * time.Millisecond)})
+	require.NoError(t, err)
+	nodes = listed()
+	require.True(t, nodes["n1"].GetStale())
+	require.Equal(t, 7*time.Second, nodes["n1"].GetSilence().AsDuration())
+	require.False(t, nodes["n2"].GetStale())
+	require.Equal(t, 1.0, stale())
+
+	_, err = a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "n1", Silence: durationpb.New(time.Second)})
+	require.NoError(t, err)
+	require.False(t, listed()["n1"].GetStale(), "fresh again")
+	require.Equal(t, 0.0, stale())
 }
