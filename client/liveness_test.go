@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
+	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/distributor"
 	"github.com/sliceplane/sliceplane/internal/faultproxy"
 )
@@ -87,4 +89,51 @@ func TestANodeNoticesAStalledPullStream(t *testing.T) {
 	waitFor(t, 30*time.Second, "the node catches up once the link is back", func() bool { return n1.Clock() >= last })
 	waitFor(t, 10*time.Second, "the node is fresh again", func() bool { return !n1.Health().Stale })
 	waitFor(t, 10*time.Second, "the assigner hears the node is fresh again", fresh(true))
+}
+
+// A watcher whose stream goes silent while its connection stays open (a leader that hangs
+// looks like this) drops the connection and watches again on a new one: the distributor's
+// quanta stream and the router's assignment stream both recover, though the old
+// connections stay stalled.
+func TestWatchersLeaveASilentStream(t *testing.T) {
+	var toDistributor, toRouter *faultproxy.Proxy
+	c := clustertest.New(t, clustertest.Options{
+		Distributor: func(cfg *distributor.Config) { cfg.Assigners = []string{toDistributor.Addr()} },
+	})
+	for _, p := range []**faultproxy.Proxy{&toDistributor, &toRouter} {
+		proxy, err := faultproxy.New(c.Assigners()[0])
+		require.NoError(t, err)
+		t.Cleanup(func() { proxy.Close() })
+		*p = proxy
+	}
+	c.StartDistributor("d1")
+	n1 := c.StartNode("n1", nil)
+	router, err := client.NewRouter(client.RouterConfig{Assigners: []string{toRouter.Addr()}})
+	require.NoError(t, err)
+	runRouter(t, router)
+	adm := newAdmin(c)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	put := func(i int) uint64 {
+		clock, err := c.Source.Put(ctx, fmt.Appendf(nil, "item-%d", i), fmt.Appendf(nil, "value-%d", i))
+		require.NoError(t, err)
+		return clock
+	}
+	last := put(0)
+	waitFor(t, 30*time.Second, "the node applies the first write", func() bool { return n1.Clock() >= last })
+	require.NoError(t, router.WaitReady(ctx))
+
+	toDistributor.StallExisting()
+	toRouter.StallExisting()
+	stalled := time.Now()
+	last = put(1)
+	_, err = adm.Split(ctx, &pb.SplitRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: []byte("item-0")}}}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	gen := adm.assignment(t, ctx).Generation()
+	// Within the streams' idle timeout and a margin: before keepalive would close the
+	// stalled transports (dial.ServerKeepaliveTime + dial.KeepaliveTimeout, 8 s).
+	deadline := stalled.Add(dial.StreamIdleTimeout + 4*time.Second)
+	waitFor(t, time.Until(deadline), "the write reaches the node through a new quanta stream", func() bool { return n1.Clock() >= last })
+	waitFor(t, time.Until(deadline), "the split reaches the router through a new assignment stream", func() bool { return router.Generation() >= gen })
 }

@@ -1,6 +1,6 @@
 // Package faultproxy is a TCP proxy for tests that can stall a link: it stops forwarding
 // bytes in both directions and holds them, without resetting anything, as a link that
-// drops every packet does (a hung switch, a firewall that blackholes).
+// drops every packet does (a hung switch, a firewall that blackholes, a peer that froze).
 package faultproxy
 
 import (
@@ -14,10 +14,43 @@ type Proxy struct {
 	target string
 
 	mu      sync.Mutex
-	resumed chan struct{} // closed while forwarding; open while stalled
-	conns   map[net.Conn]struct{}
+	stalled bool // new links start stalled
+	links   map[*link]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+}
+
+// link is one proxied connection: its two ends and its gate.
+type link struct {
+	in, out net.Conn
+	mu      sync.Mutex
+	resumed chan struct{} // closed while forwarding; open while stalled
+}
+
+func (l *link) stall() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.resumed:
+		l.resumed = make(chan struct{})
+	default:
+	}
+}
+
+func (l *link) resume() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.resumed:
+	default:
+		close(l.resumed)
+	}
+}
+
+func (l *link) gate() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.resumed
 }
 
 // New starts a proxy on a free loopback port to target.
@@ -26,8 +59,7 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, resumed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
-	close(p.resumed)
+	p := &Proxy{ln: ln, target: target, links: map[*link]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -36,25 +68,34 @@ func New(target string) (*Proxy, error) {
 // Addr is where the proxy listens.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Stall stops forwarding: bytes read from either side are held until Resume.
+// Stall stops forwarding on every connection, the ones made later included: bytes read
+// from either side are held until Resume.
 func (p *Proxy) Stall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.resumed:
-		p.resumed = make(chan struct{})
-	default:
+	p.stalled = true
+	for l := range p.links {
+		l.stall()
 	}
 }
 
-// Resume forwards again, starting with the bytes held.
+// StallExisting stalls the connections open now and leaves later ones alone: a peer's old
+// connection hangs while a new one works.
+func (p *Proxy) StallExisting() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		l.stall()
+	}
+}
+
+// Resume forwards again on every connection, starting with the bytes held.
 func (p *Proxy) Resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.resumed:
-	default:
-		close(p.resumed)
+	p.stalled = false
+	for l := range p.links {
+		l.resume()
 	}
 }
 
@@ -63,11 +104,12 @@ func (p *Proxy) Resume() {
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
-	for c := range p.conns {
-		c.Close()
+	for l := range p.links {
+		l.in.Close()
+		l.out.Close()
+		l.resume()
 	}
 	p.mu.Unlock()
-	p.Resume()
 	err := p.ln.Close()
 	p.wg.Wait()
 	return err
@@ -85,45 +127,43 @@ func (p *Proxy) accept() {
 			in.Close()
 			continue
 		}
-		if !p.track(in, out) {
+		l := &link{in: in, out: out, resumed: make(chan struct{})}
+		if !p.track(l) {
 			return
 		}
 		p.wg.Add(2)
-		go p.pipe(in, out)
-		go p.pipe(out, in)
+		go p.pipe(l, in, out)
+		go p.pipe(l, out, in)
 	}
 }
 
-// track records a pair of connections, or closes them if the proxy is closed.
-func (p *Proxy) track(conns ...net.Conn) bool {
+// track records a link, or closes it if the proxy is closed.
+func (p *Proxy) track(l *link) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, c := range conns {
-		if p.closed {
-			c.Close()
-			continue
-		}
-		p.conns[c] = struct{}{}
+	if p.closed {
+		l.in.Close()
+		l.out.Close()
+		return false
 	}
-	return !p.closed
+	if !p.stalled {
+		close(l.resumed)
+	}
+	p.links[l] = struct{}{}
+	return true
 }
 
-func (p *Proxy) gate() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.resumed
-}
-
-// pipe copies from src to dst, waiting at the gate before every write.
-func (p *Proxy) pipe(src, dst net.Conn) {
+// pipe copies from src to dst, waiting at the link's gate before every write.
+func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 	defer p.wg.Done()
+	defer p.forget(l)
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			<-p.gate()
+			<-l.gate()
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -132,4 +172,10 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 			return // EOF or a closed connection: the other pipe ends when dst closes
 		}
 	}
+}
+
+func (p *Proxy) forget(l *link) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.links, l)
 }
