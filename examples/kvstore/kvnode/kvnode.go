@@ -43,7 +43,10 @@ type Config struct {
 	Capacity float64
 	// ReportInterval is the time between load reports; 0 means the client's default.
 	ReportInterval time.Duration
-	Logger         *slog.Logger
+	// StallTimeout is how long the pull stream may stay silent before the node reconnects
+	// and reports its data stale; 0 means the client's default.
+	StallTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // Server is a running node.
@@ -89,7 +92,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
 	node, err := client.NewNode(client.NodeConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Advertise,
-		Assigners: cfg.Assigners, Store: store, ReportInterval: cfg.ReportInterval, Logger: cfg.Logger})
+		Assigners: cfg.Assigners, Store: store, ReportInterval: cfg.ReportInterval,
+		StallTimeout: cfg.StallTimeout, Logger: cfg.Logger})
 	if err != nil {
 		lis.Close()
 		store.Close()
