@@ -13,8 +13,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
@@ -41,6 +41,10 @@ type NodeConfig struct {
 	// HotKeys is how many of its heaviest keys the node tracks and reports; default 16,
 	// negative for none.
 	HotKeys int
+	// StallTimeout is how long the pull stream may stay silent before the node takes it for
+	// dead, says so (log, Health, its heartbeats) and reconnects. Distributors send an idle
+	// stream a heartbeat every dial.StreamHeartbeat; default 5 s.
+	StallTimeout time.Duration
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -62,6 +66,33 @@ type Node struct {
 	cursor  atomic.Pointer[Cursor]
 	clock   atomic.Uint64
 	running atomic.Bool
+	started time.Time
+	heard   atomic.Int64  // unix nanoseconds of the last message from a distributor; 0: none yet
+	stalls  atomic.Uint64 // pull streams given up because they went silent
+}
+
+// Health is what a node knows of its own data's freshness.
+type Health struct {
+	// Stale says the node's data may be behind its source: it has not heard from its
+	// distributor within StallTimeout, or not at all since it started.
+	Stale bool
+	// Silence is how long the node has not heard from its distributor (since it started, if
+	// it never did).
+	Silence time.Duration
+	// Stalls counts the pull streams the node gave up because they went silent.
+	Stalls uint64
+}
+
+// Health returns the node's view of its data's freshness.
+func (n *Node) Health() Health {
+	now := time.Now()
+	h := Health{Stalls: n.stalls.Load(), Silence: now.Sub(n.started)}
+	heard := n.heard.Load()
+	if heard != 0 {
+		h.Silence = now.Sub(time.Unix(0, heard))
+	}
+	h.Stale = heard == 0 || h.Silence > n.cfg.StallTimeout
+	return h
 }
 
 // NewNode returns a node; Run starts it.
@@ -79,6 +110,11 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, errors.New("client: a node needs its Address, where routers reach it")
 	case cfg.ReportInterval < 0:
 		return nil, fmt.Errorf("client: negative report interval %s", cfg.ReportInterval)
+	case cfg.StallTimeout < 0:
+		return nil, fmt.Errorf("client: negative stall timeout %s", cfg.StallTimeout)
+	}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = 5 * time.Second
 	}
 	if cfg.ReportInterval == 0 {
 		cfg.ReportInterval = time.Second
@@ -90,7 +126,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), load: newLoadCounter(max(cfg.HotKeys, 0), time.Now()),
-		changed: make(chan struct{}), kick: make(chan struct{}, 1)}
+		changed: make(chan struct{}), kick: make(chan struct{}, 1), started: time.Now()}
 	n.cursor.Store(&Cursor{})
 	return n, nil
 }
@@ -132,12 +168,11 @@ func (n *Node) Run(ctx context.Context) error {
 		return fmt.Errorf("client: reading the stored cursor: %w", err)
 	}
 	n.cursor.Store(&c)
-	conn, err := dial.Leader(n.cfg.Assigners)
+	assigner, err := dial.Follow(n.cfg.Assigners)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	defer conn.Close()
-	assigner := pb.NewNodeServiceClient(conn)
+	defer assigner.Close()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -198,13 +233,13 @@ func (n *Node) setDistributor(d *pb.Distributor) {
 
 // session registers the node and keeps its lease with heartbeats, which also say which
 // distributor to pull from.
-func (n *Node) session(ctx context.Context, assigner pb.NodeServiceClient) {
+func (n *Node) session(ctx context.Context, assigner *dial.Follower) {
 	b := newBackoff()
 	req := &pb.RegisterRequest{Node: wire.NodeToProto(assignment.Node{ID: assignment.NodeID(n.cfg.ID), Capacity: n.cfg.Capacity}),
 		Address: n.cfg.Address, Labels: maps.Clone(n.cfg.Labels)}
 	for ctx.Err() == nil {
-		resp, err := callWithTimeout(ctx, func(ctx context.Context) (*pb.RegisterResponse, error) {
-			return assigner.Register(ctx, req, grpc.WaitForReady(true))
+		resp, err := callLeader(ctx, assigner, 5*time.Second, func(ctx context.Context, c pb.NodeServiceClient) (*pb.RegisterResponse, error) {
+			return c.Register(ctx, req, grpc.WaitForReady(true))
 		})
 		if err != nil {
 			if status.Code(err) == codes.InvalidArgument {
@@ -224,7 +259,7 @@ func (n *Node) session(ctx context.Context, assigner pb.NodeServiceClient) {
 
 // heartbeat renews the lease every interval, until the assigner forgot the node (it must
 // register again) or ctx ends.
-func (n *Node) heartbeat(ctx context.Context, assigner pb.NodeServiceClient, every time.Duration) {
+func (n *Node) heartbeat(ctx context.Context, assigner *dial.Follower, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -234,8 +269,18 @@ func (n *Node) heartbeat(ctx context.Context, assigner pb.NodeServiceClient, eve
 		case <-ctx.Done():
 			return
 		}
-		resp, err := callWithTimeout(ctx, func(ctx context.Context) (*pb.HeartbeatResponse, error) {
-			return assigner.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: n.cfg.ID}, grpc.WaitForReady(true))
+		h := n.Health()
+		req := &pb.HeartbeatRequest{NodeId: n.cfg.ID, Stale: h.Stale}
+		if n.heard.Load() != 0 {
+			req.Silence = durationpb.New(h.Silence)
+		}
+		if h.Stale {
+			n.log.Warn("the node's data may be stale: its distributor is silent", "silence", h.Silence)
+		}
+		// A heartbeat that does not return before the next is due went to a leader that
+		// hangs, or to none: give up on it then.
+		resp, err := callLeader(ctx, assigner, max(every, time.Second), func(ctx context.Context, c pb.NodeServiceClient) (*pb.HeartbeatResponse, error) {
+			return c.Heartbeat(ctx, req, grpc.WaitForReady(true))
 		})
 		switch {
 		case status.Code(err) == codes.NotFound:
@@ -251,14 +296,22 @@ func (n *Node) heartbeat(ctx context.Context, assigner pb.NodeServiceClient, eve
 	}
 }
 
-func callWithTimeout[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+// callLeader makes a call to the leading assigner, given up after timeout. A call that
+// timed out may have gone to a leader that hangs, which keeps looking healthy: the
+// connection is renewed, and the next call finds whoever leads now.
+func callLeader[T any](ctx context.Context, leader *dial.Follower, timeout time.Duration, call func(context.Context, pb.NodeServiceClient) (T, error)) (T, error) {
+	conn := leader.Conn()
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return call(ctx)
+	res, err := call(callCtx, pb.NewNodeServiceClient(conn))
+	if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
+		leader.Renew(conn)
+	}
+	return res, err
 }
 
 // report sends the load of each window.
-func (n *Node) report(ctx context.Context, assigner pb.NodeServiceClient) {
+func (n *Node) report(ctx context.Context, assigner *dial.Follower) {
 	t := time.NewTicker(n.cfg.ReportInterval)
 	defer t.Stop()
 	for {
@@ -268,8 +321,8 @@ func (n *Node) report(ctx context.Context, assigner pb.NodeServiceClient) {
 			if len(r.Samples) == 0 {
 				continue
 			}
-			if _, err := callWithTimeout(ctx, func(ctx context.Context) (*pb.ReportLoadResponse, error) {
-				return assigner.ReportLoad(ctx, wire.ReportToProto(r))
+			if _, err := callLeader(ctx, assigner, 5*time.Second, func(ctx context.Context, c pb.NodeServiceClient) (*pb.ReportLoadResponse, error) {
+				return c.ReportLoad(ctx, wire.ReportToProto(r))
 			}); err != nil && ctx.Err() == nil {
 				n.log.Debug("load report not taken", "err", err)
 			}
@@ -309,6 +362,10 @@ func (n *Node) pull(ctx context.Context) error {
 			return nil
 		case errors.As(err, &se):
 			return se.error
+		case errors.Is(err, dial.ErrSilent):
+			n.stalls.Add(1)
+			n.log.Warn("the pull stream went silent; reconnecting", "distributor", d.GetId(), "timeout", n.cfg.StallTimeout)
+			n.askAssigner()
 		case status.Code(err) == codes.FailedPrecondition:
 			n.log.Info("the distributor does not serve this node; asking the assigner", "distributor", d.GetId(), "err", err)
 			n.askAssigner()
@@ -349,12 +406,17 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 		case <-ctx.Done():
 		}
 	}()
-	conn, err := grpc.NewClient(d.GetAddress(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dial.Peer(d.GetAddress())
 	if err != nil {
-		return false, fmt.Errorf("client: distributor %s at %s: %w", d.GetId(), d.GetAddress(), err)
+		return false, fmt.Errorf("client: distributor %s: %w", d.GetId(), err)
 	}
 	defer conn.Close()
-	stream, err := pb.NewDistributorServiceClient(conn).Pull(ctx)
+	// Distributors send an idle stream heartbeats: a stream silent for StallTimeout is
+	// dead, though its connection may look open (a stalled link holds bytes, resets nothing).
+	streamCtx, watchdog := dial.NewWatchdog(ctx, n.cfg.StallTimeout)
+	defer watchdog.Stop()
+	watchdog.Waiting() // the stream's start counts: a distributor that never answers is dead too
+	stream, err := pb.NewDistributorServiceClient(conn).Pull(streamCtx)
 	if err != nil {
 		return false, err
 	}
@@ -364,10 +426,16 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 		return false, err
 	}
 	for {
+		watchdog.Waiting()
 		resp, err := stream.Recv()
+		watchdog.Heard()
 		if err != nil {
+			if dial.Silent(streamCtx) {
+				return progressed, dial.ErrSilent
+			}
 			return progressed, err
 		}
+		n.heard.Store(time.Now().UnixNano())
 		delta, err := deltaFromProto(resp.GetDelta())
 		if err != nil {
 			return progressed, fmt.Errorf("client: from distributor %s: %w", d.GetId(), err)
@@ -389,6 +457,11 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 // the node stands.
 func (n *Node) apply(ctx context.Context, d Delta) error {
 	cur := n.Cursor()
+	if len(d.Ops) == 0 && d.Slices == nil && d.Epoch != cur.Epoch {
+		// A heartbeat of a stream that prepares the node's snapshot: it says only that the
+		// stream lives.
+		return nil
+	}
 	switch {
 	case d.Epoch != cur.Epoch && (d.From != 0 || len(d.Ops) == 0 || d.Ops[0].Kind != OpReset):
 		return fmt.Errorf("client: a delta of epoch %x does not start a snapshot, and the node is in epoch %x", d.Epoch, cur.Epoch)
@@ -409,6 +482,8 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 		}
 		n.cursor.Store(&Cursor{Epoch: d.Epoch, Index: d.To})
 	}
-	n.clock.Store(d.Clock)
+	if len(d.Ops) > 0 || d.Clock > 0 {
+		n.clock.Store(d.Clock)
+	}
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
@@ -161,14 +163,14 @@ func (r *Router) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("client: Router.Run called twice")
 	}
-	conn, err := dial.Leader(r.cfg.Assigners)
+	leader, err := dial.Follow(r.cfg.Assigners)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	defer conn.Close()
+	defer leader.Close()
 	var wg sync.WaitGroup
-	wg.Go(func() { r.refreshNodes(ctx, pb.NewAdminServiceClient(conn)) })
-	r.watch(ctx, pb.NewAssignmentServiceClient(conn))
+	wg.Go(func() { r.refreshNodes(ctx, leader) })
+	r.watch(ctx, leader)
 	wg.Wait()
 	return nil
 }
@@ -257,14 +259,20 @@ func (r *Router) loadOf(id string) *nodeLoad {
 	return l.(*nodeLoad)
 }
 
-// watch follows the assignment until ctx ends, reconnecting after failures.
-func (r *Router) watch(ctx context.Context, assignments pb.AssignmentServiceClient) {
+// watch follows the assignment until ctx ends, reconnecting after failures. A stream that
+// stays silent (the leader sends heartbeats when idle) went to a leader that hangs: the
+// connection, which would keep choosing it, is renewed.
+func (r *Router) watch(ctx context.Context, leader *dial.Follower) {
 	b := newBackoff()
 	var from *quantum.Position // the last position applied; nil asks for the whole map
 	for ctx.Err() == nil {
-		applied, err := r.follow(ctx, assignments, &from)
+		conn := leader.Conn()
+		applied, err := r.follow(ctx, pb.NewAssignmentServiceClient(conn), &from)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, dial.ErrSilent) {
+			leader.Renew(conn)
 		}
 		if applied {
 			b.Reset()
@@ -283,8 +291,8 @@ func (r *Router) watch(ctx context.Context, assignments pb.AssignmentServiceClie
 // last position applied, and sets it to nil when the router must start over from the whole
 // map. It reports whether it applied any quantum.
 func (r *Router) follow(ctx context.Context, assignments pb.AssignmentServiceClient, from **quantum.Position) (applied bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, watchdog := dial.NewWatchdog(ctx, dial.StreamIdleTimeout)
+	defer watchdog.Stop()
 	req := &pb.WatchAssignmentRequest{}
 	if *from != nil {
 		req.From = wire.PositionToProto(**from)
@@ -294,9 +302,17 @@ func (r *Router) follow(ctx context.Context, assignments pb.AssignmentServiceCli
 		return false, fmt.Errorf("client: watching the assignment: %w", err)
 	}
 	for {
+		watchdog.Waiting()
 		resp, err := stream.Recv()
+		watchdog.Heard()
 		if err != nil {
+			if dial.Silent(ctx) {
+				err = dial.ErrSilent
+			}
 			return applied, fmt.Errorf("client: watching the assignment: %w", err)
+		}
+		if resp.GetHeartbeat() {
+			continue
 		}
 		q, err := wire.QuantumFromProto(resp.GetQuantum())
 		if err == nil {
@@ -484,12 +500,12 @@ func (r *Router) pruneLoads() {
 // refreshNodes reads the node list at once, then every RefreshInterval and whenever a map
 // names a node the router does not know, until ctx ends. After a failure it tries again
 // with backoff.
-func (r *Router) refreshNodes(ctx context.Context, admin pb.AdminServiceClient) {
+func (r *Router) refreshNodes(ctx context.Context, leader *dial.Follower) {
 	b := newBackoff()
 	for {
 		start := time.Now()
 		wait := r.cfg.RefreshInterval
-		if err := r.listNodes(ctx, admin); err != nil {
+		if err := r.listNodes(ctx, leader); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -514,10 +530,14 @@ func (r *Router) refreshNodes(ctx context.Context, admin pb.AdminServiceClient) 
 }
 
 // listNodes reads the node list from the assigner and records it.
-func (r *Router) listNodes(ctx context.Context, admin pb.AdminServiceClient) error {
-	resp, err := callWithTimeout(ctx, func(ctx context.Context) (*pb.ListNodesResponse, error) {
-		return admin.ListNodes(ctx, &pb.ListNodesRequest{}, grpc.WaitForReady(true))
-	})
+func (r *Router) listNodes(ctx context.Context, leader *dial.Follower) error {
+	conn := leader.Conn()
+	callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := pb.NewAdminServiceClient(conn).ListNodes(callCtx, &pb.ListNodesRequest{}, grpc.WaitForReady(true))
+	if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
+		leader.Renew(conn) // it may have gone to a leader that hangs
+	}
 	if err != nil {
 		return fmt.Errorf("client: listing the nodes: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
@@ -39,6 +40,7 @@ type api struct {
 	pb.UnimplementedAdminServiceServer
 	s       *Server
 	reinits reinitCache
+	fresh   *freshness
 }
 
 // leader returns the leadership, or a status that says where the leader is.
@@ -164,7 +166,14 @@ func (a *api) watch(stream grpc.ServerStream, from *pb.Position, clockQuanta boo
 	a.s.metrics.watchers.Inc()
 	defer a.s.metrics.watchers.Dec()
 	for {
-		q, err := sub.Next(stream.Context())
+		q, err := a.next(stream.Context(), sub)
+		if errors.Is(err, errIdle) {
+			// Nothing to send: say so, so that watchers tell an idle leader from a hung one.
+			if err := stream.SendMsg(&frame.Frame{Data: heartbeatFrame}); err != nil {
+				return err
+			}
+			continue
+		}
 		if errors.Is(err, quantum.ErrClosed) {
 			return status.Error(codes.Unavailable, "assigner: this assigner stopped leading; reconnect to the leader")
 		}
@@ -183,6 +192,25 @@ func (a *api) watch(stream grpc.ServerStream, from *pb.Position, clockQuanta boo
 			return err
 		}
 	}
+}
+
+// errIdle says a watch had nothing to send for a heartbeat interval.
+var errIdle = errors.New("assigner: idle")
+
+// heartbeatFrame is the encoding of a watch response that only says the leader is alive
+// (WatchQuantaResponse and WatchAssignmentResponse share it).
+var heartbeatFrame, _ = proto.Marshal(&pb.WatchQuantaResponse{Heartbeat: true})
+
+// next returns the subscription's next quantum, or errIdle after a heartbeat interval
+// without one.
+func (a *api) next(ctx context.Context, sub *quantum.Subscription) (quantum.Quantum, error) {
+	wait, cancel := context.WithTimeout(ctx, dial.StreamHeartbeat)
+	defer cancel()
+	q, err := sub.Next(wait)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return q, errIdle
+	}
+	return q, err
 }
 
 func (a *api) GetAssignment(context.Context, *pb.GetAssignmentRequest) (*pb.GetAssignmentResponse, error) {
@@ -251,8 +279,15 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 		return nil, a.toStatus(err)
 	}
 	id := assignment.NodeID(req.GetNodeId())
+	silence := req.GetSilence().AsDuration()
+	if silence < 0 || !req.GetSilence().IsValid() {
+		silence = 0
+	}
 	res, _, err := a.call(ctx, "heartbeat", func(c *Core, now time.Time) (*Proposal, any, error) {
 		draining, err := c.Heartbeat(id, now)
+		if err == nil {
+			a.fresh.record(id, req.GetStale(), silence, now, a.s.cfg.Core.NodeTTL)
+		}
 		return nil, &pb.HeartbeatResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Draining: draining,
 			Distributor: distributorFor(c, id)}, err
 	})
@@ -356,9 +391,17 @@ func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNo
 		return nil, err
 	}
 	out := &pb.ListNodesResponse{}
+	now := time.Now()
 	for _, n := range res.([]NodeInfo) {
-		out.Nodes = append(out.Nodes, &pb.NodeInfo{Node: wire.NodeToProto(n.Node.Node), Address: n.Address, Labels: n.Labels,
-			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen)})
+		info := &pb.NodeInfo{Node: wire.NodeToProto(n.Node.Node), Address: n.Address, Labels: n.Labels,
+			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen)}
+		if f, ok := a.fresh.of(n.Node.ID, now, a.s.cfg.Core.NodeTTL); ok {
+			info.Stale = f.stale
+			if f.silence > 0 {
+				info.Silence = durationpb.New(f.silence)
+			}
+		}
+		out.Nodes = append(out.Nodes, info)
 	}
 	return out, nil
 }

@@ -51,7 +51,7 @@ func TestPassesReduceImbalance(t *testing.T) {
 	eventually(t, 10*time.Second, "the first map", a.hasMap)
 	watch, err := a.assign.WatchAssignment(ctx, &pb.WatchAssignmentRequest{})
 	require.NoError(t, err)
-	first, err := watch.Recv()
+	first, err := recv(watch)
 	require.NoError(t, err)
 	require.True(t, first.GetQuantum().GetReinitializing(), "a fresh watcher starts with the whole map")
 	m, err := wire.AssignmentFromProto(first.GetQuantum().GetAssignment())
@@ -66,7 +66,7 @@ func TestPassesReduceImbalance(t *testing.T) {
 	// Follow the stream: the quanta apply in order to the map the watcher holds, and the
 	// true imbalance of that map falls.
 	for hot.imbalance(m, ids) > 1.15 {
-		q, err := watch.Recv()
+		q, err := recv(watch)
 		require.NoError(t, err, "imbalance still %.3f", hot.imbalance(m, ids))
 		ops, err := wire.OpsFromProto(q.GetQuantum().GetOps())
 		require.NoError(t, err)
@@ -117,7 +117,7 @@ func TestWatchersResumeOrStartOver(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.source(c).Put(ctx, []byte("k"), []byte("v")) // moves the clock
 	require.NoError(t, err)
-	q, err := resumed.Recv()
+	q, err := recv(resumed)
 	require.NoError(t, err)
 	assert.False(t, q.GetQuantum().GetReinitializing(), "resuming from a kept position replays what followed")
 	assert.Equal(t, pos.GetSeq()+1, q.GetQuantum().GetPosition().GetSeq())
@@ -125,7 +125,7 @@ func TestWatchersResumeOrStartOver(t *testing.T) {
 	for _, from := range []*pb.Position{nil, {Term: pos.GetTerm() - 1, Seq: 1}, {Term: pos.GetTerm(), Seq: pos.GetSeq() + 1000}} {
 		w, err := a.quanta.WatchQuanta(ctx, &pb.WatchQuantaRequest{From: from})
 		require.NoError(t, err)
-		q, err := w.Recv()
+		q, err := recv(w)
 		require.NoError(t, err)
 		assert.True(t, q.GetQuantum().GetReinitializing(), "from %v", from)
 		got, err := wire.AssignmentFromProto(q.GetQuantum().GetAssignment())
@@ -149,7 +149,7 @@ func TestQuantaCarryTheSourceClock(t *testing.T) {
 	require.NoError(t, err)
 	var last uint64
 	for last < clock {
-		q, err := w.Recv()
+		q, err := recv(w)
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, q.GetQuantum().GetClock(), last, "clocks never go back")
 		last = q.GetQuantum().GetClock()
@@ -220,7 +220,7 @@ func TestLeaderStepsDownWhenItsLeaseIsLost(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	w, err := a.quanta.WatchQuanta(ctx, &pb.WatchQuantaRequest{})
 	require.NoError(t, err)
-	_, err = w.Recv()
+	_, err = recv(w)
 	require.NoError(t, err)
 
 	// Take the lease away, as a partition from etcd would.
@@ -232,7 +232,7 @@ func TestLeaderStepsDownWhenItsLeaseIsLost(t *testing.T) {
 	}
 	// The stream ends: the old leadership emits nothing more under its term.
 	for {
-		_, err := w.Recv()
+		_, err := recv(w)
 		if err != nil {
 			assert.Equal(t, codes.Unavailable, code(err))
 			break

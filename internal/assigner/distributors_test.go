@@ -179,7 +179,7 @@ func nextSetChange(t *testing.T, w pb.QuantaService_WatchQuantaClient, after *pb
 	t.Helper()
 	last := wire.PositionFromProto(after)
 	for {
-		resp, err := w.Recv()
+		resp, err := recv(w)
 		require.NoError(t, err, "no change of the distributors before the deadline")
 		q := resp.GetQuantum()
 		pos := wire.PositionFromProto(q.GetPosition())
@@ -258,7 +258,7 @@ func TestNodesAreToldWhichDistributorServesThem(t *testing.T) {
 	// A stream started now begins with the whole map and the set.
 	w, err := a.quanta.WatchQuanta(ctx, &pb.WatchQuantaRequest{})
 	require.NoError(t, err)
-	start, err := w.Recv()
+	start, err := recv(w)
 	require.NoError(t, err)
 	require.True(t, start.GetQuantum().GetReinitializing())
 	assert.Equal(t, one, distributorsOf(start.GetQuantum()))
@@ -328,7 +328,7 @@ func TestANewLeaderKnowsTheDistributorsBeforeItServes(t *testing.T) {
 	// The first quantum any watcher of the new leader sees already names both.
 	w, err := b.quanta.WatchQuanta(ctx, &pb.WatchQuantaRequest{})
 	require.NoError(t, err)
-	resp, err := w.Recv()
+	resp, err := recv(w)
 	require.NoError(t, err)
 	require.True(t, resp.GetQuantum().GetReinitializing())
 	assert.Equal(t, two, distributorsOf(resp.GetQuantum()))

@@ -307,3 +307,14 @@ func listServices(t *testing.T, conn *grpc.ClientConn) []string {
 	}
 	return out
 }
+
+// recv returns the next message of a watch that carries a quantum, skipping the heartbeats
+// an idle stream carries.
+func recv[T interface{ GetHeartbeat() bool }](w interface{ Recv() (T, error) }) (T, error) {
+	for {
+		m, err := w.Recv()
+		if err != nil || !m.GetHeartbeat() {
+			return m, err
+		}
+	}
+}

@@ -292,7 +292,7 @@ func follow(ctx context.Context, b *testing.B, quanta pb.QuantaServiceClient, f 
 		return
 	}
 	for first := true; ; first = false {
-		resp, err := stream.Recv()
+		resp, err := recv(stream)
 		if err != nil {
 			if ctx.Err() == nil {
 				b.Logf("follower: %v", err)

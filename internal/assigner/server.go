@@ -151,8 +151,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.leaderAddr.Store("")
 	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), frame.ServerOption())
-	api := &api{s: s}
+	s.grpc = grpc.NewServer(append(dial.ServerOptions(), grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), frame.ServerOption())...)
+	api := &api{s: s, fresh: newFreshness(cfg.Registry)}
 	pb.RegisterAssignmentServiceServer(s.grpc, api)
 	pb.RegisterQuantaServiceServer(s.grpc, api)
 	pb.RegisterNodeServiceServer(s.grpc, api)

@@ -2,16 +2,23 @@
 // only the leader streams quanta and takes registrations. A connection given every
 // assigner's address sends each call to the one whose health service reports
 // "sliceplane.leader" as serving, and follows a failover by itself.
+//
+// It also holds the liveness parameters of every gRPC connection in Sliceplane (keepalive,
+// connection timeouts, the heartbeats of long-lived streams), so that clients and servers
+// agree on them.
 package dial
 
 import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/health" // client-side health checking, which finds the leader
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 )
@@ -19,8 +26,69 @@ import (
 // LeaderHealthService is the health service name that only the leading assigner serves.
 const LeaderHealthService = "sliceplane.leader"
 
+// Liveness parameters. A peer that hangs (SIGSTOP, a stalled link) keeps its TCP connection
+// open: without keepalive a stream to it stays "open" forever.
+const (
+	// KeepaliveTime is how long a client's transport may be silent before it pings. gRPC
+	// will not ping more often than every 10 s, so streams also carry heartbeats of their own
+	// (StreamHeartbeat), which notice a hung peer faster.
+	KeepaliveTime = 10 * time.Second
+	// KeepaliveTimeout is how long a ping may go unanswered before the transport is closed.
+	KeepaliveTimeout = 3 * time.Second
+	// ServerKeepaliveTime is how long a server's transport may be silent before it pings the
+	// client, so that a server frees the streams of a client that hung.
+	ServerKeepaliveTime = 5 * time.Second
+	// ConnectTimeout bounds a connection attempt, TCP and the HTTP/2 handshake: a frozen peer
+	// accepts TCP (the kernel does) and never answers.
+	ConnectTimeout = 3 * time.Second
+	// StreamHeartbeat is the longest a server leaves a long-lived stream (the quanta and
+	// assignment watches, a node's pull) without a message: idle is then told from dead.
+	StreamHeartbeat = 500 * time.Millisecond
+	// StreamIdleTimeout is how long a watcher waits on a silent stream before it drops the
+	// connection and reconnects to whoever leads now: several missed heartbeats.
+	StreamIdleTimeout = 4 * StreamHeartbeat
+)
+
+// Options returns the dial options of every Sliceplane client connection: plaintext,
+// keepalive, and bounded connection attempts.
+func Options() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true,
+		}),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: ConnectTimeout,
+		}),
+	}
+}
+
+// ServerOptions returns the keepalive options of every Sliceplane gRPC server: it pings
+// silent clients, and accepts the pings Options' clients send (a server that thinks a
+// client pings too often closes its connection).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ServerKeepaliveTime, Timeout: KeepaliveTimeout}),
+	}
+}
+
+// Peer returns a connection to one address, with Options.
+func Peer(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr, append(Options(), opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
 // Leader returns a connection to whichever of the assigners at addrs leads. Calls made while
 // no assigner leads fail with UNAVAILABLE, or wait with grpc.WaitForReady.
+//
+// A leader that hangs keeps its last health status, SERVING, until keepalive closes its
+// transport; callers that notice it sooner (a silent stream, a call that timed out) replace
+// the connection: see Follower.
 func Leader(addrs []string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	var clean []resolver.Address
 	for _, a := range addrs {
@@ -34,11 +102,10 @@ func Leader(addrs []string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	r := manual.NewBuilderWithScheme("sliceplane-assigners")
 	r.InitialState(resolver.State{Addresses: clean})
 	config := fmt.Sprintf(`{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":%q}}`, LeaderHealthService)
-	opts = append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts = append(append(Options(),
 		grpc.WithResolvers(r),
 		grpc.WithDefaultServiceConfig(config),
-	}, opts...)
+	), opts...)
 	conn, err := grpc.NewClient(r.Scheme()+":///assigners", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial: the assigners at %v: %w", addrs, err)

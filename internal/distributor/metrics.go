@@ -23,6 +23,8 @@ type metrics struct {
 	scanLatency prometheus.Histogram
 	applyLag    prometheus.Histogram
 	paused      prometheus.Counter
+	// quantaSilent counts quanta streams dropped because they went silent (a hung leader).
+	quantaSilent prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -62,8 +64,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "From routing a change to the node's acknowledgement of it.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		paused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_pauses_total",
 			Help: "Times the source watch paused because too many changes waited for a quantum."}),
+		quantaSilent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_stream_silences_total",
+			Help: "Quanta streams dropped because the assigner sent nothing, not even a heartbeat, for too long."}),
 	}
 	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.buffered, m.served, m.streams, m.queueOps, m.queueBytes,
-		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused)
+		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.quantaSilent)
 	return m
 }

@@ -118,12 +118,16 @@ func (p *puller) Pull(stream pb.DistributorService_PullServer) error {
 			wake = w
 			c = max(c, clock)
 			clockOnly := len(ops) == 0 && c > clock && time.Since(lastSend) >= s.cfg.ClockInterval
+			// An idle stream carries an empty delta now and then, so that the node tells an
+			// idle stream from a stalled link. While the node waits for a snapshot, its epoch
+			// is not this one yet: it takes the delta as a heartbeat only.
+			heartbeat := len(ops) == 0 && time.Since(lastSend) >= s.cfg.PullHeartbeat
 			if len(inFlight) > 0 && len(ops) > 0 && !resumed && !full(ops, s.cfg.MaxDeltaOps, s.cfg.MaxDeltaBytes) {
 				// Nagle's rule: while a delta is in flight, a partial one waits for the ack and
 				// grows meanwhile. Under load a node gets fewer, fuller deltas (each costs a
 				// write, a read and an ack at both ends); when it is idle, nothing waits.
 				wake = nil
-			} else if len(ops) > 0 || clockOnly || resumed {
+			} else if len(ops) > 0 || clockOnly || resumed || heartbeat {
 				var list *[]keyspace.Range
 				if resumed {
 					list, resumed = &slices, false

@@ -73,6 +73,13 @@ type Config struct {
 	// ClockInterval is the shortest time between the deltas that only advance a node's clock;
 	// default 50 ms.
 	ClockInterval time.Duration
+	// PullHeartbeat is the longest a Pull stream stays silent: an idle node gets a delta
+	// that only carries the clock this often, and so tells idle from stalled. Default
+	// dial.StreamHeartbeat.
+	PullHeartbeat time.Duration
+	// QuantaIdleTimeout is how long the quanta stream may stay silent before the
+	// distributor drops it and reconnects to whoever leads; default dial.StreamIdleTimeout.
+	QuantaIdleTimeout time.Duration
 	// NewEpoch is for tests; see RouterConfig.
 	NewEpoch func() uint64
 
@@ -102,7 +109,8 @@ func (c *Config) fill() error {
 	for _, d := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&c.SessionTTL, 5 * time.Second}, {&c.ClockInterval, 50 * time.Millisecond}} {
+	}{{&c.SessionTTL, 5 * time.Second}, {&c.ClockInterval, 50 * time.Millisecond},
+		{&c.PullHeartbeat, dial.StreamHeartbeat}, {&c.QuantaIdleTimeout, dial.StreamIdleTimeout}} {
 		if *d.v < 0 {
 			return fmt.Errorf("distributor: negative interval %s", *d.v)
 		}
@@ -164,7 +172,7 @@ func New(cfg Config) (*Server, error) {
 		attach:  make(chan attachRequest),
 		done:    make(chan struct{}),
 	}
-	s.grpc = grpc.NewServer(frame.ServerOption())
+	s.grpc = grpc.NewServer(append(dial.ServerOptions(), frame.ServerOption())...)
 	pb.RegisterDistributorServiceServer(s.grpc, &puller{s: s})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
@@ -593,38 +601,27 @@ func (f *quantaFeed) restart(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // followQuanta streams quanta into out until ctx ends, reconnecting after failures from the
-// last position received.
+// last position received. A stream silent for longer than dial.StreamIdleTimeout (the leader
+// sends heartbeats when idle) means a hung leader: the connection, which would keep choosing
+// it, is replaced, and the new one finds whoever leads now.
 func (s *Server) followQuanta(ctx context.Context, from *quantum.Position, out chan<- quantum.Quantum) {
-	conn, err := dial.Leader(s.cfg.Assigners)
+	leader, err := dial.Follow(s.cfg.Assigners)
 	if err != nil {
 		s.log.Error("cannot follow quanta", "err", err)
 		return
 	}
-	defer conn.Close()
-	client := pb.NewQuantaServiceClient(conn)
+	defer leader.Close()
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		// A whole map of 150k slices is ~4.5 MB, over gRPC's default 4 MB receive limit.
-		stream, err := client.WatchQuanta(ctx, &pb.WatchQuantaRequest{From: positionOrNil(from)}, grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(256<<20))
-		for err == nil {
-			var resp *pb.WatchQuantaResponse
-			if resp, err = stream.Recv(); err != nil {
-				break
-			}
-			var q quantum.Quantum
-			if q, err = wire.QuantumFromProto(resp.GetQuantum()); err != nil {
-				from = nil // start over from the whole map
-				break
-			}
-			select {
-			case out <- q:
-			case <-ctx.Done():
-				return
-			}
-			from, backoff = &q.Position, 50*time.Millisecond
-		}
+		conn := leader.Conn()
+		err := s.watchQuanta(ctx, pb.NewQuantaServiceClient(conn), &from, out, &backoff)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, dial.ErrSilent) {
+			s.metrics.quantaSilent.Inc()
+			s.log.Warn("the quanta stream went silent; reconnecting to whoever leads now", "timeout", s.cfg.QuantaIdleTimeout)
+			leader.Renew(conn)
 		}
 		s.log.Info("the quanta stream ended; reconnecting", "err", err, "retry_in", backoff)
 		select {
@@ -633,6 +630,43 @@ func (s *Server) followQuanta(ctx context.Context, from *quantum.Position, out c
 			return
 		}
 		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// watchQuanta runs one quanta stream until it fails; it keeps *from at the last position
+// received, and resets *backoff whenever a quantum arrives.
+func (s *Server) watchQuanta(ctx context.Context, client pb.QuantaServiceClient, from **quantum.Position, out chan<- quantum.Quantum, backoff *time.Duration) error {
+	ctx, watchdog := dial.NewWatchdog(ctx, s.cfg.QuantaIdleTimeout)
+	defer watchdog.Stop()
+	// A whole map of 150k slices is ~4.5 MB, over gRPC's default 4 MB receive limit.
+	stream, err := client.WatchQuanta(ctx, &pb.WatchQuantaRequest{From: positionOrNil(*from)}, grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(256<<20))
+	if err != nil {
+		return err
+	}
+	for {
+		watchdog.Waiting()
+		resp, err := stream.Recv()
+		watchdog.Heard()
+		if err != nil {
+			if dial.Silent(ctx) {
+				return dial.ErrSilent
+			}
+			return err
+		}
+		if resp.GetHeartbeat() {
+			continue
+		}
+		q, err := wire.QuantumFromProto(resp.GetQuantum())
+		if err != nil {
+			*from = nil // start over from the whole map
+			return err
+		}
+		select {
+		case out <- q:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		*from, *backoff = &q.Position, 50*time.Millisecond
 	}
 }
 

@@ -234,10 +234,10 @@ func TestAgainstAnAssigner(t *testing.T) {
 		out := e.ok("nodes")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 5, out)
-		assert.Equal(t, []string{"ID", "ADDRESS", "CAPACITY", "SLICES", "LOAD", "DRAINING", "LAST", "SEEN"}, strings.Fields(lines[0]))
+		assert.Equal(t, []string{"ID", "ADDRESS", "CAPACITY", "SLICES", "LOAD", "DRAINING", "DATA", "LAST", "SEEN"}, strings.Fields(lines[0]))
 		for i, id := range envNodes {
 			f := strings.Fields(lines[i+1])
-			require.GreaterOrEqual(t, len(f), 7, lines[i+1])
+			require.GreaterOrEqual(t, len(f), 8, lines[i+1])
 			assert.Equal(t, []string{id, "127.0.0.1:1", "1", fmt.Sprint(want[id].GetSlices()), "0", "no"}, f[:6])
 			assert.Equal(t, "ago", f[len(f)-1])
 		}

@@ -157,7 +157,10 @@ type jsonNode struct {
 	Slices   uint32            `json:"slices"`
 	Load     jsonFloat         `json:"load"`
 	Draining bool              `json:"draining"`
-	LastSeen *time.Time        `json:"last_seen"`
+	// Stale and SilenceSeconds are what the node last said about its pull stream.
+	Stale          bool       `json:"stale"`
+	SilenceSeconds float64    `json:"silence_seconds,omitempty"`
+	LastSeen       *time.Time `json:"last_seen"`
 }
 
 type jsonNodes struct {
@@ -179,7 +182,9 @@ func newNodesCommand(g *globalOptions) *cobra.Command {
 		Long: `nodes lists the registered storage nodes by ID: the address they serve on, their
 capacity weight, how many slices they hold (replicas included), their estimated
 load over their capacity (the unit the nodes report in), whether they are being
-drained, and when the assigner last heard from them. A node that stays silent
+drained, whether their data is fresh (DATA: "stale" with how long the node has not
+heard from its distributor, "-" before its first heartbeat says), and when the
+assigner last heard from them. A node that stays silent
 for the assigner's --node-ttl leaves the map.`,
 		Example: `  slicectl nodes
   slicectl nodes -o json | jq '.nodes[] | select(.draining)'`,
@@ -199,7 +204,8 @@ for the assigner's --node-ttl leaves the map.`,
 						}
 						out.Nodes = append(out.Nodes, jsonNode{ID: n.GetNode().GetId(), Address: n.GetAddress(),
 							Capacity: jsonFloat(capacity(n.GetNode())), Labels: labels, Slices: n.GetSlices(), Load: jsonFloat(n.GetLoad()),
-							Draining: n.GetDraining(), LastSeen: jsonTime(n.GetLastSeen())})
+							Draining: n.GetDraining(), Stale: n.GetStale(), SilenceSeconds: n.GetSilence().AsDuration().Seconds(),
+							LastSeen: jsonTime(n.GetLastSeen())})
 					}
 					return s.out.print(out)
 				}
@@ -216,7 +222,7 @@ func printNodes(s *session, nodes []*pb.NodeInfo) error {
 	}
 	labels := slices.ContainsFunc(nodes, func(n *pb.NodeInfo) bool { return len(n.GetLabels()) > 0 })
 	w := newTable(s.out.w)
-	header := []string{"ID", "ADDRESS", "CAPACITY", "SLICES", "LOAD", "DRAINING", "LAST SEEN"}
+	header := []string{"ID", "ADDRESS", "CAPACITY", "SLICES", "LOAD", "DRAINING", "DATA", "LAST SEEN"}
 	if labels {
 		header = append(header, "LABELS")
 	}
@@ -228,7 +234,7 @@ func printNodes(s *session, nodes []*pb.NodeInfo) error {
 			seen = ago(n.GetLastSeen().AsTime(), now)
 		}
 		cells := []string{n.GetNode().GetId(), n.GetAddress(), num(capacity(n.GetNode())), fmt.Sprint(n.GetSlices()),
-			num(n.GetLoad()), yesNo(n.GetDraining()), seen}
+			num(n.GetLoad()), yesNo(n.GetDraining()), dataFreshness(n), seen}
 		if labels {
 			cells = append(cells, showParams(n.GetLabels()))
 		}
@@ -548,3 +554,17 @@ func printExplain(s *session, x *pb.ExplainResponse, st *pb.StatusResponse) erro
 
 // pct writes a share as a percentage.
 func pct(f float64) string { return num(f*100) + "%" }
+
+// dataFreshness describes what a node said about its pull stream: "fresh", "stale/12s"
+// (silent for 12 s), or "-" when it said nothing yet.
+func dataFreshness(n *pb.NodeInfo) string {
+	switch {
+	case n.GetStale() && n.GetSilence() != nil:
+		return "stale/" + n.GetSilence().AsDuration().Round(time.Second).String()
+	case n.GetStale():
+		return "stale"
+	case n.GetSilence() != nil:
+		return "fresh"
+	}
+	return "-"
+}

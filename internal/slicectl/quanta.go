@@ -176,14 +176,14 @@ func (o *quantaOptions) stream(ctx context.Context, s *session, from **pb.Positi
 		if err != nil {
 			return err
 		}
-		recv = func() (*pb.Quantum, error) { m, err := st.Recv(); return m.GetQuantum(), err }
+		recv = func() (*pb.Quantum, error) { m, err := skipHeartbeats(st); return m.GetQuantum(), err }
 	} else {
 		// The assignment watch leaves out clock-only quanta at the source.
 		st, err := s.assign.WatchAssignment(ctx, &pb.WatchAssignmentRequest{From: *from})
 		if err != nil {
 			return err
 		}
-		recv = func() (*pb.Quantum, error) { m, err := st.Recv(); return m.GetQuantum(), err }
+		recv = func() (*pb.Quantum, error) { m, err := skipHeartbeats(st); return m.GetQuantum(), err }
 	}
 	for {
 		q, err := recv()
@@ -194,5 +194,16 @@ func (o *quantaOptions) stream(ctx context.Context, s *session, from **pb.Positi
 			return err
 		}
 		*from = q.GetPosition()
+	}
+}
+
+// skipHeartbeats returns the next message of a watch that carries a quantum: an idle stream
+// carries heartbeats, which say only that the leader is alive.
+func skipHeartbeats[T interface{ GetHeartbeat() bool }](w interface{ Recv() (T, error) }) (T, error) {
+	for {
+		m, err := w.Recv()
+		if err != nil || !m.GetHeartbeat() {
+			return m, err
+		}
 	}
 }

@@ -411,8 +411,12 @@ func (x *WatchAssignmentRequest) GetFrom() *Position {
 }
 
 type WatchAssignmentResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Quantum       *Quantum               `protobuf:"bytes,1,opt,name=quantum,proto3" json:"quantum,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Quantum *Quantum               `protobuf:"bytes,1,opt,name=quantum,proto3" json:"quantum,omitempty"`
+	// heartbeat is set, and quantum unset, on a message sent only because the stream was idle:
+	// the assigner still leads and has nothing new. Watchers that hear nothing for several
+	// heartbeat intervals reconnect to whoever leads now.
+	Heartbeat     bool `protobuf:"varint,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -452,6 +456,13 @@ func (x *WatchAssignmentResponse) GetQuantum() *Quantum {
 		return x.Quantum
 	}
 	return nil
+}
+
+func (x *WatchAssignmentResponse) GetHeartbeat() bool {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return false
 }
 
 type GetAssignmentRequest struct {
@@ -746,8 +757,10 @@ func (x *WatchQuantaRequest) GetFrom() *Position {
 }
 
 type WatchQuantaResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Quantum       *Quantum               `protobuf:"bytes,1,opt,name=quantum,proto3" json:"quantum,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Quantum *Quantum               `protobuf:"bytes,1,opt,name=quantum,proto3" json:"quantum,omitempty"`
+	// heartbeat: as in WatchAssignmentResponse.
+	Heartbeat     bool `protobuf:"varint,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -787,6 +800,13 @@ func (x *WatchQuantaResponse) GetQuantum() *Quantum {
 		return x.Quantum
 	}
 	return nil
+}
+
+func (x *WatchQuantaResponse) GetHeartbeat() bool {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return false
 }
 
 type RegisterRequest struct {
@@ -904,8 +924,13 @@ func (x *RegisterResponse) GetDistributor() *Distributor {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// stale says the node's data may be behind its source: it has not heard from its
+	// distributor within its stall timeout (or never did since it started).
+	Stale bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	// silence is how long the node has not heard from its distributor; unset if it never did.
+	Silence       *durationpb.Duration `protobuf:"bytes,3,opt,name=silence,proto3" json:"silence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -945,6 +970,20 @@ func (x *HeartbeatRequest) GetNodeId() string {
 		return x.NodeId
 	}
 	return ""
+}
+
+func (x *HeartbeatRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *HeartbeatRequest) GetSilence() *durationpb.Duration {
+	if x != nil {
+		return x.Silence
+	}
+	return nil
 }
 
 type HeartbeatResponse struct {
@@ -1698,8 +1737,11 @@ type NodeInfo struct {
 	Draining bool                   `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
 	Slices   uint32                 `protobuf:"varint,5,opt,name=slices,proto3" json:"slices,omitempty"`
 	// load is the node's estimated load over its capacity.
-	Load          float64                `protobuf:"fixed64,6,opt,name=load,proto3" json:"load,omitempty"`
-	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	Load     float64                `protobuf:"fixed64,6,opt,name=load,proto3" json:"load,omitempty"`
+	LastSeen *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// stale and silence are what the node said in its last heartbeat about its pull stream.
+	Stale         bool                 `protobuf:"varint,8,opt,name=stale,proto3" json:"stale,omitempty"`
+	Silence       *durationpb.Duration `protobuf:"bytes,9,opt,name=silence,proto3" json:"silence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1779,6 +1821,20 @@ func (x *NodeInfo) GetLoad() float64 {
 func (x *NodeInfo) GetLastSeen() *timestamppb.Timestamp {
 	if x != nil {
 		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *NodeInfo) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *NodeInfo) GetSilence() *durationpb.Duration {
+	if x != nil {
+		return x.Silence
 	}
 	return nil
 }
@@ -3346,9 +3402,10 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"E\n" +
 	"\x16WatchAssignmentRequest\x12+\n" +
-	"\x04from\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\x04from\"K\n" +
+	"\x04from\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\x04from\"i\n" +
 	"\x17WatchAssignmentResponse\x120\n" +
-	"\aquantum\x18\x01 \x01(\v2\x16.sliceplane.v1.QuantumR\aquantum\"\x16\n" +
+	"\aquantum\x18\x01 \x01(\v2\x16.sliceplane.v1.QuantumR\aquantum\x12\x1c\n" +
+	"\theartbeat\x18\x02 \x01(\bR\theartbeat\"\x16\n" +
 	"\x14GetAssignmentRequest\"\x9d\x01\n" +
 	"\x15GetAssignmentResponse\x123\n" +
 	"\bposition\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\bposition\x12\x14\n" +
@@ -3368,9 +3425,10 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\"A\n" +
 	"\x12WatchQuantaRequest\x12+\n" +
-	"\x04from\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\x04from\"G\n" +
+	"\x04from\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\x04from\"e\n" +
 	"\x13WatchQuantaResponse\x120\n" +
-	"\aquantum\x18\x01 \x01(\v2\x16.sliceplane.v1.QuantumR\aquantum\"\xd3\x01\n" +
+	"\aquantum\x18\x01 \x01(\v2\x16.sliceplane.v1.QuantumR\aquantum\x12\x1c\n" +
+	"\theartbeat\x18\x02 \x01(\bR\theartbeat\"\xd3\x01\n" +
 	"\x0fRegisterRequest\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.sliceplane.v1.NodeR\x04node\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12B\n" +
@@ -3380,9 +3438,11 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"}\n" +
 	"\x10RegisterResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
-	"\vdistributor\x18\x02 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"+\n" +
+	"\vdistributor\x18\x02 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"v\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x9a\x01\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\x123\n" +
+	"\asilence\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\asilence\"\x9a\x01\n" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\x12<\n" +
@@ -3439,7 +3499,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
-	"\x10ListNodesRequest\"\xc6\x02\n" +
+	"\x10ListNodesRequest\"\x91\x03\n" +
 	"\bNodeInfo\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.sliceplane.v1.NodeR\x04node\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12;\n" +
@@ -3447,7 +3507,9 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\bdraining\x18\x04 \x01(\bR\bdraining\x12\x16\n" +
 	"\x06slices\x18\x05 \x01(\rR\x06slices\x12\x12\n" +
 	"\x04load\x18\x06 \x01(\x01R\x04load\x127\n" +
-	"\tlast_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x1a9\n" +
+	"\tlast_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x14\n" +
+	"\x05stale\x18\b \x01(\bR\x05stale\x123\n" +
+	"\asilence\x18\t \x01(\v2\x19.google.protobuf.DurationR\asilence\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
@@ -3684,89 +3746,91 @@ var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	56, // 14: sliceplane.v1.RegisterRequest.labels:type_name -> sliceplane.v1.RegisterRequest.LabelsEntry
 	64, // 15: sliceplane.v1.RegisterResponse.ttl:type_name -> google.protobuf.Duration
 	4,  // 16: sliceplane.v1.RegisterResponse.distributor:type_name -> sliceplane.v1.Distributor
-	64, // 17: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	4,  // 18: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
-	64, // 19: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
-	19, // 20: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
-	1,  // 21: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
-	60, // 22: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
-	1,  // 23: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
-	57, // 24: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
-	62, // 25: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
-	0,  // 26: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
-	62, // 27: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	63, // 28: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	58, // 29: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	62, // 30: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	27, // 31: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 32: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	30, // 33: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 34: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	22, // 35: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	23, // 36: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	22, // 37: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	23, // 38: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	22, // 39: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	22, // 40: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	23, // 41: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	22, // 42: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 43: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	22, // 44: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 45: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	59, // 46: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 47: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 48: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	53, // 49: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	62, // 50: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	5,  // 51: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 52: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 53: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 54: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 55: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 56: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 57: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	20, // 58: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	24, // 59: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	26, // 60: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	29, // 61: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	32, // 62: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	34, // 63: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	36, // 64: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	38, // 65: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	40, // 66: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	42, // 67: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	44, // 68: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	46, // 69: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	48, // 70: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	50, // 71: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	52, // 72: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 73: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 74: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 75: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 76: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 77: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 78: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	18, // 79: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	21, // 80: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	25, // 81: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	28, // 82: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	31, // 83: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	33, // 84: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	35, // 85: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	37, // 86: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	39, // 87: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	41, // 88: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	43, // 89: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	45, // 90: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	47, // 91: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	49, // 92: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	51, // 93: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	54, // 94: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	73, // [73:95] is the sub-list for method output_type
-	51, // [51:73] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	64, // 17: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
+	64, // 18: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	4,  // 19: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
+	64, // 20: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
+	19, // 21: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
+	1,  // 22: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
+	60, // 23: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
+	1,  // 24: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
+	57, // 25: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
+	62, // 26: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
+	0,  // 27: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
+	62, // 28: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	63, // 29: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	58, // 30: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	62, // 31: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	64, // 32: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	27, // 33: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 34: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	30, // 35: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 36: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	22, // 37: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	23, // 38: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	22, // 39: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	23, // 40: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	22, // 41: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	22, // 42: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	23, // 43: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	22, // 44: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 45: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	22, // 46: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 47: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	59, // 48: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 49: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 50: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	53, // 51: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	62, // 52: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	5,  // 53: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 54: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 55: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 56: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 57: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 58: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 59: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	20, // 60: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	24, // 61: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	26, // 62: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	29, // 63: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	32, // 64: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	34, // 65: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	36, // 66: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	38, // 67: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	40, // 68: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	42, // 69: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	44, // 70: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	46, // 71: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	48, // 72: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	50, // 73: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	52, // 74: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 75: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 76: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 77: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 78: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 79: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 80: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	18, // 81: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	21, // 82: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	25, // 83: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	28, // 84: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	31, // 85: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	33, // 86: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	35, // 87: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	37, // 88: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	39, // 89: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	41, // 90: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	43, // 91: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	45, // 92: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	47, // 93: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	49, // 94: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	51, // 95: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	54, // 96: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	75, // [75:97] is the sub-list for method output_type
+	53, // [53:75] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }

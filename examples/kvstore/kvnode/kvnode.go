@@ -43,7 +43,10 @@ type Config struct {
 	Capacity float64
 	// ReportInterval is the time between load reports; 0 means the client's default.
 	ReportInterval time.Duration
-	Logger         *slog.Logger
+	// StallTimeout is how long the pull stream may stay silent before the node reconnects
+	// and reports its data stale; 0 means the client's default.
+	StallTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // Server is a running node.
@@ -89,7 +92,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
 	node, err := client.NewNode(client.NodeConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Advertise,
-		Assigners: cfg.Assigners, Store: store, ReportInterval: cfg.ReportInterval, Logger: cfg.Logger})
+		Assigners: cfg.Assigners, Store: store, ReportInterval: cfg.ReportInterval,
+		StallTimeout: cfg.StallTimeout, Logger: cfg.Logger})
 	if err != nil {
 		lis.Close()
 		store.Close()
@@ -109,8 +113,36 @@ func New(cfg Config) (*Server, error) {
 		Name: "kvstore_node_slices",
 		Help: "Slices the node holds.",
 	}, func() float64 { return float64(len(node.Slices())) })
-	s.reg.MustRegister(s.reads, clock, held, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvstore_node_data_stale",
+		Help: "1 while the node's data may be stale: its distributor has been silent for longer than its stall timeout.",
+	}, func() float64 {
+		if node.Health().Stale {
+			return 1
+		}
+		return 0
+	})
+	silence := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvstore_node_data_silence_seconds",
+		Help: "Time since the node last heard from its distributor.",
+	}, func() float64 { return node.Health().Silence.Seconds() })
+	stalls := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "kvstore_node_pull_stalls_total",
+		Help: "Pull streams the node gave up because they went silent (a stalled link or a hung distributor).",
+	}, func() float64 { return float64(node.Health().Stalls) })
+	s.reg.MustRegister(s.reads, clock, held, stale, silence, stalls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s, nil
+}
+
+// serveHealth says whether the node's data is fresh. It answers 200 either way: the process
+// is alive, and a stale node recovers by itself once its pull stream is back.
+func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	h := s.node.Health()
+	if h.Stale {
+		fmt.Fprintf(w, "ok; data stale: no word from the distributor for %s (%d stalled pull streams)\n", h.Silence.Round(time.Millisecond), h.Stalls)
+		return
+	}
+	fmt.Fprintln(w, "ok")
 }
 
 // Addr returns the bound HTTP address.
@@ -160,7 +192,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+kvclient.KeyPath+"{key...}", s.serveKey)
 	mux.HandleFunc("GET "+kvclient.StatePath, s.serveState)
 	mux.HandleFunc("GET "+kvclient.ItemsPath, s.serveItems)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	return mux
 }

@@ -68,6 +68,7 @@ Every read counts as one unit of load on the key's slice. Restarted with the sam
 	f.StringVar(&cfg.DataDir, "data-dir", "kvnode-data", "directory of the node's store")
 	f.Float64Var(&cfg.Capacity, "capacity", 1, "the node's capacity relative to others")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "time between load reports")
+	f.DurationVar(&cfg.StallTimeout, "stall-timeout", 5*time.Second, "how long the pull stream may stay silent before the node reconnects and reports its data stale")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	cmd.MarkFlagRequired("id") //nolint:errcheck // the flag exists
