@@ -3,6 +3,7 @@ package assigner_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +26,9 @@ func TestFailingPassesStillCleanUpAndSaySo(t *testing.T) {
 		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}, Address: "127.0.0.1:1"})
 		require.NoError(t, err)
 	}
-	// n1 stays alive; n2 goes silent once both hold slices.
+	// n1 stays alive; n2 beats too until both hold slices (on a busy machine that can take
+	// longer than its TTL), then goes silent.
+	var n2Silent atomic.Bool
 	beat, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -39,6 +42,9 @@ func TestFailingPassesStillCleanUpAndSaySo(t *testing.T) {
 				return
 			case <-tick.C:
 				_, _ = a.nodes.Heartbeat(beat, &pb.HeartbeatRequest{NodeId: "n1"})
+				if !n2Silent.Load() {
+					_, _ = a.nodes.Heartbeat(beat, &pb.HeartbeatRequest{NodeId: "n2"})
+				}
 			}
 		}
 	}()
@@ -56,6 +62,7 @@ func TestFailingPassesStillCleanUpAndSaySo(t *testing.T) {
 		return on1 && on2
 	})
 	require.NoError(t, assigner.BreakPasses(ctx, a.srv))
+	n2Silent.Store(true)
 
 	eventually(t, 15*time.Second, "n2 expired and holds nothing", func() bool {
 		if len(a.nodesList(t)) != 1 {
