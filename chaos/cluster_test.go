@@ -157,7 +157,7 @@ func (c *cluster) startEtcd(ctx context.Context, n int) error {
 			"--listen-client-urls", "http://" + addrs[0], "--advertise-client-urls", "http://" + addrs[0],
 			"--listen-peer-urls", "http://" + addrs[1], "--initial-advertise-peer-urls", "http://" + addrs[1],
 			"--initial-cluster-token", "chaos", "--initial-cluster-state", "new",
-			"--unsafe-no-fsync", "--log-level", "warn"}
+			"--log-level", "warn"}
 		initial = append(initial, m.id+"=http://"+addrs[1])
 		c.etcd = append(c.etcd, m)
 	}

@@ -186,10 +186,15 @@ func killDistributor(r *run) (outcome, error) {
 	return r.downAndUp(r.pick(r.c.distributors), nil)
 }
 
-func killNode(r *run) (outcome, error) { return r.downAndUp(r.pick(r.c.nodes), nil) }
+func killNode(r *run) (outcome, error) {
+	n := r.pick(r.c.nodes)
+	r.probes.skipNode(n.id)
+	return r.downAndUp(n, nil)
+}
 
 func wipeNode(r *run) (outcome, error) {
 	n := r.pick(r.c.nodes)
+	r.probes.skipNode(n.id)
 	return r.downAndUp(n, func() error { return os.RemoveAll(n.dataDir) })
 }
 

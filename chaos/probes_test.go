@@ -42,11 +42,14 @@ type probes struct {
 	// gate pauses the writer: it holds a read lock per batch, the convergence check the lock.
 	gate sync.RWMutex
 
-	mu        sync.Mutex
-	log       []written
-	next      int // the next new key
-	stale     time.Duration
-	stalest   string
+	mu      sync.Mutex
+	log     []written
+	next    int // the next new key
+	stale   time.Duration
+	stalest string
+	// skip is a node left out of the staleness: one a fault killed, whose clock after the
+	// restart measures its own downtime (a wiped one's, all of history).
+	skip      string
 	writes    int64
 	writeFail int64
 
@@ -86,7 +89,8 @@ func (p *probes) write(ctx context.Context) {
 	}
 	old := rand.IntN(p.initial)
 	items = append(items, writer.Item{Key: loadgen.Key(old), Value: []byte(time.Now().String()), HasValue: true})
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// A short timeout: a batch stuck on a dead etcd member must not stop the writes for long.
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	rev, err := p.w.PutMany(ctx, items)
 	if err == nil && first%20 == 0 && first > p.initial {
@@ -121,8 +125,11 @@ func (p *probes) read(ctx context.Context) {
 // of the writer the node has not applied.
 func (p *probes) sample(ctx context.Context) {
 	var wg sync.WaitGroup
+	p.mu.Lock()
+	skip := p.skip
+	p.mu.Unlock()
 	for _, n := range p.nodes {
-		if !n.alive() {
+		if !n.alive() || n.id == skip {
 			continue
 		}
 		wg.Go(func() {
@@ -153,8 +160,15 @@ func (p *probes) window() window {
 	defer p.mu.Unlock()
 	w := window{staleness: p.stale, stalest: p.stalest, reads: p.reads.Swap(0), readFails: p.readFails.Swap(0),
 		writes: p.writes, writeFails: p.writeFail}
-	p.stale, p.stalest, p.writes, p.writeFail = 0, "", 0, 0
+	p.stale, p.stalest, p.writes, p.writeFail, p.skip = 0, "", 0, 0, ""
 	return w
+}
+
+// skipNode leaves node id out of the staleness until the next window.
+func (p *probes) skipNode(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.skip = id
 }
 
 // pause stops the writer (after its batch in flight) until the returned function is called.
