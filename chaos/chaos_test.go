@@ -10,8 +10,8 @@
 // Environment: CHAOS_SEED (schedule and targets), CHAOS_FAULTS (comma-separated names, or
 // "all"; default a quick few), CHAOS_ROUNDS, CHAOS_RACE=1 (race-built binaries),
 // CHAOS_STALENESS_SLACK (assigner faults: staleness <= takeover + slack; default 2s),
-// CHAOS_MAX_STALENESS (link and process faults; default 10s), CHAOS_PATIENCE (each wait;
-// default 90s). make chaos runs every fault, once with plain and once with race builds.
+// CHAOS_MAX_STALENESS (link faults; default 10s), CHAOS_PATIENCE (each wait; default 90s),
+// CHAOS_STRICT_CLOCK=1 (fail when a node's clock goes back; by default only counted). make chaos runs every fault, once with plain and once with race builds.
 package chaos_test
 
 import (
@@ -52,6 +52,9 @@ type config struct {
 	maxStale  time.Duration
 	patience  time.Duration
 	fillItems int
+	// strictClock fails a fault after which a node's clock went back (CHAOS_STRICT_CLOCK=1);
+	// otherwise the table only counts it.
+	strictClock bool
 }
 
 func envDuration(name string, def time.Duration) (time.Duration, error) {
@@ -80,6 +83,7 @@ func loadConfig() (config, error) {
 		}
 	}
 	cfg.race = os.Getenv("CHAOS_RACE") == "1"
+	cfg.strictClock = os.Getenv("CHAOS_STRICT_CLOCK") == "1"
 	names := os.Getenv("CHAOS_FAULTS")
 	switch names {
 	case "":
@@ -282,7 +286,7 @@ func (r *run) startRouter(w *writer.Writer) {
 	if err := router.WaitReady(wctx); err != nil {
 		r.t.Fatal(err)
 	}
-	r.probes = &probes{w: w, router: router, pool: kvclient.NewPool(nil), nodes: r.c.nodes,
+	r.probes = &probes{w: w, router: router, pool: kvclient.NewPool(nil), nodes: r.c.nodes, logf: r.t.Logf,
 		initial: r.cfg.fillItems, next: r.cfg.fillItems}
 }
 
@@ -393,6 +397,9 @@ func (r *run) inject(i int, f fault) {
 // assess returns the bounds a fault's figures break.
 func (r *run) assess(f fault, row row) []string {
 	var out []string
+	if r.cfg.strictClock && row.win.regressions > 0 {
+		out = append(out, fmt.Sprintf("a node's clock went back %d times", row.win.regressions))
+	}
 	switch f.class {
 	case "assigner":
 		if bound := row.takeover + r.cfg.slack; row.takeover > 0 && row.win.staleness > bound {
@@ -420,15 +427,15 @@ func (row row) line() string {
 	if len(row.failures) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("| %s | %s | %s | %s (%s) | %d/%d | %d/%d | %d→%d | %s | %s |", row.fault, row.target, takeover,
-		row.win.staleness.Round(10*time.Millisecond), row.win.stalest, row.win.readFails, row.win.reads,
+	return fmt.Sprintf("| %s | %s | %s | %s (%s) | %d | %d/%d | %d/%d | %d→%d | %s | %s |", row.fault, row.target, takeover,
+		row.win.staleness.Round(10*time.Millisecond), row.win.stalest, row.win.regressions, row.win.readFails, row.win.reads,
 		row.win.writeFails, row.win.writes, row.termBefore, row.termAt, row.converge.Round(10*time.Millisecond), verdict)
 }
 
 func (r *run) table() string {
 	var b strings.Builder
-	b.WriteString("| fault | target | takeover | max staleness (node) | reads failed | writes failed | term | converged in | verdict |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | target | takeover | max staleness (node) | clock went back | reads failed | writes failed | term | converged in | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range r.rows {
 		b.WriteString(row.line() + "\n")
 	}

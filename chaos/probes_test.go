@@ -20,6 +20,9 @@ type written struct {
 	at  time.Time
 }
 
+// staleNote is the staleness the probes log, once per window, with the node's state.
+const staleNote = 5 * time.Second
+
 // window is what the probes saw between two calls of probes.window.
 type window struct {
 	staleness  time.Duration // the largest node staleness sampled
@@ -28,6 +31,9 @@ type window struct {
 	readFails  int64
 	writes     int64
 	writeFails int64
+	// regressions counts the samples where a node's clock was below its last one, in one
+	// process (a restarted node starts from what it persisted).
+	regressions int64
 }
 
 // probes are the writer, the reader and the staleness sampler that run throughout. Their
@@ -37,6 +43,7 @@ type probes struct {
 	router  *client.Router
 	pool    *kvclient.Pool
 	nodes   []*member
+	logf    func(format string, args ...any)
 	initial int // keys 0..initial-1 are written before the faults and never deleted
 
 	// gate pauses the writer: it holds a read lock per batch, the convergence check the lock.
@@ -53,7 +60,16 @@ type probes struct {
 	writes    int64
 	writeFail int64
 
+	// last is each node's last sampled clock, by process, to see a clock go back.
+	last    map[string]sampled
+	regress int64
+
 	reads, readFails atomic.Int64
+}
+
+type sampled struct {
+	pid   int
+	clock uint64
 }
 
 func (p *probes) run(ctx context.Context, wg *sync.WaitGroup) {
@@ -142,11 +158,24 @@ func (p *probes) sample(ctx context.Context) {
 			now := time.Now()
 			p.mu.Lock()
 			defer p.mu.Unlock()
+			pid := n.current().Pid()
+			if prev, ok := p.last[n.id]; ok && prev.pid == pid && st.Clock < prev.clock {
+				p.regress++
+			}
+			if p.last == nil {
+				p.last = map[string]sampled{}
+			}
+			p.last[n.id] = sampled{pid: pid, clock: st.Clock}
 			i := sort.Search(len(p.log), func(i int) bool { return p.log[i].rev > st.Clock })
 			if i == len(p.log) {
 				return
 			}
-			if age := now.Sub(p.log[i].at); age > p.stale {
+			age := now.Sub(p.log[i].at)
+			if age > staleNote && p.stale <= staleNote {
+				p.logf("node %s is %s stale: clock %d, cursor %s, distributor %q, oldest write not applied at %d",
+					n.id, age.Round(time.Millisecond), st.Clock, st.Cursor, st.Distributor, p.log[i].rev)
+			}
+			if age > p.stale {
 				p.stale, p.stalest = age, n.id
 			}
 		})
@@ -159,8 +188,8 @@ func (p *probes) window() window {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w := window{staleness: p.stale, stalest: p.stalest, reads: p.reads.Swap(0), readFails: p.readFails.Swap(0),
-		writes: p.writes, writeFails: p.writeFail}
-	p.stale, p.stalest, p.writes, p.writeFail, p.skip = 0, "", 0, 0, ""
+		writes: p.writes, writeFails: p.writeFail, regressions: p.regress}
+	p.stale, p.stalest, p.writes, p.writeFail, p.skip, p.regress = 0, "", 0, 0, "", 0
 	return w
 }
 
