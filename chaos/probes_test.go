@@ -166,14 +166,10 @@ func (p *probes) sample(ctx context.Context) {
 				p.last = map[string]sampled{}
 			}
 			p.last[n.id] = sampled{pid: pid, clock: st.Clock}
-			i := sort.Search(len(p.log), func(i int) bool { return p.log[i].rev > st.Clock })
-			if i == len(p.log) {
-				return
-			}
-			age := now.Sub(p.log[i].at)
+			age, oldest := staleness(p.log, st.Clock, now)
 			if age > staleNote && p.stale <= staleNote {
 				p.logf("node %s is %s stale: clock %d, cursor %s, distributor %q, oldest write not applied at %d",
-					n.id, age.Round(time.Millisecond), st.Clock, st.Cursor, st.Distributor, p.log[i].rev)
+					n.id, age.Round(time.Millisecond), st.Clock, st.Cursor, st.Distributor, oldest)
 			}
 			if age > p.stale {
 				p.stale, p.stalest = age, n.id
@@ -181,6 +177,16 @@ func (p *probes) sample(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// staleness returns the age at now of the oldest write in log (ordered by revision) that a
+// node at clock has not applied, and that write's revision; 0 if it applied them all.
+func staleness(log []written, clock uint64, now time.Time) (time.Duration, uint64) {
+	i := sort.Search(len(log), func(i int) bool { return log[i].rev > clock })
+	if i == len(log) {
+		return 0, 0
+	}
+	return max(now.Sub(log[i].at), 0), log[i].rev
 }
 
 // window returns what the probes saw since the last call, and starts a new window.
