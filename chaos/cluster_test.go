@@ -97,6 +97,8 @@ type cluster struct {
 
 	toxi    *toxiproxy.ApiServer
 	proxies map[string]*toxiproxy.Proxy
+	// holds are the proxies in front of each distributor's toxiproxy, by distributor ID.
+	holds map[string]*holdProxy
 
 	etcd         []*member
 	assigners    []*member
@@ -114,7 +116,8 @@ func newCluster(dir, bin string) (*cluster, error) {
 	}
 	metrics := toxiproxy.NewMetricsContainer(prometheus.NewRegistry())
 	return &cluster{dir: dir, logs: logs, bin: bin, ready: 60 * time.Second,
-		toxi: toxiproxy.NewServer(metrics, zerolog.Nop()), proxies: map[string]*toxiproxy.Proxy{}}, nil
+		toxi: toxiproxy.NewServer(metrics, zerolog.Nop()), proxies: map[string]*toxiproxy.Proxy{},
+		holds: map[string]*holdProxy{}}, nil
 }
 
 func (c *cluster) all() []*member {
@@ -230,10 +233,17 @@ func (c *cluster) startDistributor(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	adv, err := c.proxy("distributor-"+id, addrs[0])
+	// Nodes dial a hold proxy, which dials the toxiproxy in front of the distributor.
+	toxic, err := c.proxy("distributor-"+id, addrs[0])
 	if err != nil {
 		return err
 	}
+	hold, err := newHoldProxy(toxic)
+	if err != nil {
+		return err
+	}
+	c.holds[id] = hold
+	adv := hold.addr()
 	m := &member{kind: "distributor", id: id, addr: addrs[0], bin: filepath.Join(c.bin, "distributor")}
 	m.args = append([]string{"--id", id, "--etcd-endpoints", strings.Join(c.etcdEndpoints(), ","),
 		"--assigners", strings.Join(c.assignerAddrs(), ","), "--listen", m.addr, "--advertise", adv,
@@ -388,6 +398,9 @@ func (c *cluster) close() {
 		wg.Go(m.kill)
 	}
 	wg.Wait()
+	for _, h := range c.holds {
+		h.close()
+	}
 	for _, p := range c.proxies {
 		p.Stop()
 	}

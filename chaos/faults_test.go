@@ -27,7 +27,7 @@ type outcome struct {
 // fault is one kind of fault. class decides which bound applies to its staleness.
 type fault struct {
 	name  string
-	class string // "assigner", "etcd", "link", "process"
+	class string // "assigner", "etcd", "link", "path", "process"
 	run   func(r *run) (outcome, error)
 }
 
@@ -49,7 +49,8 @@ var faults = []fault{
 	{"wipe-node", "process", wipeNode},
 	{"link-latency", "link", linkLatency},
 	{"link-cut", "link", linkCut},
-	{"link-stall", "link", linkStall},
+	{"stream-stall", "link", streamStall},
+	{"link-stall", "path", linkStall},
 	{"etcd-cut", "assigner", etcdCut},
 	{"kill-etcd-leader", "etcd", killEtcdLeader},
 }
@@ -255,6 +256,17 @@ func (r *run) cut(ps []*toxiproxy.Proxy, d time.Duration) error {
 func linkCut(r *run) (outcome, error) {
 	name := r.nodeLinks()[r.rng.IntN(len(r.nodeLinks()))]
 	return outcome{target: name}, r.cut([]*toxiproxy.Proxy{r.c.proxies[name]}, linkHold)
+}
+
+// streamStall holds the bytes of the node streams open now to one distributor, with no
+// reset, while new connections pass: dead streams a node must notice and replace.
+func streamStall(r *run) (outcome, error) {
+	d := r.pick(r.c.distributors)
+	h := r.c.holds[d.id]
+	n := h.open()
+	release := h.hold()
+	defer release()
+	return outcome{target: fmt.Sprintf("%d streams to %s", n, d.id)}, r.hold(stallHold)
 }
 
 // linkStall holds every byte on one distributor's links to nodes (a timeout toxic of 0
