@@ -11,7 +11,8 @@
 // "all"; default a quick few), CHAOS_ROUNDS, CHAOS_RACE=1 (race-built binaries),
 // CHAOS_STALENESS_SLACK (assigner faults: staleness <= takeover + slack; default 2s),
 // CHAOS_MAX_STALENESS (link faults; default 10s), CHAOS_PATIENCE (each wait; default 90s),
-// CHAOS_STRICT_CLOCK=1 (fail when a node's clock goes back; by default only counted). make chaos runs every fault, once with plain and once with race builds.
+// CHAOS_STRICT_CLOCK=1 (fail when a node's clock goes back; by default only counted),
+// CHAOS_SESSION_TTL (the assigners' leader lease; default 5s). make chaos runs every fault, once with plain and once with race builds.
 package chaos_test
 
 import (
@@ -44,14 +45,17 @@ import (
 const quickFaults = "kill-distributor,kill-node,link-latency"
 
 type config struct {
-	seed      uint64
-	faults    []fault
-	rounds    int
-	race      bool
-	slack     time.Duration
-	maxStale  time.Duration
-	patience  time.Duration
-	fillItems int
+	seed     uint64
+	faults   []fault
+	rounds   int
+	race     bool
+	slack    time.Duration
+	maxStale time.Duration
+	patience time.Duration
+	// sessionTTL is the assigners' leader lease: long enough by default (the binary's
+	// default, 5 s) to outlast an etcd election (1.3–2 s here), which a leader must ride out.
+	sessionTTL time.Duration
+	fillItems  int
 	// strictClock fails a fault after which a node's clock went back (CHAOS_STRICT_CLOCK=1);
 	// otherwise the table only counts it.
 	strictClock bool
@@ -107,6 +111,12 @@ func loadConfig() (config, error) {
 	}
 	if cfg.maxStale, err = envDuration("CHAOS_MAX_STALENESS", 10*time.Second); err != nil {
 		return cfg, err
+	}
+	if cfg.sessionTTL, err = envDuration("CHAOS_SESSION_TTL", 5*time.Second); err != nil {
+		return cfg, err
+	}
+	if cfg.sessionTTL < time.Second || cfg.sessionTTL%time.Second != 0 {
+		return cfg, fmt.Errorf("CHAOS_SESSION_TTL: want whole seconds, got %s", cfg.sessionTTL)
 	}
 	cfg.patience, err = envDuration("CHAOS_PATIENCE", 90*time.Second)
 	return cfg, err
@@ -167,7 +177,8 @@ func TestChaos(t *testing.T) {
 	for _, f := range cfg.faults {
 		names = append(names, f.name)
 	}
-	t.Logf("CHAOS_SEED=%d CHAOS_FAULTS=%s CHAOS_ROUNDS=%d CHAOS_RACE=%v", cfg.seed, strings.Join(names, ","), cfg.rounds, cfg.race)
+	t.Logf("CHAOS_SEED=%d CHAOS_FAULTS=%s CHAOS_ROUNDS=%d CHAOS_RACE=%v CHAOS_SESSION_TTL=%s",
+		cfg.seed, strings.Join(names, ","), cfg.rounds, cfg.race, cfg.sessionTTL)
 	r.setUp()
 	var wg sync.WaitGroup
 	pctx, stopProbes := context.WithCancel(ctx)
@@ -218,7 +229,7 @@ func (r *run) setUp() {
 		t.Fatalf("building etcd: %v\n%s", err, out)
 	}
 	t.Logf("built the binaries in %s", time.Since(start).Round(time.Millisecond))
-	if r.c, err = newCluster(dir, bin); err != nil {
+	if r.c, err = newCluster(dir, bin, r.cfg.sessionTTL); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.c.close)

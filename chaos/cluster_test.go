@@ -94,6 +94,8 @@ func (m *member) alive() bool {
 type cluster struct {
 	dir, logs, bin string
 	ready          time.Duration
+	// assignerTTL is the assigners' leader lease (--session-ttl).
+	assignerTTL time.Duration
 
 	toxi    *toxiproxy.ApiServer
 	proxies map[string]*toxiproxy.Proxy
@@ -109,13 +111,13 @@ type cluster struct {
 	etcdCli *clientv3.Client
 }
 
-func newCluster(dir, bin string) (*cluster, error) {
+func newCluster(dir, bin string, assignerTTL time.Duration) (*cluster, error) {
 	logs := filepath.Join(dir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	metrics := toxiproxy.NewMetricsContainer(prometheus.NewRegistry())
-	return &cluster{dir: dir, logs: logs, bin: bin, ready: 60 * time.Second,
+	return &cluster{dir: dir, logs: logs, bin: bin, ready: 60 * time.Second, assignerTTL: assignerTTL,
 		toxi: toxiproxy.NewServer(metrics, zerolog.Nop()), proxies: map[string]*toxiproxy.Proxy{},
 		holds: map[string]*holdProxy{}}, nil
 }
@@ -186,13 +188,10 @@ func (c *cluster) startEtcd(ctx context.Context, n int) error {
 // opts are the flags of the control plane's processes: short leases, so that faults resolve
 // in seconds.
 var (
-	assignerFlags    = []string{"--pass-interval", "200ms", "--session-ttl", "2s", "--node-ttl", "20s"}
+	assignerFlags    = []string{"--pass-interval", "200ms", "--node-ttl", "30s"}
 	distributorFlags = []string{"--session-ttl", "2s"}
 	nodeFlags        = []string{"--report-interval", "200ms"}
 )
-
-// sessionTTL is the assigners' and distributors' lease, as in the flags above.
-const sessionTTL = 2 * time.Second
 
 // startAssigner starts an assigner whose etcd client dials its own proxy of each member.
 func (c *cluster) startAssigner(ctx context.Context, id string) error {
@@ -214,7 +213,7 @@ func (c *cluster) startAssigner(ctx context.Context, id string) error {
 	}
 	m := &member{kind: "assigner", id: id, addr: addrs[0], bin: filepath.Join(c.bin, "assigner")}
 	m.args = append([]string{"--etcd-endpoints", strings.Join(endpoints, ","), "--listen", m.addr,
-		"--metrics-listen", addrs[1]}, assignerFlags...)
+		"--metrics-listen", addrs[1], "--session-ttl", c.assignerTTL.String()}, assignerFlags...)
 	c.assigners = append(c.assigners, m)
 	return c.start(ctx, m)
 }

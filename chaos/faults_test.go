@@ -33,12 +33,14 @@ type fault struct {
 
 // Fault durations, relative to the leases where a lease is what the fault tests.
 const (
-	stopHold    = 4 * sessionTTL // a SIGSTOPped leader stays stopped well beyond its lease
-	etcdCutHold = 3 * sessionTTL
-	linkHold    = 5 * time.Second
-	stallHold   = 15 * time.Second
-	downHold    = 2 * time.Second // how long a killed process stays down
-	latency     = 250 * time.Millisecond
+	// A SIGSTOPped leader stays stopped, and a leader cut off etcd stays cut, for this many
+	// of its leases.
+	stopLeases    = 4
+	etcdCutLeases = 3
+	linkHold      = 5 * time.Second
+	stallHold     = 15 * time.Second
+	downHold      = 2 * time.Second // how long a killed process stays down
+	latency       = 250 * time.Millisecond
 )
 
 var faults = []fault{
@@ -144,7 +146,7 @@ func stopAssigner(r *run) (outcome, error) {
 	if err != nil {
 		return o, err
 	}
-	if err := r.hold(stopHold - time.Since(start)); err != nil {
+	if err := r.hold(stopLeases*r.cfg.sessionTTL - time.Since(start)); err != nil {
 		return o, err
 	}
 	old.cont()
@@ -288,7 +290,7 @@ func etcdCut(r *run) (outcome, error) {
 	}
 	start := time.Now()
 	errc := make(chan error, 1)
-	go func() { errc <- r.cut(ps, etcdCutHold) }()
+	go func() { errc <- r.cut(ps, etcdCutLeases*r.cfg.sessionTTL) }()
 	o, err := r.takeover(old, start)
 	return o, errors.Join(err, <-errc)
 }
