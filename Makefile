@@ -23,7 +23,14 @@ BENCH_FLAGS ?= -run '^$$' -bench . -benchmem -timeout 30m
 # The binaries of the demo and the end-to-end tests.
 DEMO_BINARIES := ./cmd/assigner ./cmd/distributor ./cmd/slicectl ./examples/kvstore/cmd/kvnode ./examples/kvstore/cmd/kvdemo
 
-.PHONY: test unit lint proto proto-check bench demo e2e-compose build tools clean
+# The chaos suite (chaos/): make test runs a short seeded run of a few quick faults; make chaos
+# runs every fault, CHAOS_ROUNDS times with plain binaries, then once with race-built ones.
+CHAOS_FLAGS  ?= -count=1 -v -timeout 40m
+CHAOS_FAULTS ?= all
+CHAOS_ROUNDS ?= 3
+CHAOS_SEED   ?= 1
+
+.PHONY: test unit lint proto proto-check bench demo e2e-compose build tools clean chaos
 
 ## test: proto and lint checks, every test with the race detector, the data path at full size
 test: proto-check lint unit
@@ -32,6 +39,7 @@ unit:
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -count=1 -timeout 10m -run '^TestDataPath' ./internal/distributor
 	$(GO) test -count=1 -timeout 10m ./e2e
+	$(GO) test -count=1 -timeout 5m ./chaos
 
 ## lint: gofmt, go vet, staticcheck
 lint: $(STATICCHECK)
@@ -67,6 +75,16 @@ build:
 demo:
 	$(GO) build -o $(BIN)/ $(DEMO_BINARIES)
 	$(BIN)/kvdemo --bin $(BIN)
+
+## chaos: every fault of the chaos suite on plain binaries, then on race-built ones; both
+## runs report, and the target fails if either did
+chaos:
+	@rc=0; \
+	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_ROUNDS=$(CHAOS_ROUNDS) CHAOS_SEED=$(CHAOS_SEED) \
+		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos$$' ./chaos || rc=1; \
+	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_ROUNDS=1 CHAOS_SEED=$(CHAOS_SEED) CHAOS_RACE=1 \
+		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos$$' ./chaos || rc=1; \
+	exit $$rc
 
 ## e2e-compose: the docker-compose deployment, built, broken and checked (skips without Docker)
 e2e-compose:

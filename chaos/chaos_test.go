@@ -1,0 +1,454 @@
+// Package chaos_test is Sliceplane's chaos suite: it builds the real binaries, runs a
+// three-member etcd cluster, two assigners, two distributors and four nodes of the example
+// key-value store with fault proxies on the nodes' links and the assigners' etcd links,
+// writes and reads throughout, and breaks the system on a seeded schedule: kill -9 of each
+// kind of process, SIGSTOP of the leader beyond its lease, a wiped node disk, link latency,
+// cuts and stalls, the leader cut off etcd, and the etcd leader killed. After each fault the
+// nodes must hold exactly what they must (nothing missing, leaked or stale), every process
+// must be alive, and no log may hold a panic or a race report.
+//
+// Environment: CHAOS_SEED (schedule and targets), CHAOS_FAULTS (comma-separated names, or
+// "all"; default a quick few), CHAOS_ROUNDS, CHAOS_RACE=1 (race-built binaries),
+// CHAOS_STALENESS_SLACK (assigner faults: staleness <= takeover + slack; default 2s),
+// CHAOS_MAX_STALENESS (link faults; default 10s), CHAOS_PATIENCE (each wait; default 90s),
+// CHAOS_STRICT_CLOCK=1 (fail when a node's clock goes back; by default only counted),
+// CHAOS_SESSION_TTL (the assigners' leader lease; default 5s). make chaos runs every fault, once with plain and once with race builds.
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/client/writer"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
+	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/source"
+)
+
+// quickFaults run when CHAOS_FAULTS is unset: the short run inside make test.
+const quickFaults = "kill-distributor,kill-node,link-latency"
+
+type config struct {
+	seed     uint64
+	faults   []fault
+	rounds   int
+	race     bool
+	slack    time.Duration
+	maxStale time.Duration
+	patience time.Duration
+	// sessionTTL is the assigners' leader lease: long enough by default (the binary's
+	// default, 5 s) to outlast an etcd election (1.3–2 s here), which a leader must ride out.
+	sessionTTL time.Duration
+	fillItems  int
+	// strictClock fails a fault after which a node's clock went back (CHAOS_STRICT_CLOCK=1);
+	// otherwise the table only counts it.
+	strictClock bool
+}
+
+func envDuration(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return d, nil
+}
+
+func loadConfig() (config, error) {
+	cfg := config{seed: 1, rounds: 1, fillItems: 2000}
+	var err error
+	if v := os.Getenv("CHAOS_SEED"); v != "" {
+		if cfg.seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return cfg, fmt.Errorf("CHAOS_SEED: %w", err)
+		}
+	}
+	if v := os.Getenv("CHAOS_ROUNDS"); v != "" {
+		if cfg.rounds, err = strconv.Atoi(v); err != nil || cfg.rounds < 1 {
+			return cfg, fmt.Errorf("CHAOS_ROUNDS: want a positive number, got %q", v)
+		}
+	}
+	cfg.race = os.Getenv("CHAOS_RACE") == "1"
+	cfg.strictClock = os.Getenv("CHAOS_STRICT_CLOCK") == "1"
+	names := os.Getenv("CHAOS_FAULTS")
+	switch names {
+	case "":
+		names = quickFaults
+	case "all":
+		var all []string
+		for _, f := range faults {
+			all = append(all, f.name)
+		}
+		names = strings.Join(all, ",")
+	}
+	for name := range strings.SplitSeq(names, ",") {
+		f, ok := faultByName(strings.TrimSpace(name))
+		if !ok {
+			return cfg, fmt.Errorf("CHAOS_FAULTS: no fault %q", name)
+		}
+		cfg.faults = append(cfg.faults, f)
+	}
+	if cfg.slack, err = envDuration("CHAOS_STALENESS_SLACK", 2*time.Second); err != nil {
+		return cfg, err
+	}
+	if cfg.maxStale, err = envDuration("CHAOS_MAX_STALENESS", 10*time.Second); err != nil {
+		return cfg, err
+	}
+	if cfg.sessionTTL, err = envDuration("CHAOS_SESSION_TTL", 5*time.Second); err != nil {
+		return cfg, err
+	}
+	if cfg.sessionTTL < time.Second || cfg.sessionTTL%time.Second != 0 {
+		return cfg, fmt.Errorf("CHAOS_SESSION_TTL: want whole seconds, got %s", cfg.sessionTTL)
+	}
+	cfg.patience, err = envDuration("CHAOS_PATIENCE", 90*time.Second)
+	return cfg, err
+}
+
+// schedule is the faults of every round, each round shuffled by the seed.
+func (cfg config) schedule(rng *rand.Rand) []fault {
+	var out []fault
+	for range cfg.rounds {
+		round := append([]fault(nil), cfg.faults...)
+		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		out = append(out, round...)
+	}
+	return out
+}
+
+// run is one chaos run.
+type run struct {
+	t      *testing.T
+	ctx    context.Context
+	cfg    config
+	rng    *rand.Rand
+	c      *cluster
+	src    *source.Etcd
+	probes *probes
+	rows   []row
+}
+
+// row is the report line of one fault.
+type row struct {
+	fault, target      string
+	takeover           time.Duration
+	win                window
+	termBefore, termAt uint64
+	converge           time.Duration
+	failures           []string
+}
+
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries; skipped in -short mode")
+	}
+	if raceEnabled {
+		t.Skip("builds its own binaries (CHAOS_RACE=1 builds them with -race); run it without -race, as make test and make chaos do")
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline, ok := t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-30*time.Second))
+	defer cancel()
+	r := &run{t: t, ctx: ctx, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed))}
+	var names []string
+	for _, f := range cfg.faults {
+		names = append(names, f.name)
+	}
+	t.Logf("CHAOS_SEED=%d CHAOS_FAULTS=%s CHAOS_ROUNDS=%d CHAOS_RACE=%v CHAOS_SESSION_TTL=%s",
+		cfg.seed, strings.Join(names, ","), cfg.rounds, cfg.race, cfg.sessionTTL)
+	r.setUp()
+	var wg sync.WaitGroup
+	pctx, stopProbes := context.WithCancel(ctx)
+	defer wg.Wait()
+	defer stopProbes()
+	r.probes.run(pctx, &wg)
+	for i, f := range cfg.schedule(r.rng) {
+		r.inject(i+1, f)
+	}
+	r.probes.window()
+	stopProbes()
+	wg.Wait()
+	if _, err := r.check("the end"); err != nil {
+		t.Error(err)
+	}
+	t.Logf("chaos report (CHAOS_SEED=%d, race=%v):\n%s", cfg.seed, cfg.race, r.table())
+}
+
+// setUp builds the binaries, starts the cluster and the router, fills the source, waits for
+// every node to hold slices and freezes the map: each convergence check compares the nodes
+// with one map, and failover and recovery of the data path need no balancing.
+func (r *run) setUp() {
+	t := r.t
+	dir, err := os.MkdirTemp("", "sliceplane-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs and data kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	bin := filepath.Join(dir, "bin")
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := launch.Build(r.ctx, root, bin, r.cfg.race, "./cmd/assigner", "./cmd/distributor", "./examples/kvstore/cmd/kvnode"); err != nil {
+		t.Fatal(err)
+	}
+	// etcd is built from this module's own dependency, never with -race: it is not ours.
+	build := exec.CommandContext(r.ctx, "go", "build", "-o", filepath.Join(bin, "etcd"), "go.etcd.io/etcd/server/v3")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building etcd: %v\n%s", err, out)
+	}
+	t.Logf("built the binaries in %s", time.Since(start).Round(time.Millisecond))
+	if r.c, err = newCluster(dir, bin, r.cfg.sessionTTL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.c.close)
+	r.startAll()
+	w := writer.New(r.c.etcdCli, writer.DefaultPrefix)
+	r.src = source.NewEtcd(r.c.etcdCli, writer.DefaultPrefix)
+	r.fill(w)
+	r.startRouter(w)
+	r.spread()
+	if _, err := r.check("the fill"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *run) startAll() {
+	t := r.t
+	if err := r.c.startEtcd(r.ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a1", "a2"} {
+		if err := r.c.startAssigner(r.ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"d1", "d2"} {
+		if err := r.c.startDistributor(r.ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		if err := r.c.startNode(r.ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (r *run) fill(w *writer.Writer) {
+	var items []writer.Item
+	for i := range r.cfg.fillItems {
+		items = append(items, writer.Item{Key: loadgen.Key(i), Value: fmt.Appendf(nil, "v%d", i), HasValue: true})
+		if len(items) == 100 || i == r.cfg.fillItems-1 {
+			if _, err := w.PutMany(r.ctx, items); err != nil {
+				r.t.Fatalf("filling: %v", err)
+			}
+			items = items[:0]
+		}
+	}
+}
+
+// startRouter starts the reader's router, owned by the test's cleanup.
+func (r *run) startRouter(w *writer.Writer) {
+	router, err := client.NewRouter(client.RouterConfig{Assigners: r.c.assignerAddrs()})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		router.Run(ctx) //nolint:errcheck // it returns nil when ctx ends
+	}()
+	r.t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(r.ctx, r.cfg.patience)
+	defer wcancel()
+	if err := router.WaitReady(wctx); err != nil {
+		r.t.Fatal(err)
+	}
+	r.probes = &probes{w: w, router: router, pool: kvclient.NewPool(nil), nodes: r.c.nodes, logf: r.t.Logf,
+		initial: r.cfg.fillItems, next: r.cfg.fillItems}
+}
+
+// spread waits until every node holds slices, making load with reads, and then freezes
+// the map.
+func (r *run) spread() {
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.patience)
+	defer cancel()
+	err := launch.WaitFor(ctx, "every node to hold slices", 100*time.Millisecond, func(ctx context.Context) error {
+		for i := range 300 {
+			r.probes.pool.Read(ctx, r.probes.router, loadgen.Key(i)) //nolint:errcheck // only the load counts here
+		}
+		for _, n := range r.c.nodes {
+			st, err := kvclient.New(n.addr, nil).State(ctx)
+			if err != nil {
+				return err
+			}
+			if len(st.Slices) == 0 {
+				return fmt.Errorf("%s holds no slice", n.id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	conn, err := dial.Leader(r.c.assignerAddrs())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := pb.NewAdminServiceClient(conn).Freeze(ctx, &pb.FreezeRequest{Reason: "chaos"}, grpc.WaitForReady(true)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// check pauses the writer and waits until the nodes hold exactly what they must, then checks
+// that every process runs and no log holds a panic or a race report.
+func (r *run) check(after string) (time.Duration, error) {
+	resume := r.probes.pause()
+	defer resume()
+	start := time.Now()
+	conn, err := dial.Leader(r.c.assignerAddrs())
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var nodes []*kvclient.Node
+	for _, n := range r.c.nodes {
+		nodes = append(nodes, kvclient.New(n.addr, nil))
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.patience)
+	defer cancel()
+	rep, err := (&kvcheck.Checker{Source: r.src, Assigner: conn, Nodes: nodes}).Wait(ctx)
+	took := time.Since(start)
+	if err != nil {
+		return took, fmt.Errorf("after %s: %w", after, err)
+	}
+	r.t.Logf("after %s: %s (in %s)", after, rep, took.Round(time.Millisecond))
+	var dead []string
+	for _, m := range r.c.all() {
+		if !m.alive() {
+			dead = append(dead, m.name())
+		}
+	}
+	if len(dead) > 0 {
+		return took, fmt.Errorf("after %s: not running: %s (%v)", after, strings.Join(dead, ", "), r.c.exited())
+	}
+	if err := r.c.scanLogs(); err != nil {
+		return took, fmt.Errorf("after %s: %w", after, err)
+	}
+	return took, nil
+}
+
+// term returns the leading assigner's term, 0 if none answers.
+func (r *run) term() uint64 {
+	_, term, err := r.leader(nil)
+	if err != nil {
+		return 0
+	}
+	return term
+}
+
+// inject runs one fault, checks the cluster after it, and records and asserts its figures.
+func (r *run) inject(i int, f fault) {
+	r.t.Logf("=== fault %d: %s", i, f.name)
+	r.probes.window()
+	row := row{fault: f.name, termBefore: r.term()}
+	o, err := f.run(r)
+	row.target, row.takeover = o.target, o.takeover
+	if err != nil {
+		row.failures = append(row.failures, fmt.Sprintf("the fault: %v", err))
+	}
+	row.converge, err = r.check(f.name)
+	if err != nil {
+		row.failures = append(row.failures, err.Error())
+	}
+	row.win = r.probes.window()
+	row.termAt = r.term()
+	row.failures = append(row.failures, r.assess(f, row)...)
+	for _, msg := range row.failures {
+		r.t.Errorf("fault %d (%s): %s", i, f.name, msg)
+	}
+	r.rows = append(r.rows, row)
+	r.t.Logf("fault %d: %s", i, row.line())
+}
+
+// assess returns the bounds a fault's figures break.
+func (r *run) assess(f fault, row row) []string {
+	var out []string
+	if r.cfg.strictClock && row.win.regressions > 0 {
+		out = append(out, fmt.Sprintf("a node's clock went back %d times", row.win.regressions))
+	}
+	switch f.class {
+	case "assigner":
+		if bound := row.takeover + r.cfg.slack; row.takeover > 0 && row.win.staleness > bound {
+			out = append(out, fmt.Sprintf("node %s was %s stale, over takeover %s + %s",
+				row.win.stalest, row.win.staleness.Round(time.Millisecond), row.takeover.Round(time.Millisecond), r.cfg.slack))
+		}
+	case "link":
+		if row.win.staleness > r.cfg.maxStale {
+			out = append(out, fmt.Sprintf("node %s was %s stale, over %s", row.win.stalest, row.win.staleness.Round(time.Millisecond), r.cfg.maxStale))
+		}
+	case "etcd":
+		if row.termAt != row.termBefore {
+			out = append(out, fmt.Sprintf("the assigner's term went from %d to %d", row.termBefore, row.termAt))
+		}
+	}
+	return out
+}
+
+func (row row) line() string {
+	takeover := "-"
+	if row.takeover > 0 {
+		takeover = row.takeover.Round(10 * time.Millisecond).String()
+	}
+	verdict := "ok"
+	if len(row.failures) > 0 {
+		verdict = "FAIL"
+	}
+	return fmt.Sprintf("| %s | %s | %s | %s (%s) | %d | %d/%d | %d/%d | %d→%d | %s | %s |", row.fault, row.target, takeover,
+		row.win.staleness.Round(10*time.Millisecond), row.win.stalest, row.win.regressions, row.win.readFails, row.win.reads,
+		row.win.writeFails, row.win.writes, row.termBefore, row.termAt, row.converge.Round(10*time.Millisecond), verdict)
+}
+
+func (r *run) table() string {
+	var b strings.Builder
+	b.WriteString("| fault | target | takeover | max staleness (node) | clock went back | reads failed | writes failed | term | converged in | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, row := range r.rows {
+		b.WriteString(row.line() + "\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,151 @@
+package chaos_test
+
+import (
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The suite's own arithmetic, checked without starting anything.
+
+func TestStaleness(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	log := []written{{rev: 10, at: t0}, {rev: 12, at: t0.Add(time.Second)}, {rev: 20, at: t0.Add(3 * time.Second)}}
+	now := t0.Add(5 * time.Second)
+	for _, tc := range []struct {
+		clock  uint64
+		want   time.Duration
+		oldest uint64
+	}{
+		{clock: 0, want: 5 * time.Second, oldest: 10}, // a clock that went back to 0 is as stale as the log is old
+		{clock: 10, want: 4 * time.Second, oldest: 12},
+		{clock: 11, want: 4 * time.Second, oldest: 12}, // a fence or another writer's revision
+		{clock: 19, want: 2 * time.Second, oldest: 20},
+		{clock: 20, want: 0},
+		{clock: 99, want: 0},
+	} {
+		got, oldest := staleness(log, tc.clock, now)
+		if got != tc.want || oldest != tc.oldest {
+			t.Errorf("clock %d: staleness %s (write %d), want %s (write %d)", tc.clock, got, oldest, tc.want, tc.oldest)
+		}
+	}
+	if got, _ := staleness(nil, 0, now); got != 0 {
+		t.Errorf("no writes: staleness %s, want 0", got)
+	}
+}
+
+func TestScheduleIsSeededAndComplete(t *testing.T) {
+	t.Setenv("CHAOS_FAULTS", "all")
+	t.Setenv("CHAOS_ROUNDS", "3")
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(seed uint64) []string {
+		var out []string
+		for _, f := range cfg.schedule(rand.New(rand.NewPCG(seed, seed))) {
+			out = append(out, f.name)
+		}
+		return out
+	}
+	a, b, c := names(1), names(1), names(2)
+	if !slices.Equal(a, b) {
+		t.Errorf("seed 1 gave two schedules:\n%v\n%v", a, b)
+	}
+	if slices.Equal(a, c) {
+		t.Errorf("seeds 1 and 2 gave the same schedule %v", a)
+	}
+	for round := range 3 {
+		got := slices.Sorted(slices.Values(a[round*len(faults) : (round+1)*len(faults)]))
+		var want []string
+		for _, f := range faults {
+			want = append(want, f.name)
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("round %d runs %v, want each fault once: %v", round, got, want)
+		}
+	}
+}
+
+func TestConfigRefusesUnknownFaults(t *testing.T) {
+	t.Setenv("CHAOS_FAULTS", "kill-node,kill-everything")
+	if _, err := loadConfig(); err == nil {
+		t.Error("CHAOS_FAULTS=kill-node,kill-everything: no error")
+	}
+	t.Setenv("CHAOS_FAULTS", "")
+	t.Setenv("CHAOS_ROUNDS", "0")
+	if _, err := loadConfig(); err == nil {
+		t.Error("CHAOS_ROUNDS=0: no error")
+	}
+}
+
+// echo serves connections that write back what they read, until the listener closes.
+func echo(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { lis.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { defer c.Close(); io.Copy(c, c) }) //nolint:errcheck // ends with the connection
+		}
+	})
+	return lis.Addr().String()
+}
+
+func roundTrip(c net.Conn, msg string) error {
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return err
+	}
+	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond)) //nolint:errcheck // a net.Conn's
+	buf := make([]byte, len(msg))
+	_, err := io.ReadFull(c, buf)
+	return err
+}
+
+func TestHoldProxyHoldsOpenStreamsOnly(t *testing.T) {
+	p, err := newHoldProxy(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	old, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := roundTrip(old, "before"); err != nil {
+		t.Fatalf("before the hold: %v", err)
+	}
+	release := p.hold()
+	var ne net.Error
+	if err := roundTrip(old, "held"); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("a held stream: %v, want a read timeout (no data, no reset)", err)
+	}
+	fresh, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if err := roundTrip(fresh, "fresh"); err != nil {
+		t.Errorf("a stream opened during the hold: %v", err)
+	}
+	release()
+	old.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // a net.Conn's
+	if _, err := old.Read(make([]byte, 16)); err == nil {
+		t.Error("a released stream still reads; want it closed")
+	}
+}
