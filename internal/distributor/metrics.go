@@ -6,23 +6,24 @@ import (
 
 // metrics are the distributor's Prometheus metrics.
 type metrics struct {
-	clock       prometheus.Gauge
-	lag         prometheus.Gauge
-	quanta      prometheus.Counter
-	changes     prometheus.Counter
-	buffered    prometheus.Gauge
-	served      prometheus.Gauge
-	streams     prometheus.Gauge
-	queueOps    *prometheus.GaugeVec
-	queueBytes  *prometheus.GaugeVec
-	deltas      prometheus.Counter
-	opsSent     prometheus.Counter
-	snapshots   prometheus.Counter
-	overflows   prometheus.Counter
-	scans       *prometheus.CounterVec
-	scanLatency prometheus.Histogram
-	applyLag    prometheus.Histogram
-	paused      prometheus.Counter
+	clock         prometheus.Gauge
+	lag           prometheus.Gauge
+	quanta        prometheus.Counter
+	changes       prometheus.Counter
+	buffered      prometheus.Gauge
+	served        prometheus.Gauge
+	streams       prometheus.Gauge
+	queueOps      *prometheus.GaugeVec
+	queueBytes    *prometheus.GaugeVec
+	deltas        prometheus.Counter
+	opsSent       prometheus.Counter
+	snapshots     prometheus.Counter
+	overflows     prometheus.Counter
+	scans         *prometheus.CounterVec
+	scanLatency   prometheus.Histogram
+	applyLag      prometheus.Histogram
+	paused        prometheus.Counter
+	quantaRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -62,8 +63,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "From routing a change to the node's acknowledgement of it.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		paused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_pauses_total",
 			Help: "Times the source watch paused because too many changes waited for a quantum."}),
+		quantaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_refused_total",
+			Help: "Quanta refused and not applied, by reason: stale_term (from a deposed leader), stale, out_of_sequence, does_not_apply."}, []string{"reason"}),
 	}
 	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.buffered, m.served, m.streams, m.queueOps, m.queueBytes,
-		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused)
+		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.quantaRefused)
+	for _, reason := range []string{"stale_term", "stale", "out_of_sequence", "does_not_apply"} {
+		m.quantaRefused.WithLabelValues(reason) // present at 0, so that rate() and alerts see it
+	}
 	return m
 }
