@@ -10,7 +10,14 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The options are etcdtest.ClusterLeaks, which this package cannot import.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).abortPendingRead"),
+		goleak.IgnoreAnyFunction("github.com/soheilhy/cmux.(*MuxConn).Read"))
+}
 
 func TestStartServesAndRestartsFromItsDirectory(t *testing.T) {
 	dir := t.TempDir()
@@ -41,4 +48,25 @@ func TestStartServesAndRestartsFromItsDirectory(t *testing.T) {
 func TestStartRejectsNoDirectory(t *testing.T) {
 	_, err := Start(context.Background(), Options{})
 	require.Error(t, err)
+}
+
+func TestClusterElectsANewLeaderWhenItsLeaderStops(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := StartCluster(ctx, Options{Dir: t.TempDir(), Fast: true, LogLevel: "fatal"}, 3)
+	require.NoError(t, err)
+	defer c.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Put(ctx, "k", "v")
+	require.NoError(t, err)
+
+	var old *Server
+	require.Eventually(t, func() bool { old = c.Leader(); return old != nil }, 10*time.Second, 10*time.Millisecond)
+	old.Close()
+	require.Eventually(t, func() bool { l := c.Leader(); return l != nil && l != old }, 10*time.Second, 10*time.Millisecond)
+	resp, err := cli.Get(ctx, "k")
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1, "the data survives on the other members")
 }
