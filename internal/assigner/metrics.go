@@ -20,6 +20,7 @@ type metrics struct {
 	reports      *prometheus.CounterVec
 	watchers     prometheus.Gauge
 	etcdWrite    *prometheus.HistogramVec
+	etcdRetries  *prometheus.CounterVec
 	adminChanges *prometheus.CounterVec
 }
 
@@ -50,12 +51,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Load reports received, by result (accepted, rejected)."}, []string{"result"}),
 		watchers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watchers",
 			Help: "Open assignment and quanta streams."}),
+		etcdRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "etcd_retries_total",
+			Help: "etcd requests of the leader retried after a passing failure (an etcd election), by operation."}, []string{"op"}),
 		etcdWrite: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "etcd_write_duration_seconds",
 			Help: "Latency of the assigner's fenced etcd transactions, by operation.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"op"}),
 		adminChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admin_requests_total",
 			Help: "Admin requests, by call and result (ok, refused)."}, []string{"call", "result"}),
 	}
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
-		m.passChurn, m.quanta, m.reports, m.watchers, m.etcdWrite, m.adminChanges)
+		m.passChurn, m.quanta, m.reports, m.watchers, m.etcdWrite, m.etcdRetries, m.adminChanges)
 	return m
 }

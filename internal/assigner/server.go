@@ -378,11 +378,16 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 	term := uint64(e.Rev())
 	log := s.log.With("term", term)
 
-	st, found, err := s.store.Load(ctx)
-	if err != nil {
-		return fmt.Errorf("loading the state: %w", err)
-	}
-	clock, err := s.source.Clock(ctx)
+	var st store.State
+	var found bool
+	var clock uint64
+	err := s.retry(ctx, lease, "load", func(ctx context.Context) (err error) {
+		if st, found, err = s.store.Load(ctx); err != nil {
+			return fmt.Errorf("loading the state: %w", err)
+		}
+		clock, err = s.source.Clock(ctx)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -393,7 +398,7 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 	if !lease.valid() {
 		return errLeaseLapsed
 	}
-	if err := s.persist(ctx, fence, first); err != nil {
+	if err := s.persist(ctx, lease, fence, first); err != nil {
 		return fmt.Errorf("claiming term %d: %w", term, err)
 	}
 	core.Commit(first)
@@ -402,7 +407,12 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 		reqs: make(chan request), done: make(chan struct{})}
 	// The distributors are known before anything is served: a reinitializing quantum without
 	// them would tell every distributor that it serves no node.
-	dists, distRev, err := membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
+	var dists quantum.Distributors
+	var distRev int64
+	err = s.retry(ctx, lease, "load_distributors", func(ctx context.Context) (err error) {
+		dists, distRev, err = membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -515,7 +525,11 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 				return errors.New("the source watch ended")
 			case b.Err != nil:
 				log.Warn("the source watch failed; restarting it", "err", b.Err)
-				now, err := s.source.Clock(ctx)
+				var now uint64
+				err := s.retry(ctx, lease, "clock", func(ctx context.Context) (err error) {
+					now, err = s.source.Clock(ctx)
+					return err
+				})
 				if err != nil {
 					return err
 				}
@@ -586,7 +600,7 @@ func (s *Server) apply(ctx context.Context, l *leadership, core *Core, p *Propos
 	if !l.lease.valid() {
 		return errLeaseLapsed
 	}
-	if err := s.persist(ctx, l.fence, p); err != nil {
+	if err := s.persist(ctx, l.lease, l.fence, p); err != nil {
 		return err
 	}
 	core.Commit(p)
@@ -642,27 +656,32 @@ func quantumCause(cause string) string {
 	return cause
 }
 
-// persist writes what a proposal asks, in order.
-func (s *Server) persist(ctx context.Context, f store.Fence, p *Proposal) error {
+// persist writes what a proposal asks, in order, each write retried through an etcd
+// election while the lease lasts (the store's writes may run again: see the store package).
+func (s *Server) persist(ctx context.Context, lease *leaderLease, f store.Fence, p *Proposal) error {
 	if p.PutNode != nil {
-		if err := s.store.PutNode(ctx, f, *p.PutNode); err != nil {
+		if err := s.retry(ctx, lease, "put_node", func(ctx context.Context) error { return s.store.PutNode(ctx, f, *p.PutNode) }); err != nil {
 			return err
 		}
 	}
 	for _, id := range p.DeleteNodes {
-		if err := s.store.DeleteNode(ctx, f, id); err != nil {
+		if err := s.retry(ctx, lease, "delete_node", func(ctx context.Context) error { return s.store.DeleteNode(ctx, f, id) }); err != nil {
 			return err
 		}
 	}
+	var what string
+	var write func(context.Context) error
 	switch {
 	case p.Init:
-		return s.store.Init(ctx, f, p.Meta, p.After)
+		what, write = "init", func(ctx context.Context) error { return s.store.Init(ctx, f, p.Meta, p.After) }
 	case p.Entry != nil:
-		return s.store.Append(ctx, f, p.Meta, *p.Entry)
+		what, write = "append", func(ctx context.Context) error { return s.store.Append(ctx, f, p.Meta, *p.Entry) }
 	case p.SaveMeta:
-		return s.store.SaveMeta(ctx, f, p.Meta)
+		what, write = "meta", func(ctx context.Context) error { return s.store.SaveMeta(ctx, f, p.Meta) }
+	default:
+		return nil
 	}
-	return nil
+	return s.retry(ctx, lease, what, write)
 }
 
 // observeCore updates the gauges that describe the core.

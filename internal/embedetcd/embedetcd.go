@@ -158,6 +158,16 @@ func (s *Server) Close() {
 	})
 }
 
+// Kill stops the server as a crash would, without handing its raft leadership over first
+// (Close does, which spares the cluster an election), then releases it as Close does.
+func (s *Server) Kill() {
+	s.once.Do(func() {
+		s.closing.Store(true)
+		s.etcd.Server.HardStop()
+		s.etcd.Close()
+	})
+}
+
 // Leads reports whether the server, still running, is its cluster's raft leader.
 func (s *Server) Leads() bool {
 	return !s.closing.Load() && s.etcd.Server.Leader() == s.etcd.Server.MemberID()
@@ -166,6 +176,8 @@ func (s *Server) Leads() bool {
 // Cluster is a multi-member etcd in the process, on loopback.
 type Cluster struct {
 	Members []*Server
+	cfgs    []*embed.Config // to restart members
+	opts    Options
 }
 
 // StartCluster starts a cluster of n members in subdirectories of o.Dir, with clients on
@@ -192,7 +204,7 @@ func StartCluster(ctx context.Context, o Options, n int) (*Cluster, error) {
 		cfgs, closings = append(cfgs, cfg), append(closings, closing)
 		initial = append(initial, name+"=http://"+addrs[2*i+1])
 	}
-	c := &Cluster{}
+	c := &Cluster{cfgs: cfgs, opts: o}
 	for i, cfg := range cfgs {
 		cfg.InitialCluster = strings.Join(initial, ",")
 		cfg.InitialClusterToken = "sliceplane-test"
@@ -210,6 +222,26 @@ func StartCluster(ctx context.Context, o Options, n int) (*Cluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// Restart starts member i again, from its data, on the same addresses (after Close), and
+// waits until it serves.
+func (c *Cluster) Restart(ctx context.Context, i int) error {
+	old := c.cfgs[i]
+	cfg, closing, err := config(c.opts, old.Name, old.Dir, old.ListenClientUrls[0], old.ListenPeerUrls[0])
+	if err != nil {
+		return err
+	}
+	cfg.InitialCluster, cfg.InitialClusterToken = old.InitialCluster, old.InitialClusterToken
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("embedetcd: restarting member %s: %w", cfg.Name, err)
+	}
+	if err := ready(ctx, e, c.opts.ReadyTimeout); err != nil {
+		return err
+	}
+	c.Members[i] = &Server{etcd: e, endpoint: "http://" + e.Clients[0].Addr().String(), closing: closing}
+	return nil
 }
 
 // freeAddrs returns n loopback addresses whose ports were free a moment ago.

@@ -4,6 +4,12 @@
 // Every write is fenced by the leader's election key: it happens only if that key still
 // exists with the revision the leader created it at, so a deposed leader cannot write.
 //
+// Every write may run again after an attempt whose outcome is unknown (a request that timed
+// out in an etcd election may have been applied): each puts whole values at keys fixed by
+// what is written (a log entry at its index, a snapshot at its entry's) or deletes, so a
+// second run leaves the state as the first did, and its fence, which its own writes never
+// touch, still holds.
+//
 // The map is kept as a snapshot plus the log of changes since. A change appends one log entry
 // and rewrites the meta record in one transaction, which commits it; values too large for one
 // etcd request are written in parts first. A new leader loads the meta record, the snapshot

@@ -79,5 +79,7 @@ func ClusterLeaks() []goleak.Option {
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*connReader).abortPendingRead"),
 		goleak.IgnoreAnyFunction("github.com/soheilhy/cmux.(*MuxConn).Read"),
+		// A killed member's peer handlers may wait forever on its closed backend.
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"),
 	}
 }
