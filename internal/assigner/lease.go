@@ -38,7 +38,9 @@ type leaderLease struct {
 
 // newLeaderLease returns the lease granted with ttl by a request sent at asked.
 func newLeaderLease(now func() time.Time, asked time.Time, ttl time.Duration, keepAlive func(context.Context) (time.Duration, error)) *leaderLease {
-	l := &leaderLease{ttl: ttl, margin: max(ttl/5, 100*time.Millisecond), now: now, keepAlive: keepAlive,
+	// The margin covers a difference in clock rates between this process and etcd's leader,
+	// which is tiny: etcd never expires a lease before its TTL has passed on its clock.
+	l := &leaderLease{ttl: ttl, margin: max(ttl/10, 50*time.Millisecond), now: now, keepAlive: keepAlive,
 		lostCh: make(chan struct{}), lastStep: now()}
 	l.deadline = asked.Add(ttl - l.margin)
 	return l
@@ -93,12 +95,13 @@ func (l *leaderLease) renew(ctx context.Context) error {
 	return nil
 }
 
-// keep renews the lease every third of its TTL, and more often after a failure, until ctx
-// ends or the lease is gone. Failures are left to valid to judge: an etcd election makes a
+// keep renews the lease every sixth of its TTL (a slow round trip or a busy process must
+// not let the count lapse while etcd still holds the lease), and more often after a
+// failure, until ctx ends or the lease is gone. Failures are left to valid to judge: an etcd election makes a
 // few round trips fail while the lease stays valid.
 func (l *leaderLease) keep(ctx context.Context) {
 	for {
-		wait := l.ttl / 3
+		wait := l.ttl / 6
 		if err := l.renew(ctx); err != nil {
 			if errors.Is(err, errLeaseLapsed) {
 				return

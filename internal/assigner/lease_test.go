@@ -48,7 +48,7 @@ func TestLeaderLeaseCountsFromTheRequestNotTheResponse(t *testing.T) {
 	}
 	l := newLeaderLease(clock.Now, clock.Now(), 5*time.Second, keepAlive)
 	assert.True(t, l.valid())
-	clock.Advance(3900 * time.Millisecond)
+	clock.Advance(4400 * time.Millisecond)
 	assert.True(t, l.valid(), "within TTL minus the margin")
 	clock.Advance(200 * time.Millisecond)
 	assert.False(t, l.valid(), "past TTL minus the margin, with no keep-alive")
