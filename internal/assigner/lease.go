@@ -64,6 +64,16 @@ func (l *leaderLease) valid() bool {
 	return !l.lost && l.now().Before(l.deadline)
 }
 
+// confirm reports whether the lease is certainly valid, asking etcd once if this process's
+// count has run out: a starved process may not have renewed in time although etcd still
+// holds the lease, and a renewal proves it from the time it was sent.
+func (l *leaderLease) confirm(ctx context.Context) bool {
+	if l.valid() {
+		return true
+	}
+	return l.renew(ctx) == nil && l.valid()
+}
+
 // done is closed once etcd has said the lease is gone.
 func (l *leaderLease) done() <-chan struct{} { return l.lostCh }
 

@@ -46,7 +46,7 @@ const attemptTimeout = 2 * time.Second
 func (s *Server) retry(ctx context.Context, lease *leaderLease, what string, op func(context.Context) error) error {
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		if !lease.valid() {
+		if !lease.confirm(ctx) {
 			return errLeaseLapsed
 		}
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)

@@ -567,20 +567,17 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 // this process's absence would move every slice.
 func (s *Server) steady(ctx context.Context, l *leadership, core *Core, log *slog.Logger) (time.Time, error) {
 	now := s.now()
-	if gap, long := l.lease.step(now); long {
-		if err := l.lease.renew(ctx); err != nil && !l.lease.valid() {
-			log.Warn("the leader loop stalled and the lease lapsed; stepping down", "gap", gap, "err", err)
-			return now, errLeaseLapsed
-		}
-		if !l.lease.valid() {
-			return now, errLeaseLapsed
-		}
+	gap, long := l.lease.step(now)
+	if long {
+		_ = l.lease.renew(ctx) // whatever the lease's count says now, renew it before acting
+	}
+	if !l.lease.confirm(ctx) {
+		log.Warn("the leader lease lapsed; stepping down", "gap", gap)
+		return now, errLeaseLapsed
+	}
+	if long {
 		core.RefreshNodes(now)
 		log.Warn("the leader loop stalled; every node gets a fresh lease", "gap", gap)
-		return now, nil
-	}
-	if !l.lease.valid() {
-		return now, errLeaseLapsed
 	}
 	return now, nil
 }
@@ -597,7 +594,7 @@ func isDone(s *concurrency.Session) bool {
 // apply persists a proposal, commits it and publishes its quantum. A proposal that cannot be
 // persisted changes nothing; a fenced write means leadership is lost.
 func (s *Server) apply(ctx context.Context, l *leadership, core *Core, p *Proposal) error {
-	if !l.lease.valid() {
+	if !l.lease.confirm(ctx) {
 		return errLeaseLapsed
 	}
 	if err := s.persist(ctx, l.lease, l.fence, p); err != nil {
@@ -605,7 +602,7 @@ func (s *Server) apply(ctx context.Context, l *leadership, core *Core, p *Propos
 	}
 	core.Commit(p)
 	if q := p.Quantum; q != nil {
-		if !l.lease.valid() {
+		if !l.lease.confirm(ctx) {
 			return errLeaseLapsed // persisting took the rest of the lease
 		}
 		q.Time = time.Now() // when it is emitted, which watchers can measure their lag from
