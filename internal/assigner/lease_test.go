@@ -3,6 +3,7 @@ package assigner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
@@ -192,4 +195,17 @@ func TestALeaderResumingAfterItsLeaseEmitsAndWritesNothing(t *testing.T) {
 	assert.Equal(t, at, p.Seq, "no quantum after the suspension")
 	cut.Store(false)
 	assert.Equal(t, 2, storedNodes(t, srv), "no node expired")
+}
+
+func TestTransientEtcdErrors(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("store: append: %w", err) }
+	for _, err := range []error{rpctypes.ErrTimeout, rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader, rpctypes.ErrTimeoutDueToLeaderFail,
+		rpctypes.ErrStopped, status.Error(codes.Unavailable, "transport is closing"), status.Error(codes.Unknown, "raft: stopped"),
+		context.DeadlineExceeded} {
+		assert.True(t, transient(wrap(err)), "%v", err)
+	}
+	for _, err := range []error{nil, store.ErrFenced, fmt.Errorf("%w: log entry 3 is missing", store.ErrCorrupt), errLeaseLapsed,
+		context.Canceled, errors.New("store: encoding meta"), status.Error(codes.InvalidArgument, "too large")} {
+		assert.False(t, transient(err), "%v", err)
+	}
 }

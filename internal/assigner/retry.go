@@ -35,9 +35,10 @@ func transient(err error) bool {
 	return c == codes.Unavailable || c == codes.DeadlineExceeded || stopping
 }
 
-// attemptTimeout bounds one etcd request of the leader: long enough for a large write, short
-// enough to try another member while the lease lasts.
-const attemptTimeout = 2 * time.Second
+// minAttempt is the least time one etcd request of the leader is given. An attempt may take
+// up to the lease's TTL (a large map is written in many parts); one that takes longer is
+// given up and tried again, perhaps on another member, while the lease lasts.
+const minAttempt = 2 * time.Second
 
 // retry runs op until it succeeds, fails for good, or the lease is no longer certainly valid:
 // a leader rides out an etcd election instead of giving up its term over it. op must be safe
@@ -49,7 +50,7 @@ func (s *Server) retry(ctx context.Context, lease *leaderLease, what string, op 
 		if !lease.confirm(ctx) {
 			return errLeaseLapsed
 		}
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, max(minAttempt, lease.ttl))
 		err := op(actx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !transient(err) {

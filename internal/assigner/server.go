@@ -395,7 +395,7 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 	if err != nil {
 		return err
 	}
-	if !lease.valid() {
+	if !lease.confirm(ctx) {
 		return errLeaseLapsed
 	}
 	if err := s.persist(ctx, lease, fence, first); err != nil {
