@@ -275,6 +275,11 @@ func TestRouterAppliesQuanta(t *testing.T) {
 	assert.Equal(t, keyspace.Full(), route(0).Slice)
 	term, seq = r.Position()
 	assert.Equal(t, [3]uint64{3, 0, 140}, [3]uint64{term, seq, r.Clock()})
+
+	// Except a deposed leader's, of an older term.
+	now := r.view.Load()
+	require.ErrorContains(t, r.apply(reinit(a, 2, 11, 150)), "quantum 2.11 is of a term older than 3.0")
+	assert.Same(t, now, r.view.Load(), "the map did not change")
 }
 
 func TestRouterTakesAddressesFromTheNodeList(t *testing.T) {

@@ -337,6 +337,10 @@ func (r *Router) apply(q quantum.Quantum) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.view.Load()
+	if cur != nil && q.Term < cur.pos.Term {
+		// Only a deposed leader still sends an older term: its map may undo the new one's.
+		return fmt.Errorf("quantum %s is of a term older than %s", q.Position, cur.pos)
+	}
 	if q.Snapshot == nil {
 		switch {
 		case cur == nil:

@@ -538,6 +538,14 @@ func (c *Core) Expire(now time.Time) *Proposal {
 	return c.removeNodes(gone, "lease expired")
 }
 
+// RefreshNodes gives every node a full lease from now, as a new leader does: after the
+// leader itself was away, their last heartbeats say nothing about them.
+func (c *Core) RefreshNodes(now time.Time) {
+	for _, n := range c.nodes {
+		n.lastSeen = now
+	}
+}
+
 // removeNodes proposes forgetting nodes; the next pass moves their slices.
 func (c *Core) removeNodes(ids []assignment.NodeID, why string) *Proposal {
 	m := c.meta

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 		runChild() // the assigner process of BenchmarkAssignerScale
 		return
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, etcdtest.ClusterLeaks()...)
 }
 
 // cluster is an etcd and the assigners started on it.

@@ -24,6 +24,7 @@ type metrics struct {
 	passFailures    prometheus.Counter
 	watchers        prometheus.Gauge
 	etcdWrite       *prometheus.HistogramVec
+	etcdRetries     *prometheus.CounterVec
 	adminChanges    *prometheus.CounterVec
 }
 
@@ -58,6 +59,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Balancing passes that failed; the clean-up of departed nodes ran without the algorithm instead."}),
 		watchers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watchers",
 			Help: "Open assignment and quanta streams."}),
+		etcdRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "etcd_retries_total",
+			Help: "etcd requests of the leader retried after a passing failure (an etcd election), by operation."}, []string{"op"}),
 		etcdWrite: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "etcd_write_duration_seconds",
 			Help: "Latency of the assigner's fenced etcd transactions, by operation.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"op"}),
 		adminChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admin_requests_total",
@@ -67,6 +70,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.reportsRejected.WithLabelValues(r) // exported at 0, so that rates and alerts see them
 	}
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
-		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.adminChanges)
+		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.etcdRetries, m.adminChanges)
 	return m
 }

@@ -128,6 +128,11 @@ type Server struct {
 
 	leading    atomic.Pointer[leadership] // nil unless this server leads
 	leaderAddr atomic.Value               // string: the leader's advertised address, if known
+
+	// now is the leader's clock (monotonic), and keepAlive makes one keep-alive round trip of
+	// a lease: tests replace them to suspend the process or cut it from etcd.
+	now       func() time.Time
+	keepAlive func(c *clientv3.Client, id clientv3.LeaseID) func(context.Context) (time.Duration, error)
 }
 
 // New returns a server listening on cfg.Listen (and cfg.MetricsListen); Run serves.
@@ -148,6 +153,7 @@ func New(cfg Config) (*Server, error) {
 		source:  source.NewEtcd(cfg.Client, cfg.SourcePrefix),
 		metrics: newMetrics(cfg.Registry),
 		health:  health.NewServer(),
+		now:     time.Now, keepAlive: etcdKeepAlive,
 	}
 	s.leaderAddr.Store("")
 	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
@@ -242,10 +248,28 @@ func (s *Server) campaign(ctx context.Context) {
 }
 
 func (s *Server) electAndLead(ctx context.Context) error {
-	session, err := concurrency.NewSession(s.cfg.Client, concurrency.WithTTL(int(s.cfg.SessionTTL/time.Second)), concurrency.WithContext(ctx))
+	// The lease is granted here, not by the session, to know when it was asked for: that is
+	// where the leader's own count of its validity starts.
+	asked := s.now()
+	grant, err := s.cfg.Client.Grant(ctx, int64(s.cfg.SessionTTL/time.Second))
+	if err != nil {
+		return fmt.Errorf("granting the leader lease: %w", err)
+	}
+	session, err := concurrency.NewSession(s.cfg.Client, concurrency.WithLease(grant.ID), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("opening an etcd session: %w", err)
 	}
+	lease := newLeaderLease(s.now, asked, time.Duration(grant.TTL)*time.Second, s.keepAlive(s.cfg.Client, grant.ID))
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	keeping := make(chan struct{})
+	go func() {
+		defer close(keeping)
+		lease.keep(keepCtx)
+	}()
+	defer func() {
+		stopKeeping()
+		<-keeping
+	}()
 	defer func() {
 		// Revoke the lease ourselves: Close would use the session's context, which is already
 		// cancelled on shutdown, and a standby would then wait out the whole TTL.
@@ -280,7 +304,7 @@ func (s *Server) electAndLead(ctx context.Context) error {
 		return errors.New("the etcd session expired while campaigning")
 	default:
 	}
-	return s.lead(ctx, session, election)
+	return s.lead(ctx, session, election, lease)
 }
 
 // observe follows who leads, so that standbys can say where to go.
@@ -295,6 +319,7 @@ func (s *Server) observe(ctx context.Context, e *concurrency.Election) {
 // leadership is the state of this server while it leads.
 type leadership struct {
 	term  uint64
+	lease *leaderLease
 	hub   *quantum.Hub
 	reqs  chan request
 	done  chan struct{} // closed when the leadership ends
@@ -340,13 +365,15 @@ func (l *leadership) do(ctx context.Context, call, who string, fn func(c *Core, 
 }
 
 // lead runs the leader's loop until the session ends, ctx ends or a write is fenced off.
-func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *concurrency.Election) error {
+func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *concurrency.Election, lease *leaderLease) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
 		case <-session.Done():
 			cancel() // the lease is gone: stop at once, never emit under a stale term
+		case <-lease.done():
+			cancel()
 		case <-ctx.Done():
 		}
 	}()
@@ -354,32 +381,45 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 	term := uint64(e.Rev())
 	log := s.log.With("term", term)
 
-	st, found, err := s.store.Load(ctx)
-	if err != nil {
-		return fmt.Errorf("loading the state: %w", err)
-	}
-	clock, err := s.source.Clock(ctx)
+	var st store.State
+	var found bool
+	var clock uint64
+	err := s.retry(ctx, lease, "load", func(ctx context.Context) (err error) {
+		if st, found, err = s.store.Load(ctx); err != nil {
+			return fmt.Errorf("loading the state: %w", err)
+		}
+		clock, err = s.source.Clock(ctx)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	core, first, err := NewCore(s.cfg.Core, term, st, found, clock, time.Now())
+	core, first, err := NewCore(s.cfg.Core, term, st, found, clock, s.now())
 	if err != nil {
 		return err
 	}
-	if err := s.persist(ctx, fence, first); err != nil {
+	if !lease.confirm(ctx) {
+		return errLeaseLapsed
+	}
+	if err := s.persist(ctx, lease, fence, first); err != nil {
 		return fmt.Errorf("claiming term %d: %w", term, err)
 	}
 	core.Commit(first)
 	a, _, published := core.Assignment()
-	l := &leadership{term: term, fence: fence, hub: quantum.NewHub(quantum.HubConfig{}, term, a, published),
+	l := &leadership{term: term, fence: fence, lease: lease, hub: quantum.NewHub(quantum.HubConfig{}, term, a, published),
 		reqs: make(chan request), done: make(chan struct{})}
 	// The distributors are known before anything is served: a reinitializing quantum without
 	// them would tell every distributor that it serves no node.
-	dists, distRev, err := membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
+	var dists quantum.Distributors
+	var distRev int64
+	err = s.retry(ctx, lease, "load_distributors", func(ctx context.Context) (err error) {
+		dists, distRev, err = membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	if p := core.SetDistributors(dists, time.Now()); p != nil {
+	if p := core.SetDistributors(dists, s.now()); p != nil {
 		if err := s.apply(ctx, l, core, p); err != nil {
 			return err
 		}
@@ -413,19 +453,28 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 	tick := time.NewTicker(s.cfg.ClockInterval)
 	defer tick.Stop()
 	s.observeCore(core)
+	lease.step(s.now()) // the loop starts: campaigning is no gap
 
 	for {
 		var p *Proposal
 		var cause string
 		var computed time.Duration // of a pass, before persistence
-		start := time.Now()
+		var start time.Time
 		select {
 		case <-ctx.Done():
 			if isDone(session) {
 				return errors.New("the etcd session expired")
 			}
+			if !lease.valid() {
+				return errLeaseLapsed
+			}
 			return nil
 		case r := <-l.reqs:
+			start, err := s.steady(ctx, l, core, log)
+			if err != nil {
+				r.reply <- reply{err: ErrNotLeader}
+				return err
+			}
 			prop, result, err := r.fn(core, start)
 			if err == nil && prop != nil {
 				err = s.apply(ctx, l, core, prop)
@@ -441,6 +490,9 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 			}
 			continue
 		case <-pass.C:
+			if start, err = s.steady(ctx, l, core, log); err != nil {
+				return err
+			}
 			if p = core.Expire(start); p != nil {
 				log.Info("nodes expired", "what", p.Summary)
 				if err := s.apply(ctx, l, core, p); err != nil {
@@ -453,18 +505,20 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 				}
 				continue
 			}
-			cause, computed = "pass", time.Since(start)
+			cause, computed = "pass", s.now().Sub(start)
 		case <-tick.C:
-			// Clock quanta are not written to etcd, so no fence guards them: check the lease
-			// right before. (A lease that etcd expired but whose expiry the client has not yet
-			// learned leaves a window of at most one keep-alive round trip.)
-			if isDone(session) {
-				return errors.New("the etcd session expired")
+			// Clock quanta are not written to etcd, so no fence guards them: steady checks
+			// the lease on this process's clock, and apply again right before publishing.
+			if start, err = s.steady(ctx, l, core, log); err != nil {
+				return err
 			}
 			p, cause = core.ClockQuantum(start), "clock"
 		case d, ok := <-distributors:
 			if !ok {
 				return errors.New("the watch of the distributors ended")
+			}
+			if start, err = s.steady(ctx, l, core, log); err != nil {
+				return err
 			}
 			if p = core.SetDistributors(d, start); p != nil {
 				log.Info("distributors changed", "distributors", d)
@@ -476,7 +530,11 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 				return errors.New("the source watch ended")
 			case b.Err != nil:
 				log.Warn("the source watch failed; restarting it", "err", b.Err)
-				now, err := s.source.Clock(ctx)
+				var now uint64
+				err := s.retry(ctx, lease, "clock", func(ctx context.Context) (err error) {
+					now, err = s.source.Clock(ctx)
+					return err
+				})
 				if err != nil {
 					return err
 				}
@@ -496,7 +554,7 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 			return err
 		}
 		if cause == "pass" {
-			took := time.Since(start)
+			took := s.now().Sub(start)
 			s.metrics.passDuration.Observe(took.Seconds())
 			log.Debug("pass", "took", took, "computed", computed, "summary", p.Summary)
 			if x, ok := core.Explain(); ok && p.Quantum != nil {
@@ -530,6 +588,28 @@ func (s *Server) passFailed(ctx context.Context, l *leadership, core *Core, err 
 	return nil
 }
 
+// steady is called before the leader loop acts on anything: it returns the time to act at if
+// the lease is certainly still valid. After a long gap since the last iteration (the process
+// was suspended or starved) it renews the lease first, and gives every node a fresh lease, as
+// a new leader does: their heartbeats may have been waiting unread, and expiring them for
+// this process's absence would move every slice.
+func (s *Server) steady(ctx context.Context, l *leadership, core *Core, log *slog.Logger) (time.Time, error) {
+	now := s.now()
+	gap, long := l.lease.step(now)
+	if long {
+		_ = l.lease.renew(ctx) // whatever the lease's count says now, renew it before acting
+	}
+	if !l.lease.confirm(ctx) {
+		log.Warn("the leader lease lapsed; stepping down", "gap", gap)
+		return now, errLeaseLapsed
+	}
+	if long {
+		core.RefreshNodes(now)
+		log.Warn("the leader loop stalled; every node gets a fresh lease", "gap", gap)
+	}
+	return now, nil
+}
+
 func isDone(s *concurrency.Session) bool {
 	select {
 	case <-s.Done():
@@ -542,11 +622,17 @@ func isDone(s *concurrency.Session) bool {
 // apply persists a proposal, commits it and publishes its quantum. A proposal that cannot be
 // persisted changes nothing; a fenced write means leadership is lost.
 func (s *Server) apply(ctx context.Context, l *leadership, core *Core, p *Proposal) error {
-	if err := s.persist(ctx, l.fence, p); err != nil {
+	if !l.lease.confirm(ctx) {
+		return errLeaseLapsed
+	}
+	if err := s.persist(ctx, l.lease, l.fence, p); err != nil {
 		return err
 	}
 	core.Commit(p)
 	if q := p.Quantum; q != nil {
+		if !l.lease.confirm(ctx) {
+			return errLeaseLapsed // persisting took the rest of the lease
+		}
 		q.Time = time.Now() // when it is emitted, which watchers can measure their lag from
 		data, err := encodeQuantum(*q)
 		if err != nil {
@@ -595,27 +681,32 @@ func quantumCause(cause string) string {
 	return cause
 }
 
-// persist writes what a proposal asks, in order.
-func (s *Server) persist(ctx context.Context, f store.Fence, p *Proposal) error {
+// persist writes what a proposal asks, in order, each write retried through an etcd
+// election while the lease lasts (the store's writes may run again: see the store package).
+func (s *Server) persist(ctx context.Context, lease *leaderLease, f store.Fence, p *Proposal) error {
 	if p.PutNode != nil {
-		if err := s.store.PutNode(ctx, f, *p.PutNode); err != nil {
+		if err := s.retry(ctx, lease, "put_node", func(ctx context.Context) error { return s.store.PutNode(ctx, f, *p.PutNode) }); err != nil {
 			return err
 		}
 	}
 	for _, id := range p.DeleteNodes {
-		if err := s.store.DeleteNode(ctx, f, id); err != nil {
+		if err := s.retry(ctx, lease, "delete_node", func(ctx context.Context) error { return s.store.DeleteNode(ctx, f, id) }); err != nil {
 			return err
 		}
 	}
+	var what string
+	var write func(context.Context) error
 	switch {
 	case p.Init:
-		return s.store.Init(ctx, f, p.Meta, p.After)
+		what, write = "init", func(ctx context.Context) error { return s.store.Init(ctx, f, p.Meta, p.After) }
 	case p.Entry != nil:
-		return s.store.Append(ctx, f, p.Meta, *p.Entry)
+		what, write = "append", func(ctx context.Context) error { return s.store.Append(ctx, f, p.Meta, *p.Entry) }
 	case p.SaveMeta:
-		return s.store.SaveMeta(ctx, f, p.Meta)
+		what, write = "meta", func(ctx context.Context) error { return s.store.SaveMeta(ctx, f, p.Meta) }
+	default:
+		return nil
 	}
-	return nil
+	return s.retry(ctx, lease, what, write)
 }
 
 // observeCore updates the gauges that describe the core.

@@ -24,7 +24,8 @@ type metrics struct {
 	applyLag    prometheus.Histogram
 	paused      prometheus.Counter
 	// quantaSilent counts quanta streams dropped because they went silent (a hung leader).
-	quantaSilent prometheus.Counter
+	quantaSilent  prometheus.Counter
+	quantaRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -66,8 +67,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Times the source watch paused because too many changes waited for a quantum."}),
 		quantaSilent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_stream_silences_total",
 			Help: "Quanta streams dropped because the assigner sent nothing, not even a heartbeat, for too long."}),
+		quantaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_refused_total",
+			Help: "Quanta refused and not applied, by reason: stale_term (from a deposed leader), stale, out_of_sequence, does_not_apply."}, []string{"reason"}),
 	}
 	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.buffered, m.served, m.streams, m.queueOps, m.queueBytes,
-		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.quantaSilent)
+		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.quantaSilent, m.quantaRefused)
+	for _, reason := range []string{"stale_term", "stale", "out_of_sequence", "does_not_apply"} {
+		m.quantaRefused.WithLabelValues(reason) // present at 0, so that rate() and alerts see it
+	}
 	return m
 }

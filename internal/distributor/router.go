@@ -16,6 +16,20 @@ import (
 // ErrNotServed is returned for a node that another distributor serves.
 var ErrNotServed = errors.New("distributor: node not served here")
 
+// RefusedError is returned for a quantum the router will not apply: one from before its
+// position, which only a deposed leader sends (fencing), or one that does not follow it.
+type RefusedError struct {
+	// Reason is "stale_term" (from a term older than one applied), "stale" (going back
+	// within a term) or "out_of_sequence" (operations not following the map held).
+	Reason   string
+	Quantum  quantum.Position
+	Position quantum.Position
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("distributor: quantum %s refused (%s): the router is at %s", e.Quantum, e.Reason, e.Position)
+}
+
 // RouterConfig configures a Router.
 type RouterConfig struct {
 	// ID is this distributor's ID: it serves the nodes that the distributor set gives it.
@@ -68,7 +82,9 @@ type Router struct {
 	a        *assignment.Assignment
 	dists    quantum.Distributors
 	clock    uint64
-	pub      atomic.Uint64 // clock, published to the Pull handlers
+	pos      quantum.Position // of the last quantum applied
+	started  bool             // a quantum was applied: pos means something
+	pub      atomic.Uint64    // clock, published to the Pull handlers
 	nodes    map[assignment.NodeID]*node
 	scanning map[uint64]*node
 	nextScan uint64
@@ -107,7 +123,14 @@ func (r *Router) serves(id assignment.NodeID) bool {
 }
 
 // Quantum applies a quantum: the map changes, and with it what each served node holds.
+//
+// Like the routers of the client library, it refuses, without applying it, a quantum from a
+// term older than one it applied (a deposed leader's, which may undo the new leader's
+// changes) and operations that do not follow its position within a term.
 func (r *Router) Quantum(q quantum.Quantum) error {
+	if err := r.admit(q); err != nil {
+		return err
+	}
 	next := r.a
 	switch {
 	case q.Snapshot != nil:
@@ -121,6 +144,7 @@ func (r *Router) Quantum(q quantum.Quantum) error {
 		}
 	}
 	r.stats.Quanta++
+	r.pos, r.started = q.Position, true
 	r.clock = max(r.clock, q.Clock)
 	distsChanged := q.Distributors != nil && !q.Distributors.Equal(r.dists)
 	if distsChanged {
@@ -133,6 +157,28 @@ func (r *Router) Quantum(q quantum.Quantum) error {
 	r.pub.Store(r.clock)
 	return nil
 }
+
+// admit checks that q may follow the quanta applied so far.
+func (r *Router) admit(q quantum.Quantum) error {
+	if !r.started {
+		return nil
+	}
+	reason := ""
+	switch {
+	case q.Term < r.pos.Term:
+		reason = "stale_term"
+	case q.Snapshot != nil && q.Position.Less(r.pos):
+		reason = "stale"
+	case q.Snapshot == nil && (q.Term != r.pos.Term || !r.pos.Less(q.Position)):
+		reason = "out_of_sequence"
+	default:
+		return nil
+	}
+	return &RefusedError{Reason: reason, Quantum: q.Position, Position: r.pos}
+}
+
+// Position returns the position of the last quantum applied (zero before the first).
+func (r *Router) Position() quantum.Position { return r.pos }
 
 // remap works out what every served node holds under the current map and distributors, and
 // queues the difference.

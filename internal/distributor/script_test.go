@@ -46,6 +46,9 @@ import (
 //	check                   every node against the source and the map (I3)
 //	show d=D                D's clock and what it holds per node
 //	restart node=N          N's stream ends (its data and cursor stay)
+//	leader term=T           quanta from here on are of term T (default 1), starting with a
+//	                        reinitializing quantum of the current map; a term lower than an
+//	                        earlier one plays a deposed leader that still emits
 //	wipe node=N             N restarts with an empty store
 //	limit d=D bytes=B       D's bound on a node's queue of changes
 //
@@ -69,6 +72,7 @@ type world struct {
 	dists  quantum.Distributors
 	quanta []quantum.Quantum
 	seq    uint64
+	term   uint64
 	ds     map[string]*scriptDist
 	nodes  map[assignment.NodeID]*modelNode
 }
@@ -84,7 +88,7 @@ type scriptDist struct {
 }
 
 func newWorld() *world {
-	return &world{src: memsource.New(), dists: quantum.Distributors{}, ds: map[string]*scriptDist{},
+	return &world{term: 1, src: memsource.New(), dists: quantum.Distributors{}, ds: map[string]*scriptDist{},
 		nodes: map[assignment.NodeID]*modelNode{}}
 }
 
@@ -195,6 +199,14 @@ func (w *world) run(d *datadriven.TestData) (string, error) {
 		return fmt.Sprintf("quantum %d at clock %d\n", len(w.quanta), clock), nil
 	case "deliver":
 		return w.deliver(d)
+	case "leader":
+		t, err := intArg(d, "term", 1)
+		if err != nil {
+			return "", err
+		}
+		w.term, w.seq = uint64(t), 0
+		w.publish(quantum.Quantum{Snapshot: w.a, Distributors: w.dists, Cause: "reinit"})
+		return fmt.Sprintf("quantum %d: %s\n", len(w.quanta), w.quanta[len(w.quanta)-1].Position), nil
 	case "scan":
 		name, _ := arg(d, "d")
 		ds := w.ds[name]
@@ -315,7 +327,7 @@ func (w *world) publish(q quantum.Quantum) {
 
 func (w *world) publishAt(q quantum.Quantum, clock uint64) {
 	w.seq++
-	q.Position, q.Clock, q.Generation = quantum.Position{Term: 1, Seq: w.seq}, clock, w.a.Generation()
+	q.Position, q.Clock, q.Generation = quantum.Position{Term: w.term, Seq: w.seq}, clock, w.a.Generation()
 	w.quanta = append(w.quanta, q)
 }
 

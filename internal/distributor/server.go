@@ -326,7 +326,7 @@ func (s *Server) route(ctx context.Context) error {
 		}()
 	}
 	quanta := &quantaFeed{s: s}
-	quanta.start(ctx, &wg, nil)
+	quanta.start(ctx, &wg, nil, 0)
 	defer quanta.stop()
 
 	var (
@@ -403,10 +403,17 @@ func (s *Server) route(ctx context.Context) error {
 			}
 			if ev.Quantum != nil {
 				if err := s.router.Quantum(*ev.Quantum); err != nil {
-					// The stream is broken (a quantum was lost): start over from a reinit.
-					s.log.Warn("quantum does not apply; resubscribing", "err", err)
+					// The stream is broken (a quantum was lost) or comes from a deposed
+					// leader: start over from a reinit, from whoever leads now.
+					reason, wait := "does_not_apply", time.Duration(0)
+					if refused, ok := errors.AsType[*RefusedError](err); ok {
+						reason = refused.Reason
+						wait = 100 * time.Millisecond // a deposed leader may still answer at first
+					}
+					s.metrics.quantaRefused.WithLabelValues(reason).Inc()
+					s.log.Warn("quantum refused; resubscribing", "reason", reason, "err", err)
 					seq.DropQuanta()
-					quanta.restart(ctx, &wg)
+					quanta.restart(ctx, &wg, wait)
 					break
 				}
 				s.metrics.quanta.Inc()
@@ -576,14 +583,22 @@ type quantaFeed struct {
 	out    chan quantum.Quantum
 }
 
-// start follows quanta after position from (nil: from a reinitializing quantum).
-func (f *quantaFeed) start(ctx context.Context, wg *sync.WaitGroup, from *quantum.Position) {
+// start follows quanta after position from (nil: from a reinitializing quantum), after
+// waiting for wait.
+func (f *quantaFeed) start(ctx context.Context, wg *sync.WaitGroup, from *quantum.Position, wait time.Duration) {
 	ctx, f.cancel = context.WithCancel(ctx)
 	out := make(chan quantum.Quantum)
 	f.out = out
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		if wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+		}
 		f.s.followQuanta(ctx, from, out)
 	}()
 }
@@ -594,10 +609,10 @@ func (f *quantaFeed) stop() {
 	}
 }
 
-// restart starts over from a reinitializing quantum.
-func (f *quantaFeed) restart(ctx context.Context, wg *sync.WaitGroup) {
+// restart starts over from a reinitializing quantum, after wait.
+func (f *quantaFeed) restart(ctx context.Context, wg *sync.WaitGroup, wait time.Duration) {
 	f.stop()
-	f.start(ctx, wg, nil)
+	f.start(ctx, wg, nil, wait)
 }
 
 // followQuanta streams quanta into out until ctx ends, reconnecting after failures from the

@@ -2,6 +2,7 @@ package embedetcd
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,7 +11,16 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The options are etcdtest.ClusterLeaks, which this package cannot import.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).abortPendingRead"),
+		goleak.IgnoreAnyFunction("github.com/soheilhy/cmux.(*MuxConn).Read"),
+		// A killed member's peer handlers may wait forever on its closed backend.
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"))
+}
 
 func TestStartServesAndRestartsFromItsDirectory(t *testing.T) {
 	dir := t.TempDir()
@@ -41,4 +51,34 @@ func TestStartServesAndRestartsFromItsDirectory(t *testing.T) {
 func TestStartRejectsNoDirectory(t *testing.T) {
 	_, err := Start(context.Background(), Options{})
 	require.Error(t, err)
+}
+
+func TestClusterElectsANewLeaderWhenItsLeaderStops(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := StartCluster(ctx, Options{Dir: t.TempDir(), Fast: true, LogLevel: "fatal"}, 3)
+	require.NoError(t, err)
+	defer c.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Put(ctx, "k", "v")
+	require.NoError(t, err)
+
+	for range 3 { // a second loss without the restart would leave no quorum
+		var old *Server
+		require.Eventually(t, func() bool { old = c.Leader(); return old != nil }, 10*time.Second, 10*time.Millisecond)
+		start := time.Now()
+		old.Kill()
+		t.Logf("killed in %s", time.Since(start))
+		require.Eventually(t, func() bool { l := c.Leader(); return l != nil && l != old }, 10*time.Second, 10*time.Millisecond)
+		t.Logf("new leader after %s", time.Since(start))
+		resp, err := cli.Get(ctx, "k")
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1, "the data survives on the other members")
+		i := slices.Index(c.Members, old)
+		require.NoError(t, c.Restart(ctx, i))
+		_, err = cli.Put(ctx, "k", "v")
+		require.NoError(t, err)
+	}
 }

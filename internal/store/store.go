@@ -4,6 +4,12 @@
 // Every write is fenced by the leader's election key: it happens only if that key still
 // exists with the revision the leader created it at, so a deposed leader cannot write.
 //
+// Every write may run again after an attempt whose outcome is unknown (a request that timed
+// out in an etcd election may have been applied): each puts whole values at keys fixed by
+// what is written (a log entry at its index, a snapshot at its entry's) or deletes, so a
+// second run leaves the state as the first did, and its fence, which its own writes never
+// touch, still holds.
+//
 // The map is kept as a snapshot plus the log of changes since. A change appends one log entry
 // and rewrites the meta record in one transaction, which commits it; values too large for one
 // etcd request are written in parts first. A new leader loads the meta record, the snapshot
@@ -129,7 +135,13 @@ func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 	}
 	var ref storev1.SnapshotRef
 	if len(refKVs) == 0 {
-		return State{}, false, fmt.Errorf("%w: the snapshot record is missing", ErrCorrupt)
+		if m.LastIndex != 0 || m.Generation != 0 {
+			return State{}, false, fmt.Errorf("%w: the snapshot record is missing", ErrCorrupt)
+		}
+		// A term that ended before the first map was made stored its meta record (and
+		// perhaps nodes) alone.
+		st.Nodes, err = s.readNodes(ctx, rev)
+		return st, err == nil, err
 	}
 	if err := proto.Unmarshal(refKVs[0].Value, &ref); err != nil {
 		return State{}, false, fmt.Errorf("%w: snapshot record: %w", ErrCorrupt, err)
@@ -182,22 +194,31 @@ func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 		return State{}, false, fmt.Errorf("%w: the map is at generation %d, the meta record says %d", ErrCorrupt, g, m.Generation)
 	}
 
-	nodes, err := s.c.Get(ctx, s.prefix+"nodes/", clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		return State{}, false, fmt.Errorf("store: reading nodes: %w", err)
+	if st.Nodes, err = s.readNodes(ctx, rev); err != nil {
+		return State{}, false, err
 	}
-	for _, kv := range nodes.Kvs {
+	return st, true, nil
+}
+
+// readNodes reads the registered nodes at rev.
+func (s *Store) readNodes(ctx context.Context, rev int64) ([]Node, error) {
+	resp, err := s.c.Get(ctx, s.prefix+"nodes/", clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, fmt.Errorf("store: reading nodes: %w", err)
+	}
+	var nodes []Node
+	for _, kv := range resp.Kvs {
 		var r storev1.NodeRecord
 		if err := proto.Unmarshal(kv.Value, &r); err != nil {
-			return State{}, false, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
+			return nil, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
 		}
 		n, err := wire.NodeFromProto(r.GetNode())
 		if err != nil {
-			return State{}, false, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
+			return nil, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
 		}
-		st.Nodes = append(st.Nodes, Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels()})
+		nodes = append(nodes, Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels()})
 	}
-	return st, true, nil
+	return nodes, nil
 }
 
 // readLog reads the entries from..to, in order.

@@ -218,3 +218,62 @@ func TestSnapshotsMayLagBehindAppends(t *testing.T) {
 	assert.True(t, st.Assignment.Equal(a), "entries 4 and 5 replay onto the snapshot")
 	assert.Equal(t, uint64(5), st.Meta.LastIndex)
 }
+
+// A leader retries a write whose outcome it does not know (the request timed out in an etcd
+// election, but may have been applied): every write, run twice, succeeds the second time and
+// leaves the state as once, with no entry logged twice.
+func TestWritesMayRunTwice(t *testing.T) {
+	c := etcdtest.New(t)
+	s := New(c, "/sp/")
+	ctx := testCtx(t)
+	f, _ := lead(t, c)
+	a := uniform(t, 8000, 3) // large enough to be written in parts
+	m := Meta{Term: 5, Algorithm: "weighted-move"}
+	for range 2 {
+		require.NoError(t, s.Init(ctx, f, m, a))
+	}
+	n := Node{Node: assignment.Node{ID: "node-0000", Capacity: 1}, Address: "127.0.0.1:1"}
+	for range 2 {
+		require.NoError(t, s.PutNode(ctx, f, n))
+		require.NoError(t, s.PutNode(ctx, f, Node{Node: assignment.Node{ID: "gone", Capacity: 1}}))
+		require.NoError(t, s.DeleteNode(ctx, f, "gone"))
+	}
+	next, err := a.Apply([]assignment.Op{assignment.Split{Slice: 0, At: 1}})
+	require.NoError(t, err)
+	m.LastIndex, m.Seq, m.Generation = 1, 1, next.Generation()
+	e := Entry{Index: 1, Term: 5, Seq: 1, Generation: m.Generation, Cause: "test", Time: time.Now(),
+		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}
+	for range 2 {
+		require.NoError(t, s.Append(ctx, f, m, e))
+		require.NoError(t, s.SaveMeta(ctx, f, m))
+	}
+	st, found, err := s.Load(ctx)
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, m.LastIndex, st.Meta.LastIndex)
+	assert.True(t, next.Equal(st.Assignment), "the map as after one of each")
+	assert.Len(t, st.Nodes, 1)
+	logs, err := c.Get(ctx, "/sp/log/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	assert.Len(t, logs.Kvs, 1, "one log entry")
+	snaps, err := c.Get(ctx, "/sp/snap/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	assert.Greater(t, len(snaps.Kvs), 1, "the snapshot was written in parts")
+}
+
+// A term that ends before the first map is made leaves a meta record without a snapshot; the
+// next leader starts from it, with the nodes registered meanwhile.
+func TestStateWithoutAMapLoads(t *testing.T) {
+	c := etcdtest.New(t)
+	s := New(c, "/sp/")
+	ctx := testCtx(t)
+	f, _ := lead(t, c)
+	require.NoError(t, s.SaveMeta(ctx, f, Meta{Term: 3, Algorithm: "weighted-move"}))
+	require.NoError(t, s.PutNode(ctx, f, Node{Node: assignment.Node{ID: "a", Capacity: 1}, Address: "127.0.0.1:1"}))
+	st, found, err := s.Load(ctx)
+	require.NoError(t, err)
+	assert.True(t, found)
+	assert.Nil(t, st.Assignment)
+	assert.Equal(t, uint64(3), st.Meta.Term)
+	assert.Len(t, st.Nodes, 1)
+}

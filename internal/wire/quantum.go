@@ -36,11 +36,15 @@ func QuantumToProto(q quantum.Quantum) *pb.Quantum {
 	return out
 }
 
-// QuantumFromProto decodes and validates a quantum: a reinitializing one must carry a valid
-// map and no operations.
+// QuantumFromProto decodes and validates a quantum: every quantum, clock-only ones
+// included, must carry its term, and a reinitializing one a valid map and no operations.
 func QuantumFromProto(m *pb.Quantum) (quantum.Quantum, error) {
 	if m == nil || m.GetPosition() == nil {
 		return quantum.Quantum{}, fmt.Errorf("%w: a quantum without a position", ErrInvalid)
+	}
+	if m.GetPosition().GetTerm() == 0 {
+		// Terms start at 1; a receiver fences off older terms by comparing them.
+		return quantum.Quantum{}, fmt.Errorf("%w: a quantum without a term", ErrInvalid)
 	}
 	q := quantum.Quantum{Position: *PositionFromProto(m.GetPosition()), Clock: m.GetClock(),
 		Generation: m.GetGeneration(), Cause: m.GetCause(), Time: m.GetTime().AsTime()}
