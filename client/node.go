@@ -482,7 +482,11 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 		}
 		n.cursor.Store(&Cursor{Epoch: d.Epoch, Index: d.To})
 	}
-	if len(d.Ops) > 0 || d.Clock > 0 {
+	// A delta without a clock leaves the node's data in no state of the source yet: a
+	// snapshot not whole, or a stream resumed behind the end of its queue. The node keeps
+	// the last clock it reached: its clock must not go back to 0 for the span of a snapshot
+	// or a catch-up, which would take a healthy node for one that knows nothing.
+	if d.Clock > 0 {
 		n.clock.Store(d.Clock)
 	}
 	return nil
