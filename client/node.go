@@ -135,7 +135,10 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 func (n *Node) Slices() []Range { return n.load.slices() }
 
 // Clock returns the source clock the node's data reflects: every change up to it that
-// belongs to the node's slices has been applied.
+// belongs to the node's slices has been applied. It never goes back within a run, except
+// when a snapshot completes at an earlier clock than the node had (its data is then that
+// older state of the source). While a snapshot or a catch-up is under way it stays the
+// last clock reached, though during a snapshot the store holds only part of the data.
 func (n *Node) Clock() uint64 { return n.clock.Load() }
 
 // Cursor returns the cursor of the last delta applied.
