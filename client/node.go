@@ -135,7 +135,10 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 func (n *Node) Slices() []Range { return n.load.slices() }
 
 // Clock returns the source clock the node's data reflects: every change up to it that
-// belongs to the node's slices has been applied.
+// belongs to the node's slices has been applied. It never goes back within a run, except
+// when a snapshot completes at an earlier clock than the node had (its data is then that
+// older state of the source). While a snapshot or a catch-up is under way it stays the
+// last clock reached, though during a snapshot the store holds only part of the data.
 func (n *Node) Clock() uint64 { return n.clock.Load() }
 
 // Cursor returns the cursor of the last delta applied.
@@ -482,7 +485,11 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 		}
 		n.cursor.Store(&Cursor{Epoch: d.Epoch, Index: d.To})
 	}
-	if len(d.Ops) > 0 || d.Clock > 0 {
+	// A delta without a clock leaves the node's data in no state of the source yet: a
+	// snapshot not whole, or a stream resumed behind the end of its queue. The node keeps
+	// the last clock it reached: its clock must not go back to 0 for the span of a snapshot
+	// or a catch-up, which would take a healthy node for one that knows nothing.
+	if d.Clock > 0 {
 		n.clock.Store(d.Clock)
 	}
 	return nil

@@ -86,7 +86,9 @@ type Op struct {
 type Delta struct {
 	// Epoch and From..To locate the delta in the stream: it holds operations From to To-1.
 	Epoch, From, To uint64
-	// Clock is the source clock the node's data reflects once the delta is applied.
+	// Clock is the source clock the node's data reflects once the delta is applied; 0 when
+	// the delta leaves it in no state of the source yet (a snapshot not whole, a stream
+	// catching up behind the end of its queue), and the node keeps the clock it had.
 	Clock uint64
 	Ops   []Op
 	// Slices, when not nil, is the slice list in effect before Ops: the first delta of a

@@ -265,7 +265,9 @@ type Delta struct {
 	Epoch uint64 `protobuf:"fixed64,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	From  uint64 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
 	To    uint64 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
-	// clock is the source clock the node's data reflects once the delta is applied.
+	// clock is the source clock the node's data reflects once the delta is applied; 0 when
+	// it is no state of the source yet (a snapshot not whole, a stream behind the end of its
+	// queue): the node keeps the clock it had.
 	Clock uint64     `protobuf:"varint,4,opt,name=clock,proto3" json:"clock,omitempty"`
 	Ops   []*DeltaOp `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
 	// slices, when set, lists the slices the node holds before the delta's operations (as a
