@@ -69,6 +69,7 @@ type Node struct {
 	started time.Time
 	heard   atomic.Int64  // unix nanoseconds of the last message from a distributor; 0: none yet
 	stalls  atomic.Uint64 // pull streams given up because they went silent
+	loading atomic.Bool   // a snapshot has reset the store and has not reached a clock yet
 }
 
 // Health is what a node knows of its own data's freshness.
@@ -81,6 +82,11 @@ type Health struct {
 	Silence time.Duration
 	// Stalls counts the pull streams the node gave up because they went silent.
 	Stalls uint64
+	// Loading says a snapshot is being applied: the store was reset and holds only part of
+	// the node's data until the snapshot reaches its clock. Clock keeps the last clock
+	// reached meanwhile, so Loading, not the clock, says the data is incomplete; a loading
+	// node is Stale too.
+	Loading bool
 }
 
 // Health returns the node's view of its data's freshness.
@@ -91,7 +97,8 @@ func (n *Node) Health() Health {
 	if heard != 0 {
 		h.Silence = now.Sub(time.Unix(0, heard))
 	}
-	h.Stale = heard == 0 || h.Silence > n.cfg.StallTimeout
+	h.Loading = n.loading.Load()
+	h.Stale = heard == 0 || h.Silence > n.cfg.StallTimeout || h.Loading
 	return h
 }
 
@@ -478,6 +485,9 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 		if err := Apply(ctx, n.cfg.Store, d); err != nil {
 			return errStore{err}
 		}
+		if d.Ops[0].Kind == OpReset {
+			n.loading.Store(true)
+		}
 		for _, op := range d.Ops {
 			if op.Kind == OpSetSlices {
 				n.load.setSlices(op.Slices)
@@ -491,6 +501,7 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 	// or a catch-up, which would take a healthy node for one that knows nothing.
 	if d.Clock > 0 {
 		n.clock.Store(d.Clock)
+		n.loading.Store(false)
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ func followQuanta(t *testing.T, n *node) *quantaLog {
 	go func() {
 		defer close(done)
 		for {
-			resp, err := stream.Recv()
+			resp, err := recv(stream)
 			l.mu.Lock()
 			if err != nil {
 				l.err = err
