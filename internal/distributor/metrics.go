@@ -2,6 +2,8 @@ package distributor
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sliceplane/sliceplane/internal/source"
 )
 
 // metrics are the distributor's Prometheus metrics.
@@ -23,6 +25,7 @@ type metrics struct {
 	scanLatency prometheus.Histogram
 	applyLag    prometheus.Histogram
 	paused      prometheus.Counter
+	rejected    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -62,8 +65,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "From routing a change to the node's acknowledgement of it.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		paused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_pauses_total",
 			Help: "Times the source watch paused because too many changes waited for a quantum."}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_rejected_total",
+			Help: "Keys under the source's prefix skipped because they name no item or fragment, by reason."}, []string{"reason"}),
+	}
+	for _, r := range source.RejectReasons {
+		m.rejected.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.buffered, m.served, m.streams, m.queueOps, m.queueBytes,
-		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused)
+		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.rejected)
 	return m
 }

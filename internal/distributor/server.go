@@ -52,7 +52,8 @@ type Config struct {
 	Client *clientv3.Client
 	// Prefix roots Sliceplane's keys in etcd; default "/sliceplane/".
 	Prefix string
-	// Source is the data source; default the etcd source under Prefix+"data/".
+	// Source is the data source; default the etcd source under Prefix+"data/". The keys an
+	// etcd source skips are counted in sliceplane_distributor_source_rejected_total.
 	Source source.Source
 	// SessionTTL is the registration's lease: how long nodes wait for a dead distributor
 	// before they move. Default 5 s.
@@ -164,6 +165,9 @@ func New(cfg Config) (*Server, error) {
 		attach:  make(chan attachRequest),
 		done:    make(chan struct{}),
 	}
+	if e, ok := cfg.Source.(*source.Etcd); ok {
+		s.observeSource(e)
+	}
 	s.grpc = grpc.NewServer(frame.ServerOption())
 	pb.RegisterDistributorServiceServer(s.grpc, &puller{s: s})
 	hs := health.NewServer()
@@ -174,6 +178,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("distributor: %w", err)
 	}
 	return s, nil
+}
+
+// observeSource counts the keys the etcd source skips, and has it log through the
+// distributor's logger, unless whoever made the source chose otherwise.
+func (s *Server) observeSource(e *source.Etcd) {
+	if e.Rejected == nil {
+		e.Rejected = func(r source.RejectReason) { s.metrics.rejected.WithLabelValues(string(r)).Inc() }
+	}
+	if e.Logger == nil {
+		e.Logger = s.log
+	}
 }
 
 // Addr returns the address the gRPC server listens on.
