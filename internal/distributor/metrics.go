@@ -60,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "scans_total",
 			Help: "Source scans, by result (ok, compacted, error)."}, []string{"result"}),
 		scanLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "scan_duration_seconds",
-			Help: "Time to scan a range of the source.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+			Help: "Time from asking for a scan of a range of the source to its last item, waits for the node to take what it read included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		applyLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "apply_latency_seconds",
 			Help: "From routing a change to the node's acknowledgement of it.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		paused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_pauses_total",
