@@ -255,9 +255,11 @@ func (q *queue) ack(epoch, index uint64, now time.Time, observe func(time.Durati
 	defer q.mu.Unlock()
 	if epoch == q.epoch && index > q.base {
 		q.trim(index, now, observe)
-		select {
-		case q.acked <- struct{}{}:
-		default:
+		if len(q.blocks) > 0 { // a scan may wait for room
+			select {
+			case q.acked <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -51,6 +52,9 @@ func TestStrayKeyUnderThePrefixLeavesTheItem(t *testing.T) {
 	assert.Equal(t, []byte("v"), got.Value)
 	assert.GreaterOrEqual(t, rejected(t, reg, "empty_fragment"), 2.0, "the stray key's put and delete were counted")
 	assert.Zero(t, rejected(t, reg, "hash_mismatch"), "every reason is exported from the start")
+	problems, err := testutil.GatherAndLint(reg, "sliceplane_distributor_source_rejected_total")
+	require.NoError(t, err)
+	assert.Empty(t, problems)
 }
 
 // rejected returns the count of keys the distributor's source skipped for reason.
