@@ -26,6 +26,7 @@ type metrics struct {
 	applyLag    prometheus.Histogram
 	paused      prometheus.Counter
 	rejected    *prometheus.CounterVec
+	scanPauses  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -67,11 +68,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Times the source watch paused because too many changes waited for a quantum."}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_rejected_total",
 			Help: "Keys under the source's prefix skipped because they name no item or fragment, by reason."}, []string{"reason"}),
+		scanPauses: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "scan_pauses_total",
+			Help: "Times a scan stopped to wait for its node to take what it read (--max-scan-ahead-bytes)."}),
 	}
 	for _, r := range source.RejectReasons {
 		m.rejected.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.buffered, m.served, m.streams, m.queueOps, m.queueBytes,
-		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.rejected)
+		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.rejected, m.scanPauses)
 	return m
 }

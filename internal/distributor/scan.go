@@ -13,7 +13,7 @@ import (
 )
 
 // pieceBytes is about how much a scan reads before it hands its items to the router: what a
-// scan holds at once.
+// scan holds at once. Under a small scan-ahead bound, pieces are an eighth of it.
 const pieceBytes = 1 << 20
 
 // scanJob is a scan the router asked for, as far as it has been read.
@@ -47,6 +47,7 @@ type scanner struct {
 	log     *slog.Logger
 	metrics *metrics
 	workers int
+	piece   int // bytes
 
 	waiting map[assignment.NodeID][]*scanJob // in the order the router asked for them
 	reading int
@@ -55,6 +56,7 @@ type scanner struct {
 
 func newScanner(src source.Source, r *Router, workers int, log *slog.Logger, m *metrics) *scanner {
 	return &scanner{src: src, router: r, log: log, metrics: m, workers: workers,
+		piece:   max(1, min(pieceBytes, r.cfg.ScanAheadBytes/8)),
 		waiting: map[assignment.NodeID][]*scanJob{}, pieces: make(chan scanPiece)}
 }
 
@@ -134,7 +136,7 @@ func (sc *scanner) read(ctx context.Context, job *scanJob) {
 		var rest *keyspace.Range
 		err := sc.src.Scan(ctx, job.rest, job.req.Clock, func(it source.Item) error {
 			// A piece ends between hashes, so that the scan can pick up at a hash.
-			if size >= pieceBytes && it.Hash != last {
+			if size >= sc.piece && it.Hash != last {
 				if room, _ := job.req.q.scanRoom(job.req.ID, job.req.ahead); !room {
 					rest = &keyspace.Range{Start: it.Hash, End: job.rest.End}
 					return errPause
@@ -156,7 +158,11 @@ func (sc *scanner) read(ctx context.Context, job *scanJob) {
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err == nil || errors.Is(err, errPause):
+		case errors.Is(err, errPause):
+			sc.metrics.scanPauses.Inc()
+			sc.send(ctx, scanPiece{job: job, items: items, final: true, rest: rest})
+			return
+		case err == nil:
 			sc.send(ctx, scanPiece{job: job, items: items, final: true, rest: rest})
 			return
 		case errors.Is(err, source.ErrCompacted):
