@@ -18,8 +18,9 @@ import (
 
 // TestStrayKeyUnderThePrefixLeavesTheItem writes an item, then the item's etcd key with an
 // empty fragment ID after it, and deletes that: the stray key was read as the item itself, so
-// its delete made the owner drop the live item. Now the node keeps it, and the distributor
-// counts the key it skipped.
+// its delete made the owner drop the live item, and a snapshot taken meanwhile read the stray
+// value as the item's. Now the node keeps the item as it is, and the distributor counts the
+// key it skipped.
 func TestStrayKeyUnderThePrefixLeavesTheItem(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := clustertest.New(t, clustertest.Options{Distributor: func(cfg *distributor.Config) { cfg.Registry = reg }})
@@ -41,12 +42,22 @@ func TestStrayKeyUnderThePrefixLeavesTheItem(t *testing.T) {
 	stray := c.Source.ItemKey(key) + "/"
 	_, err = raw.Put(ctx, stray, "stray")
 	require.NoError(t, err)
-	_, err = raw.Delete(ctx, stray)
-	require.NoError(t, err)
-
+	// A node that starts over takes a snapshot while the stray key is there: the scan must
+	// not read it as the item's value either.
+	n.Stop()
+	n = c.StartNode("n0", nil)
 	report, err := c.WaitConverged(ctx)
 	require.NoError(t, err, "%s", report)
 	got, ok, err := n.Store.Get(ctx, key)
+	require.NoError(t, err)
+	require.True(t, ok, "n0's snapshot holds the item")
+	assert.Equal(t, []byte("v"), got.Value)
+	_, err = raw.Delete(ctx, stray)
+	require.NoError(t, err)
+
+	report, err = c.WaitConverged(ctx)
+	require.NoError(t, err, "%s", report)
+	got, ok, err = n.Store.Get(ctx, key)
 	require.NoError(t, err)
 	require.True(t, ok, "n0 still holds the item")
 	assert.Equal(t, []byte("v"), got.Value)
