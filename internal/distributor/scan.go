@@ -32,6 +32,9 @@ type scanPiece struct {
 	final bool
 	rest  *keyspace.Range
 	err   error
+	// filled, for a piece that is not final, is closed once the router holds its items, so
+	// that the reader asks for room knowing of them.
+	filled chan struct{}
 }
 
 // scanner runs the router's scans against the source in bounded pieces: at most workers
@@ -103,6 +106,7 @@ func (sc *scanner) finish(p scanPiece) {
 	switch {
 	case !p.final:
 		sc.router.ScanItems(id, p.items)
+		close(p.filled)
 		return
 	case p.err != nil:
 		sc.log.Warn("scan failed; the node starts over with a snapshot", "node", p.job.req.Node, "err", p.err)
@@ -141,7 +145,13 @@ func (sc *scanner) read(ctx context.Context, job *scanJob) {
 					rest = &keyspace.Range{Start: it.Hash, End: job.rest.End}
 					return errPause
 				}
-				if !sc.send(ctx, scanPiece{job: job, items: items}) {
+				p := scanPiece{job: job, items: items, filled: make(chan struct{})}
+				if !sc.send(ctx, p) {
+					return ctx.Err()
+				}
+				select {
+				case <-p.filled:
+				case <-ctx.Done():
 					return ctx.Err()
 				}
 				job.rest.Start = it.Hash // for a retry
