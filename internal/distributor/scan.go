@@ -40,7 +40,8 @@ type scanPiece struct {
 // scanner runs the router's scans against the source in bounded pieces: at most workers
 // read at once, a node's scans one after the other, each only while the node's queue has
 // room for more (Router.ScanReady). A scan that runs out of room stops at a hash and picks
-// up from there later, at the same clock, so waiting for a slow node holds no reader.
+// up from there later, at the same clock, so waiting for a slow node holds no reader. What a
+// node's snapshot holds in memory is thus at most the scan-ahead bound and two pieces.
 //
 // The loop that owns the router calls add, dispatch and finish; readers run on goroutines
 // that end with ctx and that wg counts.
