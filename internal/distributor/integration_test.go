@@ -424,3 +424,23 @@ func counter(regs map[string]*prometheus.Registry, mu *sync.Mutex, name string) 
 	}
 	return n
 }
+
+// TestDataPathSnapshotsInSmallPieces reads every scan in pieces of 8 KiB and holds at most
+// 64 KiB of it for a node: scans pause and pick up again at their clock many times each while
+// slices move and changes wait behind them.
+func TestDataPathSnapshotsInSmallPieces(t *testing.T) {
+	regs := map[string]*prometheus.Registry{}
+	var mu sync.Mutex
+	scenario{
+		distributor: func(cfg *distributor.Config) {
+			cfg.MaxScanAheadBytes = 64 << 10
+			cfg.Registry = prometheus.NewRegistry()
+			mu.Lock()
+			regs[cfg.ID] = cfg.Registry
+			mu.Unlock()
+		},
+		after: func(t *testing.T, c *clustertest.Cluster) {
+			assert.Positive(t, counter(regs, &mu, "sliceplane_distributor_scan_pauses_total"), "scans waited for their nodes")
+		},
+	}.run(t)
+}

@@ -2,6 +2,8 @@ package distributor
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sliceplane/sliceplane/internal/source"
 )
 
 // metrics are the distributor's Prometheus metrics.
@@ -26,6 +28,8 @@ type metrics struct {
 	// quantaSilent counts quanta streams dropped because they went silent (a hung leader).
 	quantaSilent  prometheus.Counter
 	quantaRefused *prometheus.CounterVec
+	rejected      *prometheus.CounterVec
+	scanPauses    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -60,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "scans_total",
 			Help: "Source scans, by result (ok, compacted, error)."}, []string{"result"}),
 		scanLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "scan_duration_seconds",
-			Help: "Time to scan a range of the source.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+			Help: "Time from asking for a scan of a range of the source to its last item, waits for the node to take what it read included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		applyLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "apply_latency_seconds",
 			Help: "From routing a change to the node's acknowledgement of it.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		paused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_pauses_total",
@@ -69,11 +73,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Quanta streams dropped because the assigner sent nothing, not even a heartbeat, for too long."}),
 		quantaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_refused_total",
 			Help: "Quanta refused and not applied, by reason: stale_term (from a deposed leader), stale, out_of_sequence, does_not_apply."}, []string{"reason"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_rejected_total",
+			Help: "Keys under the source's prefix skipped because they name no item or fragment, by reason."}, []string{"reason"}),
+		scanPauses: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "scan_pauses_total",
+			Help: "Times a scan stopped to wait for its node to take what it read (--max-scan-ahead-bytes)."}),
+	}
+	// Every label value exported at 0, so that rate() and alerts see it.
+	for _, reason := range []string{"stale_term", "stale", "out_of_sequence", "does_not_apply"} {
+		m.quantaRefused.WithLabelValues(reason)
+	}
+	for _, r := range source.RejectReasons {
+		m.rejected.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.buffered, m.served, m.streams, m.queueOps, m.queueBytes,
-		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.quantaSilent, m.quantaRefused)
-	for _, reason := range []string{"stale_term", "stale", "out_of_sequence", "does_not_apply"} {
-		m.quantaRefused.WithLabelValues(reason) // present at 0, so that rate() and alerts see it
-	}
+		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.quantaSilent,
+		m.quantaRefused, m.rejected, m.scanPauses)
 	return m
 }

@@ -50,8 +50,11 @@ type queue struct {
 	// scan: what congestion control bounds (see Router.push).
 	changes, blocked int
 	wake             chan struct{}
-	gone             bool   // the node is no longer served here
-	stream           uint64 // the Pull stream attached last; older ones must end
+	// acked, if set, hears (without waiting) of every acknowledgement: a scan waiting for
+	// the node to take what it read may read on.
+	acked  chan<- struct{}
+	gone   bool   // the node is no longer served here
+	stream uint64 // the Pull stream attached last; older ones must end
 }
 
 func newQueue() *queue { return &queue{wake: make(chan struct{})} }
@@ -101,39 +104,75 @@ func (q *queue) pushScan(id uint64) {
 	q.blocks = append(q.blocks, &block{scan: id})
 }
 
-// fill delivers the items of scan id and releases what no longer waits. It reports false if
-// the scan is not awaited (the epoch it was for is over).
-func (q *queue) fill(id uint64, items []op) bool {
+// block returns the index of scan id's block, or -1; mu must be held.
+func (q *queue) block(id uint64) int {
+	for i, b := range q.blocks {
+		if b.scan == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// fill delivers items of scan id, the last ones if done, and releases what no longer waits.
+// It reports false if the scan is not awaited (the epoch it was for is over).
+func (q *queue) fill(id uint64, items []op, done bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i := 0
-	for i < len(q.blocks) && q.blocks[i].scan != id {
-		i++
-	}
-	if i == len(q.blocks) {
+	i := q.block(id)
+	if i < 0 {
 		return false
 	}
 	b := q.blocks[i]
-	b.done, b.items = true, items
+	b.done = done
+	b.items = append(b.items, items...)
 	for _, o := range items {
 		q.account(o, 1, false)
 	}
+	q.release()
+	return true
+}
+
+// release makes ready what no longer waits: the items of the first scan, as they arrive, and
+// once it is done, the operations held behind it; mu must be held. The items of a later scan
+// wait with the operations before them.
+func (q *queue) release() {
 	released := false
-	for len(q.blocks) > 0 && q.blocks[0].done {
-		q.ready = append(q.ready, q.blocks[0].items...)
-		q.ready = append(q.ready, q.blocks[0].ops...)
-		for _, o := range q.blocks[0].ops {
+	for len(q.blocks) > 0 {
+		b := q.blocks[0]
+		if len(b.items) > 0 {
+			q.ready = append(q.ready, b.items...)
+			b.items, released = nil, true
+		}
+		if !b.done {
+			break
+		}
+		q.ready = append(q.ready, b.ops...)
+		for _, o := range b.ops {
 			q.account(o, -1, true)
 			q.account(o, 1, false)
 		}
 		q.blocks[0] = nil
-		q.blocks = q.blocks[1:]
-		released = true
+		q.blocks, released = q.blocks[1:], true
 	}
 	if released {
 		q.signal()
 	}
-	return true
+}
+
+// scanRoom reports whether scan id may deliver more items now: it is the first scan the
+// queue waits for, so its items go straight to the node, and the queue holds less than limit
+// bytes of scanned operations. stale is true if the scan is not awaited.
+func (q *queue) scanRoom(id uint64, limit int) (room, stale bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch q.block(id) {
+	case -1:
+		return false, true
+	case 0:
+		return q.bytes-q.changes-q.blocked < limit, false
+	}
+	return false, false
 }
 
 // restart begins epoch (0 for none), dropping everything held.
@@ -216,6 +255,12 @@ func (q *queue) ack(epoch, index uint64, now time.Time, observe func(time.Durati
 	defer q.mu.Unlock()
 	if epoch == q.epoch && index > q.base {
 		q.trim(index, now, observe)
+		if len(q.blocks) > 0 { // a scan may wait for room
+			select {
+			case q.acked <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 

@@ -38,6 +38,10 @@ type RouterConfig struct {
 	// acknowledged; beyond it the node's queue is dropped and the node catches up by a
 	// snapshot. Default 64 MiB.
 	MaxQueueBytes int
+	// ScanAheadBytes bounds the scanned items a node's queue holds that the node has not
+	// acknowledged: a snapshot is read only as fast as the node takes it, so it never has to
+	// fit in memory. Default 8 MiB.
+	ScanAheadBytes int
 	// NewEpoch returns a new epoch: nonzero, and unlike any other this distributor or any
 	// earlier run of it gave out. Default: random.
 	NewEpoch func() uint64
@@ -52,6 +56,10 @@ type ScanRequest struct {
 	Node  assignment.NodeID
 	Range keyspace.Range
 	Clock uint64
+	// q is the node's queue, which a scan reading on asks for room (see queue.scanRoom), and
+	// ahead the room it has.
+	q     *queue
+	ahead int
 }
 
 // node is what the router knows of a node it serves.
@@ -90,6 +98,7 @@ type Router struct {
 	nextScan uint64
 	requests []ScanRequest
 	stats    Stats
+	acked    chan struct{}
 }
 
 // NewRouter returns a router with no map yet.
@@ -97,11 +106,19 @@ func NewRouter(cfg RouterConfig) *Router {
 	if cfg.MaxQueueBytes <= 0 {
 		cfg.MaxQueueBytes = 64 << 20
 	}
+	if cfg.ScanAheadBytes <= 0 {
+		cfg.ScanAheadBytes = 8 << 20
+	}
 	if cfg.NewEpoch == nil {
 		cfg.NewEpoch = randomEpoch
 	}
-	return &Router{cfg: cfg, nodes: map[assignment.NodeID]*node{}, scanning: map[uint64]*node{}}
+	return &Router{cfg: cfg, nodes: map[assignment.NodeID]*node{}, scanning: map[uint64]*node{},
+		acked: make(chan struct{}, 1)}
 }
+
+// Acked receives after nodes acknowledged operations: scans waiting for room (see
+// ScanReady) may read on.
+func (r *Router) Acked() <-chan struct{} { return r.acked }
 
 // Clock returns the router's clock: every change up to it has been routed.
 func (r *Router) Clock() uint64 { return r.clock }
@@ -206,7 +223,7 @@ func (r *Router) remap() {
 	}
 	for id := range lists {
 		if r.nodes[id] == nil {
-			r.nodes[id] = newNode(id)
+			r.nodes[id] = r.newNode(id)
 		}
 	}
 	for id, n := range r.nodes {
@@ -214,8 +231,10 @@ func (r *Router) remap() {
 	}
 }
 
-func newNode(id assignment.NodeID) *node {
-	return &node{id: id, q: newQueue(), scans: map[uint64]bool{}}
+func (r *Router) newNode(id assignment.NodeID) *node {
+	q := newQueue()
+	q.acked = r.acked
+	return &node{id: id, q: q, scans: map[uint64]bool{}}
 }
 
 // update makes node n hold the slices of list, queueing the operations that get it there.
@@ -268,7 +287,7 @@ func (r *Router) scan(n *node, rg keyspace.Range) {
 	n.q.pushScan(id)
 	n.scans[id] = true
 	r.scanning[id] = n
-	r.requests = append(r.requests, ScanRequest{ID: id, Node: n.id, Range: rg, Clock: r.clock})
+	r.requests = append(r.requests, ScanRequest{ID: id, Node: n.id, Range: rg, Clock: r.clock, q: n.q, ahead: r.cfg.ScanAheadBytes})
 }
 
 func (r *Router) forgetScans(n *node) {
@@ -302,9 +321,30 @@ func (r *Router) Changes(b source.Batch, now time.Time) {
 	r.pub.Store(r.clock)
 }
 
-// ScanDone delivers the items a scan read, or its error. A scan whose clock the source no
-// longer holds is not an error the node can see: it starts over with a snapshot at a later
-// clock.
+// ScanReady reports whether scan id should read on now: it is the first scan its node's
+// queue waits for, and the node took enough of what was read before. A snapshot thus waits
+// for its node instead of piling up in memory (I5); the node's later changes wait behind it,
+// bounded as ever by congestion control. stale is true for a scan the router no longer
+// awaits (the node's epoch ended): drop it.
+func (r *Router) ScanReady(id uint64) (ready, stale bool) {
+	n := r.scanning[id]
+	if n == nil {
+		return false, true
+	}
+	return n.q.scanRoom(id, r.cfg.ScanAheadBytes)
+}
+
+// ScanItems delivers a part of the items scan id read, in order; more parts and then
+// ScanDone follow. Items of the first scan a node waits for go to the node at once.
+func (r *Router) ScanItems(id uint64, items []op) {
+	if n := r.scanning[id]; n != nil {
+		n.q.fill(id, items, false)
+	}
+}
+
+// ScanDone delivers the last items a scan read, or its error. A scan whose clock the source
+// no longer holds is not an error the node can see: it starts over with a snapshot at a
+// later clock.
 func (r *Router) ScanDone(id uint64, items []op, err error) {
 	n := r.scanning[id]
 	if n == nil {
@@ -316,7 +356,7 @@ func (r *Router) ScanDone(id uint64, items []op, err error) {
 		r.snapshot(n)
 		return
 	}
-	n.q.fill(id, items)
+	n.q.fill(id, items, true)
 }
 
 // Attached is the start of a Pull stream.
@@ -338,7 +378,7 @@ func (r *Router) Attach(id assignment.NodeID, epoch, index uint64) (Attached, er
 	}
 	n := r.nodes[id]
 	if n == nil {
-		n = newNode(id) // a node that holds nothing yet
+		n = r.newNode(id) // a node that holds nothing yet
 		r.nodes[id] = n
 	}
 	if stream, list, ok := n.q.attach(epoch, index); ok {

@@ -41,7 +41,10 @@ import (
 //	                        D hears of N more quanta and changes (default all), and of the
 //	                        source's progress; naive applies them in arrival order, as a
 //	                        distributor without a sequencer would
-//	scan d=D [fail]         D's pending scans run (or fail as compacted)
+//	scan d=D [fail] [piece=N]
+//	                        D's pending scans run (or fail as compacted); with piece, each
+//	                        scan the router lets read on (Router.ScanReady) delivers its next
+//	                        N ops, the others wait, as the distributor's scanner does
 //	pull node=N             N pulls from its distributor and applies all it can
 //	check                   every node against the source and the map (I3)
 //	show d=D                D's clock and what it holds per node
@@ -50,7 +53,9 @@ import (
 //	                        reinitializing quantum of the current map; a term lower than an
 //	                        earlier one plays a deposed leader that still emits
 //	wipe node=N             N restarts with an empty store
-//	limit d=D bytes=B       D's bound on a node's queue of changes
+//	limit d=D [bytes=B] [ahead=B]
+//	                        D's bound on a node's queue of changes, and on the scanned
+//	                        items it holds ahead of the node
 //
 // Every node named in a map takes part; nodes start with an empty cursor.
 func TestScripts(t *testing.T) {
@@ -84,6 +89,8 @@ type scriptDist struct {
 	quanta  int    // quanta heard of
 	clock   uint64 // source changes heard of, up to
 	pending []ScanRequest
+	// read holds what the scans delivered in pieces have still to deliver.
+	read    map[uint64][]op
 	streams map[assignment.NodeID]*Attached
 }
 
@@ -119,7 +126,7 @@ func (w *world) run(d *datadriven.TestData) (string, error) {
 				var epochs uint64
 				prefix := uint64(len(w.ds)+1) * 1000
 				w.ds[a.Key] = &scriptDist{router: NewRouter(RouterConfig{ID: a.Key, NewEpoch: func() uint64 { epochs++; return prefix + epochs }}),
-					streams: map[assignment.NodeID]*Attached{}}
+					streams: map[assignment.NodeID]*Attached{}, read: map[uint64][]op{}}
 			}
 		}
 		w.dists = set
@@ -208,32 +215,7 @@ func (w *world) run(d *datadriven.TestData) (string, error) {
 		w.publish(quantum.Quantum{Snapshot: w.a, Distributors: w.dists, Cause: "reinit"})
 		return fmt.Sprintf("quantum %d: %s\n", len(w.quanta), w.quanta[len(w.quanta)-1].Position), nil
 	case "scan":
-		name, _ := arg(d, "d")
-		ds := w.ds[name]
-		if ds == nil {
-			return "", fmt.Errorf("no distributor %q", name)
-		}
-		_, fail := arg(d, "fail")
-		var b strings.Builder
-		for _, req := range ds.pending {
-			var items []op
-			var err error
-			if fail {
-				err = source.ErrCompacted
-			} else {
-				var found []source.Item
-				if found, err = w.src.Items(req.Range, req.Clock); err != nil {
-					return "", err
-				}
-				for _, it := range found {
-					items = encodeItem(it, items)
-				}
-			}
-			fmt.Fprintf(&b, "scan %d for %s: %s at clock %d: %d ops\n", req.ID, req.Node, req.Range, req.Clock, len(items))
-			ds.router.ScanDone(req.ID, items, err)
-		}
-		ds.pending = append(ds.pending[:0], ds.router.TakeScans()...)
-		return b.String(), nil
+		return w.scan(d)
 	case "pull":
 		name, _ := arg(d, "node")
 		return w.pull(assignment.NodeID(name))
@@ -261,11 +243,15 @@ func (w *world) run(d *datadriven.TestData) (string, error) {
 		if ds == nil {
 			return "", fmt.Errorf("no distributor %q", name)
 		}
-		n, err := intArg(d, "bytes", 0)
+		n, err := intArg(d, "bytes", ds.router.cfg.MaxQueueBytes)
 		if err != nil {
 			return "", err
 		}
-		ds.router.cfg.MaxQueueBytes = n
+		ahead, err := intArg(d, "ahead", ds.router.cfg.ScanAheadBytes)
+		if err != nil {
+			return "", err
+		}
+		ds.router.cfg.MaxQueueBytes, ds.router.cfg.ScanAheadBytes = n, ahead
 		return "ok\n", nil
 	case "show":
 		name, _ := arg(d, "d")
@@ -283,6 +269,63 @@ func (w *world) run(d *datadriven.TestData) (string, error) {
 		return b.String(), nil
 	}
 	return "", fmt.Errorf("unknown command %q", d.Cmd)
+}
+
+// scan runs a distributor's pending scans, whole or in pieces.
+func (w *world) scan(d *datadriven.TestData) (string, error) {
+	name, _ := arg(d, "d")
+	ds := w.ds[name]
+	if ds == nil {
+		return "", fmt.Errorf("no distributor %q", name)
+	}
+	_, fail := arg(d, "fail")
+	piece, err := intArg(d, "piece", 0)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	var left []ScanRequest
+	for _, req := range ds.pending {
+		fmt.Fprintf(&b, "scan %d for %s: %s at clock %d: ", req.ID, req.Node, req.Range, req.Clock)
+		if piece > 0 && !fail {
+			switch ready, stale := ds.router.ScanReady(req.ID); {
+			case stale:
+				b.WriteString("no longer awaited\n")
+				delete(ds.read, req.ID)
+				continue
+			case !ready:
+				b.WriteString("waits\n")
+				left = append(left, req)
+				continue
+			}
+		}
+		items, ok := ds.read[req.ID]
+		if !ok && !fail {
+			found, err := w.src.Items(req.Range, req.Clock)
+			if err != nil {
+				return "", err
+			}
+			for _, it := range found {
+				items = encodeItem(it, items)
+			}
+		}
+		if fail {
+			b.WriteString("0 ops\n") // the router hears of the failure
+			ds.router.ScanDone(req.ID, nil, source.ErrCompacted)
+		} else if piece > 0 && len(items) > piece {
+			fmt.Fprintf(&b, "%d ops, %d to come\n", piece, len(items)-piece)
+			ds.router.ScanItems(req.ID, items[:piece])
+			ds.read[req.ID] = items[piece:]
+			left = append(left, req)
+			continue
+		} else {
+			fmt.Fprintf(&b, "%d ops\n", len(items))
+			ds.router.ScanDone(req.ID, items, nil)
+		}
+		delete(ds.read, req.ID)
+	}
+	ds.pending = append(left, ds.router.TakeScans()...)
+	return b.String(), nil
 }
 
 func ids(s string) []assignment.NodeID {

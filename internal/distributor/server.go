@@ -52,7 +52,8 @@ type Config struct {
 	Client *clientv3.Client
 	// Prefix roots Sliceplane's keys in etcd; default "/sliceplane/".
 	Prefix string
-	// Source is the data source; default the etcd source under Prefix+"data/".
+	// Source is the data source; default the etcd source under Prefix+"data/". The keys an
+	// etcd source skips are counted in sliceplane_distributor_source_rejected_total.
 	Source source.Source
 	// SessionTTL is the registration's lease: how long nodes wait for a dead distributor
 	// before they move. Default 5 s.
@@ -68,8 +69,11 @@ type Config struct {
 	// MaxBufferedBytes bounds the source changes waiting for a quantum; beyond it the source
 	// watch pauses. Default 64 MiB.
 	MaxBufferedBytes int
-	// ScanWorkers is how many scans run at once; default 4.
+	// ScanWorkers is how many scans read the source at once; default 4.
 	ScanWorkers int
+	// MaxScanAheadBytes bounds what a node's snapshot holds in memory: scanned items the node
+	// has not acknowledged. A scan reads on only as the node takes what it read. Default 8 MiB.
+	MaxScanAheadBytes int
 	// ClockInterval is the shortest time between the deltas that only advance a node's clock;
 	// default 50 ms.
 	ClockInterval time.Duration
@@ -122,7 +126,8 @@ func (c *Config) fill() error {
 		v   *int
 		def int
 	}{{&c.MaxDeltaOps, 1024}, {&c.MaxDeltaBytes, 1 << 20}, {&c.MaxInFlightBytes, 4 << 20},
-		{&c.MaxQueueBytes, 64 << 20}, {&c.MaxBufferedBytes, 64 << 20}, {&c.ScanWorkers, 4}} {
+		{&c.MaxQueueBytes, 64 << 20}, {&c.MaxBufferedBytes, 64 << 20}, {&c.ScanWorkers, 4},
+		{&c.MaxScanAheadBytes, 8 << 20}} {
 		if *d.v < 0 {
 			return fmt.Errorf("distributor: negative limit %d", *d.v)
 		}
@@ -168,9 +173,13 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger.With("distributor", cfg.ID), lis: lis,
 		metrics: newMetrics(cfg.Registry),
-		router:  NewRouter(RouterConfig{ID: cfg.ID, MaxQueueBytes: cfg.MaxQueueBytes, NewEpoch: cfg.NewEpoch}),
-		attach:  make(chan attachRequest),
-		done:    make(chan struct{}),
+		router: NewRouter(RouterConfig{ID: cfg.ID, MaxQueueBytes: cfg.MaxQueueBytes, ScanAheadBytes: cfg.MaxScanAheadBytes,
+			NewEpoch: cfg.NewEpoch}),
+		attach: make(chan attachRequest),
+		done:   make(chan struct{}),
+	}
+	if e, ok := cfg.Source.(*source.Etcd); ok {
+		s.observeSource(e)
 	}
 	s.grpc = grpc.NewServer(append(dial.ServerOptions(), frame.ServerOption())...)
 	pb.RegisterDistributorServiceServer(s.grpc, &puller{s: s})
@@ -182,6 +191,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("distributor: %w", err)
 	}
 	return s, nil
+}
+
+// observeSource counts the keys the etcd source skips, and has it log through the
+// distributor's logger, unless whoever made the source chose otherwise.
+func (s *Server) observeSource(e *source.Etcd) {
+	if e.Rejected == nil {
+		e.Rejected = func(r source.RejectReason) { s.metrics.rejected.WithLabelValues(string(r)).Inc() }
+	}
+	if e.Logger == nil {
+		e.Logger = s.log
+	}
 }
 
 // Addr returns the address the gRPC server listens on.
@@ -301,13 +321,6 @@ func (s *Server) attachNode(ctx context.Context, id assignment.NodeID, epoch, in
 
 var errStopped = errors.New("distributor: stopping")
 
-// scanResult is a scan's outcome, for the loop.
-type scanResult struct {
-	id    uint64
-	items []op
-	err   error
-}
-
 // route is the loop that owns the sequencer and the router.
 func (s *Server) route(ctx context.Context) error {
 	defer close(s.done)
@@ -316,15 +329,7 @@ func (s *Server) route(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	scanReqs := make(chan ScanRequest)
-	scanDone := make(chan scanResult)
-	for range s.cfg.ScanWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.scanWorker(ctx, scanReqs, scanDone)
-		}()
-	}
+	scans := newScanner(s.cfg.Source, s.router, s.cfg.ScanWorkers, s.log, s.metrics)
 	quanta := &quantaFeed{s: s}
 	quanta.start(ctx, &wg, nil, 0)
 	defer quanta.stop()
@@ -332,7 +337,6 @@ func (s *Server) route(ctx context.Context) error {
 	var (
 		seq      *Sequencer
 		feed     sourceFeed
-		pending  []ScanRequest // scans asked for, not yet taken by a worker
 		progress <-chan time.Time
 		latest   uint64 // the latest clock known, for the lag metric
 	)
@@ -342,11 +346,6 @@ func (s *Server) route(ctx context.Context) error {
 	defer stats.Stop()
 
 	for {
-		var scanOut chan ScanRequest
-		var nextScan ScanRequest
-		if len(pending) > 0 {
-			scanOut, nextScan = scanReqs, pending[0]
-		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -370,18 +369,15 @@ func (s *Server) route(ctx context.Context) error {
 			}
 			latest = max(latest, b.Clock)
 			seq.AddBatch(b)
-		case res := <-scanDone:
-			if res.err != nil {
-				s.log.Warn("scan failed; the node starts over with a snapshot", "err", res.err)
-			}
-			s.router.ScanDone(res.id, res.items, res.err)
+		case p := <-scans.pieces:
+			scans.finish(p)
+		case <-s.router.Acked():
+			// A node took what a scan read: the scan may read on.
+			scans.dispatch(ctx, &wg)
+			continue
 		case req := <-s.attach:
 			att, err := s.router.Attach(req.node, req.epoch, req.index)
 			req.reply <- attachReply{att: att, err: err}
-		case scanOut <- nextScan:
-			pending[0] = ScanRequest{}
-			pending = pending[1:]
-			continue
 		case <-progress:
 			progress = nil
 			// A quantum waits for the source to say it has delivered everything up to the
@@ -393,6 +389,8 @@ func (s *Server) route(ctx context.Context) error {
 			s.observe(seq, latest)
 			continue
 		}
+		scans.add(s.router.TakeScans())
+		scans.dispatch(ctx, &wg)
 		if seq == nil {
 			continue
 		}
@@ -422,7 +420,8 @@ func (s *Server) route(ctx context.Context) error {
 				s.metrics.changes.Add(float64(len(ev.Batch.Changes)))
 			}
 		}
-		pending = append(pending, s.router.TakeScans()...)
+		scans.add(s.router.TakeScans())
+		scans.dispatch(ctx, &wg)
 		if _, waiting := seq.Waiting(); !waiting {
 			progress = nil
 		} else if progress == nil {
@@ -500,57 +499,6 @@ func (s *Server) observe(seq *Sequencer, latest uint64) {
 		served++
 	}
 	s.metrics.served.Set(float64(served))
-}
-
-// scanWorker runs scans until ctx ends. A scan that fails for a passing reason is retried;
-// one whose clock the source no longer holds is reported, and the router starts the node
-// over at a later clock.
-func (s *Server) scanWorker(ctx context.Context, reqs <-chan ScanRequest, done chan<- scanResult) {
-	for {
-		var req ScanRequest
-		select {
-		case req = <-reqs:
-		case <-ctx.Done():
-			return
-		}
-		res := scanResult{id: req.ID}
-		backoff := 50 * time.Millisecond
-		for {
-			start := time.Now()
-			var items []op
-			err := s.cfg.Source.Scan(ctx, req.Range, req.Clock, func(it source.Item) error {
-				items = encodeItem(it, items)
-				return nil
-			})
-			if err == nil {
-				s.metrics.scans.WithLabelValues("ok").Inc()
-				s.metrics.scanLatency.Observe(time.Since(start).Seconds())
-				res.items = items
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, source.ErrCompacted) {
-				s.metrics.scans.WithLabelValues("compacted").Inc()
-				res.err = err
-				break
-			}
-			s.metrics.scans.WithLabelValues("error").Inc()
-			s.log.Warn("scan failed; retrying", "node", req.Node, "range", req.Range, "clock", req.Clock, "err", err, "retry_in", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return
-			}
-			backoff = min(2*backoff, 2*time.Second)
-		}
-		select {
-		case done <- res:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // sourceFeed is the source watch, which the loop stops and starts to pace it.

@@ -56,6 +56,7 @@ type options struct {
 	maxInFlightBytes byteSize
 	maxQueueBytes    byteSize
 	maxBufferedBytes byteSize
+	maxScanAhead     byteSize
 	scanWorkers      int
 	clockInterval    time.Duration
 	logLevel         string
@@ -66,6 +67,7 @@ type options struct {
 func NewCommand() *cobra.Command {
 	o := &options{
 		maxDeltaBytes: 1 << 20, maxInFlightBytes: 4 << 20, maxQueueBytes: 64 << 20, maxBufferedBytes: 64 << 20,
+		maxScanAhead: 8 << 20,
 	}
 	cmd := &cobra.Command{
 		Use:   "distributor",
@@ -123,7 +125,8 @@ on the command line win.`,
 	f.Var(&o.maxInFlightBytes, "max-in-flight-bytes", "most bytes sent to a node and not yet acknowledged")
 	f.Var(&o.maxQueueBytes, "max-queue-bytes", "most bytes queued for one node; beyond it the queue is dropped and the node takes a snapshot")
 	f.Var(&o.maxBufferedBytes, "max-buffered-bytes", "most bytes of source changes waiting for a quantum; beyond it the source watch pauses")
-	f.IntVar(&o.scanWorkers, "scan-workers", 4, "snapshot scans of the source run at once")
+	f.IntVar(&o.scanWorkers, "scan-workers", 4, "snapshot scans reading the source at once")
+	f.Var(&o.maxScanAhead, "max-scan-ahead-bytes", "most bytes of a snapshot held for one node and not yet acknowledged; the scan waits for the node beyond it")
 	f.DurationVar(&o.clockInterval, "clock-interval", 50*time.Millisecond, "shortest time between the deltas that only advance a node's clock")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -190,6 +193,7 @@ func (o *options) validate() error {
 		{"max-delta-ops", o.maxDeltaOps}, {"max-delta-bytes", int(o.maxDeltaBytes)},
 		{"max-in-flight-bytes", int(o.maxInFlightBytes)}, {"max-queue-bytes", int(o.maxQueueBytes)},
 		{"max-buffered-bytes", int(o.maxBufferedBytes)}, {"scan-workers", o.scanWorkers},
+		{"max-scan-ahead-bytes", int(o.maxScanAhead)},
 	} {
 		if n.v < 1 {
 			return usagef("--%s %d: want at least 1", n.flag, n.v)
@@ -226,7 +230,7 @@ func (o *options) run(ctx context.Context) error {
 		Assigners: o.assigners, Client: client, Prefix: o.prefix, SessionTTL: o.sessionTTL,
 		MaxDeltaOps: o.maxDeltaOps, MaxDeltaBytes: int(o.maxDeltaBytes), MaxInFlightBytes: int(o.maxInFlightBytes),
 		MaxQueueBytes: int(o.maxQueueBytes), MaxBufferedBytes: int(o.maxBufferedBytes),
-		ScanWorkers: o.scanWorkers, ClockInterval: o.clockInterval,
+		ScanWorkers: o.scanWorkers, MaxScanAheadBytes: int(o.maxScanAhead), ClockInterval: o.clockInterval,
 		Logger: log,
 	})
 	if err != nil {

@@ -155,6 +155,7 @@ func TestBadSettingsAreUsageErrors(t *testing.T) {
 		{[]string{"--max-queue-bytes", "12XB"}, `"--max-queue-bytes"`},
 		{[]string{"--max-buffered-bytes", "0MiB"}, "--max-buffered-bytes 0: want at least 1"},
 		{[]string{"--scan-workers", "-2"}, "--scan-workers -2: want at least 1"},
+		{[]string{"--max-scan-ahead-bytes", "0"}, "--max-scan-ahead-bytes 0: want at least 1"},
 	} {
 		args := c.args
 		if !strings.HasPrefix(c.want, "--id") {
@@ -176,7 +177,7 @@ func TestIDDefaultsToHostName(t *testing.T) {
 	valid := func() *options {
 		return &options{listen: "127.0.0.1:0", assigners: []string{"127.0.0.1:7070"}, endpoints: []string{"http://127.0.0.1:2379"},
 			sessionTTL: time.Second, clockInterval: time.Millisecond, maxDeltaOps: 1, maxDeltaBytes: 1,
-			maxInFlightBytes: 1, maxQueueBytes: 1, maxBufferedBytes: 1, scanWorkers: 1}
+			maxInFlightBytes: 1, maxQueueBytes: 1, maxBufferedBytes: 1, scanWorkers: 1, maxScanAhead: 1}
 	}
 
 	hostname = func() (string, error) { return "node-7.rack_2:east", nil }

@@ -3,11 +3,12 @@ package source
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
+	"log/slog"
+	"sync"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -18,47 +19,64 @@ import (
 //
 // An item lives at prefix + 16 hex digits of its key's hash + "/" + the key in unpadded
 // base64url, and its fragments at that + "/" + fragment ID. Items are thus sorted by hash, a
-// hash range is one etcd range read, and neither keys nor fragment IDs need escaping.
+// hash range is one etcd range read, and neither keys nor fragment IDs need escaping. Keys of
+// any other form under the prefix (see ParseKey) are skipped by Watch and Scan, never read
+// as an item.
 type Etcd struct {
 	client *clientv3.Client
 	prefix string
-	// page bounds the keys a Scan reads per request.
-	page int64
+	// page is the number of keys the next range read of a Scan asks for; pageBytes is what
+	// a read should bring back at most, which page adapts to (values differ in size).
+	page, pageBytes int64
+
+	// Logger reports the first key skipped for each reason; default slog.Default().
+	Logger *slog.Logger
+	// Rejected, if set, is told of every key skipped, with the reason. Set it before use.
+	Rejected func(RejectReason)
+
+	mu     sync.Mutex
+	logged map[RejectReason]bool
 }
 
 // NewEtcd returns the source under prefix.
 func NewEtcd(client *clientv3.Client, prefix string) *Etcd {
-	return &Etcd{client: client, prefix: prefix, page: 1000}
+	return &Etcd{client: client, prefix: prefix, page: 1000, pageBytes: 1 << 20, logged: map[RejectReason]bool{}}
 }
-
-var b64 = base64.RawURLEncoding
 
 // ItemKey returns the etcd key of the item with key key.
-func (s *Etcd) ItemKey(key []byte) string {
-	return s.prefix + fmt.Sprintf("%016x/", keyspace.Hash(key)) + b64.EncodeToString(key)
-}
+func (s *Etcd) ItemKey(key []byte) string { return FormatKey(s.prefix, key, "") }
 
 // FragmentKey returns the etcd key of fragment id of item key.
-func (s *Etcd) FragmentKey(key []byte, id string) string { return s.ItemKey(key) + "/" + id }
+func (s *Etcd) FragmentKey(key []byte, id string) string { return FormatKey(s.prefix, key, id) }
 
-// parse splits an etcd key of the source into hash, item key and fragment ID.
-func (s *Etcd) parse(k []byte) (hash uint64, key []byte, frag string, err error) {
-	rest, ok := bytes.CutPrefix(k, []byte(s.prefix))
-	if !ok || len(rest) < 18 || rest[16] != '/' {
-		return 0, nil, "", fmt.Errorf("source: %q is not an item key under %q", k, s.prefix)
+// parse splits an etcd key of the source into hash, item key and fragment ID. A key that is
+// none is reported (logged the first time for its reason, counted every time) and ok is false.
+func (s *Etcd) parse(k []byte) (hash uint64, key []byte, frag string, ok bool) {
+	hash, key, frag, err := ParseKey(s.prefix, k)
+	if err == nil {
+		return hash, key, frag, true
 	}
-	if hash, err = strconv.ParseUint(string(rest[:16]), 16, 64); err != nil {
-		return 0, nil, "", fmt.Errorf("source: %q: bad hash: %w", k, err)
+	var ke *KeyError
+	if !errors.As(err, &ke) {
+		return 0, nil, "", false
 	}
-	enc, fragment, _ := bytes.Cut(rest[17:], []byte("/"))
-	if key, err = b64.DecodeString(string(enc)); err != nil {
-		return 0, nil, "", fmt.Errorf("source: %q: bad key: %w", k, err)
+	if s.Rejected != nil {
+		s.Rejected(ke.Reason)
 	}
-	frag = string(fragment)
-	if keyspace.Hash(key) != hash {
-		return 0, nil, "", fmt.Errorf("source: %q: the hash does not match the key", k)
+	s.mu.Lock()
+	first := !s.logged[ke.Reason]
+	s.logged[ke.Reason] = true
+	s.mu.Unlock()
+	if first {
+		log := s.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		// Once per reason: a bad writer repeats itself, and the count tells how often.
+		log.Warn("source: skipping a key under the prefix that is not an item key; later ones for this reason are only counted",
+			"reason", string(ke.Reason), "err", err)
 	}
-	return hash, key, frag, nil
+	return 0, nil, "", false
 }
 
 // Clock implements Source.
@@ -109,9 +127,9 @@ func (s *Etcd) Watch(ctx context.Context, from uint64) <-chan Batch {
 					}
 					b = Batch{}
 				}
-				hash, key, frag, err := s.parse(ev.Kv.Key)
-				if err != nil {
-					continue // not an item: someone wrote under the prefix by hand
+				hash, key, frag, ok := s.parse(ev.Kv.Key)
+				if !ok {
+					continue
 				}
 				c := Change{Clock: clock, Hash: hash, Key: key, Fragment: frag}
 				if ev.Type == clientv3.EventTypeDelete {
@@ -143,7 +161,9 @@ func (s *Etcd) Progress(ctx context.Context) error {
 }
 
 // Scan implements Source. It reads in pages at the same revision, so the result is one
-// consistent snapshot.
+// consistent snapshot, and holds one page at a time: a page asks for as many keys as make
+// about pageBytes at the sizes of the values read so far, so that neither many keys nor
+// large values make a read that does not fit in memory.
 func (s *Etcd) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(Item) error) error {
 	start := s.prefix + fmt.Sprintf("%016x", r.Start)
 	end := clientv3.GetPrefixRangeEnd(s.prefix)
@@ -159,9 +179,10 @@ func (s *Etcd) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(It
 		cur = nil
 		return fn(it)
 	}
+	limit := s.page
 	for {
 		resp, err := s.client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithRev(int64(at)),
-			clientv3.WithLimit(s.page), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+			clientv3.WithLimit(limit), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			return fmt.Errorf("%w: scanning %s at %d: %w", ErrCompacted, r, at, err)
 		}
@@ -169,8 +190,8 @@ func (s *Etcd) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(It
 			return fmt.Errorf("source: scanning %s at %d: %w", r, at, err)
 		}
 		for _, kv := range resp.Kvs {
-			hash, key, frag, err := s.parse(kv.Key)
-			if err != nil {
+			hash, key, frag, ok := s.parse(kv.Key)
+			if !ok {
 				continue
 			}
 			if cur == nil || !bytes.Equal(cur.Key, key) {
@@ -189,7 +210,22 @@ func (s *Etcd) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(It
 			return flush()
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		limit = nextPage(resp.Kvs, limit, s.page, s.pageBytes)
 	}
+}
+
+// nextPage returns how many keys the next read of a scan asks for, after a read of kvs with
+// limit: as many as make pageBytes at their average size, between 1 and most.
+func nextPage(kvs []*mvccpb.KeyValue, limit, most, pageBytes int64) int64 {
+	var size int64
+	for _, kv := range kvs {
+		size += int64(len(kv.Key) + len(kv.Value))
+	}
+	if size == 0 {
+		return most
+	}
+	// Grow at most twofold per read: one page of small values says little of the next.
+	return max(1, min(most, 2*limit, pageBytes*int64(len(kvs))/size))
 }
 
 // checkKey rejects an empty item key: its etcd key would end right after the hash, which
@@ -285,7 +321,7 @@ func (s *Etcd) Get(ctx context.Context, key []byte) (item Item, ok bool, err err
 		item.Value, item.Exists = kvs[0].Value, true
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		if _, _, frag, err := s.parse(kv.Key); err == nil && frag != "" {
+		if _, _, frag, ok := s.parse(kv.Key); ok && frag != "" {
 			item.Fragments = append(item.Fragments, Fragment{ID: frag, Value: kv.Value})
 		}
 	}

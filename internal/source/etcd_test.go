@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/goleak"
 
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
@@ -227,4 +232,121 @@ func TestFragmentIDsWithSlashesKeepTheirItemIntact(t *testing.T) {
 	var scanned []Item
 	require.NoError(t, s.Scan(ctx, keyspace.Full(), now, func(it Item) error { scanned = append(scanned, it); return nil }))
 	assert.Equal(t, []Item{want}, scanned)
+}
+
+// rejections records what a source reports of the keys it skips.
+type rejections struct {
+	mu      sync.Mutex
+	counted map[RejectReason]int
+	logged  []string
+}
+
+func (r *rejections) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec.Attrs(func(a slog.Attr) bool {
+		if a.Key == "reason" {
+			r.logged = append(r.logged, a.Value.String())
+		}
+		return true
+	})
+	return nil
+}
+func (r *rejections) Enabled(context.Context, slog.Level) bool { return true }
+func (r *rejections) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *rejections) WithGroup(string) slog.Handler            { return r }
+
+func (r *rejections) observe(s *Etcd) {
+	r.counted = map[RejectReason]int{}
+	s.Logger = slog.New(r)
+	s.Rejected = func(reason RejectReason) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.counted[reason]++
+	}
+}
+
+func (r *rejections) snapshot() (map[RejectReason]int, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.counted), slices.Clone(r.logged)
+}
+
+// TestStrayKeysNeverTouchAnItem writes, next to an item, keys under the prefix that are not
+// item keys, among them the item's key with an empty fragment ID after it, which was read as
+// the item itself: its delete deleted the item on every node that held it.
+func TestStrayKeysNeverTouchAnItem(t *testing.T) {
+	c := etcdtest.New(t)
+	s := NewEtcd(c, "/data/")
+	var rej rejections
+	rej.observe(s)
+	ctx := ctx(t)
+	key := []byte("user:1")
+	item := s.ItemKey(key)
+	start, err := s.Put(ctx, key, []byte("v"))
+	require.NoError(t, err)
+	w := s.Watch(ctx, start)
+	stray := []string{
+		item + "/", // an empty fragment ID
+		"/data/" + strings.ToUpper(item[6:22]) + item[22:], // an upper-case hash
+		"/data/0000000000000000" + item[22:],               // another hash
+		"/data/not-an-item",
+	}
+	for range 2 {
+		for _, k := range stray {
+			_, err := c.Put(ctx, k, "stray")
+			require.NoError(t, err)
+		}
+	}
+	for _, k := range stray {
+		_, err := c.Delete(ctx, k)
+		require.NoError(t, err)
+	}
+	last, err := s.PutFragment(ctx, key, "f", []byte("x"))
+	require.NoError(t, err)
+
+	b := next(t, w)
+	assert.Equal(t, []Change{{Clock: last, Hash: keyspace.Hash(key), Key: key, Fragment: "f", Value: []byte("x")}}, b.Changes,
+		"the stray keys' puts and deletes are not changes")
+	var scanned []Item
+	require.NoError(t, s.Scan(ctx, keyspace.Full(), last, func(it Item) error { scanned = append(scanned, it); return nil }))
+	assert.Equal(t, []Item{{Key: key, Hash: keyspace.Hash(key), Value: []byte("v"), Exists: true,
+		Fragments: []Fragment{{ID: "f", Value: []byte("x")}}}}, scanned)
+
+	// The scan at a clock when the stray keys were there reads the item as it was.
+	mid := last - 1 - uint64(len(stray))
+	scanned = nil
+	require.NoError(t, s.Scan(ctx, keyspace.Full(), mid, func(it Item) error { scanned = append(scanned, it); return nil }))
+	assert.Equal(t, []Item{{Key: key, Hash: keyspace.Hash(key), Value: []byte("v"), Exists: true}}, scanned)
+
+	counted, logged := rej.snapshot()
+	// The watch saw 3 events of each stray key, the scan at mid one key of each.
+	assert.Equal(t, map[RejectReason]int{RejectEmptyFragment: 4, RejectHash: 4, RejectHashMismatch: 4, RejectShape: 4}, counted)
+	assert.ElementsMatch(t, []string{"empty_fragment", "hash", "hash_mismatch", "shape"}, logged, "logged once per reason")
+}
+
+func TestScanPagesAdaptToTheSizeOfValues(t *testing.T) {
+	assert.Equal(t, int64(1000), nextPage(nil, 10, 1000, 1<<20), "no keys: as many as allowed")
+	big := []*mvccpb.KeyValue{{Key: []byte("k"), Value: make([]byte, 1<<20)}}
+	assert.Equal(t, int64(1), nextPage(big, 1000, 1000, 1<<20), "a value of a page's size: one key per read")
+	small := make([]*mvccpb.KeyValue, 10)
+	for i := range small {
+		small[i] = &mvccpb.KeyValue{Key: []byte("k"), Value: make([]byte, 99)}
+	}
+	assert.Equal(t, int64(20), nextPage(small, 10, 1000, 1<<20), "small values: twice the keys")
+	assert.Equal(t, int64(10), nextPage(small, 10, 1000, 1000), "ten of them make a page")
+
+	c := etcdtest.New(t)
+	s := NewEtcd(c, "/data/")
+	s.pageBytes = 3000 // two or three items a read
+	ctx := ctx(t)
+	for i := range 50 {
+		_, err := s.Put(ctx, fmt.Appendf(nil, "k%d", i), make([]byte, 1000+i))
+		require.NoError(t, err)
+	}
+	now, err := s.Clock(ctx)
+	require.NoError(t, err)
+	n := 0
+	require.NoError(t, s.Scan(ctx, keyspace.Full(), now, func(it Item) error { n++; return nil }))
+	assert.Equal(t, 50, n)
 }
