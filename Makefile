@@ -20,18 +20,30 @@ STATICCHECK_VERSION := v0.8.2
 TEST_FLAGS  ?= -race -timeout 10m
 BENCH_FLAGS ?= -run '^$$' -bench . -benchmem -timeout 30m
 
+# Every fuzz target runs FUZZTIME under `make fuzz`, and FUZZTIME_SHORT under `make test`.
+FUZZTIME       ?= 60s
+FUZZTIME_SHORT ?= 2s
+
 # The binaries of the demo and the end-to-end tests.
 DEMO_BINARIES := ./cmd/assigner ./cmd/distributor ./cmd/slicectl ./examples/kvstore/cmd/kvnode ./examples/kvstore/cmd/kvdemo
 
-.PHONY: test unit lint proto proto-check bench demo e2e-compose build tools clean
+.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose build tools clean
 
-## test: proto and lint checks, every test with the race detector, the data path at full size
-test: proto-check lint unit
+## test: proto and lint checks, every test with the race detector, the data path at full size,
+## every fuzz target for a moment
+test: proto-check lint unit fuzz-short
 
 unit:
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -count=1 -timeout 10m -run '^TestDataPath' ./internal/distributor
 	$(GO) test -count=1 -timeout 10m ./e2e
+
+## fuzz: every fuzz target for FUZZTIME (60s) each; a failing input lands in testdata/fuzz/
+fuzz:
+	GO=$(GO) tools/fuzz.sh $(FUZZTIME)
+
+fuzz-short:
+	GO=$(GO) tools/fuzz.sh $(FUZZTIME_SHORT)
 
 ## lint: gofmt, go vet, staticcheck
 lint: $(STATICCHECK)
