@@ -73,7 +73,7 @@ func (c *cluster) start(tweaks ...tweak) *node {
 	cfg := assigner.Config{
 		Client: c.cli, PassInterval: 50 * time.Millisecond, ClockInterval: 10 * time.Millisecond, SessionTTL: time.Second,
 		Core:     assigner.CoreConfig{NodeTTL: 2 * time.Second, Estimator: load.EstimatorConfig{HalfLife: 100 * time.Millisecond}},
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:   testLogger(),
 		Registry: reg,
 	}
 	for _, tw := range tweaks {
@@ -101,6 +101,14 @@ func (c *cluster) start(tweaks ...tweak) *node {
 	}
 	c.t.Cleanup(n.stop)
 	return n
+}
+
+// testLogger discards the assigner's logs, unless SLICEPLANE_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("SLICEPLANE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

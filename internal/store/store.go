@@ -109,7 +109,8 @@ func (s *Store) logKey(i uint64) string              { return s.prefix + fmt.Spr
 func (s *Store) snapKey(i uint64) string             { return s.prefix + fmt.Sprintf("snap/%020d", i) }
 func (s *Store) nodeKey(id assignment.NodeID) string { return s.prefix + "nodes/" + string(id) }
 
-// Load reads the state. found is false when nothing was ever stored.
+// Load reads the state. found is false when nothing was ever stored; a state found may have
+// no map yet (Assignment nil), if its leader went before making the first.
 func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 	resp, err := s.c.Txn(ctx).Then(clientv3.OpGet(s.metaKey()), clientv3.OpGet(s.snapRefKey())).Commit()
 	if err != nil {
@@ -128,6 +129,12 @@ func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 		return State{}, false, err
 	}
 	var ref storev1.SnapshotRef
+	if len(refKVs) == 0 && m.LastIndex == 0 && m.Generation == 0 {
+		// A leader that went before its first map stored its term, settings and nodes: the
+		// state has no map yet.
+		st.Nodes, err = s.loadNodes(ctx, rev)
+		return st, err == nil, err
+	}
 	if len(refKVs) == 0 {
 		return State{}, false, fmt.Errorf("%w: the snapshot record is missing", ErrCorrupt)
 	}
@@ -182,22 +189,31 @@ func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 		return State{}, false, fmt.Errorf("%w: the map is at generation %d, the meta record says %d", ErrCorrupt, g, m.Generation)
 	}
 
-	nodes, err := s.c.Get(ctx, s.prefix+"nodes/", clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		return State{}, false, fmt.Errorf("store: reading nodes: %w", err)
+	if st.Nodes, err = s.loadNodes(ctx, rev); err != nil {
+		return State{}, false, err
 	}
-	for _, kv := range nodes.Kvs {
+	return st, true, nil
+}
+
+// loadNodes reads the registered nodes at revision rev.
+func (s *Store) loadNodes(ctx context.Context, rev int64) ([]Node, error) {
+	resp, err := s.c.Get(ctx, s.prefix+"nodes/", clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, fmt.Errorf("store: reading nodes: %w", err)
+	}
+	var nodes []Node
+	for _, kv := range resp.Kvs {
 		var r storev1.NodeRecord
 		if err := proto.Unmarshal(kv.Value, &r); err != nil {
-			return State{}, false, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
+			return nil, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
 		}
 		n, err := wire.NodeFromProto(r.GetNode())
 		if err != nil {
-			return State{}, false, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
+			return nil, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
 		}
-		st.Nodes = append(st.Nodes, Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels()})
+		nodes = append(nodes, Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels()})
 	}
-	return st, true, nil
+	return nodes, nil
 }
 
 // readLog reads the entries from..to, in order.
