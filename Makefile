@@ -16,9 +16,16 @@ STATICCHECK_VERSION := v0.8.2
 
 # Every package is tested with the race detector. The data-path integration scenarios shrink
 # under it (20k items), so they run a second time without it at the full 100k; the
-# end-to-end test (real binaries, kill -9) runs only without it.
-TEST_FLAGS  ?= -race -timeout 10m
+# end-to-end test (real binaries, kill -9) runs only without it. The timeouts only catch
+# hangs: the distributor's package takes ~2 min under the race detector on an idle 2-core
+# machine, and more than 10 on a busy one.
+TEST_TIMEOUT ?= 30m
+TEST_FLAGS   ?= -race -timeout $(TEST_TIMEOUT)
 BENCH_FLAGS ?= -run '^$$' -bench . -benchmem -timeout 30m
+
+# Every fuzz target runs FUZZTIME under `make fuzz`, and FUZZTIME_SHORT under `make test`.
+FUZZTIME       ?= 60s
+FUZZTIME_SHORT ?= 2s
 
 # The binaries of the demo and the end-to-end tests.
 DEMO_BINARIES := ./cmd/assigner ./cmd/distributor ./cmd/slicectl ./examples/kvstore/cmd/kvnode ./examples/kvstore/cmd/kvdemo
@@ -30,16 +37,24 @@ CHAOS_FAULTS ?= all
 CHAOS_ROUNDS ?= 3
 CHAOS_SEED   ?= 1
 
-.PHONY: test unit lint proto proto-check bench demo e2e-compose build tools clean chaos
+.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose build tools clean chaos
 
-## test: proto and lint checks, every test with the race detector, the data path at full size
-test: proto-check lint unit
+## test: proto and lint checks, every test with the race detector, the data path at full size,
+## every fuzz target for a moment
+test: proto-check lint unit fuzz-short
 
 unit:
 	$(GO) test $(TEST_FLAGS) ./...
-	$(GO) test -count=1 -timeout 10m -run '^TestDataPath' ./internal/distributor
-	$(GO) test -count=1 -timeout 10m ./e2e
-	$(GO) test -count=1 -timeout 5m ./chaos
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestDataPath' ./internal/distributor
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./e2e
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./chaos
+
+## fuzz: every fuzz target for FUZZTIME (60s) each; a failing input lands in testdata/fuzz/
+fuzz:
+	GO=$(GO) tools/fuzz.sh $(FUZZTIME)
+
+fuzz-short:
+	GO=$(GO) tools/fuzz.sh $(FUZZTIME_SHORT)
 
 ## lint: gofmt, go vet, staticcheck
 lint: $(STATICCHECK)

@@ -14,6 +14,11 @@ func deltaFromProto(m *pb.Delta) (Delta, error) {
 	if d.To < d.From {
 		return Delta{}, fmt.Errorf("client: delta %d..%d ends before it starts", d.From, d.To)
 	}
+	// The node's cursor moves to To once the ops are applied: a count that does not match
+	// would make it skip operations, or ask for ones it already has.
+	if d.To-d.From != uint64(len(d.Ops)) {
+		return Delta{}, fmt.Errorf("client: delta %d..%d carries %d ops, not %d", d.From, d.To, len(d.Ops), d.To-d.From)
+	}
 	if m.GetSlices() != nil {
 		list, err := rangesFromProto(m.GetSlices().GetRanges())
 		if err != nil {
@@ -62,6 +67,9 @@ func itemOp(kind OpKind, c *pb.ItemChange, fragment bool) (Op, error) {
 		return Op{}, fmt.Errorf("%s of an empty key", kind)
 	case fragment && c.GetFragment() == "":
 		return Op{}, fmt.Errorf("%s of %q without a fragment ID", kind, c.GetKey())
+	case !fragment && c.GetFragment() != "":
+		// Not to be taken for an operation on the item: the sender meant a fragment.
+		return Op{}, fmt.Errorf("%s of %q with a fragment ID", kind, c.GetKey())
 	}
 	return Op{Kind: kind, Key: c.GetKey(), Fragment: c.GetFragment(), Value: c.GetValue()}, nil
 }

@@ -98,6 +98,12 @@ func TestDeltaFromProtoRejects(t *testing.T) {
 		want string
 	}{
 		{"to before from", &pb.Delta{Epoch: 1, From: 5, To: 4}, "ends before it starts"},
+		{"to beyond its ops", &pb.Delta{Epoch: 1, From: 5, To: 9, Ops: []*pb.DeltaOp{
+			{Op: &pb.DeltaOp_Put{Put: pbItem("k", "", "v")}}}}, "carries 1 ops, not 4"},
+		{"more ops than from..to", &pb.Delta{Epoch: 1, From: 5, To: 5, Ops: []*pb.DeltaOp{
+			{Op: &pb.DeltaOp_Put{Put: pbItem("k", "", "v")}}}}, "carries 1 ops, not 0"},
+		{"put with a fragment ID", op(&pb.DeltaOp{Op: &pb.DeltaOp_Put{Put: pbItem("k", "f", "v")}}), "with a fragment ID"},
+		{"delete with a fragment ID", op(&pb.DeltaOp{Op: &pb.DeltaOp_Delete{Delete: pbItem("k", "f", "")}}), "with a fragment ID"},
 		{"empty op", op(&pb.DeltaOp{}), "empty or unknown operation"},
 		{"put of an empty key", op(&pb.DeltaOp{Op: &pb.DeltaOp_Put{Put: pbItem("", "", "v")}}), "put of an empty key"},
 		{"put without an item", op(&pb.DeltaOp{Op: &pb.DeltaOp_Put{}}), "put of an empty key"},

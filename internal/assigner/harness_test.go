@@ -73,7 +73,7 @@ func (c *cluster) start(tweaks ...tweak) *node {
 	cfg := assigner.Config{
 		Client: c.cli, PassInterval: 50 * time.Millisecond, ClockInterval: 10 * time.Millisecond, SessionTTL: time.Second,
 		Core:     assigner.CoreConfig{NodeTTL: 2 * time.Second, Estimator: load.EstimatorConfig{HalfLife: 100 * time.Millisecond}},
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:   testLogger(),
 		Registry: reg,
 	}
 	for _, tw := range tweaks {
@@ -101,6 +101,14 @@ func (c *cluster) start(tweaks ...tweak) *node {
 	}
 	c.t.Cleanup(n.stop)
 	return n
+}
+
+// testLogger discards the assigner's logs, unless SLICEPLANE_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("SLICEPLANE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -195,10 +203,7 @@ type fleet struct {
 
 func startFleet(t *testing.T, d density, n int, assigners ...*node) *fleet {
 	t.Helper()
-	f := &fleet{d: d}
-	for i := range n {
-		f.ids = append(f.ids, assignment.NodeID(fmt.Sprintf("node-%d", i)))
-	}
+	f := &fleet{d: d, ids: fleetIDs(n)}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	for _, id := range f.ids {
@@ -210,6 +215,39 @@ func startFleet(t *testing.T, d density, n int, assigners ...*node) *fleet {
 	}
 	t.Cleanup(f.stop)
 	return f
+}
+
+// fleetIDs returns the IDs of a fleet of n nodes.
+func fleetIDs(n int) []assignment.NodeID {
+	ids := make([]assignment.NodeID, n)
+	for i := range ids {
+		ids[i] = assignment.NodeID(fmt.Sprintf("node-%d", i))
+	}
+	return ids
+}
+
+// preRegister registers ids, and freezes balancing if reason is not empty, with an assigner
+// that then goes before it makes a map: the next leader's first map is made over all of them.
+// Else the first pass after the first registration makes it, over the nodes registered by
+// then; passes are 50 ms apart here, and a busy machine can take longer to register a few
+// nodes. (A first map over one node of four keeps three quarters of the space on it: slices of
+// a quarter of the keys each cost more than the churn budget allows a pass to move.)
+func (c *cluster) preRegister(t *testing.T, ids []assignment.NodeID, reason string) {
+	t.Helper()
+	// Without passes, nodes do not expire either (expiry runs with the passes).
+	setUp := c.start(small, func(c *assigner.Config) { c.PassInterval = time.Hour })
+	setUp.leading(t)
+	ctx := ctxT(t, 30*time.Second)
+	if reason != "" {
+		_, err := setUp.admin.Freeze(ctx, &pb.FreezeRequest{Reason: reason})
+		require.NoError(t, err)
+	}
+	for _, id := range ids {
+		_, err := setUp.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: string(id)}, Address: "127.0.0.1:1"})
+		require.NoError(t, err)
+	}
+	require.False(t, setUp.hasMap(), "no pass has run")
+	setUp.stop()
 }
 
 func (f *fleet) stop() {

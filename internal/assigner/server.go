@@ -428,9 +428,12 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 	s.metrics.leader.Set(1)
 	s.metrics.term.Set(float64(term))
 	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_SERVING)
-	if found {
+	switch {
+	case found && st.Assignment != nil:
 		log.Info("leading", "generation", st.Assignment.Generation(), "slices", st.Assignment.Len(), "nodes", len(st.Nodes), "clock", clock)
-	} else {
+	case found:
+		log.Info("leading, before the first map", "nodes", len(st.Nodes), "clock", clock)
+	default:
 		log.Info("leading a new cluster", "clock", clock)
 	}
 	defer func() {

@@ -5,7 +5,9 @@ package flagfile
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,12 +22,19 @@ func Load(fs *pflag.FlagSet, path string) error {
 	if err != nil {
 		return fmt.Errorf("flagfile: %w", err)
 	}
+	return apply(fs, path, data)
+}
+
+// apply sets the flags of fs from data, the YAML read from path. Keys are applied in sorted
+// order, so that a file means the same on every run and its errors read the same.
+func apply(fs *pflag.FlagSet, path string, data []byte) error {
 	var values map[string]any
 	if err := yaml.Unmarshal(data, &values); err != nil {
 		return fmt.Errorf("flagfile: %s: %w", path, err)
 	}
 	var errs []error
-	for key, v := range values {
+	for _, key := range slices.Sorted(maps.Keys(values)) {
+		v := values[key]
 		f := fs.Lookup(key)
 		if f == nil {
 			errs = append(errs, fmt.Errorf("flagfile: %s: %q is not a flag", path, key))
@@ -39,7 +48,11 @@ func Load(fs *pflag.FlagSet, path string) error {
 			items = list
 		}
 		for _, item := range items {
-			if err := f.Value.Set(text(item)); err != nil {
+			s, err := text(item)
+			if err == nil {
+				err = f.Value.Set(s)
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("flagfile: %s: %s: %w", path, key, err))
 			}
 		}
@@ -47,23 +60,51 @@ func Load(fs *pflag.FlagSet, path string) error {
 	return errors.Join(errs...)
 }
 
-// text renders a YAML scalar as the flag would read it from a command line.
-func text(v any) string {
+// text renders a YAML scalar as the flag would read it from a command line. A null (a key
+// with no value) or a list inside a list has no such form, and is refused rather than read as
+// "<nil>" or "[a b]".
+func text(v any) (string, error) {
 	switch x := v.(type) {
+	case nil:
+		return "", errors.New("no value; leave the key out to keep the default")
 	case string:
-		return x
+		return x, nil
 	case bool:
-		return strconv.FormatBool(x)
+		return strconv.FormatBool(x), nil
 	case int:
-		return strconv.Itoa(x)
+		return strconv.Itoa(x), nil
 	case float64:
-		return strconv.FormatFloat(x, 'g', -1, 64)
+		return strconv.FormatFloat(x, 'g', -1, 64), nil
+	case []any:
+		return "", errors.New("a list where one value belongs")
 	case map[string]any: // k: v pairs, as for --param
-		var parts []string
+		return pairs(x)
+	case map[any]any: // the same, with keys YAML did not read as strings
+		m := make(map[string]any, len(x))
 		for k, val := range x {
-			parts = append(parts, k+"="+text(val))
+			s, err := text(k)
+			if err != nil {
+				return "", fmt.Errorf("a key: %w", err)
+			}
+			if _, dup := m[s]; dup {
+				return "", fmt.Errorf("key %s is there twice", s)
+			}
+			m[s] = val
 		}
-		return strings.Join(parts, ",")
+		return pairs(m)
 	}
-	return fmt.Sprint(v)
+	return fmt.Sprint(v), nil
+}
+
+// pairs renders a mapping as k=v pairs, sorted by key.
+func pairs(m map[string]any) (string, error) {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		s, err := text(m[k])
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", k, err)
+		}
+		parts = append(parts, k+"="+s)
+	}
+	return strings.Join(parts, ","), nil
 }

@@ -15,6 +15,10 @@ import (
 // ErrTrace is wrapped by every error about a trace; the message names the line.
 var ErrTrace = errors.New("sim: bad trace")
 
+// MaxEpoch is the latest epoch a trace may name: a run counts its epochs up to the last
+// event's, and no run goes that far.
+const MaxEpoch = math.MaxInt32
+
 // Event is one line of a trace: exactly one of setting a key's load, deleting a key, adding a
 // node or removing one, from Epoch on.
 type Event struct {
@@ -67,8 +71,9 @@ type Trace struct {
 //
 // Blank lines are skipped. It checks everything it can before the simulation starts: a line
 // that is not valid JSON, has unknown fields, names no action or several, has a negative or
-// non-finite number, goes back in epoch, deletes a key that does not exist, or adds a node
-// twice or removes one that is not there is rejected with its line number and the reason.
+// non-finite number or an epoch beyond MaxEpoch, goes back in epoch, deletes a key that does
+// not exist, or adds a node twice or removes one that is not there is rejected with its line
+// number and the reason.
 // initialNodes are the nodes that exist from the start when the trace adds none at epoch 0.
 func ReadTrace(r io.Reader, initialNodes []assignment.NodeID) (*Trace, error) {
 	t := &Trace{LastEpoch: -1}
@@ -112,8 +117,8 @@ func parseLine(b []byte) (Event, error) {
 	if tl.Epoch == nil {
 		return Event{}, errors.New(`missing "epoch"`)
 	}
-	if *tl.Epoch < 0 {
-		return Event{}, fmt.Errorf("epoch %d is negative", *tl.Epoch)
+	if *tl.Epoch < 0 || *tl.Epoch > MaxEpoch {
+		return Event{}, fmt.Errorf("epoch %d is out of range; want 0 to %d", *tl.Epoch, MaxEpoch)
 	}
 	ev := Event{Epoch: *tl.Epoch}
 	var kinds []string

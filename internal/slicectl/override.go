@@ -119,26 +119,9 @@ move a hot key apart.`,
 			return sliceArgs("SLICE")(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := &pb.SplitRequest{}
-			switch {
-			case cmd.Flags().Changed("at") && cmd.Flags().Changed("at-hash"):
-				return usageError(errors.New("--at and --at-hash: give one or the other"))
-			case cmd.Flags().Changed("at"):
-				if atKey == "" {
-					return usageError(errors.New("--at is empty: give a key"))
-				}
-				req.At = &pb.SplitRequest_AtKey{AtKey: []byte(atKey)}
-			case cmd.Flags().Changed("at-hash"):
-				p, err := keyspace.ParsePoint(atHash)
-				if err != nil {
-					return usageError(fmt.Errorf("--at-hash: %w", err))
-				}
-				req.At = &pb.SplitRequest_AtHash{AtHash: p}
-			case len(args) == 0:
-				return usageError(fmt.Errorf("missing SLICE: give the slice to split, or --at KEY (usage: %s)", cmd.UseLine()))
-			}
-			if len(args) == 1 {
-				req.Slice = mustSliceRef(args[0])
+			req, err := splitRequest(cmd, args, atKey, atHash)
+			if err != nil {
+				return err
 			}
 			return g.withAssigner(cmd, func(ctx context.Context, s *session) error {
 				resp, err := s.admin.Split(ctx, req)
@@ -152,6 +135,33 @@ move a hot key apart.`,
 	cmd.Flags().StringVar(&atKey, "at", "", "split where this key hashes to")
 	cmd.Flags().StringVar(&atHash, "at-hash", "", "split at this point (0x-prefixed hex or decimal)")
 	return cmd
+}
+
+// splitRequest builds the request of split from its arguments and --at or --at-hash, which
+// cobra has parsed into atKey and atHash.
+func splitRequest(cmd *cobra.Command, args []string, atKey, atHash string) (*pb.SplitRequest, error) {
+	req := &pb.SplitRequest{}
+	switch {
+	case cmd.Flags().Changed("at") && cmd.Flags().Changed("at-hash"):
+		return nil, usageError(errors.New("--at and --at-hash: give one or the other"))
+	case cmd.Flags().Changed("at"):
+		if atKey == "" {
+			return nil, usageError(errors.New("--at is empty: give a key"))
+		}
+		req.At = &pb.SplitRequest_AtKey{AtKey: []byte(atKey)}
+	case cmd.Flags().Changed("at-hash"):
+		p, err := keyspace.ParsePoint(atHash)
+		if err != nil {
+			return nil, usageError(fmt.Errorf("--at-hash: %w", err))
+		}
+		req.At = &pb.SplitRequest_AtHash{AtHash: p}
+	case len(args) == 0:
+		return nil, usageError(fmt.Errorf("missing SLICE: give the slice to split, or --at KEY (usage: %s)", cmd.UseLine()))
+	}
+	if len(args) == 1 {
+		req.Slice = mustSliceRef(args[0])
+	}
+	return req, nil
 }
 
 func newMergeCommand(g *globalOptions) *cobra.Command {

@@ -115,7 +115,8 @@ func (s *Store) logKey(i uint64) string              { return s.prefix + fmt.Spr
 func (s *Store) snapKey(i uint64) string             { return s.prefix + fmt.Sprintf("snap/%020d", i) }
 func (s *Store) nodeKey(id assignment.NodeID) string { return s.prefix + "nodes/" + string(id) }
 
-// Load reads the state. found is false when nothing was ever stored.
+// Load reads the state. found is false when nothing was ever stored; a state found may have
+// no map yet (Assignment nil), if its leader went before making the first.
 func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 	resp, err := s.c.Txn(ctx).Then(clientv3.OpGet(s.metaKey()), clientv3.OpGet(s.snapRefKey())).Commit()
 	if err != nil {

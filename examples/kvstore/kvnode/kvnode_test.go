@@ -137,6 +137,19 @@ func TestNodesServeTheirKeysAndNameTheOwnersOfOthers(t *testing.T) {
 	if err := router.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Ready is the map; the nodes' addresses come from a listing of its own, which may be
+	// a moment later on a busy machine.
+	err = launch.WaitFor(ctx, "the router knows where the nodes are", 10*time.Millisecond, func(context.Context) error {
+		for i := range items {
+			if rep, err := router.Pick(fmt.Appendf(nil, "key-%d", i)); err != nil || rep.Address == "" {
+				return fmt.Errorf("no address for %s (%v)", rep.ID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool := kvclient.NewPool(nil)
 	for i := range items {
 		key := fmt.Appendf(nil, "key-%d", i)
