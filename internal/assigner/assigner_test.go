@@ -244,7 +244,7 @@ func TestFailoverBeforeTheFirstMap(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	_, err := a.admin.Freeze(ctx, &pb.FreezeRequest{Reason: "before the first map"})
 	require.NoError(t, err)
-	_, err = a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "node-0"}})
+	_, err = a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "node-0"}, Address: "127.0.0.1:1"})
 	require.NoError(t, err)
 	require.False(t, a.hasMap())
 	a.stop()

@@ -1,6 +1,7 @@
 package distributor
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -298,7 +299,10 @@ func (q *queue) take(stream, epoch, next uint64, maxOps, maxBytes int, routerClo
 		bytes += len(avail[n].data)
 		n++
 	}
-	ops = avail[:n:n]
+	// A copy: once the lock is released, a newer stream of the node may acknowledge past
+	// these operations, and trim zeroes the queue's entries in place while this stream
+	// still encodes them.
+	ops = slices.Clone(avail[:n])
 	if n == len(avail) && len(q.blocks) == 0 {
 		// Only at the end of what is queued is the node's data a state of the source: within
 		// the queue, a slice may be added and its items still to come.
