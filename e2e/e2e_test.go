@@ -178,28 +178,16 @@ func (s *scenario) nodeState(id string) kvclient.State {
 	return st
 }
 
-// phase runs one step of the scenario. It is not a subtest: every step needs the ones
-// before it, and the scenario's helpers fail the test as a whole.
-func (s *scenario) phase(name string, fn func()) {
-	s.t.Logf("=== %s", name)
-	fn()
-}
-
-func TestKillAndRecover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries; skipped in -short mode")
-	}
-	if raceEnabled {
-		t.Skip("runs without the race detector, in make test's second step (the binaries it starts are not instrumented either)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+// startCluster builds the binaries and starts two assigners, two distributors and the
+// nodes given, with a 2 s session TTL; it writes fill items, waits until every node holds
+// slices, freezes the map and checks convergence.
+func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) *scenario {
+	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &scenario{t: t, ctx: ctx, bin: t.TempDir()}
-	start := time.Now()
 	var pkgs []string
 	for _, p := range kvcluster.Binaries {
 		pkgs = append(pkgs, p)
@@ -207,8 +195,6 @@ func TestKillAndRecover(t *testing.T) {
 	if err := launch.Build(ctx, root, s.bin, false, pkgs...); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("built the binaries in %s", time.Since(start).Round(time.Millisecond))
-
 	etcd := etcdtest.Start(t)
 	cli := etcdtest.Client(t, etcd)
 	s.src, s.writer = source.NewEtcd(cli, writer.DefaultPrefix), writer.New(cli, writer.DefaultPrefix)
@@ -234,33 +220,21 @@ func TestKillAndRecover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, id := range []string{"n1", "n2", "n3"} {
+	for _, id := range nodes {
 		if _, err := s.cluster.StartNode(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
+	s.write(fill)
 	wctx, wcancel := context.WithTimeout(ctx, patience)
 	defer wcancel()
-	err = launch.WaitFor(wctx, "three nodes in the map", 100*time.Millisecond, func(context.Context) error {
-		if got := strings.Count(s.slicectl("nodes", "-o", "json"), `"n`); got < 3 {
-			return fmt.Errorf("slicectl nodes lists %d nodes", got)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.write(3000)
-	// Every node must hold slices before the kills (the assigner spreads the hash space of
-	// an idle cluster, and reads make load it balances too). Then a still map lets each check
-	// compare against one map; failover and recovery of the data path need no balancing.
 	err = launch.WaitFor(wctx, "every node to hold slices", 100*time.Millisecond, func(ctx context.Context) error {
 		for _, n := range s.cluster.Nodes() {
 			for i := range 300 {
 				n.Get(ctx, loadgen.Key(i)) //nolint:errcheck // only the load counts here
 			}
 		}
-		for _, id := range []string{"n1", "n2", "n3"} {
+		for _, id := range nodes {
 			if st := s.nodeState(id); len(st.Slices) == 0 {
 				return fmt.Errorf("%s holds no slice", id)
 			}
@@ -272,6 +246,26 @@ func TestKillAndRecover(t *testing.T) {
 	}
 	s.slicectl("freeze", "--reason", "e2e")
 	s.converged("the first fill")
+	return s
+}
+
+// phase runs one step of the scenario. It is not a subtest: every step needs the ones
+// before it, and the scenario's helpers fail the test as a whole.
+func (s *scenario) phase(name string, fn func()) {
+	s.t.Logf("=== %s", name)
+	fn()
+}
+
+func TestKillAndRecover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries; skipped in -short mode")
+	}
+	if raceEnabled {
+		t.Skip("runs without the race detector, in make test's second step (the binaries it starts are not instrumented either)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	s := startCluster(t, ctx, 3000, "n1", "n2", "n3")
 
 	s.phase("kill -9 the leading assigner", func() {
 		before := s.assignment()

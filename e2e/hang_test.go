@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,85 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
-	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
-	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
 	"github.com/sliceplane/sliceplane/internal/launch"
-	"github.com/sliceplane/sliceplane/internal/source"
 )
-
-// startCluster builds the binaries and starts two assigners, two distributors and the
-// nodes given, with a 2 s session TTL; it waits until every node holds slices, freezes the
-// map and checks convergence.
-func startCluster(t *testing.T, ctx context.Context, nodes ...string) *scenario {
-	t.Helper()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &scenario{t: t, ctx: ctx, bin: t.TempDir()}
-	var pkgs []string
-	for _, p := range kvcluster.Binaries {
-		pkgs = append(pkgs, p)
-	}
-	if err := launch.Build(ctx, root, s.bin, false, pkgs...); err != nil {
-		t.Fatal(err)
-	}
-	etcd := etcdtest.Start(t)
-	cli := etcdtest.Client(t, etcd)
-	s.src, s.writer = source.NewEtcd(cli, writer.DefaultPrefix), writer.New(cli, writer.DefaultPrefix)
-	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{etcd.Endpoint()},
-		AssignerArgs:    []string{"--pass-interval", "200ms", "--session-ttl", "2s", "--node-ttl", "20s"},
-		DistributorArgs: []string{"--session-ttl", "2s"},
-		NodeArgs:        []string{"--report-interval", "200ms"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.cluster.Stop(10 * time.Second); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	})
-	for _, id := range []string{"a1", "a2"} {
-		if _, err := s.cluster.StartAssigner(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range []string{"d1", "d2"} {
-		if _, err := s.cluster.StartDistributor(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range nodes {
-		if _, err := s.cluster.StartNode(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.write(1000)
-	wctx, wcancel := context.WithTimeout(ctx, patience)
-	defer wcancel()
-	err = launch.WaitFor(wctx, "every node to hold slices", 100*time.Millisecond, func(ctx context.Context) error {
-		for _, n := range s.cluster.Nodes() {
-			for i := range 300 {
-				n.Get(ctx, loadgen.Key(i)) //nolint:errcheck // only the load counts here
-			}
-		}
-		for _, id := range nodes {
-			if st := s.nodeState(id); len(st.Slices) == 0 {
-				return fmt.Errorf("%s holds no slice", id)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.slicectl("freeze", "--reason", "e2e")
-	s.converged("the first fill")
-	return s
-}
 
 // staleness follows how far behind the source each node is while a writer writes: a node's
 // staleness is the age of the oldest write it has not applied (one whose revision is above
@@ -187,7 +111,7 @@ func TestHungLeader(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	s := startCluster(t, ctx, "n1", "n2", "n3")
+	s := startCluster(t, ctx, 1000, "n1", "n2", "n3")
 	nodes := map[string]*kvclient.Node{}
 	for id, url := range s.cluster.NodeURLs() {
 		nodes[id] = kvclient.New(strings.TrimPrefix(url, "http://"), nil)
