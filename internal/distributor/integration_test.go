@@ -371,12 +371,18 @@ func TestDataPathStalledNodeCatchesUpBySnapshot(t *testing.T) {
 // gatedStore is a memstore that stalls its node while shut: Begin waits for the gate.
 type gatedStore struct {
 	*memstore.Store
-	mu   sync.Mutex
-	gate chan struct{} // nil while open
+	mu    sync.Mutex
+	gate  chan struct{} // nil while open
+	after uint64        // if not 0: shut once a delta of another epoch than this is stored
 }
 
 func (g *gatedStore) Begin(ctx context.Context) (client.Batch, error) {
 	g.mu.Lock()
+	if g.after != 0 && g.gate == nil {
+		if c, err := g.Store.Cursor(ctx); err == nil && c.Epoch != 0 && c.Epoch != g.after {
+			g.gate, g.after = make(chan struct{}), 0
+		}
+	}
 	gate := g.gate
 	g.mu.Unlock()
 	if gate != nil {
@@ -399,11 +405,21 @@ func (g *gatedStore) shut(t *testing.T) client.Cursor {
 	return c
 }
 
+// shutAfterEpoch stalls the node once it has stored the first delta of an epoch other than
+// epoch: the start of its next snapshot.
+func (g *gatedStore) shutAfterEpoch(epoch uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.after = epoch
+}
+
 func (g *gatedStore) open() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	close(g.gate)
-	g.gate = nil
+	if g.gate != nil {
+		close(g.gate)
+	}
+	g.gate, g.after = nil, 0
 }
 
 // counter sums a counter over the registries.
@@ -426,12 +442,17 @@ func counter(regs map[string]*prometheus.Registry, mu *sync.Mutex, name string) 
 }
 
 // TestDataPathSnapshotsInSmallPieces reads every scan in pieces of 8 KiB and holds at most
-// 64 KiB of it for a node: scans pause and pick up again at their clock many times each while
-// slices move and changes wait behind them.
+// 64 KiB of it for a node while slices move and changes wait behind the scans. Node n0 is made
+// to take a snapshot (its distributor stops) and to stop acknowledging right after the
+// snapshot's first delta: its scan must pause rather than read on, and pick up again at its
+// clock once n0 takes more.
 func TestDataPathSnapshotsInSmallPieces(t *testing.T) {
 	regs := map[string]*prometheus.Registry{}
 	var mu sync.Mutex
+	gate := &gatedStore{Store: memstore.New()}
+	const pauses = "sliceplane_distributor_scan_pauses_total"
 	scenario{
+		gate: gate,
 		distributor: func(cfg *distributor.Config) {
 			cfg.MaxScanAheadBytes = 64 << 10
 			cfg.Registry = prometheus.NewRegistry()
@@ -439,8 +460,16 @@ func TestDataPathSnapshotsInSmallPieces(t *testing.T) {
 			regs[cfg.ID] = cfg.Registry
 			mu.Unlock()
 		},
-		after: func(t *testing.T, c *clustertest.Cluster) {
-			assert.Positive(t, counter(regs, &mu, "sliceplane_distributor_scan_pauses_total"), "scans waited for their nodes")
+		during: func(t *testing.T, c *clustertest.Cluster) {
+			n0 := c.Nodes()["n0"]
+			from, _, ok := n0.Distributor()
+			require.True(t, ok, "n0 pulls from a distributor")
+			before := counter(regs, &mu, pauses)
+			gate.shutAfterEpoch(n0.Cursor().Epoch)
+			c.Distributors()[from].Stop()
+			waitFor(t, patience, "n0's snapshot scan pauses for n0", func() bool { return counter(regs, &mu, pauses) > before })
+			gate.open()
+			c.StartDistributor(from)
 		},
 	}.run(t)
 }
