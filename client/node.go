@@ -436,13 +436,8 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 		return false, err
 	}
 	for {
-		watchdog.Waiting()
-		resp, err := stream.Recv()
-		watchdog.Heard()
+		resp, err := dial.Receive(watchdog, stream.Recv)
 		if err != nil {
-			if dial.Silent(streamCtx) {
-				return progressed, dial.ErrSilent
-			}
 			return progressed, err
 		}
 		n.heard.Store(time.Now().UnixNano())

@@ -302,13 +302,8 @@ func (r *Router) follow(ctx context.Context, assignments pb.AssignmentServiceCli
 		return false, fmt.Errorf("client: watching the assignment: %w", err)
 	}
 	for {
-		watchdog.Waiting()
-		resp, err := stream.Recv()
-		watchdog.Heard()
+		resp, err := dial.Receive(watchdog, stream.Recv)
 		if err != nil {
-			if dial.Silent(ctx) {
-				err = dial.ErrSilent
-			}
 			return applied, fmt.Errorf("client: watching the assignment: %w", err)
 		}
 		if resp.GetHeartbeat() {

@@ -71,6 +71,7 @@ var ErrSilent = errors.New("dial: the peer sent nothing for too long")
 // a hung peer, or a link that holds bytes without resetting, is then noticed in a bounded
 // time. Only time spent waiting counts, not time spent on what was received.
 type Watchdog struct {
+	ctx     context.Context // the stream's, which the watchdog cancels
 	timeout time.Duration
 	timer   *time.Timer
 	cancel  context.CancelCauseFunc
@@ -81,7 +82,7 @@ type Watchdog struct {
 // when the stream ends.
 func NewWatchdog(ctx context.Context, timeout time.Duration) (context.Context, *Watchdog) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	w := &Watchdog{timeout: timeout, cancel: cancel}
+	w := &Watchdog{ctx: ctx, timeout: timeout, cancel: cancel}
 	w.timer = time.AfterFunc(timeout, func() { cancel(ErrSilent) })
 	w.timer.Stop()
 	return ctx, w
@@ -92,6 +93,18 @@ func (w *Watchdog) Waiting() { w.timer.Reset(w.timeout) }
 
 // Heard stops the clock: call it right after a message arrived.
 func (w *Watchdog) Heard() { w.timer.Stop() }
+
+// Receive waits for the next message of a stream run with the watchdog's context, with the
+// clock running only meanwhile; a stream the watchdog ended returns ErrSilent.
+func Receive[T any](w *Watchdog, recv func() (T, error)) (T, error) {
+	w.Waiting()
+	m, err := recv()
+	w.Heard()
+	if err != nil && Silent(w.ctx) {
+		return m, ErrSilent
+	}
+	return m, err
+}
 
 // Stop releases the timer and the context: check Silent first.
 func (w *Watchdog) Stop() {

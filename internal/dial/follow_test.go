@@ -2,6 +2,7 @@ package dial_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"testing"
@@ -181,4 +182,23 @@ func TestAStoppedWatchdogIsNotSilent(t *testing.T) {
 	w.Stop()
 	<-ctx.Done()
 	assert.False(t, dial.Silent(ctx))
+}
+
+func TestReceiveSaysASilentStreamIsSilent(t *testing.T) {
+	ctx, w := dial.NewWatchdog(context.Background(), 20*time.Millisecond)
+	defer w.Stop()
+	heard := func() (int, error) { return 1, nil }
+	m, err := dial.Receive(w, heard)
+	require.NoError(t, err)
+	assert.Equal(t, 1, m)
+	hung := func() (int, error) { <-ctx.Done(); return 0, ctx.Err() }
+	_, err = dial.Receive(w, hung)
+	assert.ErrorIs(t, err, dial.ErrSilent, "a stream the watchdog ended is silent")
+
+	ctx2, w2 := dial.NewWatchdog(context.Background(), time.Hour)
+	defer w2.Stop()
+	failed := func() (int, error) { return 0, errors.New("reset") }
+	_, err = dial.Receive(w2, failed)
+	assert.EqualError(t, err, "reset", "other failures pass through")
+	assert.NoError(t, ctx2.Err())
 }

@@ -607,13 +607,8 @@ func (s *Server) watchQuanta(ctx context.Context, client pb.QuantaServiceClient,
 		return err
 	}
 	for {
-		watchdog.Waiting()
-		resp, err := stream.Recv()
-		watchdog.Heard()
+		resp, err := dial.Receive(watchdog, stream.Recv)
 		if err != nil {
-			if dial.Silent(ctx) {
-				return dial.ErrSilent
-			}
 			return err
 		}
 		if resp.GetHeartbeat() {
