@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,10 +16,8 @@ import (
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sliceplane/sliceplane/internal/healthcheck"
 	"github.com/sliceplane/sliceplane/internal/launch"
 )
 
@@ -321,39 +318,11 @@ func serving(ctx context.Context, m *member) error {
 	defer cancel()
 	switch m.kind {
 	case "etcd":
-		return httpOK(ctx, "http://"+m.addr+"/health")
+		return healthcheck.HTTP(ctx, "http://"+m.addr+"/health")
 	case "node":
-		return httpOK(ctx, "http://"+m.addr+"/healthz")
+		return healthcheck.HTTP(ctx, "http://"+m.addr+"/healthz")
 	}
-	conn, err := grpc.NewClient(m.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		return err
-	}
-	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("health: %s", resp.GetStatus())
-	}
-	return nil
-}
-
-func httpOK(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
+	return healthcheck.GRPC(ctx, m.addr, "")
 }
 
 // exited returns the error of every member whose process exited without being asked to.

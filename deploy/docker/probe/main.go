@@ -12,17 +12,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sliceplane/sliceplane/internal/healthcheck"
 )
 
 const usageText = `usage:
@@ -53,9 +51,9 @@ func run(args []string, out, errOut io.Writer) int {
 	var err error
 	switch kind {
 	case "http":
-		err = probeHTTP(ctx, target)
+		err = healthcheck.HTTP(ctx, target)
 	case "grpc":
-		err = probeGRPC(ctx, target, *service)
+		err = healthcheck.GRPC(ctx, target, *service, grpc.WaitForReady(true))
 	default:
 		fmt.Fprint(errOut, usageText)
 		return 2
@@ -66,37 +64,4 @@ func run(args []string, out, errOut io.Writer) int {
 	}
 	fmt.Fprintf(out, "healthy: %s\n", target)
 	return 0
-}
-
-func probeHTTP(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return errors.New(resp.Status)
-	}
-	return nil
-}
-
-func probeGRPC(ctx context.Context, addr, service string) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))
-	if err != nil {
-		return err
-	}
-	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("service %q is %s", service, st)
-	}
-	return nil
 }
