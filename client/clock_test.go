@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -70,9 +69,7 @@ func TestTheClockHoldsThroughASnapshotAfterADistributorRestart(t *testing.T) {
 	const items = 200
 	var last uint64
 	for i := range items {
-		var err error
-		last, err = c.Source.Put(ctx, fmt.Appendf(nil, "item-%d", i), fmt.Appendf(nil, "value-%d", i))
-		require.NoError(t, err)
+		last = putItem(ctx, t, c, i)
 	}
 	require.NoError(t, c.WaitClock(ctx, last))
 	// The distributor that starts again follows the source from the assigner's clock: once

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -19,21 +18,19 @@ import (
 	"github.com/sliceplane/sliceplane/internal/faultproxy"
 )
 
-// freePort returns a loopback address that was free a moment ago.
-func freePort(t *testing.T) string {
+// putItem writes item i into the cluster's source and returns the clock of the write.
+func putItem(ctx context.Context, t *testing.T, c *clustertest.Cluster, i int) uint64 {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	clock, err := c.Source.Put(ctx, fmt.Appendf(nil, "item-%d", i), fmt.Appendf(nil, "value-%d", i))
 	require.NoError(t, err)
-	addr := lis.Addr().String()
-	require.NoError(t, lis.Close())
-	return addr
+	return clock
 }
 
 // A pull link that holds bytes without resetting anything (a stalled link) is noticed: the
 // node says its data is stale (Health, and through its heartbeats the assigner), counts the
 // stall, reconnects, and once the link is back it is fresh again and catches up.
 func TestANodeNoticesAStalledPullStream(t *testing.T) {
-	listen := freePort(t)
+	listen := deadAddress(t) // free a moment ago: the distributor listens there
 	proxy, err := faultproxy.New(listen)
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
@@ -49,18 +46,13 @@ func TestANodeNoticesAStalledPullStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	put := func(i int) uint64 {
-		clock, err := c.Source.Put(ctx, fmt.Appendf(nil, "item-%d", i), fmt.Appendf(nil, "value-%d", i))
-		require.NoError(t, err)
-		return clock
-	}
 	fresh := func(want bool) func() bool {
 		return func() bool {
 			n := adm.nodes(ctx)["n1"]
 			return n != nil && n.GetStale() != want && n.GetSilence() != nil
 		}
 	}
-	last := put(0)
+	last := putItem(ctx, t, c, 0)
 	waitFor(t, 30*time.Second, "the node applies the first write", func() bool { return n1.Clock() >= last })
 	// Idle is not stalled: the distributor's heartbeats keep the node fresh.
 	idleSince := time.Now()
@@ -73,7 +65,7 @@ func TestANodeNoticesAStalledPullStream(t *testing.T) {
 
 	proxy.Stall()
 	stalled := time.Now()
-	last = put(1)
+	last = putItem(ctx, t, c, 1)
 	waitFor(t, 10*time.Second, "the node notices the stall", func() bool {
 		h := n1.Health()
 		return h.Stale && h.Stalls > 0
@@ -115,19 +107,14 @@ func TestWatchersLeaveASilentStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	put := func(i int) uint64 {
-		clock, err := c.Source.Put(ctx, fmt.Appendf(nil, "item-%d", i), fmt.Appendf(nil, "value-%d", i))
-		require.NoError(t, err)
-		return clock
-	}
-	last := put(0)
+	last := putItem(ctx, t, c, 0)
 	waitFor(t, 30*time.Second, "the node applies the first write", func() bool { return n1.Clock() >= last })
 	require.NoError(t, router.WaitReady(ctx))
 
 	toDistributor.StallExisting()
 	toRouter.StallExisting()
 	stalled := time.Now()
-	last = put(1)
+	last = putItem(ctx, t, c, 1)
 	_, err = adm.Split(ctx, &pb.SplitRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: []byte("item-0")}}}, grpc.WaitForReady(true))
 	require.NoError(t, err)
 	gen := adm.assignment(t, ctx).Generation()

@@ -293,8 +293,7 @@ func TestNodeInCluster(t *testing.T) {
 	const items = 200
 	var last uint64
 	for i := range items {
-		last, err = c.Source.Put(ctx, fmt.Appendf(nil, "item-%d", i), fmt.Appendf(nil, "value-%d", i))
-		require.NoError(t, err)
+		last = putItem(ctx, t, c, i)
 	}
 	waitFor(t, 30*time.Second, "the nodes reach the clock of the last write", func() bool {
 		return n1.Clock() >= last && n2.Clock() >= last
