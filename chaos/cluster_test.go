@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/sliceplane/sliceplane/internal/faultproxy"
 	"github.com/sliceplane/sliceplane/internal/healthcheck"
 	"github.com/sliceplane/sliceplane/internal/launch"
 )
@@ -97,7 +98,7 @@ type cluster struct {
 	toxi    *toxiproxy.ApiServer
 	proxies map[string]*toxiproxy.Proxy
 	// holds are the proxies in front of each distributor's toxiproxy, by distributor ID.
-	holds map[string]*holdProxy
+	holds map[string]*faultproxy.Proxy
 
 	etcd         []*member
 	assigners    []*member
@@ -116,7 +117,7 @@ func newCluster(dir, bin string, assignerTTL time.Duration) (*cluster, error) {
 	metrics := toxiproxy.NewMetricsContainer(prometheus.NewRegistry())
 	return &cluster{dir: dir, logs: logs, bin: bin, ready: 60 * time.Second, assignerTTL: assignerTTL,
 		toxi: toxiproxy.NewServer(metrics, zerolog.Nop()), proxies: map[string]*toxiproxy.Proxy{},
-		holds: map[string]*holdProxy{}}, nil
+		holds: map[string]*faultproxy.Proxy{}}, nil
 }
 
 func (c *cluster) all() []*member {
@@ -229,17 +230,18 @@ func (c *cluster) startDistributor(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	// Nodes dial a hold proxy, which dials the toxiproxy in front of the distributor.
+	// Nodes dial a fault proxy (it can stall the streams open at one moment), which dials
+	// the toxiproxy in front of the distributor.
 	toxic, err := c.proxy("distributor-"+id, addrs[0])
 	if err != nil {
 		return err
 	}
-	hold, err := newHoldProxy(toxic)
+	hold, err := faultproxy.New(toxic)
 	if err != nil {
 		return err
 	}
 	c.holds[id] = hold
-	adv := hold.addr()
+	adv := hold.Addr()
 	m := &member{kind: "distributor", id: id, addr: addrs[0], bin: filepath.Join(c.bin, "distributor")}
 	m.args = append([]string{"--id", id, "--etcd-endpoints", strings.Join(c.etcdEndpoints(), ","),
 		"--assigners", strings.Join(c.assignerAddrs(), ","), "--listen", m.addr, "--advertise", adv,
@@ -367,7 +369,7 @@ func (c *cluster) close() {
 	}
 	wg.Wait()
 	for _, h := range c.holds {
-		h.close()
+		h.Close() //nolint:errcheck // the test is ending; its listener's error says nothing
 	}
 	for _, p := range c.proxies {
 		p.Stop()

@@ -265,9 +265,9 @@ func linkCut(r *run) (outcome, error) {
 func streamStall(r *run) (outcome, error) {
 	d := r.pick(r.c.distributors)
 	h := r.c.holds[d.id]
-	n := h.open()
-	release := h.hold()
-	defer release()
+	n := h.Open()
+	h.StallExisting()
+	defer h.DropStalled() // a held stream is dead for good, as a real one would be
 	return outcome{target: fmt.Sprintf("%d streams to %s", n, d.id)}, r.hold(stallHold)
 }
 

@@ -1,12 +1,8 @@
 package chaos_test
 
 import (
-	"errors"
-	"io"
 	"math/rand/v2"
-	"net"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 )
@@ -82,70 +78,5 @@ func TestConfigRefusesUnknownFaults(t *testing.T) {
 	t.Setenv("CHAOS_ROUNDS", "0")
 	if _, err := loadConfig(); err == nil {
 		t.Error("CHAOS_ROUNDS=0: no error")
-	}
-}
-
-// echo serves connections that write back what they read, until the listener closes.
-func echo(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { lis.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { defer c.Close(); io.Copy(c, c) }) //nolint:errcheck // ends with the connection
-		}
-	})
-	return lis.Addr().String()
-}
-
-func roundTrip(c net.Conn, msg string) error {
-	if _, err := c.Write([]byte(msg)); err != nil {
-		return err
-	}
-	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond)) //nolint:errcheck // a net.Conn's
-	buf := make([]byte, len(msg))
-	_, err := io.ReadFull(c, buf)
-	return err
-}
-
-func TestHoldProxyHoldsOpenStreamsOnly(t *testing.T) {
-	p, err := newHoldProxy(echo(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	old, err := net.Dial("tcp", p.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
-	if err := roundTrip(old, "before"); err != nil {
-		t.Fatalf("before the hold: %v", err)
-	}
-	release := p.hold()
-	var ne net.Error
-	if err := roundTrip(old, "held"); !errors.As(err, &ne) || !ne.Timeout() {
-		t.Errorf("a held stream: %v, want a read timeout (no data, no reset)", err)
-	}
-	fresh, err := net.Dial("tcp", p.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
-	if err := roundTrip(fresh, "fresh"); err != nil {
-		t.Errorf("a stream opened during the hold: %v", err)
-	}
-	release()
-	old.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // a net.Conn's
-	if _, err := old.Read(make([]byte, 16)); err == nil {
-		t.Error("a released stream still reads; want it closed")
 	}
 }

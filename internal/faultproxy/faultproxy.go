@@ -47,6 +47,15 @@ func (l *link) resume() {
 	}
 }
 
+func (l *link) isStalled() bool {
+	select {
+	case <-l.gate():
+		return false
+	default:
+		return true
+	}
+}
+
 func (l *link) gate() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -86,6 +95,27 @@ func (p *Proxy) StallExisting() {
 	defer p.mu.Unlock()
 	for l := range p.links {
 		l.stall()
+	}
+}
+
+// Open returns how many connections the proxy holds open now.
+func (p *Proxy) Open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.links)
+}
+
+// DropStalled closes the connections stalled now, as a dead link at last ends (a timeout, a
+// reset): their peers must dial again. Later connections are left alone.
+func (p *Proxy) DropStalled() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		if l.isStalled() {
+			l.in.Close()
+			l.out.Close()
+			l.resume() // the pipes waiting at the gate find their connections closed and end
+		}
 	}
 }
 
