@@ -178,11 +178,18 @@ func (s *scenario) nodeState(id string) kvclient.State {
 	return st
 }
 
-// startCluster builds the binaries and starts two assigners, two distributors and the
-// nodes given, with a 2 s session TTL; it writes fill items, waits until every node holds
-// slices, freezes the map and checks convergence.
+// startCluster skips in -short mode and under the race detector; otherwise it builds the
+// binaries and starts two assigners, two distributors and the nodes given, with a 2 s
+// session TTL; it writes fill items, waits until every node holds slices, freezes the map
+// and checks convergence.
 func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) *scenario {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binaries; skipped in -short mode")
+	}
+	if raceEnabled {
+		t.Skip("runs without the race detector, in make test's second step (the binaries it starts are not instrumented either)")
+	}
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -257,12 +264,6 @@ func (s *scenario) phase(name string, fn func()) {
 }
 
 func TestKillAndRecover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries; skipped in -short mode")
-	}
-	if raceEnabled {
-		t.Skip("runs without the race detector, in make test's second step (the binaries it starts are not instrumented either)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	s := startCluster(t, ctx, 3000, "n1", "n2", "n3")

@@ -103,12 +103,6 @@ func (st *staleness) report() map[string]time.Duration {
 // A hung leader (SIGSTOP, longer than its session TTL) costs no more staleness than a dead
 // one: the standby takes over, and distributors and nodes leave the hung leader for it.
 func TestHungLeader(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries; skipped in -short mode")
-	}
-	if raceEnabled {
-		t.Skip("runs without the race detector, in make test's second step (the binaries it starts are not instrumented either)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	s := startCluster(t, ctx, 1000, "n1", "n2", "n3")
