@@ -1,0 +1,216 @@
+// Package authz decides who may call what on a Sliceplane server. Every server installs one
+// Authorizer as its unary and stream interceptor; handlers never check credentials
+// themselves.
+//
+// A caller's identity comes from its client certificate (package mtls: the URI SAN
+// spiffe://sliceplane/<kind>/<name>). Its roles are the role named by its kind plus what the
+// policy file grants it (Policy). Each method has a Rule: the roles that may call it and,
+// for the methods a node calls about itself, the node the request names, which a caller
+// allowed only as a node must be. Refusals are Unauthenticated (no identity: no certificate,
+// an expired one, another CA) or PermissionDenied (an identity without the role, a node
+// acting as another), with a message that says why, and are counted in
+// sliceplane_<server>_requests_denied_total{method,reason}.
+//
+// A server without TLS (a nil *mtls.Source: development on loopback, or --insecure) lets
+// every call through; its callers are known only by address.
+package authz
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/sliceplane/sliceplane/internal/mtls"
+)
+
+// Refusal reasons, the values of the denied counter's reason label.
+const (
+	ReasonUnauthenticated = "unauthenticated"
+	ReasonRole            = "role"
+	ReasonImpersonation   = "impersonation"
+	ReasonNoRule          = "no_rule"
+)
+
+// Authorizer is the interceptor of one server.
+type Authorizer struct {
+	tls    *mtls.Source
+	policy *Policy
+	rules  Rules
+	denied *prometheus.CounterVec
+	log    *slog.Logger
+}
+
+// New returns the Authorizer of a server whose TLS is src (nil: plaintext, everything
+// allowed), deciding by rules and policy (nil: roles by kind only). Its refusals are counted
+// as sliceplane_<server>_requests_denied_total in reg.
+func New(server string, src *mtls.Source, policy *Policy, rules Rules, reg prometheus.Registerer, log *slog.Logger) *Authorizer {
+	a := &Authorizer{
+		tls: src, policy: policy, rules: rules, log: log,
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sliceplane", Subsystem: server, Name: "requests_denied_total",
+			Help: "Calls refused by authentication or authorization, by method and reason (unauthenticated, role, impersonation, no_rule).",
+		}, []string{"method", "reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(a.denied)
+	}
+	return a
+}
+
+// ServerOptions returns the credentials and interceptors to build a grpc.Server with.
+func (a *Authorizer) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		a.tls.ServerOption(),
+		grpc.ChainUnaryInterceptor(a.unary),
+		grpc.ChainStreamInterceptor(a.stream),
+	}
+}
+
+type callerKey struct{}
+
+// Caller returns who made the call ctx belongs to, for the audit trail: the SPIFFE ID of an
+// authenticated caller, or "plaintext:<address>" on a server without TLS.
+func Caller(ctx context.Context) string {
+	if c, ok := ctx.Value(callerKey{}).(string); ok {
+		return c
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return "plaintext:" + p.Addr.String()
+	}
+	return "unknown"
+}
+
+// CallerIdentity returns the authenticated identity of the call ctx belongs to.
+func CallerIdentity(ctx context.Context) (mtls.Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(mtls.Identity)
+	return id, ok
+}
+
+type identityKey struct{}
+
+func (a *Authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, g, err := a.authorize(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.checkSelf(info.FullMethod, g, req); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (a *Authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, g, err := a.authorize(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return handler(srv, &checkedStream{ServerStream: ss, ctx: ctx, a: a, method: info.FullMethod, grant: g})
+}
+
+// grant is what authorize found: who calls, and whether only as the node it must be.
+type grant struct {
+	id       mtls.Identity
+	selfOnly bool
+}
+
+// authorize finds the caller's identity and checks its roles against the method's rule.
+func (a *Authorizer) authorize(ctx context.Context, method string) (context.Context, grant, error) {
+	if a.tls == nil {
+		return ctx, grant{}, nil
+	}
+	id, err := a.identify(ctx)
+	if err != nil {
+		return ctx, grant{}, a.refuse(method, ReasonUnauthenticated, codes.Unauthenticated, "%v", err)
+	}
+	rule, ok := a.rules.find(method)
+	if !ok {
+		return ctx, grant{}, a.refuse(method, ReasonNoRule, codes.PermissionDenied, "%s may not call %s: no rule allows it", id, method)
+	}
+	roles := a.policy.Roles(id)
+	if rule.Public {
+		return withCaller(ctx, id), grant{id: id}, nil
+	}
+	g := grant{id: id}
+	switch {
+	case roles.anyOf(rule.Roles, RoleNode):
+	case roles.has(RoleNode) && contains(rule.Roles, RoleNode):
+		g.selfOnly = rule.Self != nil
+	default:
+		return ctx, grant{}, a.refuse(method, ReasonRole, codes.PermissionDenied,
+			"%s (roles %s) may not call %s: it needs one of the roles %s", id, roles, method, joinRoles(rule.Roles))
+	}
+	return withCaller(ctx, id), g, nil
+}
+
+func withCaller(ctx context.Context, id mtls.Identity) context.Context {
+	return context.WithValue(context.WithValue(ctx, callerKey{}, id.ID), identityKey{}, id)
+}
+
+// identify verifies the client's certificate: the TLS handshake only asked for it.
+func (a *Authorizer) identify(ctx context.Context) (mtls.Identity, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return mtls.Identity{}, fmt.Errorf("authz: no peer")
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return mtls.Identity{}, fmt.Errorf("authz: the connection is not TLS")
+	}
+	id, err := a.tls.VerifyClient(info.State.PeerCertificates)
+	if err != nil {
+		return mtls.Identity{}, fmt.Errorf("authz: %w", err)
+	}
+	return id, nil
+}
+
+// checkSelf refuses a node that names another node in msg.
+func (a *Authorizer) checkSelf(method string, g grant, msg any) error {
+	if !g.selfOnly {
+		return nil
+	}
+	rule, _ := a.rules.find(method)
+	named, ok := rule.Self(msg)
+	if !ok || named == g.id.Name {
+		return nil
+	}
+	return a.refuse(method, ReasonImpersonation, codes.PermissionDenied,
+		"%s may act only as node %q, not as node %q", g.id, g.id.Name, named)
+}
+
+func (a *Authorizer) refuse(method, reason string, code codes.Code, format string, args ...any) error {
+	a.denied.WithLabelValues(method, reason).Inc()
+	msg := fmt.Sprintf(format, args...)
+	if !strings.HasPrefix(msg, "authz: ") {
+		msg = "authz: " + msg
+	}
+	if a.log != nil {
+		a.log.Warn("refused a call", "method", method, "reason", reason, "err", msg)
+	}
+	return status.Error(code, msg)
+}
+
+// checkedStream checks every message a node sends on a stream it may open only as itself.
+type checkedStream struct {
+	grpc.ServerStream
+	ctx    context.Context
+	a      *Authorizer
+	method string
+	grant  grant
+}
+
+func (s *checkedStream) Context() context.Context { return s.ctx }
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.a.checkSelf(s.method, s.grant, m)
+}

@@ -1,0 +1,165 @@
+package authz
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sliceplane/sliceplane/internal/mtls"
+)
+
+// Role is what an identity may do.
+type Role string
+
+// The roles. An identity has the role its kind names (spiffe://sliceplane/admin/alice is an
+// admin), the roles the policy grants it, and the roles those imply: admin implies viewer,
+// viewer implies router; node and distributor imply router (they read the map).
+const (
+	// RoleNode may Register, Heartbeat, ReportLoad, Deregister and Pull, only as itself.
+	RoleNode Role = "node"
+	// RoleDistributor may watch the quanta.
+	RoleDistributor Role = "distributor"
+	// RoleRouter may read the map: WatchAssignment, GetAssignment, Lookup.
+	RoleRouter Role = "router"
+	// RoleViewer may inspect: Status, ListNodes, ListSlices, ListQuanta, Explain.
+	RoleViewer Role = "viewer"
+	// RoleAdmin may change: Move, Split, Merge, Pin, Unpin, Drain, Freeze, Unfreeze,
+	// SetAlgorithm.
+	RoleAdmin Role = "admin"
+	// RoleAssigner is the assigners' own identity; no method needs it.
+	RoleAssigner Role = "assigner"
+)
+
+var known = []Role{RoleNode, RoleDistributor, RoleRouter, RoleViewer, RoleAdmin, RoleAssigner}
+
+var implies = map[Role][]Role{
+	RoleAdmin:       {RoleViewer},
+	RoleViewer:      {RoleRouter},
+	RoleNode:        {RoleRouter},
+	RoleDistributor: {RoleRouter},
+}
+
+// ErrPolicy marks a policy file that cannot be used.
+var ErrPolicy = errors.New("authz: bad policy")
+
+// Policy grants identities roles beyond their kind's. The YAML file (--authz-policy):
+//
+//	grants:
+//	  spiffe://sliceplane/node/n1: [viewer]       # one identity
+//	  spiffe://sliceplane/router/*: [viewer]      # every identity of a kind
+//
+// A nil Policy grants nothing beyond the kinds.
+type Policy struct {
+	grants map[string][]Role
+}
+
+type policyFile struct {
+	Grants map[string][]Role `yaml:"grants"`
+}
+
+// ParsePolicy reads a policy; unknown fields, roles and malformed identities are errors.
+func ParsePolicy(data []byte) (*Policy, error) {
+	var f policyFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	for id, roles := range f.Grants {
+		if !strings.HasPrefix(id, "spiffe://"+mtls.TrustDomain+"/") || strings.Count(id, "/") != 4 {
+			return nil, fmt.Errorf("%w: %q is not spiffe://%s/<kind>/<name> (or <kind>/*)", ErrPolicy, id, mtls.TrustDomain)
+		}
+		for _, r := range roles {
+			if !slices.Contains(known, r) {
+				return nil, fmt.Errorf("%w: %q: unknown role %q (roles: %s)", ErrPolicy, id, r, joinRoles(known))
+			}
+		}
+	}
+	return &Policy{grants: f.Grants}, nil
+}
+
+// LoadPolicy reads the policy file at path; an empty path means no policy.
+func LoadPolicy(path string) (*Policy, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	p, err := ParsePolicy(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Roles returns every role id has.
+func (p *Policy) Roles(id mtls.Identity) RoleSet {
+	set := RoleSet{}
+	set.add(Role(id.Kind))
+	if p != nil {
+		for _, r := range p.grants[id.ID] {
+			set.add(r)
+		}
+		for _, r := range p.grants["spiffe://"+mtls.TrustDomain+"/"+id.Kind+"/*"] {
+			set.add(r)
+		}
+	}
+	return set
+}
+
+// RoleSet is a set of roles, closed under implication.
+type RoleSet map[Role]bool
+
+func (s RoleSet) add(r Role) {
+	if !slices.Contains(known, r) || s[r] {
+		return
+	}
+	s[r] = true
+	for _, i := range implies[r] {
+		s.add(i)
+	}
+}
+
+func (s RoleSet) has(r Role) bool { return s[r] }
+
+// anyOf reports whether s holds one of roles other than except.
+func (s RoleSet) anyOf(roles []Role, except Role) bool {
+	for _, r := range roles {
+		if r != except && s[r] {
+			return true
+		}
+	}
+	return false
+}
+
+// String lists the roles in order, "none" for none.
+func (s RoleSet) String() string {
+	var rs []Role
+	for r := range s {
+		rs = append(rs, r)
+	}
+	if len(rs) == 0 {
+		return "none"
+	}
+	return joinRoles(rs)
+}
+
+func joinRoles(rs []Role) string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = string(r)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+func contains(rs []Role, r Role) bool { return slices.Contains(rs, r) }
