@@ -34,6 +34,9 @@ type NodeConfig struct {
 	Labels  map[string]string
 	// Assigners are the addresses of the assigners (leader and standbys).
 	Assigners []string
+	// TLS is the node's certificate (spiffe://sliceplane/node/<ID>) for the assigners and
+	// its distributor; zero for plaintext.
+	TLS TLS
 	// Store holds the node's data. Required.
 	Store Store
 	// ReportInterval is the time between load reports; default 1 s.

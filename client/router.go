@@ -31,6 +31,9 @@ var ErrNotReady = errors.New("client: router not ready: no assignment applied ye
 type RouterConfig struct {
 	// Assigners are the gRPC addresses of the assigners (leader and standbys). Required.
 	Assigners []string
+	// TLS is the router's certificate (an identity with the router role); zero for
+	// plaintext.
+	TLS TLS
 	// Policy chooses the replica Pick returns; default RoundRobin.
 	Policy Policy
 	// RefreshInterval is how often the nodes' addresses and capacities are read again; default

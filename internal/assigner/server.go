@@ -166,7 +166,7 @@ func New(cfg Config) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
-	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry); err != nil {
+	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, nil); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("assigner: %w", err)
 	}

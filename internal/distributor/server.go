@@ -186,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
 	reflection.Register(s.grpc)
-	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry); err != nil {
+	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, nil); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("distributor: %w", err)
 	}

@@ -4,6 +4,7 @@ package metricsserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -24,9 +25,11 @@ type Server struct {
 	http *http.Server
 }
 
-// Listen binds addr and prepares to serve reg at /metrics; the handler counts its own errors
-// in reg too. An empty addr asks for no endpoint: Listen returns nil, nil.
-func Listen(addr string, reg *prometheus.Registry) (*Server, error) {
+// Listen binds addr and prepares to serve reg at /metrics, over TLS when tlsConf is not nil
+// (mtls.Source.ServerTLS: scrapers then need a client certificate from the CA); the handler
+// counts its own errors in reg too. An empty addr asks for no endpoint: Listen returns nil,
+// nil.
+func Listen(addr string, reg *prometheus.Registry, tlsConf *tls.Config) (*Server, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -36,6 +39,9 @@ func Listen(addr string, reg *prometheus.Registry) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if tlsConf != nil {
+		lis = tls.NewListener(lis, tlsConf)
+	}
 	return &Server{lis: lis, http: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
 }
 

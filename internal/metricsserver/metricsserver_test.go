@@ -22,7 +22,7 @@ func TestServesTheRegistryUntilCancelled(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sliceplane_test_things_total", Help: "Things."})
 	reg.MustRegister(c)
 	c.Add(3)
-	s, err := metricsserver.Listen("127.0.0.1:0", reg)
+	s, err := metricsserver.Listen("127.0.0.1:0", reg, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -50,7 +50,7 @@ func TestServesTheRegistryUntilCancelled(t *testing.T) {
 }
 
 func TestNoAddressNoEndpoint(t *testing.T) {
-	s, err := metricsserver.Listen("", prometheus.NewRegistry())
+	s, err := metricsserver.Listen("", prometheus.NewRegistry(), nil)
 	require.NoError(t, err)
 	assert.Nil(t, s)
 	assert.Empty(t, s.Addr())
@@ -59,10 +59,10 @@ func TestNoAddressNoEndpoint(t *testing.T) {
 }
 
 func TestAddressInUse(t *testing.T) {
-	a, err := metricsserver.Listen("127.0.0.1:0", prometheus.NewRegistry())
+	a, err := metricsserver.Listen("127.0.0.1:0", prometheus.NewRegistry(), nil)
 	require.NoError(t, err)
 	defer a.Close()
-	_, err = metricsserver.Listen(a.Addr(), prometheus.NewRegistry())
+	_, err = metricsserver.Listen(a.Addr(), prometheus.NewRegistry(), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), a.Addr())
 }
