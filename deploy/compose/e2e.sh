@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test of the compose stack (make e2e-compose): build the images, start the
-# stack, write data and check every node holds exactly what it must, kill the assigner
-# leader and see the standby take over, kill a distributor, write more, check again, tear
-# everything down. Skips (exit 0) when there is no usable Docker engine or compose tool.
+# stack (mutual TLS everywhere, certificates from its certs service), write data and check
+# every node holds exactly what it must, check that a client without a certificate and a
+# viewer's drain are refused, kill the assigner leader and see the standby take over, kill a
+# distributor, write more, check again, tear everything down. Skips (exit 0) when there is no usable Docker engine or compose tool.
 #
 # Environment:
 #   E2E_KEYS=10000        items written before the failures (as many again after)
@@ -70,9 +71,11 @@ container() {
 	[ -n "${cid[$1]:-}" ] || fail "no container for service $1"
 	echo "${cid[$1]}"
 }
+# The assigners' certificate (every server wants a client certificate, the probe too).
+assigner_tls=(-tls-cert /certs/assigner-assigner.crt -tls-key /certs/assigner-assigner.key -tls-ca /certs/ca.crt)
 is_leader() {
 	timeout 10 docker exec "$(container "$1")" /usr/local/bin/probe grpc 127.0.0.1:7070 \
-		-service sliceplane.leader -timeout 2s >/dev/null 2>&1
+		-service sliceplane.leader -timeout 2s "${assigner_tls[@]}" >/dev/null 2>&1
 }
 # leaders: the assigners that say they lead, space-separated.
 leaders() {
@@ -218,6 +221,36 @@ check "after the first fill"
 step "converged (kvload check)" "$t"
 slices_per_node
 
+# --- closed by default ----------------------------------------------------------------------
+# The slicectl service is the admin; the same image with other certificates, or none.
+t=$(now)
+slicectl_as() {
+	local who=$1
+	shift
+	local tls=()
+	[ "$who" != none ] && tls=("--tls-cert=/certs/$who.crt" "--tls-key=/certs/$who.key" --tls-ca=/certs/ca.crt)
+	tool --entrypoint /entrypoint slicectl --assigner=assigner-1:7070,assigner-2:7070 "${tls[@]}" "$@" 2>&1 |
+		grep -v -e '^Creating' -e '^Starting'
+	return "${PIPESTATUS[0]}"
+}
+if out=$(slicectl_as none status); then
+	fail "slicectl with no certificate was let in: $out"
+fi
+log "no certificate: refused ($(printf '%s\n' "$out" | tail -1))"
+out=$(slicectl_as viewer-prometheus status) || fail "a viewer cannot read the status: $out"
+if out=$(slicectl_as viewer-prometheus drain n1); then
+	fail "a viewer drained a node: $out"
+fi
+printf '%s\n' "$out" | grep -qi 'permission' || fail "a viewer's drain: no permission denied: $out"
+log "viewer: status allowed, drain refused ($(printf '%s\n' "$out" | tail -1))"
+# The admin's changes are kept with its identity (the audit trail).
+tool slicectl freeze --reason e2e >/dev/null 2>&1 || fail "slicectl freeze (admin)"
+tool slicectl unfreeze >/dev/null 2>&1 || fail "slicectl unfreeze (admin)"
+out=$(tool slicectl quanta 2>&1) || fail "slicectl quanta: $out"
+printf '%s\n' "$out" | grep -q 'spiffe://sliceplane/admin/admin' ||
+	fail "slicectl quanta does not name the admin who froze: $(printf '%s\n' "$out" | tail -5)"
+step "mTLS: no cert refused, viewer cannot drain, admin audited" "$t"
+
 if [ "$prometheus" = 1 ]; then
 	# Every process's /metrics is scraped and the alerting rules are loaded.
 	t=$(now)
@@ -272,7 +305,7 @@ out=$(tool kvload fill --keys "$((keys * 2))" 2>&1) || {
 	fail "kvload fill after the failures"
 }
 log "kvload fill: $(echo "$out" | grep -v -e '^Creating' -e '^Starting' | tail -1)"
-tool slicectl data --etcd-endpoints http://etcd-1:2379,http://etcd-2:2379,http://etcd-3:2379 \
+tool slicectl data --etcd-endpoints https://etcd-1:2379,https://etcd-2:2379,https://etcd-3:2379 \
 	--prefix /sliceplane/data/ delete key-1 >/dev/null 2>&1 || fail "slicectl data delete key-1"
 # kvload check wants the writers stopped.
 compose stop -t 5 load >/dev/null 2>&1 || fail "stopping the load generator"
