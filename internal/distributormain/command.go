@@ -271,6 +271,14 @@ func (o *options) security() (*mtls.Source, *authz.Policy, error) {
 		return nil, nil, usagef("--tls-cert names %s; a distributor's certificate must name spiffe://%s/distributor/<id>",
 			src.Identity(), mtls.TrustDomain)
 	}
+	for _, l := range []struct{ what, addr string }{{"the distributor's gRPC (--listen)", o.listen}, {"metrics (--metrics-listen)", o.metrics}} {
+		if l.addr == "" {
+			continue
+		}
+		if err := mtls.CheckListen(src, o.tls.Insecure, l.what, l.addr); err != nil {
+			return nil, nil, usagef("distributor: %w", err)
+		}
+	}
 	return src, policy, nil
 }
 
