@@ -158,7 +158,7 @@ func nodeTLS(id string, t TLS) (*mtls.Source, error) {
 	}
 	want := "spiffe://" + mtls.TrustDomain + "/node/" + id
 	if got := src.Identity(); got.ID != want {
-		return nil, fmt.Errorf("client: node %q: the certificate %s names %s, not %s", id, t.Cert, got.ID, want)
+		return nil, fmt.Errorf("client: %w: node %q: the certificate %s names %s, not %s", ErrTLS, id, t.Cert, got.ID, want)
 	}
 	return src, nil
 }

@@ -18,6 +18,10 @@ type TLS struct {
 	Cert, Key, CA string
 }
 
+// ErrTLS is wrapped by the errors about TLS settings that cannot be used: files missing
+// or not loading, or a node's certificate that names another identity.
+var ErrTLS = mtls.ErrConfig
+
 // IsZero reports whether t names no file: plaintext.
 func (t TLS) IsZero() bool { return t == TLS{} }
 
