@@ -78,7 +78,7 @@ func refusal(code, msg string) error {
 	}
 	msg = strings.TrimPrefix(strings.Trim(msg, `"`), "authz: ")
 	if kind == ErrUnauthenticated {
-		msg += "; give a certificate of the cluster's CA with " + tlsFlagsHelp
+		msg += "; give a valid certificate of the cluster's CA with " + tlsFlagsHelp
 	}
 	return fmt.Errorf("%w: %s", kind, msg)
 }
