@@ -153,7 +153,7 @@ func loadOrMakeCA(dir string, validity time.Duration) (*certs.CA, bool, error) {
 		}
 		return ca, true, nil
 	case errors.Is(crtErr, fs.ErrNotExist) && errors.Is(keyErr, fs.ErrNotExist):
-		ca, err := certs.NewCA("Sliceplane development CA", max(validity, caValidity))
+		ca, err := certs.NewCA("Sliceplane development CA", max(validity+time.Hour, caValidity))
 		return ca, false, err
 	case crtErr == nil || keyErr == nil:
 		return nil, false, fmt.Errorf("%s holds one of ca.crt and ca.key but not the other: "+
