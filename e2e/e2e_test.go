@@ -16,7 +16,6 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -27,6 +26,7 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
 	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
@@ -44,14 +44,17 @@ type scenario struct {
 	src     *source.Etcd
 	writer  *writer.Writer
 	written int
+	// pki made every process's certificate; admin is the files of slicectl's, an admin's.
+	pki   *launch.PKI
+	admin mtls.Config
 }
 
 func (s *scenario) slicectl(args ...string) string {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "slicectl"),
-		append([]string{"--assigner", strings.Join(s.cluster.Assigners(), ",")}, args...)...)
+	flags := append([]string{"--assigner", strings.Join(s.cluster.Assigners(), ",")}, launch.TLSArgs(s.admin)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "slicectl"), append(flags, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -121,7 +124,7 @@ func (s *scenario) leader() *kvcluster.Member {
 			if done, _ := m.Proc().Exited(); done {
 				continue
 			}
-			st, err := status(ctx, m.Addr)
+			st, err := s.status(ctx, m.Addr)
 			if err == nil && st.GetLeader() {
 				lead = m
 				return nil
@@ -136,8 +139,8 @@ func (s *scenario) leader() *kvcluster.Member {
 }
 
 // status asks one assigner (not the leader) for its status.
-func status(ctx context.Context, addr string) (*pb.StatusResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (s *scenario) status(ctx context.Context, addr string) (*pb.StatusResponse, error) {
+	conn, err := grpc.NewClient(addr, s.cluster.TLS().DialOption("assigner"))
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +174,7 @@ func (s *scenario) nodeState(id string) kvclient.State {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
-	st, err := kvclient.New(m.Addr, nil).State(ctx)
+	st, err := kvclient.New(m.Addr, s.cluster.HTTPClient()).State(ctx)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -180,8 +183,8 @@ func (s *scenario) nodeState(id string) kvclient.State {
 
 // startCluster skips in -short mode and under the race detector; otherwise it builds the
 // binaries and starts two assigners, two distributors and the nodes given, with a 2 s
-// session TTL; it writes fill items, waits until every node holds slices, freezes the map
-// and checks convergence.
+// session TTL, every link mutual TLS from a throwaway CA; it writes fill items, waits until
+// every node holds slices, freezes the map and checks convergence.
 func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) *scenario {
 	t.Helper()
 	if testing.Short() {
@@ -205,7 +208,13 @@ func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) 
 	etcd := etcdtest.Start(t)
 	cli := etcdtest.Client(t, etcd)
 	s.src, s.writer = source.NewEtcd(cli, writer.DefaultPrefix), writer.New(cli, writer.DefaultPrefix)
-	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{etcd.Endpoint()},
+	if s.pki, err = launch.NewPKI(t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if s.admin, err = s.pki.Issue("admin", "e2e"); err != nil {
+		t.Fatal(err)
+	}
+	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{etcd.Endpoint()}, PKI: s.pki,
 		AssignerArgs:    []string{"--pass-interval", "200ms", "--session-ttl", "2s", "--node-ttl", "20s"},
 		DistributorArgs: []string{"--session-ttl", "2s"},
 		NodeArgs:        []string{"--report-interval", "200ms"}})
