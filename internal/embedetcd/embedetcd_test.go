@@ -104,34 +104,31 @@ func TestTLSAdmitsOnlyClientsWithACertificateFromTheCA(t *testing.T) {
 
 	// Refusals are retried by the client until the deadline; acceptances get time to spare on a
 	// busy machine.
-	put := func(endpoint string, tlsConf *tls.Config) error {
+	const refused, accepted = 2 * time.Second, 20 * time.Second
+	put := func(endpoint string, tlsConf *tls.Config, wait time.Duration) error {
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, TLS: tlsConf, Logger: zap.NewNop()})
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		wait := 2 * time.Second
-		if tlsConf != nil && tlsConf.GetClientCertificate != nil {
-			wait = 20 * time.Second
-		}
 		pctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		_, err = c.Put(pctx, "k", "v")
 		return err
 	}
-	assert.Error(t, put(s.Endpoint(), nil), "a client without TLS")
-	assert.Error(t, put("http://"+strings.TrimPrefix(s.Endpoint(), "https://"), nil), "a plaintext client")
+	assert.Error(t, put(s.Endpoint(), nil, refused), "a client without TLS")
+	assert.Error(t, put("http://"+strings.TrimPrefix(s.Endpoint(), "https://"), nil, refused), "a plaintext client")
 	caPEM, err := os.ReadFile(filepath.Join(pki.Dir, "ca.crt"))
 	require.NoError(t, err)
 	roots := x509.NewCertPool()
 	require.True(t, roots.AppendCertsFromPEM(caPEM))
-	assert.Error(t, put(s.Endpoint(), &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}),
+	assert.Error(t, put(s.Endpoint(), &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, refused),
 		"a client that trusts the CA but has no certificate")
 	other := mtlstest.New(t).Source("distributor", "d1")
-	assert.Error(t, put(s.Endpoint(), other.ClientTLS()), "a client whose certificate is from another CA")
+	assert.Error(t, put(s.Endpoint(), other.ClientTLS(), refused), "a client whose certificate is from another CA")
 
-	require.NoError(t, put(s.Endpoint(), pki.Source("distributor", "d1").ClientTLS()), "a distributor's certificate")
-	require.NoError(t, put(s.Endpoint(), pki.Source("assigner", "a2").ClientTLS()), "another assigner's")
+	require.NoError(t, put(s.Endpoint(), pki.Source("distributor", "d1").ClientTLS(), accepted), "a distributor's certificate")
+	require.NoError(t, put(s.Endpoint(), pki.Source("assigner", "a2").ClientTLS(), accepted), "another assigner's")
 }
 
 func TestANetworkAddressWithoutTLSIsRefused(t *testing.T) {
