@@ -187,7 +187,7 @@ slices_per_node() {
 	fi
 }
 
-nodes=http://kvnode-1:7090,http://kvnode-2:7090,http://kvnode-3:7090,http://kvnode-4:7090
+nodes=https://kvnode-1:7090,https://kvnode-2:7090,https://kvnode-3:7090,https://kvnode-4:7090
 check() {
 	local out
 	if ! out=$(tool kvload check --nodes "$nodes" --timeout "${wait_s}s" 2>&1); then
