@@ -134,8 +134,13 @@ prometheus=1
 if ! docker image inspect "sliceplane/prometheus:$SLICEPLANE_TAG" >/dev/null 2>&1; then
 	log "no sliceplane/prometheus image (no prometheus binary at build time): running without it"
 	prometheus=0
-	up_args+=(--scale prometheus=0)
 fi
+# Every long-running service by name (certs comes first as their dependency), so that
+# compose pulls nothing it was not asked for: "--scale prometheus=0" still tries to pull a
+# missing image from a registry.
+services=(etcd-1 etcd-2 etcd-3 assigner-1 assigner-2 distributor-1 distributor-2 kvnode-1 kvnode-2 kvnode-3 kvnode-4)
+[ "$prometheus" = 1 ] && services+=(prometheus)
+up_args+=("${services[@]}")
 
 # --- up ------------------------------------------------------------------------------------
 # Host ports empty: Docker picks free ones, so a developer's stack or a loopback demo on
@@ -149,8 +154,6 @@ out=$(compose up -d "${up_args[@]}" 2>&1) || {
 step "compose up (containers created)" "$t"
 
 t=$(now)
-services=(etcd-1 etcd-2 etcd-3 assigner-1 assigner-2 distributor-1 distributor-2 kvnode-1 kvnode-2 kvnode-3 kvnode-4)
-[ "$prometheus" = 1 ] && services+=(prometheus)
 find_containers
 ids=()
 for s in "${services[@]}"; do
