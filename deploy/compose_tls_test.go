@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sliceplane/sliceplane/internal/authz"
 )
 
 // composeCerts is what the compose stack's certs service makes: the files it writes, by
@@ -125,6 +128,11 @@ func TestComposeMutualTLS(t *testing.T) {
 			assert.Contains(t, certs.hosts, name, "%s: etcd's peers check its host name", where)
 		}
 		checkComposeHealthTLS(t, where, svc, made)
+		if policy, ok := flagValue(svc.args, "authz-policy"); ok {
+			checkComposePolicy(t, where, svc, policy)
+		} else if svc.binary == "assigner" {
+			t.Errorf("%s: no --authz-policy", where)
+		}
 	}
 	// Prometheus checks the host names of what it scrapes over https.
 	for _, sc := range l(readYAML(t, prometheusFile)[0], "scrape_configs") {
@@ -144,6 +152,21 @@ func TestComposeMutualTLS(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkComposePolicy checks that an --authz-policy file is bind-mounted from this directory
+// and is a valid policy.
+func checkComposePolicy(t *testing.T, where string, svc composeService, policy string) {
+	t.Helper()
+	for _, v := range strs(l(svc.raw, "volumes")) {
+		src, rest, _ := strings.Cut(v, ":")
+		if dst, _, _ := strings.Cut(rest, ":"); dst == policy {
+			_, err := authz.LoadPolicy(filepath.Join(filepath.Dir(composeFile), src))
+			assert.NoError(t, err, "%s: --authz-policy", where)
+			return
+		}
+	}
+	t.Errorf("%s: --authz-policy %s is not mounted", where, policy)
 }
 
 // checkComposeHealthTLS checks that a health check against a TLS server presents a

@@ -216,7 +216,14 @@ out=$(tool kvload run --duration "${load_s}s" --rate 300 --write-rate 20 --workl
 	echo "$out" >&2
 	fail "kvload run"
 }
-log "kvload run: $(echo "$out" | grep -v -e '^Creating' -e '^Starting' | tail -1)"
+summary=$(echo "$out" | grep -v -e '^Creating' -e '^Starting' | tail -1)
+log "kvload run: $summary"
+# The reads go through the router to the nodes, all of it over mutual TLS: most must hit.
+reads=$(grep -o 'reads=[0-9]*' <<<"$summary" | cut -d= -f2)
+hits=$(grep -o 'hits=[0-9]*' <<<"$summary" | cut -d= -f2)
+errors=$(grep -o 'errors=[0-9]*' <<<"$summary" | cut -d= -f2)
+[ "${hits:-0}" -gt 0 ] && [ "$((${errors:-0} * 10))" -le "${reads:-0}" ] ||
+	fail "kvload run: reads through the router fail: $summary"
 step "read load for ${load_s}s (kvload run)" "$t"
 
 t=$(now)
@@ -239,13 +246,13 @@ slicectl_as() {
 if out=$(slicectl_as none status); then
 	fail "slicectl with no certificate was let in: $out"
 fi
-log "no certificate: refused ($(printf '%s\n' "$out" | tail -1))"
+log "no certificate: refused ($(printf '%s\n' "$out" | grep -m1 'slicectl:'))"
 out=$(slicectl_as viewer-prometheus status) || fail "a viewer cannot read the status: $out"
 if out=$(slicectl_as viewer-prometheus drain n1); then
 	fail "a viewer drained a node: $out"
 fi
 printf '%s\n' "$out" | grep -qi 'permission' || fail "a viewer's drain: no permission denied: $out"
-log "viewer: status allowed, drain refused ($(printf '%s\n' "$out" | tail -1))"
+log "viewer: status allowed, drain refused ($(printf '%s\n' "$out" | grep -m1 -i 'permission'))"
 # The admin's changes are kept with its identity (the audit trail).
 tool slicectl freeze --reason e2e >/dev/null 2>&1 || fail "slicectl freeze (admin)"
 tool slicectl unfreeze >/dev/null 2>&1 || fail "slicectl unfreeze (admin)"
