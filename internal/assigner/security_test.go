@@ -156,8 +156,6 @@ func TestEveryCallerGetsWhatItsRoleAllowsAndNothingElse(t *testing.T) {
 		mHeartbeat  = "/sliceplane.v1.NodeService/Heartbeat"
 		mReportLoad = "/sliceplane.v1.NodeService/ReportLoad"
 		mDrain      = "/sliceplane.v1.AdminService/Drain"
-		mStatus     = "/sliceplane.v1.AdminService/Status"
-		unauth      = authz.ReasonUnauthenticated
 		impersonate = authz.ReasonImpersonation
 	)
 	// A node acting as another.
@@ -200,7 +198,12 @@ func TestEveryCallerGetsWhatItsRoleAllowsAndNothingElse(t *testing.T) {
 	require.NoError(t, err, "a distributor watches the quanta")
 	assert.True(t, fq.GetQuantum().GetReinitializing())
 
-	// Callers without a valid identity are not let in at all.
+	assertUnauthenticated(t, s, ctx)
+}
+
+// assertUnauthenticated checks that callers without a valid identity are not let in at all.
+func assertUnauthenticated(t *testing.T, s *secured, ctx context.Context) {
+	t.Helper()
 	caPEM, err := os.ReadFile(filepath.Join(s.pki.Dir, "ca.crt"))
 	require.NoError(t, err)
 	roots := x509.NewCertPool()
@@ -223,7 +226,7 @@ func TestEveryCallerGetsWhatItsRoleAllowsAndNothingElse(t *testing.T) {
 		_, err := pb.NewAdminServiceClient(dialAssigner(t, s.srv.Addr(), c.creds)).Status(ctx, &pb.StatusRequest{})
 		assert.Equal(t, codes.Unauthenticated, code(err), "%s: %v", c.name, err)
 	}
-	assert.Equal(t, 3.0, s.denied(t, mStatus, unauth))
+	assert.Equal(t, 3.0, s.denied(t, "/sliceplane.v1.AdminService/Status", authz.ReasonUnauthenticated))
 }
 
 func TestEveryMethodServedHasARule(t *testing.T) {
