@@ -21,7 +21,7 @@ func BreakPasses(ctx context.Context, s *Server) error {
 	if l == nil {
 		return ErrNotLeader
 	}
-	_, _, err := l.do(ctx, "", "test", func(c *Core, _ time.Time) (*Proposal, any, error) {
+	_, _, err := l.do(ctx, caller{who: "test"}, func(c *Core, _ time.Time) (*Proposal, any, error) {
 		c.alg = brokenAlgorithm{c.alg}
 		return nil, nil, nil
 	})
