@@ -186,31 +186,39 @@ func (d *demo) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	// The load generator reads the map as a router does; its router also lists the nodes for
-	// their addresses, which the assigner grants viewers.
-	routerTLS, err := d.pki.Issue("viewer", "demo-load")
+	if err := d.startRouter(wctx); err != nil {
+		return err
+	}
+	return d.intro(assigner, started)
+}
+
+// startRouter starts the load generator's router and waits for its first map; ctx bounds
+// the wait.
+func (d *demo) startRouter(ctx context.Context) error {
+	// It reads the map as a router does, and also lists the nodes for their addresses, which
+	// the assigner grants viewers.
+	files, err := d.pki.Issue("viewer", "demo-load")
 	if err != nil {
 		return err
 	}
 	d.router, err = client.NewRouter(client.RouterConfig{Assigners: d.cluster.Assigners(), Policy: client.LeastOutstanding,
-		TLS: client.TLS{Cert: routerTLS.Cert, Key: routerTLS.Key, CA: routerTLS.CA}, Logger: d.cfg.Log})
+		TLS: client.TLS{Cert: files.Cert, Key: files.Key, CA: files.CA}, Logger: d.cfg.Log})
 	if err != nil {
 		return err
 	}
-	loadTLS, err := routerTLS.Load()
+	src, err := files.Load()
 	if err != nil {
 		return err
 	}
-	d.http = kvclient.HTTPClient(loadTLS, 5*time.Second)
+	d.http = kvclient.HTTPClient(src, 5*time.Second)
 	rctx, rcancel := context.WithCancel(context.Background())
 	routed := make(chan error, 1)
 	go func() { routed <- d.router.Run(rctx) }()
 	d.stopAll = append(d.stopAll, func() { rcancel(); <-routed })
-	if err := d.router.WaitReady(wctx); err != nil {
+	if err := d.router.WaitReady(ctx); err != nil {
 		return fmt.Errorf("demo: waiting for the router's first map: %w", err)
 	}
-
-	return d.intro(assigner, started)
+	return nil
 }
 
 // startEtcd starts the embedded etcd, the data source, and the demo's client of it.
