@@ -281,7 +281,8 @@ func (r *run) fill(w *writer.Writer) {
 
 // startRouter starts the reader's router, owned by the test's cleanup.
 func (r *run) startRouter(w *writer.Writer) {
-	rt, err := r.c.pki.Issue("router", "chaos")
+	// A router lists the nodes for their addresses, which the assigner grants viewers.
+	rt, err := r.c.pki.Issue("viewer", "chaos-router")
 	if err != nil {
 		r.t.Fatal(err)
 	}

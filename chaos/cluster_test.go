@@ -113,7 +113,7 @@ type cluster struct {
 	// etcdCli reaches every etcd member directly, for the writer, the checker and the faults.
 	etcdCli *clientv3.Client
 
-	// pki gives every process of the control plane its certificate: every link is mutual
+	// pki gives every process, etcd members included, its certificate: every link is mutual
 	// TLS (through the proxies, which see only TCP). tls is the suite's own identity, an
 	// admin's, and http its client of the nodes.
 	pki  *launch.PKI
@@ -164,7 +164,7 @@ func (c *cluster) proxy(name, upstream string) (string, error) {
 func (c *cluster) etcdEndpoints() []string {
 	var out []string
 	for _, m := range c.etcd {
-		out = append(out, "http://"+m.addr)
+		out = append(out, "https://"+m.addr)
 	}
 	return out
 }
@@ -179,12 +179,19 @@ func (c *cluster) startEtcd(ctx context.Context, n int) error {
 		}
 		m := &member{kind: "etcd", id: fmt.Sprintf("e%d", i+1), addr: addrs[0], bin: filepath.Join(c.bin, "etcd")}
 		m.dataDir = filepath.Join(c.dir, "etcd", m.id)
+		// Clients and peers alike need a certificate of the CA.
+		own, err := c.pki.Issue("etcd", m.id)
+		if err != nil {
+			return err
+		}
 		m.args = []string{"--name", m.id, "--data-dir", m.dataDir,
-			"--listen-client-urls", "http://" + addrs[0], "--advertise-client-urls", "http://" + addrs[0],
-			"--listen-peer-urls", "http://" + addrs[1], "--initial-advertise-peer-urls", "http://" + addrs[1],
+			"--listen-client-urls", "https://" + addrs[0], "--advertise-client-urls", "https://" + addrs[0],
+			"--listen-peer-urls", "https://" + addrs[1], "--initial-advertise-peer-urls", "https://" + addrs[1],
 			"--initial-cluster-token", "chaos", "--initial-cluster-state", "new",
+			"--cert-file", own.Cert, "--key-file", own.Key, "--trusted-ca-file", own.CA, "--client-cert-auth",
+			"--peer-cert-file", own.Cert, "--peer-key-file", own.Key, "--peer-trusted-ca-file", own.CA, "--peer-client-cert-auth",
 			"--log-level", "warn"}
-		initial = append(initial, m.id+"=http://"+addrs[1])
+		initial = append(initial, m.id+"=https://"+addrs[1])
 		c.etcd = append(c.etcd, m)
 	}
 	for _, m := range c.etcd {
@@ -198,7 +205,8 @@ func (c *cluster) startEtcd(ctx context.Context, n int) error {
 			return err
 		}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.etcdEndpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.etcdEndpoints(), DialTimeout: 5 * time.Second, TLS: c.tls.ClientTLS(),
+		Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("chaos: etcd client: %w", err)
 	}
@@ -226,7 +234,7 @@ func (c *cluster) startAssigner(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		endpoints = append(endpoints, "http://"+p)
+		endpoints = append(endpoints, "https://"+p)
 	}
 	// Nodes reach the assigner through a proxy of their own; distributors, directly.
 	if _, err := c.proxy("assigner-"+id, addrs[0]); err != nil {
@@ -358,7 +366,7 @@ func (c *cluster) serving(ctx context.Context, m *member) error {
 	defer cancel()
 	switch m.kind {
 	case "etcd":
-		return healthcheck.HTTP(ctx, "http://"+m.addr+"/health")
+		return healthcheck.HTTPTLS(ctx, "https://"+m.addr+"/health", c.tls.ClientTLS())
 	case "node":
 		_, err := kvclient.New(m.addr, c.http).State(ctx)
 		return err
@@ -437,7 +445,7 @@ func (c *cluster) etcdLeader(ctx context.Context) (*member, error) {
 			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := c.etcdCli.Status(sctx, "http://"+m.addr)
+		st, err := c.etcdCli.Status(sctx, "https://"+m.addr)
 		cancel()
 		if err == nil && st.Leader != 0 && st.Leader == st.Header.GetMemberId() {
 			return m, nil

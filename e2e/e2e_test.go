@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -24,7 +26,7 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
-	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/source"
@@ -205,15 +207,14 @@ func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) 
 	if err := launch.Build(ctx, root, s.bin, false, pkgs...); err != nil {
 		t.Fatal(err)
 	}
-	etcd := etcdtest.Start(t)
-	cli := etcdtest.Client(t, etcd)
-	s.src, s.writer = source.NewEtcd(cli, writer.DefaultPrefix), writer.New(cli, writer.DefaultPrefix)
 	if s.pki, err = launch.NewPKI(t.TempDir(), 0); err != nil {
 		t.Fatal(err)
 	}
 	if s.admin, err = s.pki.Issue("admin", "e2e"); err != nil {
 		t.Fatal(err)
 	}
+	etcd, cli := s.startEtcd()
+	s.src, s.writer = source.NewEtcd(cli, writer.DefaultPrefix), writer.New(cli, writer.DefaultPrefix)
 	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{etcd.Endpoint()}, PKI: s.pki,
 		AssignerArgs:    []string{"--pass-interval", "200ms", "--session-ttl", "2s", "--node-ttl", "20s"},
 		DistributorArgs: []string{"--session-ttl", "2s"},
@@ -263,6 +264,35 @@ func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) 
 	s.slicectl("freeze", "--reason", "e2e")
 	s.converged("the first fill")
 	return s
+}
+
+// startEtcd starts an embedded etcd that serves mutual TLS, and a client of it with the
+// admin's certificate; both stop when the test ends.
+func (s *scenario) startEtcd() (*embedetcd.Server, *clientv3.Client) {
+	t := s.t
+	t.Helper()
+	own, err := s.pki.Issue("etcd", "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: t.TempDir(), Fast: true, LogLevel: "fatal", TLS: own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+	src, err := s.admin.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second,
+		TLS: src.ClientTLS(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return etcd, cli
 }
 
 // phase runs one step of the scenario. It is not a subtest: every step needs the ones

@@ -28,63 +28,36 @@ func TestTheClusterRefusesStrangers(t *testing.T) {
 	lead := s.leader()
 	d1, _ := s.cluster.Member("distributor", "d1")
 
-	caPEM, err := os.ReadFile(s.admin.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	noCert := grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}))
-	other, err := launch.NewPKI(t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	strangerAdmin, err := other.Source("admin", "mallory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n1, err := s.pki.Source("node", "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	viewer, err := s.pki.Source("viewer", "e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	s.phase("plaintext is not spoken", func() {
 		admin := pb.NewAdminServiceClient(conn(t, lead.Addr, grpc.WithTransportCredentials(insecure.NewCredentials())))
 		if _, err := admin.Freeze(s.callCtx(), &pb.FreezeRequest{Reason: "plaintext"}); err == nil {
 			t.Error("a plaintext client froze the map")
 		}
 	})
-	s.phase("no certificate: Unauthenticated", func() {
-		c := conn(t, lead.Addr, noCert)
-		expect(t, "Freeze without a certificate", codes.Unauthenticated, call(pb.NewAdminServiceClient(c).Freeze(s.callCtx(), &pb.FreezeRequest{Reason: "x"})))
-		expect(t, "Drain without a certificate", codes.Unauthenticated, call(pb.NewAdminServiceClient(c).Drain(s.callCtx(), &pb.DrainRequest{NodeId: "n1"})))
-		expect(t, "Register without a certificate", codes.Unauthenticated, call(pb.NewNodeServiceClient(c).Register(s.callCtx(),
-			&pb.RegisterRequest{Node: &pb.Node{Id: "n9"}, Address: "127.0.0.1:1"})))
-		expect(t, "Pull without a certificate", codes.Unauthenticated, pull(s.callCtx(), conn(t, d1.Addr, noCert), "n1"))
-	})
+	s.phase("no certificate: Unauthenticated", func() { s.refuseWithoutCertificate(lead.Addr, d1.Addr) })
 	s.phase("another CA's admin: refused", func() {
+		other, err := launch.NewPKI(t.TempDir(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stranger, err := other.Source("admin", "mallory")
+		if err != nil {
+			t.Fatal(err)
+		}
 		// Its client verifies the server against its own CA and fails first; either way, no call.
-		c := conn(t, lead.Addr, strangerAdmin.DialOption("assigner"))
+		c := conn(t, lead.Addr, stranger.DialOption("assigner"))
 		if _, err := pb.NewAdminServiceClient(c).Drain(s.callCtx(), &pb.DrainRequest{NodeId: "n1"}); err == nil {
 			t.Error("an admin of another CA drained n1")
 		}
 	})
 	s.phase("node n1's certificate: PermissionDenied on admin calls and as another node", func() {
-		c := conn(t, lead.Addr, n1.DialOption("assigner"))
-		admin := pb.NewAdminServiceClient(c)
-		expect(t, "n1 freezing", codes.PermissionDenied, call(admin.Freeze(s.callCtx(), &pb.FreezeRequest{Reason: "x"})))
-		expect(t, "n1 draining n2", codes.PermissionDenied, call(admin.Drain(s.callCtx(), &pb.DrainRequest{NodeId: "n2"})))
-		expect(t, "n1 registering as n2", codes.PermissionDenied, call(pb.NewNodeServiceClient(c).Register(s.callCtx(),
-			&pb.RegisterRequest{Node: &pb.Node{Id: "n2"}, Address: "127.0.0.1:1"})))
-		expect(t, "n1 heartbeating as n2", codes.PermissionDenied, call(pb.NewNodeServiceClient(c).Heartbeat(s.callCtx(),
-			&pb.HeartbeatRequest{NodeId: "n2"})))
-		expect(t, "n1 pulling as n2", codes.PermissionDenied, pull(s.callCtx(), conn(t, d1.Addr, n1.DialOption("distributor")), "n2"))
+		s.refuseNodeOutOfBounds(lead.Addr, d1.Addr)
 	})
 	s.phase("a viewer inspects and does not drain", func() {
+		viewer, err := s.pki.Source("viewer", "e2e")
+		if err != nil {
+			t.Fatal(err)
+		}
 		admin := pb.NewAdminServiceClient(conn(t, lead.Addr, viewer.DialOption("assigner")))
 		if _, err := admin.Status(s.callCtx(), &pb.StatusRequest{}); err != nil {
 			t.Errorf("a viewer's Status: %v", err)
@@ -92,26 +65,70 @@ func TestTheClusterRefusesStrangers(t *testing.T) {
 		expect(t, "a viewer draining", codes.PermissionDenied, call(admin.Drain(s.callCtx(), &pb.DrainRequest{NodeId: "n1"})))
 	})
 	s.phase("nothing refused touched the cluster", func() {
-		c, err := s.cluster.Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		nodes, err := pb.NewAdminServiceClient(c).ListNodes(s.callCtx(), &pb.ListNodesRequest{}, grpc.WaitForReady(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range nodes.GetNodes() {
-			if id := n.GetNode().GetId(); id != "n1" && id != "n2" {
-				t.Errorf("node %s registered", id)
-			}
-			if n.GetDraining() {
-				t.Errorf("node %s drains", n.GetNode().GetId())
-			}
-		}
+		s.untouched()
 		s.write(100)
 		s.converged("the refused calls")
 	})
+}
+
+// refuseWithoutCertificate checks that a TLS client that trusts the CA but has no
+// certificate can neither freeze, drain, register nor pull.
+func (s *scenario) refuseWithoutCertificate(assigner, distributor string) {
+	t := s.t
+	caPEM, err := os.ReadFile(s.admin.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	noCert := grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}))
+	c := conn(t, assigner, noCert)
+	expect(t, "Freeze without a certificate", codes.Unauthenticated, call(pb.NewAdminServiceClient(c).Freeze(s.callCtx(), &pb.FreezeRequest{Reason: "x"})))
+	expect(t, "Drain without a certificate", codes.Unauthenticated, call(pb.NewAdminServiceClient(c).Drain(s.callCtx(), &pb.DrainRequest{NodeId: "n1"})))
+	expect(t, "Register without a certificate", codes.Unauthenticated, call(pb.NewNodeServiceClient(c).Register(s.callCtx(),
+		&pb.RegisterRequest{Node: &pb.Node{Id: "n9"}, Address: "127.0.0.1:1"})))
+	expect(t, "Pull without a certificate", codes.Unauthenticated, pull(s.callCtx(), conn(t, distributor, noCert), "n1"))
+}
+
+// refuseNodeOutOfBounds checks that node n1's certificate calls no admin method and acts as
+// no other node, at the assigner or at a distributor.
+func (s *scenario) refuseNodeOutOfBounds(assigner, distributor string) {
+	t := s.t
+	n1, err := s.pki.Source("node", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := conn(t, assigner, n1.DialOption("assigner"))
+	admin := pb.NewAdminServiceClient(c)
+	expect(t, "n1 freezing", codes.PermissionDenied, call(admin.Freeze(s.callCtx(), &pb.FreezeRequest{Reason: "x"})))
+	expect(t, "n1 draining n2", codes.PermissionDenied, call(admin.Drain(s.callCtx(), &pb.DrainRequest{NodeId: "n2"})))
+	expect(t, "n1 registering as n2", codes.PermissionDenied, call(pb.NewNodeServiceClient(c).Register(s.callCtx(),
+		&pb.RegisterRequest{Node: &pb.Node{Id: "n2"}, Address: "127.0.0.1:1"})))
+	expect(t, "n1 heartbeating as n2", codes.PermissionDenied, call(pb.NewNodeServiceClient(c).Heartbeat(s.callCtx(),
+		&pb.HeartbeatRequest{NodeId: "n2"})))
+	expect(t, "n1 pulling as n2", codes.PermissionDenied, pull(s.callCtx(), conn(t, distributor, n1.DialOption("distributor")), "n2"))
+}
+
+// untouched checks that only the cluster's own nodes registered, and none drains.
+func (s *scenario) untouched() {
+	t := s.t
+	c, err := s.cluster.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	nodes, err := pb.NewAdminServiceClient(c).ListNodes(s.callCtx(), &pb.ListNodesRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.GetNodes() {
+		if id := n.GetNode().GetId(); id != "n1" && id != "n2" {
+			t.Errorf("node %s registered", id)
+		}
+		if n.GetDraining() {
+			t.Errorf("node %s drains", n.GetNode().GetId())
+		}
+	}
 }
 
 // callCtx bounds one call.

@@ -114,6 +114,13 @@ status: 0 done, 1 failed or refused, 2 bad usage, 130 interrupted.`,
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
 	_ = root.RegisterFlagCompletionFunc("assigner", cobra.NoFileCompletions)
 
+	addCommands(root, g)
+	initDefaultCommands(root)
+	return root
+}
+
+// addCommands adds every command to root, in its group of the root's help.
+func addCommands(root *cobra.Command, g *globalOptions) {
 	root.AddGroup(
 		&cobra.Group{ID: groupInspect, Title: "Inspect a running assigner:"},
 		&cobra.Group{ID: groupOverride, Title: "Override the assignment:"},
@@ -141,8 +148,6 @@ status: 0 done, 1 failed or refused, 2 bad usage, 130 interrupted.`,
 	certs := newCertsCommand(g)
 	certs.GroupID = groupSecurity
 	root.AddCommand(certs)
-	initDefaultCommands(root)
-	return root
 }
 
 // initDefaultCommands adds cobra's help and completion commands now rather than at Execute,

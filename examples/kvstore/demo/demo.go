@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
@@ -109,6 +111,8 @@ type demo struct {
 	admin   pb.AdminServiceClient
 	src     *source.Etcd
 	router  *client.Router
+	// http reads from the nodes for the load generator.
+	http    *http.Client
 	stopAll []func()
 }
 
@@ -182,30 +186,50 @@ func (d *demo) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	// The load generator reads the map as a router does, with a router's certificate.
-	routerTLS, err := d.pki.Issue("router", "demo-load")
+	if err := d.startRouter(wctx); err != nil {
+		return err
+	}
+	return d.intro(assigner, started)
+}
+
+// startRouter starts the load generator's router and waits for its first map; ctx bounds
+// the wait.
+func (d *demo) startRouter(ctx context.Context) error {
+	// It reads the map as a router does, and also lists the nodes for their addresses, which
+	// the assigner grants viewers.
+	files, err := d.pki.Issue("viewer", "demo-load")
 	if err != nil {
 		return err
 	}
 	d.router, err = client.NewRouter(client.RouterConfig{Assigners: d.cluster.Assigners(), Policy: client.LeastOutstanding,
-		TLS: client.TLS{Cert: routerTLS.Cert, Key: routerTLS.Key, CA: routerTLS.CA}, Logger: d.cfg.Log})
+		TLS: client.TLS{Cert: files.Cert, Key: files.Key, CA: files.CA}, Logger: d.cfg.Log})
 	if err != nil {
 		return err
 	}
+	src, err := files.Load()
+	if err != nil {
+		return err
+	}
+	d.http = kvclient.HTTPClient(src, 5*time.Second)
 	rctx, rcancel := context.WithCancel(context.Background())
 	routed := make(chan error, 1)
 	go func() { routed <- d.router.Run(rctx) }()
 	d.stopAll = append(d.stopAll, func() { rcancel(); <-routed })
-	if err := d.router.WaitReady(wctx); err != nil {
+	if err := d.router.WaitReady(ctx); err != nil {
 		return fmt.Errorf("demo: waiting for the router's first map: %w", err)
 	}
-
-	return d.intro(assigner, started)
+	return nil
 }
 
 // startEtcd starts the embedded etcd, the data source, and the demo's client of it.
 func (d *demo) startEtcd(ctx context.Context) error {
-	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(d.cfg.Dir, "etcd"), Fast: true,
+	// With a PKI, etcd serves https and requires a client certificate of the CA, which every
+	// process has.
+	etcdTLS, err := d.pki.Issue("etcd", "demo")
+	if err != nil {
+		return err
+	}
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(d.cfg.Dir, "etcd"), Fast: true, TLS: etcdTLS,
 		// etcd reports a single-member loopback setup as errors; the demo has nothing to fix.
 		LogLevel: "fatal", Logger: d.cfg.Log})
 	if err != nil {
@@ -308,7 +332,7 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 	if d.cfg.Duration > 0 {
 		period = max(d.cfg.Duration/2, 5*time.Second)
 	}
-	g, err := loadgen.New(loadgen.Config{Writer: writer.New(d.cli, writer.DefaultPrefix), Router: d.router, Keys: d.cfg.Keys,
+	g, err := loadgen.New(loadgen.Config{Writer: writer.New(d.cli, writer.DefaultPrefix), Router: d.router, HTTP: d.http, Keys: d.cfg.Keys,
 		Workload: fmt.Sprintf("hotspot-shift:1.1:%d", int(period/time.Second)), ReadRate: d.cfg.ReadRate, WriteRate: d.cfg.WriteRate,
 		Seed: 1, Logger: d.cfg.Log})
 	if err != nil {

@@ -155,7 +155,12 @@ func runCommand(o *options, out io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			src, err := o.source()
+			if err != nil {
+				return err
+			}
 			cfg.Writer, cfg.Router, cfg.Keys, cfg.Logger = writer.New(cli, o.prefix+"data/"), router, o.keys, log
+			cfg.HTTP = kvclient.HTTPClient(src, 5*time.Second)
 			g, err := loadgen.New(cfg)
 			if err != nil {
 				return err
