@@ -243,7 +243,7 @@ slicectl_as() {
 		grep -v -e '^Creating' -e '^Starting'
 	return "${PIPESTATUS[0]}"
 }
-if out=$(slicectl_as none status); then
+if out=$(slicectl_as none --timeout=3s status); then
 	fail "slicectl with no certificate was let in: $out"
 fi
 log "no certificate: refused ($(printf '%s\n' "$out" | grep -m1 'slicectl:'))"
