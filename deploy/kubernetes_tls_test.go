@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -250,6 +251,15 @@ func checkKubernetesEtcdTLS(t *testing.T, p pki, objects []k8sObject) {
 			assert.Equal(t, certVol, vol, "%s: --%s", c, f)
 		}
 		checkProbesTLS(t, c, cert, must(flagValue(c.args, "key-file")), must(flagValue(c.args, "trusted-ca-file")))
+		// The initial cluster is every member of the StatefulSet, by its stable name.
+		replicas, err := strconv.Atoi(s(c.w.doc, "spec", "replicas"))
+		require.NoError(t, err)
+		var members []string
+		for i := range replicas {
+			pod := fmt.Sprintf("%s-%d", c.w.name(), i)
+			members = append(members, fmt.Sprintf("%s=https://%s.%s.$(POD_NAMESPACE).svc:2380", pod, pod, s(c.w.doc, "spec", "serviceName")))
+		}
+		assert.Equal(t, strings.Join(members, ","), must(flagValue(c.args, "initial-cluster")), "%s: --initial-cluster", c)
 		for _, f := range []string{"listen-client-urls", "advertise-client-urls", "listen-peer-urls", "initial-advertise-peer-urls", "initial-cluster"} {
 			v, _ := flagValue(c.args, f)
 			for _, u := range strings.Split(v, ",") {
