@@ -15,6 +15,17 @@ func (brokenAlgorithm) Rebalance(balance.Input) (balance.Result, error) {
 	return balance.Result{}, errors.New("balance: something broke")
 }
 
+// Methods returns the full names (/package.Service/Method) of every method s serves.
+func Methods(s *Server) []string {
+	var out []string
+	for svc, info := range s.grpc.GetServiceInfo() {
+		for _, m := range info.Methods {
+			out = append(out, "/"+svc+"/"+m.Name)
+		}
+	}
+	return out
+}
+
 // BreakPasses makes every balancing pass of the leader fail from now on.
 func BreakPasses(ctx context.Context, s *Server) error {
 	l := s.leading.Load()

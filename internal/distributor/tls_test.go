@@ -19,6 +19,8 @@ import (
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/distributor"
+	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
 
@@ -141,4 +143,18 @@ func TestPullOverMutualTLSIsAuthorized(t *testing.T) {
 	assert.Equal(t, epoch, n2.Cursor().Epoch, "n2's stream was replaced")
 	assert.Equal(t, snapshots, counterValue(t, reg, "sliceplane_distributor_snapshots_total"), "a snapshot was taken")
 	assert.Zero(t, n2.Health().Stalls)
+}
+
+func TestNewRefusesPlaintextOffLoopback(t *testing.T) {
+	cli := etcdtest.New(t)
+	for _, cfg := range []distributor.Config{
+		{Listen: "0.0.0.0:0"},
+		{Listen: ":0"},
+		{Listen: "127.0.0.1:0", MetricsListen: "0.0.0.0:0"},
+	} {
+		cfg.ID, cfg.Client, cfg.Assigners = "d1", cli, []string{"127.0.0.1:1"}
+		_, err := distributor.New(cfg)
+		require.ErrorIs(t, err, mtls.ErrConfig, "%+v", cfg)
+		assert.ErrorContains(t, err, "without TLS")
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -24,9 +25,13 @@ import (
 // without a client certificate.
 func HTTP(ctx context.Context, url string) error { return HTTPTLS(ctx, url, nil) }
 
-// HTTPTLS is HTTP presenting the certificate of conf (nil: as HTTP). url names the scheme:
-// https:// for a server with TLS.
+// HTTPTLS is HTTP over TLS presenting the certificate of conf (nil: as HTTP). With a conf,
+// an http:// url is asked over https: a certificate is only ever presented over TLS, and
+// a probe's command line then needs only the TLS flags added.
 func HTTPTLS(ctx context.Context, url string, conf *tls.Config) error {
+	if rest, ok := strings.CutPrefix(url, "http://"); ok && conf != nil {
+		url = "https://" + rest
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)

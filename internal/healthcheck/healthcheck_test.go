@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,8 @@ func TestHTTPWithMutualTLS(t *testing.T) {
 	url := startHTTPS(t, p.Source("node", "n1").ServerTLS())
 
 	require.NoError(t, healthcheck.HTTPTLS(ctxT(t), url, p.Source("viewer", "probe").ClientTLS()))
+	plainURL := "http://" + strings.TrimPrefix(url, "https://")
+	require.NoError(t, healthcheck.HTTPTLS(ctxT(t), plainURL, p.Source("viewer", "probe").ClientTLS()), "http:// is asked over TLS")
 
 	// Without a certificate the handshake fails (nor does the system trust this CA).
 	assert.Error(t, healthcheck.HTTP(ctxT(t), url))

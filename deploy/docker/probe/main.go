@@ -10,7 +10,7 @@
 // the server itself is given (any identity of the CA may ask for health):
 //
 //	probe grpc 127.0.0.1:7070 -tls-cert /certs/node-n1.crt -tls-key /certs/node-n1.key -tls-ca /certs/ca.crt
-//	probe http https://127.0.0.1:7090/healthz -tls-cert ... -tls-key ... -tls-ca ...
+//	probe http https://127.0.0.1:7090/healthz -tls-cert ... -tls-key ... -tls-ca ...   # http:// works too
 //
 // It prints one line saying what it saw; exit status 0 means healthy, 1 unhealthy or
 // unreachable, 2 a usage error.
