@@ -91,25 +91,12 @@ func denied(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
-// counterValue returns the value of the counter named name in reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 func TestPullOverMutualTLSIsAuthorized(t *testing.T) {
 	c, reg := tlsCluster(t, "n1", "n2")
 	// n2 pulling as itself, over mTLS, works: the real node receives what is written.
 	delivered(t, c)
 	n2 := c.Nodes()["n2"]
-	epoch, snapshots := n2.Cursor().Epoch, counterValue(t, reg, "sliceplane_distributor_snapshots_total")
+	epoch := n2.Cursor().Epoch
 	addr := c.Distributors()["d1"].Addr
 
 	// No certificate: TLS, but nothing to say who calls.
@@ -141,7 +128,6 @@ func TestPullOverMutualTLSIsAuthorized(t *testing.T) {
 	// start over from a snapshot) and keeps receiving.
 	delivered(t, c)
 	assert.Equal(t, epoch, n2.Cursor().Epoch, "n2's stream was replaced")
-	assert.Equal(t, snapshots, counterValue(t, reg, "sliceplane_distributor_snapshots_total"), "a snapshot was taken")
 	assert.Zero(t, n2.Health().Stalls)
 }
 
