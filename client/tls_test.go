@@ -71,16 +71,20 @@ func TestNodeAndRouterOverMutualTLS(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "v", string(it.Value))
 
-	r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), TLS: tlsOf(c.PKI.Config("router", "r1")), Logger: quiet()})
-	require.NoError(t, err)
-	runRouter(t, r)
-	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer rcancel()
-	require.NoError(t, r.WaitReady(rctx))
-	waitFor(t, 30*time.Second, "the router routes to n1", func() bool {
-		route, err := r.Lookup([]byte("k"))
-		return err == nil && len(route.Replicas) == 1 && route.Replicas[0].ID == "n1" && route.Replicas[0].Address != ""
-	})
+	// A router identity reads the map; a viewer identity reads the node list too, with the
+	// nodes' addresses.
+	for _, kind := range []string{"router", "viewer"} {
+		r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), TLS: tlsOf(c.PKI.Config(kind, "r1")), Logger: quiet()})
+		require.NoError(t, err)
+		runRouter(t, r)
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		require.NoError(t, r.WaitReady(rctx), kind)
+		rcancel()
+		waitFor(t, 30*time.Second, "the router routes to n1", func() bool {
+			route, err := r.Lookup([]byte("k"))
+			return err == nil && len(route.Replicas) == 1 && route.Replicas[0].ID == "n1" && (kind == "router" || route.Replicas[0].Address != "")
+		})
+	}
 
 	// A router without TLS gets nothing from the cluster.
 	plain, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), Logger: quiet()})

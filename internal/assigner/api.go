@@ -332,12 +332,15 @@ func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.Re
 		a.s.metrics.reportsRejected.WithLabelValues("malformed").Inc()
 		return nil, a.toStatus(err)
 	}
-	var refused error // the core's verdict, not a failure to reach it
-	_, _, err = a.call(ctx, "", func(c *Core, now time.Time) (*Proposal, any, error) {
+	// The core's verdict comes back as the result, not through a variable both goroutines
+	// share: a call that gives up waiting (its context ended) may be run by the leader after
+	// it returned.
+	res, _, err := a.call(ctx, "", func(c *Core, now time.Time) (*Proposal, any, error) {
 		r.At = now
-		refused = c.Report(r, now)
-		return nil, nil, refused
+		refused := c.Report(r, now)
+		return nil, refused, refused
 	})
+	refused, _ := res.(error) // the core's verdict, not a failure to reach it
 	result := "accepted"
 	if err != nil {
 		result = "rejected"

@@ -269,13 +269,63 @@ func BenchmarkSnapshotPullTLS(b *testing.B) {
 	b.Run("mTLS", func(b *testing.B) { snapshotPull(b, true) })
 }
 
+const (
+	snapshotItems = 200_000
+	snapshotNodes = 4
+	snapshotSize  = 100
+)
+
 func snapshotPull(b *testing.B, secure bool) {
-	const (
-		items = 200_000
-		nodes = 4
-		size  = 100
-	)
+	const items, size = snapshotItems, snapshotSize
 	b.StopTimer()
+	c, ids, last := snapshotCluster(b, secure)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	var elapsed, pulling time.Duration
+	for range b.N {
+		for _, n := range c.Nodes() {
+			n.Stop()
+		}
+		b.StartTimer()
+		start := time.Now()
+		for _, id := range ids {
+			c.StartNode(id, nil)
+		}
+		// The nodes register and ask for their distributor first; the pull starts when the
+		// first snapshot delta arrives (the cursor's epoch).
+		waitFor(b, patience, "a node pulls", func() bool {
+			for _, n := range c.Nodes() {
+				if n.Cursor().Epoch != 0 {
+					return true
+				}
+			}
+			return false
+		})
+		attached := time.Now()
+		if err := c.WaitClock(ctx, last); err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(start)
+		pulling += time.Since(attached)
+		b.StopTimer()
+		held := 0
+		for _, n := range c.Nodes() {
+			held += n.Store.(*memstore.Store).Len()
+		}
+		if held < items {
+			b.Fatalf("the nodes hold %d items, want at least %d", held, items)
+		}
+	}
+	b.ReportMetric(float64(items*b.N)/elapsed.Seconds(), "items/s")
+	b.ReportMetric(float64(items*size*b.N)/elapsed.Seconds()/1e6, "value-MB/s")
+	b.ReportMetric(float64(items*b.N)/pulling.Seconds(), "items/s-pulling")
+}
+
+// snapshotCluster runs a cluster of one distributor and snapshotNodes nodes holding
+// snapshotItems items, settled and frozen; it returns the nodes' IDs and the last write's
+// clock.
+func snapshotCluster(b *testing.B, secure bool) (*clustertest.Cluster, []string, uint64) {
+	const items, nodes, size = snapshotItems, snapshotNodes, snapshotSize
 	c := clustertest.New(b, clustertest.Options{
 		Assigner:    func(cfg *assigner.Config) { cfg.ClockInterval = 0 },
 		Distributor: func(cfg *distributor.Config) { cfg.ClockInterval = 0 },
@@ -317,42 +367,5 @@ func snapshotPull(b *testing.B, secure bool) {
 	if r, err := c.WaitConverged(ctx); err != nil {
 		b.Fatalf("the cluster did not settle: %v\n%s", err, r)
 	}
-	var elapsed, pulling time.Duration
-	for range b.N {
-		for _, n := range c.Nodes() {
-			n.Stop()
-		}
-		b.StartTimer()
-		start := time.Now()
-		for _, id := range ids {
-			c.StartNode(id, nil)
-		}
-		// The nodes register and ask for their distributor first; the pull starts when the
-		// first snapshot delta arrives (the cursor's epoch).
-		waitFor(b, patience, "a node pulls", func() bool {
-			for _, n := range c.Nodes() {
-				if n.Cursor().Epoch != 0 {
-					return true
-				}
-			}
-			return false
-		})
-		attached := time.Now()
-		if err := c.WaitClock(ctx, last); err != nil {
-			b.Fatal(err)
-		}
-		elapsed += time.Since(start)
-		pulling += time.Since(attached)
-		b.StopTimer()
-		held := 0
-		for _, n := range c.Nodes() {
-			held += n.Store.(*memstore.Store).Len()
-		}
-		if held < items {
-			b.Fatalf("the nodes hold %d items, want at least %d", held, items)
-		}
-	}
-	b.ReportMetric(float64(items*b.N)/elapsed.Seconds(), "items/s")
-	b.ReportMetric(float64(items*size*b.N)/elapsed.Seconds()/1e6, "value-MB/s")
-	b.ReportMetric(float64(items*b.N)/pulling.Seconds(), "items/s-pulling")
+	return c, ids, last
 }

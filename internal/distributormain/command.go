@@ -122,7 +122,7 @@ on the command line win.`,
 	f.StringVar(&o.advertise, "advertise", "", "address nodes should dial to reach this distributor (default: the bound address; set it when --listen is a wildcard)")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:7081", "address serving Prometheus metrics at /metrics (empty: none)")
 	f.StringSliceVar(&o.assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners, leader and standbys")
-	f.StringSliceVar(&o.endpoints, "etcd-endpoints", []string{"http://127.0.0.1:2379"}, "endpoints of the etcd cluster the assigner uses; a zero-setup assigner's embedded etcd listens on the default")
+	f.StringSliceVar(&o.endpoints, "etcd-endpoints", []string{"http://127.0.0.1:2379"}, "endpoints of the etcd cluster the assigner uses; a zero-setup assigner's embedded etcd listens on the default (https:// with TLS)")
 	f.StringVar(&o.prefix, "prefix", "/sliceplane/", "etcd key prefix of the cluster's state and data, as given to the assigner")
 	f.DurationVar(&o.sessionTTL, "session-ttl", 5*time.Second, "registration lease: how long nodes wait for a dead distributor before they move (whole seconds)")
 	f.IntVar(&o.maxDeltaOps, "max-delta-ops", 1024, "most operations in one delta sent to a node")
@@ -277,6 +277,12 @@ func (o *options) security() (*mtls.Source, *authz.Policy, error) {
 		}
 		if err := mtls.CheckListen(src, o.tls.Insecure, l.what, l.addr); err != nil {
 			return nil, nil, usagef("distributor: %w", err)
+		}
+	}
+	for _, e := range o.endpoints {
+		// The etcd client would drop the TLS of an http:// endpoint without a word.
+		if src != nil && strings.HasPrefix(e, "http://") {
+			return nil, nil, usagef("--etcd-endpoints %s: with TLS the etcd client speaks https only; give https:// endpoints", e)
 		}
 	}
 	return src, policy, nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,12 +15,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
@@ -52,6 +55,7 @@ func TestTLSSettingsAreUsageErrors(t *testing.T) {
 		{[]string{"--listen", "0.0.0.0:7080"}, "refusing to serve the distributor's gRPC (--listen) on 0.0.0.0:7080 without TLS"},
 		{[]string{"--listen", ":7080"}, "refusing to serve"},
 		{[]string{"--metrics-listen", "0.0.0.0:7081"}, "refusing to serve metrics (--metrics-listen)"},
+		{tlsFlags(d1), "--etcd-endpoints http://127.0.0.1:2379: with TLS the etcd client speaks https only"},
 	} {
 		cmd := NewCommand()
 		cmd.SetArgs(append([]string{"--id", "d1", "--log-level", "error"}, c.args...))
@@ -66,17 +70,20 @@ func TestTLSSettingsAreUsageErrors(t *testing.T) {
 // TestRunServesMutualTLS runs the command with TLS flags: its gRPC and metrics endpoints
 // take only clients with a certificate of the CA.
 func TestRunServesMutualTLS(t *testing.T) {
-	etcd := etcdtest.Start(t)
-	cli := etcdtest.Client(t, etcd)
 	pki := mtlstest.New(t)
+	endpoint := startTLSEtcd(t, pki)
 	d1 := pki.Config("distributor", "d1")
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second,
+		TLS: pki.Source("admin", "test").ClientTLS(), Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer cli.Close()
 	metricsAddr := freePort(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cmd := NewCommand()
 	// No assigner runs: serving does not wait for one.
-	cmd.SetArgs([]string{"--id", "d1", "--etcd-endpoints", etcd.Endpoint(), "--assigners", "127.0.0.1:1",
+	cmd.SetArgs([]string{"--id", "d1", "--etcd-endpoints", endpoint, "--assigners", "127.0.0.1:1",
 		"--listen", "127.0.0.1:0", "--metrics-listen", metricsAddr, "--log-level", "error",
 		"--tls-cert", d1.Cert, "--tls-key", d1.Key, "--tls-ca", d1.CA})
 	done := make(chan error, 1)
@@ -151,4 +158,29 @@ func freePort(t *testing.T) string {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	return addr
+}
+
+// startTLSEtcd runs an etcd that serves clients over mutual TLS only, with the PKI's
+// etcd/e0 certificate, and returns its endpoint.
+func startTLSEtcd(t *testing.T, pki *mtlstest.PKI) string {
+	t.Helper()
+	f := pki.Config("etcd", "e0")
+	cfg := embed.NewConfig()
+	cfg.Dir = t.TempDir()
+	cfg.LogLevel = "error"
+	client := url.URL{Scheme: "https", Host: freePort(t)}
+	peer := url.URL{Scheme: "http", Host: freePort(t)}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ClientCertAuth: true}
+	e, err := embed.StartEtcd(cfg)
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd did not start")
+	}
+	return client.String()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"strings"
@@ -53,7 +55,7 @@ func startHTTPS(t *testing.T, conf *tls.Config) string {
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(http.ResponseWriter, *http.Request) {})
-	srv := &http.Server{Handler: mux, TLSConfig: conf, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, TLSConfig: conf, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -106,7 +108,7 @@ func TestHTTPWithMutualTLS(t *testing.T) {
 	assert.Error(t, healthcheck.HTTP(ctxT(t), url))
 	noCert := p.Source("viewer", "probe").ClientTLS()
 	noCert.GetClientCertificate = nil
-	err := healthcheck.HTTPTLS(ctxT(t), url, noCert)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "certificate")
+	// How the refusal shows depends on when TLS 1.3 reports it ("certificate required", or
+	// the HTTP/2 connection failing after the handshake): that it fails is what counts.
+	require.Error(t, healthcheck.HTTPTLS(ctxT(t), url, noCert))
 }

@@ -161,6 +161,9 @@ func (o *dataOptions) withSource(cmd *cobra.Command, fn func(ctx context.Context
 	case parent.Err() != nil: // interrupted: let main see context.Canceled
 		return fmt.Errorf("%w: %w", err, parent.Err())
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		if src == nil && etcdWantsTLS(o.endpoints) {
+			return fmt.Errorf("%w (etcd at %s requires TLS: give %s)", err, endpoints, tlsFlagsHelp)
+		}
 		return fmt.Errorf("%w (etcd at %s gave no answer within --timeout %s)", err, endpoints, o.timeout)
 	}
 	return err

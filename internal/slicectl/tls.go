@@ -132,3 +132,18 @@ func speaksTLS(addr string) bool {
 	_ = conn.Close()
 	return true
 }
+
+// etcdWantsTLS reports whether one of the etcd endpoints is https or answers a TLS
+// handshake.
+func etcdWantsTLS(endpoints []string) bool {
+	for _, e := range endpoints {
+		e = strings.TrimSpace(e)
+		if strings.HasPrefix(e, "https://") {
+			return true
+		}
+		if speaksTLS(strings.TrimPrefix(e, "http://")) {
+			return true
+		}
+	}
+	return false
+}
