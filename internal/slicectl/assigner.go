@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -74,18 +73,32 @@ func (g *globalOptions) withAssigner(cmd *cobra.Command, fn func(ctx context.Con
 		quanta: pb.NewQuantaServiceClient(conn), out: newPrinter(cmd.OutOrStdout(), g.output),
 		errOut: cmd.ErrOrStderr(), parent: parent,
 	}
-	return g.explain(parent, fn(ctx, s))
+	return commandRefused(cmd, g.explain(parent, fn(ctx, s)))
+}
+
+// commandRefused names the command in a refusal for who slicectl is ("drain: permission
+// denied: ..."): the server's message names only the RPC.
+func commandRefused(cmd *cobra.Command, err error) error {
+	if errors.Is(err, ErrPermission) || errors.Is(err, ErrUnauthenticated) {
+		return fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), err)
+	}
+	return err
 }
 
 // dial returns a connection to the leading assigner. Every call waits for a leader (within
 // its context): during an election, or while a standby is being promoted, the command then
 // waits rather than fails.
 func (g *globalOptions) dial() (*grpc.ClientConn, error) {
+	src, err := g.loadTLS()
+	if err != nil {
+		return nil, err
+	}
 	who := caller()
 	withUser := func(ctx context.Context) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, userMetadata, who)
 	}
 	conn, err := dial.Leader(g.assigners,
+		src.DialOption("assigner"),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 		grpc.WithUserAgent("slicectl"),
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -132,9 +145,14 @@ func (g *globalOptions) explain(parent context.Context, err error) error {
 	msg := st.Message()
 	switch st.Code() {
 	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists,
-		codes.OutOfRange, codes.PermissionDenied:
+		codes.OutOfRange:
 		return fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(msg, "assigner: "))
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return refusal(st.Code().String(), strings.TrimPrefix(msg, "assigner: "))
 	case codes.Unavailable, codes.DeadlineExceeded:
+		if err := refusalIn(msg); err != nil {
+			return err
+		}
 		if cause, ok := connectionError(msg); ok {
 			return g.unreachable(cause)
 		}
@@ -175,8 +193,11 @@ func connectionError(msg string) (string, bool) {
 func (g *globalOptions) unreachable(cause string) error {
 	addrs := strings.Join(g.assigners, ",")
 	within := fmt.Sprintf("(gave up after --timeout %s)", g.timeout)
+	if advice := g.tlsMismatch(cause); advice != "" {
+		return fmt.Errorf("%s (%s; gave up after --timeout %s)", advice, cause, g.timeout)
+	}
 	if strings.Contains(cause, "health check") {
-		hint := leaderHint(g.assigners)
+		hint := leaderHint(g.assigners, g.tlsSource.DialOption("assigner"))
 		if len(g.assigners) == 1 {
 			return fmt.Errorf("assigner %s %w as the leader: it answers, but does not lead %s%s", addrs, ErrUnreachable, within, hint)
 		}
@@ -190,17 +211,17 @@ func (g *globalOptions) unreachable(cause string) error {
 
 // leaderHint asks each assigner directly (a standby answers Status too) where the leader is,
 // and returns advice, or nothing if none knows.
-func leaderHint(addrs []string) string {
+func leaderHint(addrs []string, creds grpc.DialOption) string {
 	for _, a := range addrs {
-		if leader := askLeader(a); leader != "" {
+		if leader := askLeader(a, creds); leader != "" {
 			return fmt.Sprintf("; %s says the leader is at %s: give that address with --assigner", a, leader)
 		}
 	}
 	return "; no leader is known yet: an election may be under way, try again"
 }
 
-func askLeader(addr string) string {
-	conn, err := grpc.NewClient(strings.TrimSpace(addr), grpc.WithTransportCredentials(insecure.NewCredentials()))
+func askLeader(addr string, creds grpc.DialOption) string {
+	conn, err := grpc.NewClient(strings.TrimSpace(addr), creds)
 	if err != nil {
 		return ""
 	}

@@ -140,10 +140,15 @@ func (o *dataOptions) withSource(cmd *cobra.Command, fn func(ctx context.Context
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
 	endpoints := strings.Join(o.endpoints, ",")
+	src, err := o.loadTLS()
+	if err != nil {
+		return err
+	}
 	// The client dials lazily: an unreachable cluster shows up as the first request running
 	// into ctx's deadline, which the error below then explains.
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: o.endpoints, DialTimeout: o.timeout, Context: ctx, Logger: zap.NewNop(),
+		TLS: src.ClientTLS(),
 	})
 	if err != nil {
 		return fmt.Errorf("connecting to etcd at %s: %w", endpoints, err)
@@ -156,6 +161,9 @@ func (o *dataOptions) withSource(cmd *cobra.Command, fn func(ctx context.Context
 	case parent.Err() != nil: // interrupted: let main see context.Canceled
 		return fmt.Errorf("%w: %w", err, parent.Err())
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		if src == nil && etcdWantsTLS(o.endpoints) {
+			return fmt.Errorf("%w (etcd at %s requires TLS: give %s)", err, endpoints, tlsFlagsHelp)
+		}
 		return fmt.Errorf("%w (etcd at %s gave no answer within --timeout %s)", err, endpoints, o.timeout)
 	}
 	return err

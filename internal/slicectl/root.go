@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // ErrUsage is wrapped by errors about how a command was called (bad flags or arguments), which
@@ -22,6 +24,7 @@ const (
 	groupInspect  = "inspect"
 	groupOverride = "override"
 	groupOffline  = "offline"
+	groupSecurity = "security"
 )
 
 // globalOptions are the root's persistent flags, which every command takes.
@@ -32,6 +35,11 @@ type globalOptions struct {
 	// timeout bounds a whole command, connecting included (drain's wait and quanta --follow
 	// aside, which have their own limits).
 	timeout time.Duration
+	// tls is --tls-cert, --tls-key and --tls-ca; tlsSource its files once loaded (nil:
+	// plaintext).
+	tls       mtls.Config
+	tlsSource *mtls.Source
+	tlsLoaded bool
 }
 
 // defaultAssigner is where `assigner` serves with no flags.
@@ -58,6 +66,12 @@ It also runs the offline simulator, which compares balancing algorithms on the
 same workload, and its data commands read and write the items of the built-in
 etcd backend as a backend change tracker would.
 
+Against a cluster with mutual TLS, give slicectl its certificate with --tls-cert,
+--tls-key and --tls-ca, or once for a shell with SLICEPLANE_TLS_CERT,
+SLICEPLANE_TLS_KEY and SLICEPLANE_TLS_CA (a flag given wins). Its identity decides
+what it may do: a viewer inspects, an admin overrides too. slicectl certs init
+makes a development CA and the certificates of a cluster.
+
 A SLICE argument names a slice in one of three ways:
   0x4000000000000000   the slice starting at this point (hex as printed, or decimal)
   key:TEXT             the slice holding key TEXT (its xxhash64)
@@ -78,6 +92,10 @@ status: 0 done, 1 failed or refused, 2 bad usage, 130 interrupted.`,
   slicectl drain n3
   slicectl drain n3 --cancel
 
+  # Against a cluster with mutual TLS, as its admin.
+  export SLICEPLANE_TLS_CERT=certs/admin-alice.crt SLICEPLANE_TLS_KEY=certs/admin-alice.key SLICEPLANE_TLS_CA=certs/ca.crt
+  slicectl status
+
   # Shell completion (bash; see slicectl completion --help for the others).
   source <(slicectl completion bash)`,
 		SilenceUsage:  true,
@@ -92,13 +110,22 @@ status: 0 done, 1 failed or refused, 2 bad usage, 130 interrupted.`,
 		"assigner addresses, comma-separated: the leader and its standbys (slicectl follows the leader)")
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "time limit of the whole command, connecting included")
+	g.addTLSFlags(f)
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
 	_ = root.RegisterFlagCompletionFunc("assigner", cobra.NoFileCompletions)
 
+	addCommands(root, g)
+	initDefaultCommands(root)
+	return root
+}
+
+// addCommands adds every command to root, in its group of the root's help.
+func addCommands(root *cobra.Command, g *globalOptions) {
 	root.AddGroup(
 		&cobra.Group{ID: groupInspect, Title: "Inspect a running assigner:"},
 		&cobra.Group{ID: groupOverride, Title: "Override the assignment:"},
 		&cobra.Group{ID: groupOffline, Title: "Data and simulation:"},
+		&cobra.Group{ID: groupSecurity, Title: "Security:"},
 	)
 	for _, c := range []*cobra.Command{
 		newStatusCommand(g), newNodesCommand(g), newSlicesCommand(g), newLookupCommand(g),
@@ -118,8 +145,9 @@ status: 0 done, 1 failed or refused, 2 bad usage, 130 interrupted.`,
 		c.GroupID = groupOffline
 		root.AddCommand(c)
 	}
-	initDefaultCommands(root)
-	return root
+	certs := newCertsCommand(g)
+	certs.GroupID = groupSecurity
+	root.AddCommand(certs)
 }
 
 // initDefaultCommands adds cobra's help and completion commands now rather than at Execute,

@@ -13,6 +13,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sliceplane/sliceplane/internal/authz"
+	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
 
 func probe(args ...string) (int, string) {
@@ -67,4 +70,27 @@ func TestUnreachableAndUsage(t *testing.T) {
 		code, _ := probe(args...)
 		assert.Equal(t, 2, code, "%q", args)
 	}
+}
+
+func TestGRPCWithMutualTLS(t *testing.T) {
+	p := mtlstest.New(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := grpc.NewServer(authz.New("test", p.Source("assigner", "a1"), nil, authz.AssignerRules(), nil, nil).ServerOptions()...)
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go s.Serve(lis) //nolint:errcheck // stopped below
+	defer s.Stop()
+	addr := lis.Addr().String()
+
+	c := p.Config("node", "n1")
+	code, out := probe("grpc", addr, "-tls-cert", c.Cert, "-tls-key", c.Key, "-tls-ca", c.CA)
+	assert.Equal(t, 0, code, out)
+	code, out = probe("grpc", addr, "-timeout", "300ms")
+	assert.Equal(t, 1, code, out)
+	assert.True(t, strings.HasPrefix(out, "unhealthy: "), out)
+
+	// Files that do not go together are a usage error, before anything is dialled.
+	code, out = probe("grpc", addr, "-tls-cert", c.Cert)
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "--tls-key")
 }

@@ -1,0 +1,229 @@
+package slicectl
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sliceplane/sliceplane/internal/certs"
+)
+
+// certsInitOptions are the flags of certs init: the names of each kind of identity.
+type certsInitOptions struct {
+	*globalOptions
+	names    map[string]*[]string // by kind
+	hosts    []string
+	validity time.Duration
+}
+
+// certKinds are the kinds certs init issues, in the order it prints them; the ones that
+// serve get --host in their certificates.
+var certKinds = []struct {
+	kind, help string
+	serves     bool
+}{
+	{"assigner", "assigner names", true},
+	{"distributor", "distributor names", true},
+	{"node", "storage node IDs", true},
+	{"router", "router names", false},
+	{"admin", "admins: people or tools that may override the assignment", false},
+	{"viewer", "viewers: people or tools that may only inspect", false},
+}
+
+// caValidity is the least a new CA is valid for: longer than the certificates it signs, so
+// that a rerun with the same CA can issue more.
+const caValidity = 10 * 365 * 24 * time.Hour
+
+func newCertsInitCommand(g *globalOptions) *cobra.Command {
+	o := &certsInitOptions{globalOptions: g, names: map[string]*[]string{}}
+	cmd := &cobra.Command{
+		Use:   "init DIR",
+		Short: "Make a development CA and the certificates of a cluster's identities",
+		Long: `init writes into DIR a certificate authority (ca.crt, ca.key) and, for each
+identity named by the flags, a certificate and its key: <kind>-<name>.crt and
+<kind>-<name>.key, valid for --validity. Keys are readable by their owner only.
+
+A CA already in DIR is reused, so that a rerun adds identities (or renews their
+certificates, replacing the files) and every certificate stays trusted. A name
+may hold letters, digits, '-', '_' and '.'; a bad one is refused before anything
+is written.
+
+The certificates of the servers (assigner, distributor, node) are valid for
+localhost and the loopback addresses, plus --host, for the tools that check host
+names (curl, etcdctl, Prometheus); Sliceplane itself checks identities.`,
+		Example: `  # Everything a local cluster and its operators need.
+  slicectl certs init certs --assigner a1 --distributor d1 --node n1,n2,n3 --router r --admin alice --viewer ci
+
+  # Servers reachable by other names; certificates valid for 30 days.
+  slicectl certs init certs --node n1,n2 --host n1.example.com,10.0.0.5 --validity 720h
+
+  # Add an admin later: the CA in certs is reused.
+  slicectl certs init certs --admin bob`,
+		Args: positional("DIR")(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.OutOrStdout(), args[0])
+		},
+	}
+	f := cmd.Flags()
+	for _, k := range certKinds {
+		o.names[k.kind] = new([]string)
+		f.StringSliceVar(o.names[k.kind], k.kind, nil, k.help+", comma-separated")
+	}
+	f.StringSliceVar(&o.hosts, "host", nil, "extra DNS names or IP addresses of the servers' certificates, comma-separated")
+	f.DurationVar(&o.validity, "validity", certs.DefaultValidity, "how long the certificates are valid")
+	return cmd
+}
+
+// certsInitOut is the result of certs init, in --output json and yaml.
+type certsInitOut struct {
+	Dir        string         `json:"dir"`
+	CA         string         `json:"ca"`
+	CAKey      string         `json:"ca_key"`
+	CAReused   bool           `json:"ca_reused"`
+	Identities []certIdentity `json:"identities"`
+}
+
+type certIdentity struct {
+	ID       string    `json:"id"`
+	Cert     string    `json:"cert"`
+	Key      string    `json:"key"`
+	NotAfter time.Time `json:"not_after"`
+}
+
+// issued is one certificate made in memory, not yet written.
+type issued struct {
+	req  certs.Request
+	leaf *certs.Leaf
+}
+
+func (o *certsInitOptions) run(w io.Writer, dir string) error {
+	if err := o.check(outputs); err != nil {
+		return usageError(err)
+	}
+	if o.validity <= 0 {
+		return usageError(fmt.Errorf("--validity %s: want a positive duration", o.validity))
+	}
+	ca, reused, err := loadOrMakeCA(dir, o.validity)
+	if err != nil {
+		return err
+	}
+	// Every certificate is made before any file is written: a bad name leaves DIR as it was.
+	leaves, err := o.issueAll(ca)
+	if err != nil {
+		return err
+	}
+	if !reused {
+		if err := certs.WriteCA(dir, ca); err != nil {
+			return err
+		}
+	}
+	out := certsInitOut{Dir: dir, CA: filepath.Join(dir, "ca.crt"), CAKey: filepath.Join(dir, "ca.key"), CAReused: reused}
+	for _, l := range leaves {
+		files, err := certs.WriteLeaf(dir, l.req, l.leaf)
+		if err != nil {
+			return err
+		}
+		out.Identities = append(out.Identities, certIdentity{
+			ID: certs.ID("", l.req.Kind, l.req.Name), Cert: files.Cert, Key: files.Key, NotAfter: l.leaf.Cert.NotAfter,
+		})
+	}
+	p := newPrinter(w, o.output)
+	if !p.table() {
+		return p.print(out)
+	}
+	return printCertsInit(w, out)
+}
+
+// loadOrMakeCA returns the CA in dir, or a new one (not yet written) when dir holds none.
+func loadOrMakeCA(dir string, validity time.Duration) (*certs.CA, bool, error) {
+	_, crtErr := os.Stat(filepath.Join(dir, "ca.crt"))
+	_, keyErr := os.Stat(filepath.Join(dir, "ca.key"))
+	switch {
+	case crtErr == nil && keyErr == nil:
+		ca, err := certs.LoadCA(dir)
+		if err != nil {
+			return nil, false, fmt.Errorf("reusing the CA in %s: %w", dir, err)
+		}
+		return ca, true, nil
+	case errors.Is(crtErr, fs.ErrNotExist) && errors.Is(keyErr, fs.ErrNotExist):
+		ca, err := certs.NewCA("Sliceplane development CA", max(validity+time.Hour, caValidity))
+		return ca, false, err
+	case crtErr == nil || keyErr == nil:
+		return nil, false, fmt.Errorf("%s holds one of ca.crt and ca.key but not the other: "+
+			"give a directory with both (to reuse the CA) or neither (to make one)", dir)
+	}
+	return nil, false, fmt.Errorf("reading the CA in %s: %w", dir, errors.Join(crtErr, keyErr))
+}
+
+// issueAll makes the certificate of every identity the flags name.
+func (o *certsInitOptions) issueAll(ca *certs.CA) ([]issued, error) {
+	notAfter := time.Now().Add(o.validity)
+	if notAfter.After(ca.Cert.NotAfter) {
+		return nil, usageError(fmt.Errorf("--validity %s: the certificates would outlive the CA (valid until %s)",
+			o.validity, ca.Cert.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	seen := map[string]bool{}
+	var out []issued
+	for _, k := range certKinds {
+		for _, name := range *o.names[k.kind] {
+			name = strings.TrimSpace(name)
+			if seen[k.kind+"/"+name] {
+				return nil, usageError(fmt.Errorf("--%s %q is named twice", k.kind, name))
+			}
+			seen[k.kind+"/"+name] = true
+			req := certs.Request{Kind: k.kind, Name: name, NotAfter: notAfter}
+			if k.serves {
+				req.Hosts = o.hosts
+			}
+			leaf, err := ca.Issue(req)
+			if errors.Is(err, certs.ErrInvalid) {
+				return nil, usageError(fmt.Errorf("--%s: %w; nothing was written", k.kind, err))
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, issued{req: req, leaf: leaf})
+		}
+	}
+	return out, nil
+}
+
+// printCertsInit says what was written and how to use it.
+func printCertsInit(w io.Writer, out certsInitOut) error {
+	verb := "wrote a new CA"
+	if out.CAReused {
+		verb = "reused the CA"
+	}
+	fmt.Fprintf(w, "%s: %s, %s (keep ca.key private: it signs certificates)\n", verb, out.CA, out.CAKey)
+	if len(out.Identities) == 0 {
+		_, err := fmt.Fprintln(w, "no identities named: give --node, --admin, ... to issue certificates")
+		return err
+	}
+	t := newTable(w)
+	row(t, "IDENTITY", "CERTIFICATE", "KEY", "VALID UNTIL")
+	for _, id := range out.Identities {
+		row(t, id.ID, id.Cert, id.Key, id.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nEach process takes its own files:")
+	for _, id := range out.Identities {
+		fmt.Fprintf(w, "  %-40s --tls-cert %s --tls-key %s --tls-ca %s\n", id.ID, id.Cert, id.Key, out.CA)
+	}
+	for _, id := range out.Identities {
+		if strings.Contains(id.ID, "/admin/") || strings.Contains(id.ID, "/viewer/") {
+			_, err := fmt.Fprintf(w, "\nslicectl as %s, for this shell:\n  export %s=%s %s=%s %s=%s\n",
+				id.ID, envTLSCert, id.Cert, envTLSKey, id.Key, envTLSCA, out.CA)
+			return err
+		}
+	}
+	return nil
+}
