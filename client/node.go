@@ -19,6 +19,7 @@ import (
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
@@ -34,8 +35,10 @@ type NodeConfig struct {
 	Labels  map[string]string
 	// Assigners are the addresses of the assigners (leader and standbys).
 	Assigners []string
-	// TLS is the node's certificate (spiffe://sliceplane/node/<ID>) for the assigners and
-	// its distributor; zero for plaintext.
+	// TLS is the node's mutual TLS with the assigners and its distributor; zero for
+	// plaintext. Its certificate must name the node, spiffe://sliceplane/node/<ID>: the
+	// servers let a node act only as itself, so NewNode refuses another identity at once.
+	// The files are re-read when they change (rotation needs no restart).
 	TLS TLS
 	// Store holds the node's data. Required.
 	Store Store
@@ -60,6 +63,7 @@ type Node struct {
 	cfg  NodeConfig
 	log  *slog.Logger
 	load *loadCounter
+	tls  *mtls.Source // nil: plaintext
 
 	mu      sync.Mutex
 	dist    *pb.Distributor // nil until the assigner names one
@@ -135,10 +139,28 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	src, err := nodeTLS(cfg.ID, cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), load: newLoadCounter(max(cfg.HotKeys, 0), time.Now()),
-		changed: make(chan struct{}), kick: make(chan struct{}, 1), started: time.Now()}
+		tls: src, changed: make(chan struct{}), kick: make(chan struct{}, 1), started: time.Now()}
 	n.cursor.Store(&Cursor{})
 	return n, nil
+}
+
+// nodeTLS loads t and checks that its certificate names node id: a certificate of another
+// identity would have every call refused, as a node acting as another.
+func nodeTLS(id string, t TLS) (*mtls.Source, error) {
+	src, err := t.load()
+	if err != nil || src == nil {
+		return nil, err
+	}
+	want := "spiffe://" + mtls.TrustDomain + "/node/" + id
+	if got := src.Identity(); got.ID != want {
+		return nil, fmt.Errorf("client: %w: node %q: the certificate %s names %s, not %s", ErrTLS, id, t.Cert, got.ID, want)
+	}
+	return src, nil
 }
 
 // Slices returns the slices of the map the node holds, as of the last delta applied.
@@ -181,7 +203,7 @@ func (n *Node) Run(ctx context.Context) error {
 		return fmt.Errorf("client: reading the stored cursor: %w", err)
 	}
 	n.cursor.Store(&c)
-	assigner, err := dial.Follow(n.cfg.Assigners)
+	assigner, err := dial.Follow(n.cfg.Assigners, n.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -202,7 +224,7 @@ func (n *Node) Run(ctx context.Context) error {
 // Leave takes the node out of the map at once, so that its slices move without waiting for
 // its lease to lapse. Call it after Run returned, before the node goes away for good.
 func (n *Node) Leave(ctx context.Context) error {
-	conn, err := dial.Leader(n.cfg.Assigners)
+	conn, err := dial.Leader(n.cfg.Assigners, n.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -419,7 +441,7 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 		case <-ctx.Done():
 		}
 	}()
-	conn, err := dial.Peer(d.GetAddress())
+	conn, err := dial.Peer(d.GetAddress(), n.tls.DialOption("distributor"))
 	if err != nil {
 		return false, fmt.Errorf("client: distributor %s: %w", d.GetId(), err)
 	}

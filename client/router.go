@@ -20,6 +20,7 @@ import (
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
@@ -31,8 +32,13 @@ var ErrNotReady = errors.New("client: router not ready: no assignment applied ye
 type RouterConfig struct {
 	// Assigners are the gRPC addresses of the assigners (leader and standbys). Required.
 	Assigners []string
-	// TLS is the router's certificate (an identity with the router role); zero for
-	// plaintext.
+	// TLS is the router's mutual TLS with the assigners; zero for plaintext. Its
+	// certificate must name an identity that may read the map (the router role: a router,
+	// viewer, admin, node or distributor identity, or one the assigners' policy grants it).
+	// The replicas' addresses come from the node list (AdminService.ListNodes), which the
+	// assigners grant to the viewer role: a router identity without it routes by node ID,
+	// with empty addresses, unless the policy grants it viewer. The files are re-read when
+	// they change (rotation needs no restart).
 	TLS TLS
 	// Policy chooses the replica Pick returns; default RoundRobin.
 	Policy Policy
@@ -72,6 +78,7 @@ type Route struct {
 type Router struct {
 	cfg  RouterConfig
 	log  *slog.Logger
+	tls  *mtls.Source  // nil: plaintext
 	rand func() uint64 // uniform random numbers for the policies; tests make it deterministic
 
 	view    atomic.Pointer[view] // nil until the first map
@@ -133,7 +140,8 @@ const maxMapBytes = 256 << 20
 // cost a call.
 const minRefreshGap = 100 * time.Millisecond
 
-// NewRouter validates cfg and returns a router; Run starts it. It does no I/O.
+// NewRouter validates cfg and returns a router; Run starts it. It reads cfg.TLS's files,
+// and does no other I/O.
 func NewRouter(cfg RouterConfig) (*Router, error) {
 	var addrs []string
 	for _, a := range cfg.Assigners {
@@ -149,6 +157,10 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	case cfg.RefreshInterval < 0:
 		return nil, fmt.Errorf("client: negative refresh interval %s", cfg.RefreshInterval)
 	}
+	src, err := cfg.TLS.load()
+	if err != nil {
+		return nil, err
+	}
 	cfg.Assigners = addrs
 	if cfg.RefreshInterval == 0 {
 		cfg.RefreshInterval = 5 * time.Second
@@ -156,7 +168,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Router{cfg: cfg, log: cfg.Logger, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
 }
 
 // Run watches the assignment and the node list until ctx ends, and returns nil then. When
@@ -166,7 +178,7 @@ func (r *Router) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("client: Router.Run called twice")
 	}
-	leader, err := dial.Follow(r.cfg.Assigners)
+	leader, err := dial.Follow(r.cfg.Assigners, r.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

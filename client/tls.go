@@ -1,9 +1,48 @@
 package client
 
+import (
+	"crypto/tls"
+	"fmt"
+
+	"github.com/sliceplane/sliceplane/internal/mtls"
+)
+
 // TLS names the PEM files of a client's mutual TLS: its certificate and key (whose URI SAN
 // names it, spiffe://sliceplane/node/<id> for a node) and the CA it trusts. The files are
 // re-read when they change, so certificates rotate without a restart. The zero TLS means
 // plaintext, which only a server on loopback (or one run with --insecure) accepts.
+//
+// A client verifies its server's certificate against CA and checks the kind of identity it
+// names (an assigner, a distributor), not its host name.
 type TLS struct {
 	Cert, Key, CA string
+}
+
+// ErrTLS is wrapped by the errors about TLS settings that cannot be used: files missing
+// or not loading, or a node's certificate that names another identity.
+var ErrTLS = mtls.ErrConfig
+
+// IsZero reports whether t names no file: plaintext.
+func (t TLS) IsZero() bool { return t == TLS{} }
+
+// load returns the Source of t's files, nil for the zero TLS. All three files are needed.
+func (t TLS) load() (*mtls.Source, error) {
+	src, err := mtls.Config{Cert: t.Cert, Key: t.Key, CA: t.CA}.Load()
+	if err != nil {
+		return nil, fmt.Errorf("client: TLS: %w", err)
+	}
+	return src, nil
+}
+
+// ClientConfig returns the *tls.Config of a client with t's certificate, re-reading the
+// files when they change: for an etcd client (clientv3.Config.TLS, with https endpoints)
+// that writes the data source, or an HTTPS client of a metrics endpoint. It returns nil for
+// the zero TLS. The server's certificate must name a Sliceplane identity
+// (spiffe://sliceplane/<kind>/<name>) and chain to CA.
+func (t TLS) ClientConfig() (*tls.Config, error) {
+	src, err := t.load()
+	if err != nil {
+		return nil, err
+	}
+	return src.ClientTLS(), nil
 }

@@ -13,8 +13,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/internal/source"
@@ -56,6 +58,22 @@ type Writer struct {
 // that cli reaches. The writer does not own cli: closing cli is up to the caller.
 func New(cli *clientv3.Client, prefix string) *Writer {
 	return &Writer{cli: cli, src: source.NewEtcd(cli, prefix)}
+}
+
+// Dial connects to the etcd cluster at endpoints for a Writer, over mutual TLS when t names
+// files (endpoints are then https://; t's certificate must chain to the CA etcd trusts, and
+// etcd's certificate must name a Sliceplane identity and chain to t.CA). The zero TLS dials
+// plaintext. The caller closes the client.
+func Dial(endpoints []string, t client.TLS) (*clientv3.Client, error) {
+	conf, err := t.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("writer: %w", err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, TLS: conf, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("writer: connecting to etcd %v: %w", endpoints, err)
+	}
+	return cli, nil
 }
 
 func checkKey(key []byte) error {

@@ -30,6 +30,8 @@ import (
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
 	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
@@ -39,6 +41,10 @@ type Options struct {
 	Assigner    func(*assigner.Config)
 	Distributor func(*distributor.Config)
 	Node        func(*client.NodeConfig)
+	// TLS runs the gRPC links with mutual TLS, every part with a certificate of its own from
+	// a throwaway CA (Cluster.PKI): assigner-a<i>, distributor-<id>, node-<id>, and the
+	// cluster's own admin-clustertest for Conn. Etcd stays plaintext on loopback.
+	TLS bool
 }
 
 // Cluster is a running Sliceplane.
@@ -48,7 +54,10 @@ type Cluster struct {
 	Etcd *embedetcd.Server
 	// Source is the data source, on its own etcd client.
 	Source *source.Etcd
-	log    *slog.Logger
+	// PKI is the CA and the certificate files of a cluster run with Options.TLS, nil
+	// otherwise. Issuing a part's certificate again (PKI.Config) rotates it in place.
+	PKI *mtlstest.PKI
+	log *slog.Logger
 
 	mu           sync.Mutex
 	assigners    []*Part
@@ -60,6 +69,8 @@ type Cluster struct {
 // Part is a running assigner or distributor.
 type Part struct {
 	Addr string
+	// TLS is the part's certificate source with Options.TLS, nil otherwise.
+	TLS  *mtls.Source
 	stop func()
 }
 
@@ -92,6 +103,9 @@ func New(t testing.TB, opts Options) *Cluster {
 		c.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	c.Source = source.NewEtcd(c.client(), "/sliceplane/data/")
+	if opts.TLS {
+		c.PKI = mtlstest.New(t)
+	}
 	c.StartAssigner()
 	return c
 }
@@ -133,11 +147,18 @@ func (c *Cluster) StartAssigner() *Part {
 	if c.opts.Assigner != nil {
 		c.opts.Assigner(&cfg)
 	}
+	c.mu.Lock()
+	name := fmt.Sprintf("a%d", len(c.assigners))
+	c.mu.Unlock()
+	src := c.source("assigner", name)
 	srv, err := assigner.New(cfg)
 	if err != nil {
 		c.t.Fatalf("clustertest: %v", err)
 	}
-	p := &Part{Addr: srv.Addr(), stop: c.run("assigner", srv.Run)}
+	p := &Part{Addr: srv.Addr(), TLS: src, stop: c.run("assigner", srv.Run)}
+	if src != nil {
+		p.Addr, p.stop = c.secure(src, srv.Addr(), p.stop)
+	}
 	c.mu.Lock()
 	c.assigners = append(c.assigners, p)
 	c.mu.Unlock()
@@ -159,7 +180,7 @@ func (c *Cluster) Assigners() []string {
 func (c *Cluster) StartDistributor(id string) *Part {
 	c.t.Helper()
 	cfg := distributor.Config{ID: id, Client: c.client(), Assigners: c.Assigners(), SessionTTL: sessionTTL,
-		ClockInterval: 10 * time.Millisecond, Logger: c.log.With("part", "distributor")}
+		ClockInterval: 10 * time.Millisecond, Logger: c.log.With("part", "distributor"), TLS: c.source("distributor", id)}
 	if c.opts.Distributor != nil {
 		c.opts.Distributor(&cfg)
 	}
@@ -167,7 +188,7 @@ func (c *Cluster) StartDistributor(id string) *Part {
 	if err != nil {
 		c.t.Fatalf("clustertest: %v", err)
 	}
-	p := &Part{Addr: srv.Addr(), stop: c.run("distributor "+id, srv.Run)}
+	p := &Part{Addr: srv.Addr(), TLS: cfg.TLS, stop: c.run("distributor "+id, srv.Run)}
 	c.mu.Lock()
 	c.distributors[id] = p
 	c.mu.Unlock()
@@ -182,6 +203,10 @@ func (c *Cluster) StartNode(id string, store Store) *Node {
 	}
 	cfg := client.NodeConfig{ID: id, Assigners: c.Assigners(), Store: store, ReportInterval: 100 * time.Millisecond,
 		Address: "127.0.0.1:1", Logger: c.log.With("part", "node")}
+	if c.PKI != nil {
+		f := c.PKI.Config("node", id)
+		cfg.TLS = client.TLS{Cert: f.Cert, Key: f.Key, CA: f.CA}
+	}
 	if c.opts.Node != nil {
 		c.opts.Node(&cfg)
 	}
@@ -195,6 +220,14 @@ func (c *Cluster) StartNode(id string, store Store) *Node {
 	c.nodes[id] = node
 	c.mu.Unlock()
 	return node
+}
+
+// source issues a certificate for kind/name with Options.TLS and loads it; nil without.
+func (c *Cluster) source(kind, name string) *mtls.Source {
+	if c.PKI == nil {
+		return nil
+	}
+	return c.PKI.Source(kind, name)
 }
 
 // Distributors returns the distributors started last under each ID.
@@ -219,7 +252,7 @@ func (c *Cluster) Conn() *grpc.ClientConn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn == nil {
-		conn, err := dial.Leader(addrs)
+		conn, err := dial.Leader(addrs, c.source("admin", "clustertest").DialOption("assigner"))
 		if err != nil {
 			c.t.Fatalf("clustertest: %v", err)
 		}

@@ -26,11 +26,17 @@ import (
 // benchCluster starts 1 assigner, 2 distributors and n nodes on stores made by store, and
 // waits until every node holds its slices of the settled map.
 func benchCluster(b *testing.B, n int, store func() clustertest.Store) *clustertest.Cluster {
+	return benchClusterTLS(b, n, store, false)
+}
+
+// benchClusterTLS is benchCluster, with mutual TLS on every gRPC link if secure.
+func benchClusterTLS(b *testing.B, n int, store func() clustertest.Store, secure bool) *clustertest.Cluster {
 	b.Helper()
 	// The defaults of the binaries, not the quicker clocks the tests use.
 	c := clustertest.New(b, clustertest.Options{
 		Assigner:    func(cfg *assigner.Config) { cfg.ClockInterval = 0 },
 		Distributor: func(cfg *distributor.Config) { cfg.ClockInterval = 0 },
+		TLS:         secure,
 	})
 	c.StartDistributor("d1")
 	c.StartDistributor("d2")
@@ -62,14 +68,22 @@ func benchCluster(b *testing.B, n int, store func() clustertest.Store) *clustert
 // to the etcd source by 4 writers in transactions of 128 items, reach 100 nodes through 2
 // distributors. The time runs from the first write until every node applied the last one.
 // Everything (etcd, assigner, distributors, nodes) shares the machine's cores.
-func BenchmarkBurstFill(b *testing.B) {
-	const (
-		items   = 1_000_000
-		writers = 4
-	)
+func BenchmarkBurstFill(b *testing.B) { burstFill(b, 1_000_000, 100, false) }
+
+// BenchmarkBurstFillTLS runs a smaller burst fill (200k items, 20 nodes) with plaintext and
+// with mutual TLS on every gRPC link (node and distributor pulls, quanta, heartbeats), side
+// by side, for the cost of TLS on the data path. Etcd is plaintext in both.
+func BenchmarkBurstFillTLS(b *testing.B) {
+	b.Run("plaintext", func(b *testing.B) { burstFill(b, 200_000, 20, false) })
+	b.Run("mTLS", func(b *testing.B) { burstFill(b, 200_000, 20, true) })
+}
+
+// burstFill writes items to a cluster of nodes, with mutual TLS if secure.
+func burstFill(b *testing.B, items, nodes int, secure bool) {
+	const writers = 4
 	for range b.N {
 		b.StopTimer()
-		c := benchCluster(b, 100, func() clustertest.Store { return memstore.New() })
+		c := benchClusterTLS(b, nodes, func() clustertest.Store { return memstore.New() }, secure)
 		w := writer.New(etcdtest.Client(b, c.Etcd), "/sliceplane/data/")
 		value := make([]byte, 100)
 		var last atomic.Uint64
@@ -115,7 +129,8 @@ func BenchmarkBurstFill(b *testing.B) {
 		}
 		b.ReportMetric(elapsed.Seconds(), "s/fill")
 		b.ReportMetric(wrote.Seconds(), "s-writing/fill")
-		b.ReportMetric(items/elapsed.Seconds(), "items/s")
+		b.ReportMetric(float64(items)/elapsed.Seconds(), "items/s")
+		b.ReportMetric((elapsed - wrote).Seconds(), "s-draining/fill")
 	}
 }
 
@@ -243,4 +258,114 @@ func (b *recordingBatch) Commit(c client.Cursor) error {
 	}
 	b.rec.record(b.keys, time.Now())
 	return nil
+}
+
+// BenchmarkSnapshotPullTLS measures the data path alone, with plaintext and with mutual TLS
+// side by side: 4 nodes that restart empty pull their whole share of 200k items of 100 bytes
+// (a snapshot each) from one distributor. Writing the items is not timed; the time runs from
+// the restart until every node holds its share.
+func BenchmarkSnapshotPullTLS(b *testing.B) {
+	b.Run("plaintext", func(b *testing.B) { snapshotPull(b, false) })
+	b.Run("mTLS", func(b *testing.B) { snapshotPull(b, true) })
+}
+
+const (
+	snapshotItems = 200_000
+	snapshotNodes = 4
+	snapshotSize  = 100
+)
+
+func snapshotPull(b *testing.B, secure bool) {
+	const items, size = snapshotItems, snapshotSize
+	b.StopTimer()
+	c, ids, last := snapshotCluster(b, secure)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	var elapsed, pulling time.Duration
+	for range b.N {
+		for _, n := range c.Nodes() {
+			n.Stop()
+		}
+		b.StartTimer()
+		start := time.Now()
+		for _, id := range ids {
+			c.StartNode(id, nil)
+		}
+		// The nodes register and ask for their distributor first; the pull starts when the
+		// first snapshot delta arrives (the cursor's epoch).
+		waitFor(b, patience, "a node pulls", func() bool {
+			for _, n := range c.Nodes() {
+				if n.Cursor().Epoch != 0 {
+					return true
+				}
+			}
+			return false
+		})
+		attached := time.Now()
+		if err := c.WaitClock(ctx, last); err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(start)
+		pulling += time.Since(attached)
+		b.StopTimer()
+		held := 0
+		for _, n := range c.Nodes() {
+			held += n.Store.(*memstore.Store).Len()
+		}
+		if held < items {
+			b.Fatalf("the nodes hold %d items, want at least %d", held, items)
+		}
+	}
+	b.ReportMetric(float64(items*b.N)/elapsed.Seconds(), "items/s")
+	b.ReportMetric(float64(items*size*b.N)/elapsed.Seconds()/1e6, "value-MB/s")
+	b.ReportMetric(float64(items*b.N)/pulling.Seconds(), "items/s-pulling")
+}
+
+// snapshotCluster runs a cluster of one distributor and snapshotNodes nodes holding
+// snapshotItems items, settled and frozen; it returns the nodes' IDs and the last write's
+// clock.
+func snapshotCluster(b *testing.B, secure bool) (*clustertest.Cluster, []string, uint64) {
+	const items, nodes, size = snapshotItems, snapshotNodes, snapshotSize
+	c := clustertest.New(b, clustertest.Options{
+		Assigner:    func(cfg *assigner.Config) { cfg.ClockInterval = 0 },
+		Distributor: func(cfg *distributor.Config) { cfg.ClockInterval = 0 },
+		TLS:         secure,
+	})
+	c.StartDistributor("d1")
+	w := writer.New(etcdtest.Client(b, c.Etcd), "/sliceplane/data/")
+	value := make([]byte, size)
+	batch := make([]writer.Item, 0, writer.MaxTxnOps)
+	var last uint64
+	for i := range items {
+		batch = append(batch, writer.Item{Key: fmt.Appendf(nil, "snap-%07d", i), Value: value, HasValue: true})
+		if len(batch) == cap(batch) || i == items-1 {
+			clock, err := w.PutMany(context.Background(), batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			last, batch = clock, batch[:0]
+		}
+	}
+	ids := make([]string, nodes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("node-%d", i)
+		c.StartNode(ids[i], nil)
+	}
+	waitFor(b, patience, "every node pulls from a distributor", func() bool {
+		for _, n := range c.Nodes() {
+			if n.Cursor().Epoch == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if _, err := pb.NewAdminServiceClient(c.Conn()).Freeze(ctx, &pb.FreezeRequest{Reason: "benchmark"}, grpc.WaitForReady(true)); err != nil {
+		b.Fatal(err)
+	}
+	if r, err := c.WaitConverged(ctx); err != nil {
+		b.Fatalf("the cluster did not settle: %v\n%s", err, r)
+	}
+	return c, ids, last
 }

@@ -27,10 +27,12 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/metricsserver"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/wire"
@@ -86,6 +88,15 @@ type Config struct {
 	QuantaIdleTimeout time.Duration
 	// NewEpoch is for tests; see RouterConfig.
 	NewEpoch func() uint64
+
+	// TLS is the distributor's mutual TLS, for its gRPC and metrics servers and its
+	// connections to the assigners; nil means plaintext, which New refuses on a
+	// non-loopback address unless Insecure.
+	TLS *mtls.Source
+	// Policy grants identities roles beyond their kind's (package authz); nil grants none.
+	Policy *authz.Policy
+	// Insecure allows plaintext on a non-loopback address (--insecure).
+	Insecure bool
 
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
@@ -163,6 +174,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkListen(); err != nil {
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("distributor: listening on %s: %w", cfg.Listen, err)
@@ -181,16 +195,32 @@ func New(cfg Config) (*Server, error) {
 	if e, ok := cfg.Source.(*source.Etcd); ok {
 		s.observeSource(e)
 	}
-	s.grpc = grpc.NewServer(append(dial.ServerOptions(), frame.ServerOption())...)
+	az := authz.New("distributor", cfg.TLS, cfg.Policy, authz.DistributorRules(), cfg.Registry, s.log)
+	opts := append(append(dial.ServerOptions(), frame.ServerOption()), az.ServerOptions()...)
+	s.grpc = grpc.NewServer(opts...)
 	pb.RegisterDistributorServiceServer(s.grpc, &puller{s: s})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
 	reflection.Register(s.grpc)
-	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, nil); err != nil {
+	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, cfg.TLS.ServerTLS()); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("distributor: %w", err)
 	}
 	return s, nil
+}
+
+// checkListen refuses plaintext off loopback without Insecure, on either listener.
+func (c *Config) checkListen() error {
+	if err := mtls.CheckListen(c.TLS, c.Insecure, "the distributor's gRPC", c.Listen); err != nil {
+		return fmt.Errorf("distributor: %w", err)
+	}
+	if c.MetricsListen == "" {
+		return nil
+	}
+	if err := mtls.CheckListen(c.TLS, c.Insecure, "the distributor's metrics", c.MetricsListen); err != nil {
+		return fmt.Errorf("distributor: %w", err)
+	}
+	return nil
 }
 
 // observeSource counts the keys the etcd source skips, and has it log through the
@@ -216,7 +246,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 8)
 	spawn := func(name string, fn func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -230,7 +260,17 @@ func (s *Server) Run(ctx context.Context) error {
 	spawn("serving metrics", s.scrape.Serve)
 	spawn("routing", s.route)
 	spawn("registering", s.register)
-	s.log.Info("distributor serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise)
+	spawn("warning of plaintext", func(ctx context.Context) error {
+		mtls.WarnPlaintext(ctx, s.log, s.cfg.TLS, "the distributor's gRPC", s.Addr())
+		return nil
+	})
+	if s.cfg.MetricsListen != "" {
+		spawn("warning of plaintext metrics", func(ctx context.Context) error {
+			mtls.WarnPlaintext(ctx, s.log, s.cfg.TLS, "the distributor's metrics", s.MetricsAddr())
+			return nil
+		})
+	}
+	s.log.Info("distributor serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise, "tls", s.cfg.TLS.Mode())
 
 	var err error
 	select {
@@ -568,7 +608,7 @@ func (f *quantaFeed) restart(ctx context.Context, wg *sync.WaitGroup, wait time.
 // sends heartbeats when idle) means a hung leader: the connection, which would keep choosing
 // it, is replaced, and the new one finds whoever leads now.
 func (s *Server) followQuanta(ctx context.Context, from *quantum.Position, out chan<- quantum.Quantum) {
-	leader, err := dial.Follow(s.cfg.Assigners)
+	leader, err := dial.Follow(s.cfg.Assigners, s.cfg.TLS.DialOption("assigner"))
 	if err != nil {
 		s.log.Error("cannot follow quanta", "err", err)
 		return

@@ -18,11 +18,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/distributor"
 	"github.com/sliceplane/sliceplane/internal/etcdlog"
 	"github.com/sliceplane/sliceplane/internal/flagfile"
 	"github.com/sliceplane/sliceplane/internal/logging"
 	"github.com/sliceplane/sliceplane/internal/membership"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // ErrUsage is wrapped by errors about how the command was called (bad flags, arguments or
@@ -61,6 +63,8 @@ type options struct {
 	clockInterval    time.Duration
 	logLevel         string
 	logFormat        string
+	tls              mtls.Config
+	authzPolicy      string
 }
 
 // NewCommand returns the distributor command.
@@ -88,9 +92,10 @@ on the command line win.`,
   distributor --id d1
   distributor --id d2 --listen 127.0.0.1:7082 --metrics-listen 127.0.0.1:7083
 
-  # Against an etcd cluster and two assigners.
-  distributor --etcd-endpoints http://10.0.0.1:2379,http://10.0.0.2:2379 \
-    --assigners 10.0.0.5:7070,10.0.0.6:7070 --listen :7080 --advertise 10.0.0.7:7080`,
+  # Against an etcd cluster and two assigners, with mutual TLS on every link.
+  distributor --etcd-endpoints https://10.0.0.1:2379,https://10.0.0.2:2379 \
+    --assigners 10.0.0.5:7070,10.0.0.6:7070 --listen :7080 --advertise 10.0.0.7:7080 \
+    --tls-cert distributor-d1.crt --tls-key distributor-d1.key --tls-ca ca.crt`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.NoArgs(cmd, args); err != nil {
 				return usageError(err)
@@ -117,7 +122,7 @@ on the command line win.`,
 	f.StringVar(&o.advertise, "advertise", "", "address nodes should dial to reach this distributor (default: the bound address; set it when --listen is a wildcard)")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:7081", "address serving Prometheus metrics at /metrics (empty: none)")
 	f.StringSliceVar(&o.assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners, leader and standbys")
-	f.StringSliceVar(&o.endpoints, "etcd-endpoints", []string{"http://127.0.0.1:2379"}, "endpoints of the etcd cluster the assigner uses; a zero-setup assigner's embedded etcd listens on the default")
+	f.StringSliceVar(&o.endpoints, "etcd-endpoints", []string{"http://127.0.0.1:2379"}, "endpoints of the etcd cluster the assigner uses; a zero-setup assigner's embedded etcd listens on the default (https:// with TLS)")
 	f.StringVar(&o.prefix, "prefix", "/sliceplane/", "etcd key prefix of the cluster's state and data, as given to the assigner")
 	f.DurationVar(&o.sessionTTL, "session-ttl", 5*time.Second, "registration lease: how long nodes wait for a dead distributor before they move (whole seconds)")
 	f.IntVar(&o.maxDeltaOps, "max-delta-ops", 1024, "most operations in one delta sent to a node")
@@ -130,6 +135,8 @@ on the command line win.`,
 	f.DurationVar(&o.clockInterval, "clock-interval", 50*time.Millisecond, "shortest time between the deltas that only advance a node's clock")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	o.tls.AddFlags(f, true)
+	f.StringVar(&o.authzPolicy, "authz-policy", "", "YAML file granting identities roles beyond their kind's (with TLS)")
 	return cmd
 }
 
@@ -218,8 +225,12 @@ func (o *options) run(ctx context.Context) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	src, policy, err := o.security()
+	if err != nil {
+		return err
+	}
 	client, err := clientv3.New(clientv3.Config{Endpoints: o.endpoints, DialTimeout: 5 * time.Second, Context: ctx,
-		Logger: etcdlog.New(log, zapcore.WarnLevel, nil)})
+		Logger: etcdlog.New(log, zapcore.WarnLevel, nil), TLS: src.ClientTLS()})
 	if err != nil {
 		return fmt.Errorf("distributor: connecting to etcd %v: %w", o.endpoints, err)
 	}
@@ -231,12 +242,50 @@ func (o *options) run(ctx context.Context) error {
 		MaxDeltaOps: o.maxDeltaOps, MaxDeltaBytes: int(o.maxDeltaBytes), MaxInFlightBytes: int(o.maxInFlightBytes),
 		MaxQueueBytes: int(o.maxQueueBytes), MaxBufferedBytes: int(o.maxBufferedBytes),
 		ScanWorkers: o.scanWorkers, MaxScanAheadBytes: int(o.maxScanAhead), ClockInterval: o.clockInterval,
-		Logger: log,
+		TLS: src, Policy: policy, Insecure: o.tls.Insecure, Logger: log,
 	})
 	if err != nil {
+		if errors.Is(err, mtls.ErrConfig) {
+			return usageError(err)
+		}
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// security loads the TLS files and the policy: a partial set of TLS flags, a file that does
+// not load or a policy without TLS to authenticate its identities is a usage error.
+func (o *options) security() (*mtls.Source, *authz.Policy, error) {
+	src, err := o.tls.Load()
+	if err != nil {
+		return nil, nil, usagef("distributor: %w", err)
+	}
+	if o.authzPolicy != "" && src == nil {
+		return nil, nil, usagef("--authz-policy needs --tls-cert, --tls-key and --tls-ca: without TLS callers have no identity")
+	}
+	policy, err := authz.LoadPolicy(o.authzPolicy)
+	if err != nil {
+		return nil, nil, usagef("--authz-policy: %w", err)
+	}
+	if src != nil && src.Identity().Kind != "distributor" {
+		return nil, nil, usagef("--tls-cert names %s; a distributor's certificate must name spiffe://%s/distributor/<id>",
+			src.Identity(), mtls.TrustDomain)
+	}
+	for _, l := range []struct{ what, addr string }{{"the distributor's gRPC (--listen)", o.listen}, {"metrics (--metrics-listen)", o.metrics}} {
+		if l.addr == "" {
+			continue
+		}
+		if err := mtls.CheckListen(src, o.tls.Insecure, l.what, l.addr); err != nil {
+			return nil, nil, usagef("distributor: %w", err)
+		}
+	}
+	for _, e := range o.endpoints {
+		// The etcd client would drop the TLS of an http:// endpoint without a word.
+		if src != nil && strings.HasPrefix(e, "http://") {
+			return nil, nil, usagef("--etcd-endpoints %s: with TLS the etcd client speaks https only; give https:// endpoints", e)
+		}
+	}
+	return src, policy, nil
 }
 
 // byteSize is a flag of a number of bytes: a whole number, optionally with a binary unit.
