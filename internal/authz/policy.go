@@ -26,9 +26,10 @@ const (
 	RoleNode Role = "node"
 	// RoleDistributor may watch the quanta.
 	RoleDistributor Role = "distributor"
-	// RoleRouter may read the map: WatchAssignment, GetAssignment, Lookup.
+	// RoleRouter may read the map and where the nodes serve: WatchAssignment,
+	// GetAssignment, Lookup, ListNodes.
 	RoleRouter Role = "router"
-	// RoleViewer may inspect: Status, ListNodes, ListSlices, ListQuanta, Explain.
+	// RoleViewer may inspect: Status, ListSlices, ListQuanta, Explain.
 	RoleViewer Role = "viewer"
 	// RoleAdmin may change: Move, Split, Merge, Pin, Unpin, Drain, Freeze, Unfreeze,
 	// SetAlgorithm.

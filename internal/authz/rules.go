@@ -72,8 +72,10 @@ func AssignerRules() Rules {
 		Rule{Roles: []Role{RoleNode}, Self: nodeID}, r)
 	methods(pb.AssignmentService_ServiceDesc.ServiceName, []string{"WatchAssignment", "GetAssignment", "Lookup"},
 		Rule{Roles: []Role{RoleRouter}}, r)
+	// Routers read the nodes' addresses, which the map does not carry.
+	methods(pb.AdminService_ServiceDesc.ServiceName, []string{"ListNodes"}, Rule{Roles: []Role{RoleRouter}}, r)
 	methods(pb.QuantaService_ServiceDesc.ServiceName, []string{"WatchQuanta"}, Rule{Roles: []Role{RoleDistributor}}, r)
-	methods(pb.AdminService_ServiceDesc.ServiceName, []string{"Status", "ListNodes", "ListSlices", "ListQuanta", "Explain"},
+	methods(pb.AdminService_ServiceDesc.ServiceName, []string{"Status", "ListSlices", "ListQuanta", "Explain"},
 		Rule{Roles: []Role{RoleViewer}}, r)
 	methods(pb.AdminService_ServiceDesc.ServiceName,
 		[]string{"Move", "Split", "Merge", "Pin", "Unpin", "Drain", "Freeze", "Unfreeze", "SetAlgorithm"},
