@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -19,6 +18,7 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
@@ -29,7 +29,10 @@ import (
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
-// UserMetadata is the gRPC metadata key that names who makes an admin call, for the log.
+// UserMetadata is the gRPC metadata key in which a client says who it acts for (slicectl
+// sends the operator's login). It is a claim, not an identity: anyone can send any value, so
+// the audit trail records the caller authz authenticated (authz.Caller) and logs this only
+// beside it, as "claims".
 const UserMetadata = "x-sliceplane-user"
 
 // api implements the gRPC services on a Server.
@@ -84,13 +87,11 @@ func (a *api) call(ctx context.Context, name string, fn func(c *Core, now time.T
 	if err != nil {
 		return nil, nil, err
 	}
-	who := "unknown"
+	var claims string
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(UserMetadata)) > 0 {
-		who = md.Get(UserMetadata)[0]
-	} else if p, ok := peer.FromContext(ctx); ok {
-		who = p.Addr.String()
+		claims = md.Get(UserMetadata)[0]
 	}
-	res, p, err := l.do(ctx, name, who, fn)
+	res, p, err := l.do(ctx, caller{call: name, who: authz.Caller(ctx), claims: claims}, fn)
 	if name != "" && isAdmin(name) {
 		result := "ok"
 		if err != nil {
@@ -108,6 +109,10 @@ func isAdmin(call string) bool {
 	}
 	return false
 }
+
+// audited reports whether a call changes the cluster on someone's behalf, and so goes into
+// the audit trail: every admin change, and nodes joining and leaving.
+func audited(call string) bool { return isAdmin(call) || call == "register" || call == "deregister" }
 
 // change describes a persisted admin proposal.
 func change(p *Proposal) *pb.Change {
@@ -327,12 +332,15 @@ func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.Re
 		a.s.metrics.reportsRejected.WithLabelValues("malformed").Inc()
 		return nil, a.toStatus(err)
 	}
-	var refused error // the core's verdict, not a failure to reach it
-	_, _, err = a.call(ctx, "", func(c *Core, now time.Time) (*Proposal, any, error) {
+	// The core's verdict comes back as the result, not through a variable both goroutines
+	// share: a call that gives up waiting (its context ended) may be run by the leader after
+	// it returned.
+	res, _, err := a.call(ctx, "", func(c *Core, now time.Time) (*Proposal, any, error) {
 		r.At = now
-		refused = c.Report(r, now)
-		return nil, nil, refused
+		refused := c.Report(r, now)
+		return nil, refused, refused
 	})
+	refused, _ := res.(error) // the core's verdict, not a failure to reach it
 	result := "accepted"
 	if err != nil {
 		result = "rejected"

@@ -242,6 +242,30 @@ func (c *Core) SetDistributors(d quantum.Distributors, now time.Time) *Proposal 
 		Summary: fmt.Sprintf("distributors: %d live", len(d))}
 }
 
+// Audit marks p as made by the call of by, so that the history of quanta says who changed
+// what: p's quantum and log entry get by, and a change that alters no map op (a freeze, a
+// pin, a node registered) gets a clock-only quantum of cause and by, which carries no
+// operation and so changes nothing for watchers. A proposal that changes nothing gets
+// nothing.
+func (c *Core) Audit(p *Proposal, cause, by string, now time.Time) {
+	if q := p.Quantum; q != nil {
+		q.By = by
+		if p.Entry != nil {
+			p.Entry.By = by
+		}
+		return
+	}
+	if !p.Persists() {
+		return
+	}
+	var gen uint64
+	if c.a != nil {
+		gen = c.a.Generation()
+	}
+	p.Quantum = &quantum.Quantum{Position: c.next(), Clock: c.clock, Generation: gen, Cause: cause, By: by, Time: now}
+	p.After = c.a
+}
+
 // Distributors returns the live distributors, as last committed.
 func (c *Core) Distributors() quantum.Distributors { return c.dists }
 

@@ -275,3 +275,42 @@ func TestIdleClusterSpreadsKeySpace(t *testing.T) {
 	}
 	assert.InDelta(t, 0.5, onB, 0.1, "b's share of the hash space after idle passes (a holds %.3f)", onA)
 }
+
+func TestAuditMarksChangesWithTheirCaller(t *testing.T) {
+	c := newCore(t)
+	register(t, c, "a", "b")
+	mustPass(t, c, t0)
+	_, pos, clock := c.Assignment()
+
+	// A change without map ops gets a clock-only quantum that says who made it.
+	p := c.Freeze("maintenance")
+	c.Audit(p, "admin: "+p.Summary, "spiffe://sliceplane/admin/alice", t0)
+	require.NotNil(t, p.Quantum)
+	assert.True(t, p.Quantum.ClockOnly())
+	assert.Equal(t, quantum.Position{Term: pos.Term, Seq: pos.Seq + 1}, p.Quantum.Position)
+	assert.Equal(t, clock, p.Quantum.Clock)
+	assert.Equal(t, "spiffe://sliceplane/admin/alice", p.Quantum.By)
+	assert.Equal(t, `admin: freeze balancing: "maintenance"`, p.Quantum.Cause)
+	before, _, _ := c.Assignment()
+	c.Commit(p)
+	after, now, _ := c.Assignment()
+	assert.Same(t, before, after, "the map is the same")
+	assert.Equal(t, p.Quantum.Position, now)
+	assert.True(t, c.Status().Frozen)
+
+	// A change of the map keeps its quantum, and its log entry names the caller too.
+	from := uint64(0)
+	p, err := c.Split(SliceRef{Start: &from}, nil, t0)
+	require.NoError(t, err)
+	c.Audit(p, "admin: "+p.Summary, "spiffe://sliceplane/admin/bob", t0)
+	assert.Len(t, p.Quantum.Ops, 1)
+	assert.Equal(t, "spiffe://sliceplane/admin/bob", p.Quantum.By)
+	assert.Equal(t, "spiffe://sliceplane/admin/bob", p.Entry.By)
+	c.Commit(p)
+
+	// A renewal changes nothing and stays out of the history.
+	p, err = c.Register(store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1"}, t0)
+	require.NoError(t, err)
+	c.Audit(p, "node: "+p.Summary, "spiffe://sliceplane/node/a", t0)
+	assert.Nil(t, p.Quantum)
+}

@@ -69,6 +69,12 @@ type tweak func(*assigner.Config)
 // start starts an assigner with fast intervals; stop (also at cleanup) stops it.
 func (c *cluster) start(tweaks ...tweak) *node {
 	c.t.Helper()
+	return c.startAs(grpc.WithTransportCredentials(insecure.NewCredentials()), tweaks...)
+}
+
+// startAs starts an assigner as start does, its clients dialing with creds.
+func (c *cluster) startAs(creds grpc.DialOption, tweaks ...tweak) *node {
+	c.t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := assigner.Config{
 		Client: c.cli, PassInterval: 50 * time.Millisecond, ClockInterval: 10 * time.Millisecond, SessionTTL: time.Second,
@@ -84,7 +90,7 @@ func (c *cluster) start(tweaks ...tweak) *node {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(srv.Addr(), creds)
 	require.NoError(c.t, err)
 	var once sync.Once
 	n := &node{srv: srv, conn: conn, registry: reg,

@@ -132,7 +132,7 @@ func startSuspendable(t *testing.T, cut *atomic.Bool) (*Server, *offsetClock, *l
 	var l *leadership
 	require.Eventually(t, func() bool { l = srv.leading.Load(); return l != nil }, 15*time.Second, 10*time.Millisecond)
 	for _, id := range []assignment.NodeID{"a", "b"} {
-		_, _, err := l.do(t.Context(), "register", "test", func(c *Core, now time.Time) (*Proposal, any, error) {
+		_, _, err := l.do(t.Context(), caller{call: "register", who: "test"}, func(c *Core, now time.Time) (*Proposal, any, error) {
 			p, err := c.Register(store.Node{Node: assignment.Node{ID: id, Capacity: 1}, Address: "127.0.0.1:1"}, now)
 			return p, nil, err
 		})
@@ -154,7 +154,7 @@ func TestALeaderResumingWithinItsLeaseKeepsTheNodes(t *testing.T) {
 	var cut atomic.Bool
 	srv, clock, l := startSuspendable(t, &cut)
 	// The suspension happens inside the loop, so nothing is in flight across it.
-	_, _, err := l.do(t.Context(), "suspend", "test", func(*Core, time.Time) (*Proposal, any, error) {
+	_, _, err := l.do(t.Context(), caller{call: "suspend", who: "test"}, func(*Core, time.Time) (*Proposal, any, error) {
 		clock.Advance(10 * time.Second)
 		return nil, nil, nil
 	})
@@ -162,7 +162,7 @@ func TestALeaderResumingWithinItsLeaseKeepsTheNodes(t *testing.T) {
 	resumed := clock.Now()
 	var st Status
 	require.Eventually(t, func() bool {
-		res, _, err := l.do(t.Context(), "status", "test", func(c *Core, _ time.Time) (*Proposal, any, error) { return nil, c.Status(), nil })
+		res, _, err := l.do(t.Context(), caller{call: "status", who: "test"}, func(c *Core, _ time.Time) (*Proposal, any, error) { return nil, c.Status(), nil })
 		require.NoError(t, err)
 		st = res.(Status)
 		return st.Nodes < 2 || st.LastPass.After(resumed.Add(5*20*time.Millisecond))
@@ -178,7 +178,7 @@ func TestALeaderResumingAfterItsLeaseEmitsAndWritesNothing(t *testing.T) {
 	var cut atomic.Bool
 	srv, clock, l := startSuspendable(t, &cut)
 	var at uint64
-	_, _, err := l.do(t.Context(), "suspend", "test", func(*Core, time.Time) (*Proposal, any, error) {
+	_, _, err := l.do(t.Context(), caller{call: "suspend", who: "test"}, func(*Core, time.Time) (*Proposal, any, error) {
 		cut.Store(true)
 		clock.Advance(10 * time.Second)
 		_, p, _ := l.hub.Current()

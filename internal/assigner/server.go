@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,10 +22,12 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/metricsserver"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/store"
@@ -63,6 +66,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Registry receives the metrics; default a new registry.
 	Registry *prometheus.Registry
+	// TLS secures the gRPC and metrics endpoints with mutual TLS; nil serves plaintext, which
+	// only loopback addresses accept unless Insecure is set (closed by default).
+	TLS *mtls.Source
+	// Policy grants identities roles beyond their kind's; nil grants none.
+	Policy *authz.Policy
+	// Insecure lets the server listen without TLS on a non-loopback address.
+	Insecure bool
 }
 
 func (c *Config) fill() error {
@@ -109,6 +119,14 @@ func (c *Config) fill() error {
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
+	}
+	if err := mtls.CheckListen(c.TLS, c.Insecure, "the assigner's gRPC API", c.Listen); err != nil {
+		return fmt.Errorf("assigner: %w", err)
+	}
+	if c.MetricsListen != "" {
+		if err := mtls.CheckListen(c.TLS, c.Insecure, "the assigner's metrics", c.MetricsListen); err != nil {
+			return fmt.Errorf("assigner: %w", err)
+		}
 	}
 	return nil
 }
@@ -157,7 +175,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.leaderAddr.Store("")
 	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
-	s.grpc = grpc.NewServer(append(dial.ServerOptions(), grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), frame.ServerOption())...)
+	opts := append(dial.ServerOptions(), grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), frame.ServerOption())
+	opts = append(opts, authz.New("assigner", cfg.TLS, cfg.Policy, authz.AssignerRules(), cfg.Registry, cfg.Logger).ServerOptions()...)
+	s.grpc = grpc.NewServer(opts...)
 	api := &api{s: s, fresh: newFreshness(cfg.Registry)}
 	pb.RegisterAssignmentServiceServer(s.grpc, api)
 	pb.RegisterQuantaServiceServer(s.grpc, api)
@@ -166,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
-	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, nil); err != nil {
+	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, cfg.TLS.ServerTLS()); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("assigner: %w", err)
 	}
@@ -201,7 +221,17 @@ func (s *Server) Run(ctx context.Context) error {
 			errs <- fmt.Errorf("assigner: %w", err)
 		}
 	}()
-	s.log.Info("assigner serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise)
+	s.log.Info("assigner serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise, "tls", s.cfg.TLS.Mode())
+	for _, ep := range []struct{ what, addr string }{{"grpc", s.Addr()}, {"metrics", s.MetricsAddr()}} {
+		if ep.addr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mtls.WarnPlaintext(ctx, s.log, s.cfg.TLS, ep.what, ep.addr)
+		}()
+	}
 
 	campaignCtx, stopCampaign := context.WithCancel(ctx)
 	campaignDone := make(chan struct{})
@@ -332,10 +362,17 @@ type leadership struct {
 // request runs fn on the core in the leader's loop. fn returns a proposal to persist and
 // commit (or nil) and a result for the caller.
 type request struct {
-	call  string
-	who   string // the caller, for the log of admin changes
+	caller
 	fn    func(c *Core, now time.Time) (*Proposal, any, error)
 	reply chan reply
+}
+
+// caller says what a request is and who made it, for the audit trail.
+type caller struct {
+	call string // the API call, as named in the logs and metrics ("drain"); "" for none
+	// who is the authenticated caller (authz.Caller); claims is who the client says it acts
+	// for (UserMetadata), unverified.
+	who, claims string
 }
 
 type reply struct {
@@ -345,8 +382,8 @@ type reply struct {
 }
 
 // do runs fn in the leader's loop and returns its result once its proposal is persisted.
-func (l *leadership) do(ctx context.Context, call, who string, fn func(c *Core, now time.Time) (*Proposal, any, error)) (any, *Proposal, error) {
-	r := request{call: call, who: who, fn: fn, reply: make(chan reply, 1)}
+func (l *leadership) do(ctx context.Context, by caller, fn func(c *Core, now time.Time) (*Proposal, any, error)) (any, *Proposal, error) {
+	r := request{caller: by, fn: fn, reply: make(chan reply, 1)}
 	select {
 	case l.reqs <- r:
 	case <-l.done:
@@ -473,22 +510,7 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 			}
 			return nil
 		case r := <-l.reqs:
-			start, err := s.steady(ctx, l, core, log)
-			if err != nil {
-				r.reply <- reply{err: ErrNotLeader}
-				return err
-			}
-			prop, result, err := r.fn(core, start)
-			if err == nil && prop != nil {
-				err = s.apply(ctx, l, core, prop)
-			}
-			if prop != nil && prop.Summary != "" && err == nil {
-				log.Info("change", "call", r.call, "who", r.who, "what", prop.Summary, "seq", core.seq)
-			} else if err != nil && isAdmin(r.call) {
-				log.Info("admin change refused", "call", r.call, "who", r.who, "why", err)
-			}
-			r.reply <- reply{result: result, proposal: prop, err: err}
-			if errors.Is(err, store.ErrFenced) {
+			if err := s.handle(ctx, l, core, r, log); err != nil {
 				return err
 			}
 			continue
@@ -566,6 +588,70 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 			s.observeCore(core)
 		}
 	}
+}
+
+// handle runs a request in the leader's loop and replies to it. It returns an error only when
+// leadership is lost.
+func (s *Server) handle(ctx context.Context, l *leadership, core *Core, r request, log *slog.Logger) error {
+	start, err := s.steady(ctx, l, core, log)
+	if err != nil {
+		r.reply <- reply{err: ErrNotLeader}
+		return err
+	}
+	prop, result, err := r.fn(core, start)
+	if err == nil && prop != nil {
+		if audited(r.call) {
+			core.Audit(prop, auditCause(r.call, prop.Summary), r.who, start)
+		}
+		err = s.apply(ctx, l, core, prop)
+	}
+	switch {
+	case audited(r.call):
+		s.audit(log, r.caller, prop, core, err)
+	case prop != nil && prop.Summary != "" && err == nil:
+		log.Info("change", "call", r.call, "what", prop.Summary, "seq", core.seq)
+	}
+	r.reply <- reply{result: result, proposal: prop, err: err}
+	if errors.Is(err, store.ErrFenced) {
+		return err
+	}
+	return nil
+}
+
+// auditCause is the cause of the quantum of a call's change: the admin calls' causes start
+// with "admin: " and the nodes' with "node: ", and both go on with what changed.
+func auditCause(call, summary string) string {
+	if isAdmin(call) {
+		return "admin: " + summary
+	}
+	return "node: " + summary
+}
+
+// audit logs the outcome of an audited call: who (the authenticated identity, and what the
+// client claims), what, and whether it was done. A registration that renews one, changing
+// nothing, is left out: nodes re-register as often as they like.
+func (s *Server) audit(log *slog.Logger, by caller, p *Proposal, core *Core, err error) {
+	changed := p != nil && (p.Persists() || p.Quantum != nil)
+	if err == nil && !changed && by.call == "register" {
+		return
+	}
+	attrs := []any{"method", by.call, "by", by.who}
+	if by.claims != "" {
+		attrs = append(attrs, "claims", by.claims)
+	}
+	var what string
+	if p != nil {
+		what = p.Summary
+	}
+	switch {
+	case err != nil:
+		attrs = append(attrs, "what", what, "result", "refused", "err", err)
+	case changed:
+		attrs = append(attrs, "what", what, "result", "ok", "seq", core.seq)
+	default:
+		attrs = append(attrs, "what", what, "result", "unchanged")
+	}
+	log.Info("audit", attrs...)
 }
 
 // passFailed counts a failed pass and runs the clean-up of departed nodes without the
@@ -676,10 +762,13 @@ func (l *leadership) snapshot(ctx context.Context, s *Server, index uint64, a *a
 	}()
 }
 
-// quantumCause folds admin causes into one label value, keeping the label bounded.
+// quantumCause folds the causes of admin and node calls into one label value each, keeping
+// the label bounded.
 func quantumCause(cause string) string {
-	if len(cause) >= 6 && cause[:6] == "admin:" {
-		return "admin"
+	for _, prefix := range []string{"admin", "node"} {
+		if strings.HasPrefix(cause, prefix+":") {
+			return prefix
+		}
 	}
 	return cause
 }

@@ -4,6 +4,7 @@ package assignermain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,12 +17,14 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/sliceplane/sliceplane/internal/assigner"
+	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/etcdlog"
 	"github.com/sliceplane/sliceplane/internal/flagfile"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/logging"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 type options struct {
@@ -43,6 +46,8 @@ type options struct {
 	params        []string
 	logLevel      string
 	logFormat     string
+	tls           mtls.Config
+	policy        string
 }
 
 // NewCommand returns the assigner command.
@@ -60,6 +65,12 @@ it starts an embedded etcd in --data-dir, so one command runs a whole control pl
 Run several assigners on the same etcd for fail-over: one leads, the others stand by
 and tell clients where the leader is.
 
+With --tls-cert, --tls-key and --tls-ca every link is mutual TLS: callers need a
+certificate from the CA, whose identity (spiffe://sliceplane/<kind>/<name>) decides
+what they may call (--authz-policy grants more), and the embedded etcd serves https
+to clients with such a certificate only. Without them the assigner serves plaintext,
+on loopback only unless --insecure (slicectl certs init makes a development set).
+
 Flags can also come from a YAML file (--config), one flag name per key; flags given
 on the command line win.`,
 		Example: `  # Zero setup: embedded etcd in ./sliceplane-data, gRPC on 127.0.0.1:7070.
@@ -70,7 +81,11 @@ on the command line win.`,
   assigner --etcd-endpoints http://10.0.0.1:2379,http://10.0.0.2:2379 --listen :7072 --metrics-listen :7073
 
   # Tune the algorithm.
-  assigner --algorithm weighted-move --param max_churn=0.05 --param dead_band=0.05`,
+  assigner --algorithm weighted-move --param max_churn=0.05 --param dead_band=0.05
+
+  # Mutual TLS on every link, with extra roles from a policy file.
+  assigner --listen :7070 --tls-cert certs/assigner-a1.crt --tls-key certs/assigner-a1.key \
+    --tls-ca certs/ca.crt --authz-policy policy.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.config != "" {
@@ -105,7 +120,49 @@ on the command line win.`,
 	f.StringArrayVar(&o.params, "param", nil, "algorithm constant NAME=VALUE (repeatable); see slicectl sim --help")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	o.tls.AddFlags(f, true)
+	f.StringVar(&o.policy, "authz-policy", "", "YAML file granting identities roles beyond their kind's (needs TLS)")
 	return cmd
+}
+
+// security loads the TLS files and the policy, saying which flag is wrong, before anything
+// starts.
+func (o *options) security() (*mtls.Source, *authz.Policy, error) {
+	for _, f := range []struct{ flag, path string }{{"--tls-cert", o.tls.Cert}, {"--tls-key", o.tls.Key}, {"--tls-ca", o.tls.CA}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return nil, nil, fmt.Errorf("assigner: %s: %w", f.flag, err)
+		}
+	}
+	src, err := o.tls.Load()
+	if err != nil {
+		return nil, nil, fmt.Errorf("assigner: %w", err)
+	}
+	policy, err := authz.LoadPolicy(o.policy)
+	if err != nil {
+		return nil, nil, fmt.Errorf("assigner: --authz-policy: %w", err)
+	}
+	if policy != nil && src == nil {
+		return nil, nil, errors.New("assigner: --authz-policy needs --tls-cert, --tls-key and --tls-ca: without TLS no caller is known, and every call is let through")
+	}
+	for _, l := range []struct{ flag, what, addr string }{{"--listen", "the gRPC API", o.listen}, {"--metrics-listen", "the metrics", o.metrics}} {
+		if l.addr == "" {
+			continue
+		}
+		if err := mtls.CheckListen(src, o.tls.Insecure, l.what, l.addr); err != nil {
+			return nil, nil, fmt.Errorf("assigner: %s: %w", l.flag, err)
+		}
+	}
+	if src != nil {
+		for _, e := range o.endpoints {
+			if strings.HasPrefix(e, "http://") {
+				return nil, nil, fmt.Errorf("assigner: --etcd-endpoints %s: with TLS the etcd client speaks https only; give https:// endpoints", e)
+			}
+		}
+	}
+	return src, policy, nil
 }
 
 func (o *options) logger() (*slog.Logger, error) {
@@ -129,22 +186,21 @@ func (o *options) run(ctx context.Context) error {
 	if err := core.Validate(); err != nil {
 		return fmt.Errorf("--max-load-rate: %w", err)
 	}
+	src, policy, err := o.security()
+	if err != nil {
+		return err
+	}
 	endpoints := o.endpoints
 	if len(endpoints) == 0 {
-		dir, err := filepath.Abs(o.dataDir)
-		if err != nil {
-			return err
-		}
-		etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: dir, ClientAddr: o.embeddedEtcd, Logger: log})
+		etcd, err := o.startEtcd(ctx, log)
 		if err != nil {
 			return err
 		}
 		defer etcd.Close()
 		endpoints = []string{etcd.Endpoint()}
-		log.Info("embedded etcd started", "endpoint", etcd.Endpoint(), "dir", dir)
 	}
 	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Context: ctx,
-		Logger: etcdlog.New(log, zapcore.WarnLevel, nil)})
+		Logger: etcdlog.New(log, zapcore.WarnLevel, nil), TLS: src.ClientTLS()})
 	if err != nil {
 		return fmt.Errorf("assigner: connecting to etcd %v: %w", endpoints, err)
 	}
@@ -152,10 +208,25 @@ func (o *options) run(ctx context.Context) error {
 	srv, err := assigner.New(assigner.Config{
 		Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics, Client: client, Prefix: o.prefix,
 		PassInterval: o.passInterval, ClockInterval: o.clockInterval, SessionTTL: o.sessionTTL,
-		Core: core, Logger: log,
+		Core: core, Logger: log, TLS: src, Policy: policy, Insecure: o.tls.Insecure,
 	})
 	if err != nil {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's
+// TLS files if it has them.
+func (o *options) startEtcd(ctx context.Context, log *slog.Logger) (*embedetcd.Server, error) {
+	dir, err := filepath.Abs(o.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: dir, ClientAddr: o.embeddedEtcd, Logger: log, TLS: o.tls})
+	if err != nil {
+		return nil, fmt.Errorf("assigner: the embedded etcd (--data-dir %s, --embedded-etcd-listen %s): %w", o.dataDir, o.embeddedEtcd, err)
+	}
+	log.Info("embedded etcd started", "endpoint", etcd.Endpoint(), "dir", dir, "tls", o.tls.Enabled())
+	return etcd, nil
 }

@@ -3,6 +3,7 @@ package assignermain
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,11 +14,16 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -111,4 +117,120 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		require.Error(t, err, "%v", c.args)
 		assert.Contains(t, err.Error(), c.want, "%v", c.args)
 	}
+}
+
+func TestMutualTLSFromTheConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	pki := mtlstest.New(t)
+	own := pki.Config("assigner", "a1")
+	policy := filepath.Join(dir, "policy.yaml")
+	require.NoError(t, os.WriteFile(policy, []byte("grants:\n  spiffe://sliceplane/router/*: [viewer]\n"), 0o644))
+	listen, etcdAddr := freePort(t), freePort(t)
+	config := filepath.Join(dir, "assigner.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(strings.Join([]string{
+		"listen: " + listen,
+		"metrics-listen: " + freePort(t),
+		"embedded-etcd-listen: " + etcdAddr,
+		"data-dir: " + filepath.Join(dir, "data"),
+		"session-ttl: 1s",
+		"log-level: warn",
+		"tls-cert: " + own.Cert,
+		"tls-key: " + own.Key,
+		"tls-ca: " + own.CA,
+		"authz-policy: " + policy,
+	}, "\n")), 0o644))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--config", config})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+
+	// A router may read the status only by the policy's grant.
+	conn, err := grpc.NewClient(listen, pki.Source("router", "r1").DialOption("assigner"))
+	require.NoError(t, err)
+	defer conn.Close()
+	admin := pb.NewAdminServiceClient(conn)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := admin.Status(ctx, &pb.StatusRequest{})
+		if err == nil && st.GetLeader() {
+			break
+		}
+		require.NotEqual(t, codes.PermissionDenied, status.Code(err), "the policy grants routers the viewer role: %v", err)
+		require.True(t, time.Now().Before(deadline), "not leading within 30s: %v", err)
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = admin.Freeze(ctx, &pb.FreezeRequest{})
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "but not the admin role: %v", err)
+	plain, err := grpc.NewClient(listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer plain.Close()
+	_, err = pb.NewAdminServiceClient(plain).Status(ctx, &pb.StatusRequest{})
+	assert.Error(t, err, "a plaintext client")
+
+	// The embedded etcd speaks https to certificate holders only.
+	put := func(endpoint string, conf *tls.Config, wait time.Duration) error {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: wait, TLS: conf, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		pctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		_, err = c.Put(pctx, "/elsewhere/k", "v")
+		return err
+	}
+	assert.Error(t, put("https://"+etcdAddr, nil, 2*time.Second), "an etcd client without TLS")
+	assert.Error(t, put("http://"+etcdAddr, nil, 2*time.Second), "a plaintext etcd client")
+	assert.NoError(t, put("https://"+etcdAddr, pki.Source("distributor", "d1").ClientTLS(), 20*time.Second), "a distributor's certificate")
+
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "a cancelled run is a clean stop")
+	case <-time.After(30 * time.Second):
+		t.Fatal("did not stop")
+	}
+}
+
+func TestBadSecuritySettingsAreRefusedBeforeAnythingStarts(t *testing.T) {
+	dir := t.TempDir()
+	pki := mtlstest.New(t)
+	c := pki.Config("assigner", "a1")
+	badPolicy := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(badPolicy, []byte("grants:\n  spiffe://sliceplane/node/n1: [superuser]\n"), 0o644))
+	goodPolicy := filepath.Join(dir, "good.yaml")
+	require.NoError(t, os.WriteFile(goodPolicy, []byte("grants:\n  spiffe://sliceplane/node/n1: [viewer]\n"), 0o644))
+	notPEM := filepath.Join(dir, "not.pem")
+	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o644))
+	tlsFlags := []string{"--tls-cert", c.Cert, "--tls-key", c.Key, "--tls-ca", c.CA}
+	data := filepath.Join(dir, "data")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert", c.Cert}, "--tls-key, --tls-ca missing"},
+		{[]string{"--tls-cert", c.Cert, "--tls-key", c.Key}, "--tls-ca missing"},
+		{[]string{"--tls-cert", "/no/such.crt", "--tls-key", c.Key, "--tls-ca", c.CA}, "--tls-cert: stat /no/such.crt"},
+		{[]string{"--tls-cert", c.Cert, "--tls-key", c.Key, "--tls-ca", "/no/ca.crt"}, "--tls-ca: stat /no/ca.crt"},
+		{[]string{"--tls-cert", c.Cert, "--tls-key", c.Key, "--tls-ca", notPEM}, "holds no PEM certificate"},
+		{append([]string{"--insecure"}, tlsFlags...), "--insecure goes with no TLS files"},
+		{append([]string{"--authz-policy", badPolicy}, tlsFlags...), `--authz-policy: ` + badPolicy + `: authz: bad policy: "spiffe://sliceplane/node/n1": unknown role "superuser"`},
+		{append([]string{"--authz-policy", "/no/policy.yaml"}, tlsFlags...), "--authz-policy: authz: bad policy: open /no/policy.yaml"},
+		{[]string{"--authz-policy", goodPolicy}, "--authz-policy needs --tls-cert, --tls-key and --tls-ca"},
+		{append([]string{"--etcd-endpoints", "http://127.0.0.1:2379"}, tlsFlags...), "--etcd-endpoints http://127.0.0.1:2379: with TLS the etcd client speaks https only"},
+		{[]string{"--listen", "0.0.0.0:7070"}, "--listen: mtls: bad TLS configuration: refusing to serve the gRPC API on 0.0.0.0:7070 without TLS"},
+		{[]string{"--metrics-listen", ":7071"}, "--metrics-listen: mtls: bad TLS configuration: refusing to serve the metrics on :7071 without TLS"},
+		{[]string{"--embedded-etcd-listen", "0.0.0.0:2379"}, "refusing to serve the embedded etcd on 0.0.0.0:2379 without TLS"},
+	} {
+		cmd := NewCommand()
+		cmd.SetArgs(append(tc.args, "--data-dir", data, "--log-level", "error"))
+		cmd.SetErr(&bytes.Buffer{})
+		err := cmd.ExecuteContext(context.Background())
+		require.Error(t, err, "%v", tc.args)
+		assert.Contains(t, err.Error(), tc.want, "%v", tc.args)
+	}
+	_, err := os.Stat(filepath.Join(data, "member"))
+	assert.True(t, os.IsNotExist(err), "no etcd was started: %v", err)
 }

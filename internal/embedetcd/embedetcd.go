@@ -1,6 +1,9 @@
 // Package embedetcd runs a single-member etcd inside the process: the zero-setup default of
-// the assigner, and the etcd of tests. It listens on loopback only. Tests of what survives
-// losing etcd members run a cluster of several members in the process (StartCluster).
+// the assigner, and the etcd of tests. It listens on loopback by default; given TLS files it
+// serves its clients over mutual TLS (https), so that only holders of a certificate from the
+// CA reach the cluster's state, and it refuses a non-loopback address without them unless
+// told it may (closed by default, as every Sliceplane server). Tests of what survives losing
+// etcd members run a cluster of several members in the process (StartCluster).
 package embedetcd
 
 import (
@@ -16,11 +19,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/sliceplane/sliceplane/internal/etcdlog"
-
-	"go.etcd.io/etcd/server/v3/embed"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // Options shape the embedded server.
@@ -45,6 +49,11 @@ type Options struct {
 	Logger *slog.Logger
 	// ReadyTimeout bounds the wait for the server to serve; 0 means 30 s.
 	ReadyTimeout time.Duration
+	// TLS, when it names files, makes the client URL https and requires every client to
+	// present a certificate from TLS.CA; the server presents TLS.Cert. TLS.Insecure lets
+	// ClientAddr be a non-loopback address without files. (Start only; clusters are for
+	// tests on loopback.)
+	TLS mtls.Config
 }
 
 // Server is a running embedded etcd.
@@ -64,14 +73,31 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if client == "" {
 		client = "127.0.0.1:0"
 	}
-	cu, err := url.Parse("http://" + client)
+	src, err := o.TLS.Load()
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: %w", err)
+	}
+	if err := mtls.CheckListen(src, o.TLS.Insecure, "the embedded etcd", client); err != nil {
+		return nil, fmt.Errorf("embedetcd: %w", err)
+	}
+	scheme := "http"
+	if src != nil {
+		scheme = "https"
+	}
+	cu, err := url.Parse(scheme + "://" + client)
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: client address %q: %w", client, err)
 	}
-	pu, _ := url.Parse("http://127.0.0.1:0")
+	pu, _ := url.Parse(scheme + "://127.0.0.1:0")
 	cfg, closing, err := config(o, "sliceplane", o.Dir, *cu, *pu)
 	if err != nil {
 		return nil, err
+	}
+	if src != nil {
+		// The peer URL too, though a single member has no peer: nothing on the host should
+		// speak raft to it without a certificate.
+		info := transport.TLSInfo{CertFile: o.TLS.Cert, KeyFile: o.TLS.Key, TrustedCAFile: o.TLS.CA, ClientCertAuth: true}
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
 	}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	e, err := embed.StartEtcd(cfg)
@@ -81,7 +107,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err := ready(ctx, e, o.ReadyTimeout); err != nil {
 		return nil, err
 	}
-	return &Server{etcd: e, endpoint: "http://" + e.Clients[0].Addr().String(), closing: closing}, nil
+	return &Server{etcd: e, endpoint: scheme + "://" + e.Clients[0].Addr().String(), closing: closing}, nil
 }
 
 // config returns the configuration of member name, and the flag that quiets its logs once

@@ -2,13 +2,23 @@ package embedetcd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
 
 // The options are etcdtest.ClusterLeaks, which this package cannot import.
@@ -81,4 +91,54 @@ func TestClusterElectsANewLeaderWhenItsLeaderStops(t *testing.T) {
 		_, err = cli.Put(ctx, "k", "v")
 		require.NoError(t, err)
 	}
+}
+
+func TestTLSAdmitsOnlyClientsWithACertificateFromTheCA(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pki := mtlstest.New(t)
+	s, err := Start(ctx, Options{Dir: t.TempDir(), Fast: true, LogLevel: "fatal", TLS: pki.Config("assigner", "a1")})
+	require.NoError(t, err)
+	defer s.Close()
+	require.True(t, strings.HasPrefix(s.Endpoint(), "https://127.0.0.1:"), s.Endpoint())
+
+	// Refusals are retried by the client until the deadline; acceptances get time to spare on a
+	// busy machine.
+	const refused, accepted = 2 * time.Second, 20 * time.Second
+	put := func(endpoint string, tlsConf *tls.Config, wait time.Duration) error {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, TLS: tlsConf, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		pctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		_, err = c.Put(pctx, "k", "v")
+		return err
+	}
+	assert.Error(t, put(s.Endpoint(), nil, refused), "a client without TLS")
+	assert.Error(t, put("http://"+strings.TrimPrefix(s.Endpoint(), "https://"), nil, refused), "a plaintext client")
+	caPEM, err := os.ReadFile(filepath.Join(pki.Dir, "ca.crt"))
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(caPEM))
+	assert.Error(t, put(s.Endpoint(), &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, refused),
+		"a client that trusts the CA but has no certificate")
+	other := mtlstest.New(t).Source("distributor", "d1")
+	assert.Error(t, put(s.Endpoint(), other.ClientTLS(), refused), "a client whose certificate is from another CA")
+
+	require.NoError(t, put(s.Endpoint(), pki.Source("distributor", "d1").ClientTLS(), accepted), "a distributor's certificate")
+	require.NoError(t, put(s.Endpoint(), pki.Source("assigner", "a2").ClientTLS(), accepted), "another assigner's")
+}
+
+func TestANetworkAddressWithoutTLSIsRefused(t *testing.T) {
+	ctx := context.Background()
+	_, err := Start(ctx, Options{Dir: t.TempDir(), ClientAddr: "0.0.0.0:0", LogLevel: "fatal"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "refusing to serve the embedded etcd on 0.0.0.0:0 without TLS")
+
+	_, err = Start(ctx, Options{Dir: t.TempDir(), LogLevel: "fatal", TLS: mtls.Config{Cert: "/no/such.crt"}})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, mtls.ErrConfig)
+	assert.Contains(t, err.Error(), "--tls-key, --tls-ca missing")
 }

@@ -48,7 +48,10 @@ type Quantum struct {
 	Distributors Distributors
 	// Cause says where the quantum came from: "pass", "clock", "reinit", or the admin call.
 	Cause string
-	Time  time.Time
+	// By is the identity whose call made the quantum, for the audit trail; "" for the
+	// assigner's own.
+	By   string
+	Time time.Time
 	// Payload is the transport's encoding of the quantum, made once by the publisher and
 	// shared by every subscriber, so that fan-out does not encode it per watcher.
 	Payload any
@@ -155,7 +158,9 @@ func (h *Hub) Recent(limit int, clockOnly bool) []Quantum {
 	defer h.mu.Unlock()
 	var out []Quantum
 	for i := len(h.recent) - 1; i >= 0 && len(out) < limit; i-- {
-		if q := h.recent[i]; clockOnly || !q.ClockOnly() {
+		// A clock-only quantum made by someone's call records that call (a freeze, a
+		// registration): it is history, not a tick of the clock.
+		if q := h.recent[i]; clockOnly || !q.ClockOnly() || q.By != "" {
 			out = append(out, q)
 		}
 	}

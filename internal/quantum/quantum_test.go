@@ -221,3 +221,20 @@ func TestSubscriberInStepSeesTheDistributorsQuantum(t *testing.T) {
 	assert.True(t, q.Reinitializing())
 	assert.Equal(t, set, q.Distributors)
 }
+
+func TestRecentListsClockOnlyQuantaMadeBySomeone(t *testing.T) {
+	h := NewHub(HubConfig{}, 1, start(t), 0)
+	publish(t, h, "b", 1)
+	publish(t, h, "", 2) // a tick of the clock
+	a, pos, _ := h.Current()
+	audit := Quantum{Position: Position{Term: 1, Seq: pos.Seq + 1}, Clock: 2, Generation: a.Generation(),
+		Cause: "admin: freeze balancing", By: "spiffe://sliceplane/admin/alice"}
+	require.NoError(t, h.Publish(audit, a))
+
+	var seqs []uint64
+	for _, q := range h.Recent(100, false) {
+		seqs = append(seqs, q.Seq)
+	}
+	assert.Equal(t, []uint64{1, 3}, seqs, "the freeze is history, the tick is not")
+	assert.Len(t, h.Recent(100, true), 3)
+}

@@ -342,16 +342,24 @@ func TestAgainstAnAssigner(t *testing.T) {
 		for i, q := range got {
 			assert.Equal(t, posOut{want[i].GetPosition().GetTerm(), want[i].GetPosition().GetSeq()}, q.Position)
 			assert.Equal(t, want[i].GetCause(), q.Cause)
+			assert.Equal(t, want[i].GetBy(), q.By)
 			assert.Equal(t, want[i].GetGeneration(), q.Generation)
 			assert.Len(t, q.Ops, len(want[i].GetOps()))
 		}
-		assert.Equal(t, "initial", got[0].Cause, "the first map is in the history")
-		assert.True(t, got[0].Reinitializing)
+		// The nodes' registrations come first: the first map waits for them.
+		first := slices.IndexFunc(got, func(q quantumOut) bool { return q.By == "" })
+		require.GreaterOrEqual(t, first, 0, "the assigner's own quanta are listed")
+		assert.Equal(t, "initial", got[first].Cause, "the first map is in the history")
+		assert.True(t, got[first].Reinitializing)
+		for _, q := range got[:first] {
+			assert.True(t, strings.HasPrefix(q.Cause, "node: "), q.Cause)
+			assert.True(t, strings.HasPrefix(q.By, "plaintext:127.0.0.1:"), "the caller's address, without TLS: %s", q.By)
+		}
 
 		out := e.ok("quanta", "--limit", "2")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, min(3, len(want)+1), out)
-		assert.Equal(t, []string{"POSITION", "CLOCK", "GENERATION", "TIME", "OPS", "CAUSE"}, strings.Fields(lines[0]))
+		assert.Equal(t, []string{"POSITION", "CLOCK", "GENERATION", "TIME", "OPS", "BY", "CAUSE"}, strings.Fields(lines[0]))
 		last := want[len(want)-1]
 		assert.Equal(t, []string{showPosition(last.GetPosition()), fmt.Sprint(last.GetClock()), fmt.Sprint(last.GetGeneration())},
 			strings.Fields(lines[len(lines)-1])[:3])
@@ -748,6 +756,7 @@ type quantumOut struct {
 	Clock          uint64
 	Generation     uint64
 	Cause          string
+	By             string
 	Time           *time.Time
 	Reinitializing bool
 	Ops            []opOut

@@ -19,7 +19,9 @@ type jsonQuantum struct {
 	Clock      uint64       `json:"clock"`
 	Generation uint64       `json:"generation"`
 	Cause      string       `json:"cause"`
-	Time       *time.Time   `json:"time"`
+	// By is the identity whose call made the quantum; "" for the assigner's own.
+	By   string     `json:"by"`
+	Time *time.Time `json:"time"`
 	// Reinitializing quanta carry the whole map instead of ops; Slices is then its size
 	// (absent from the history, which leaves the map out).
 	Reinitializing bool     `json:"reinitializing"`
@@ -29,7 +31,7 @@ type jsonQuantum struct {
 
 func quantumJSON(q *pb.Quantum) jsonQuantum {
 	out := jsonQuantum{Position: positionJSON(q.GetPosition()), Clock: q.GetClock(), Generation: q.GetGeneration(),
-		Cause: q.GetCause(), Time: jsonTime(q.GetTime()), Reinitializing: q.GetReinitializing(), Ops: opsJSON(q.GetOps())}
+		Cause: q.GetCause(), By: q.GetBy(), Time: jsonTime(q.GetTime()), Reinitializing: q.GetReinitializing(), Ops: opsJSON(q.GetOps())}
 	if a := q.GetAssignment(); a != nil {
 		n := len(a.GetStarts())
 		out.Slices = &n
@@ -56,11 +58,15 @@ func newQuantaCommand(g *globalOptions) *cobra.Command {
 is the atomic batch of operations of one balancing pass or one admin change,
 stamped with a position (term/seq), the Lamport clock of the data source it
 follows, and the generation of the map it leads to; its cause says where it
-came from (pass, initial, admin: ..., distributors). A reinitializing quantum
-carries the whole map instead of operations.
+came from (pass, initial, admin: ..., node: ..., distributors), and BY who made
+it: the identity of the certificate whose call made it (plaintext:<address> on
+an assigner without TLS), or "-" for the assigner's own. A reinitializing
+quantum carries the whole map instead of operations.
 
 Clock-only quanta, which only advance the clock for the distributors, are left
-out unless --clock is given. --ops lists each quantum's operations under it.
+out unless --clock is given; those that record a change without map operations
+(a freeze, a drain, a node registered) are always listed (and followed with
+--clock). --ops lists each quantum's operations under it.
 
 --follow then prints every new quantum as it is made, until interrupted (Ctrl-C);
 it follows a new leader when the old one steps down. --timeout bounds the
@@ -113,7 +119,7 @@ the YAML form one document per quantum.`,
 // quantaHeader writes the table's header. The columns have fixed widths, so that quanta
 // followed as they come line up with the history.
 func quantaHeader(w io.Writer) {
-	fmt.Fprintf(w, "%-10s  %10s  %10s  %-23s  %10s  %s\n", "POSITION", "CLOCK", "GENERATION", "TIME", "OPS", "CAUSE")
+	fmt.Fprintf(w, "%-10s  %10s  %10s  %-23s  %10s  %-31s  %s\n", "POSITION", "CLOCK", "GENERATION", "TIME", "OPS", "BY", "CAUSE")
 }
 
 func (o *quantaOptions) print(s *session, q *pb.Quantum) error {
@@ -133,8 +139,12 @@ func (o *quantaOptions) print(s *session, q *pb.Quantum) error {
 	if q.GetTime() != nil {
 		when = q.GetTime().AsTime().Local().Format("2006-01-02 15:04:05.000")
 	}
-	_, err := fmt.Fprintf(s.out.w, "%-10s  %10d  %10d  %-23s  %10s  %s\n", showPosition(q.GetPosition()), q.GetClock(),
-		q.GetGeneration(), when, ops, q.GetCause())
+	by := q.GetBy()
+	if by == "" {
+		by = "-"
+	}
+	_, err := fmt.Fprintf(s.out.w, "%-10s  %10d  %10d  %-23s  %10s  %-31s  %s\n", showPosition(q.GetPosition()), q.GetClock(),
+		q.GetGeneration(), when, ops, by, q.GetCause())
 	if o.ops {
 		for _, op := range q.GetOps() {
 			fmt.Fprintf(s.out.w, "    %s\n", showOp(op))

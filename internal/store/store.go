@@ -75,9 +75,11 @@ type Meta struct {
 type Entry struct {
 	Index, Term, Seq, Clock, Generation uint64
 	Cause                               string
-	Time                                time.Time
-	Ops                                 []assignment.Op
-	Moves                               []balance.Move
+	// By is the identity whose call made the change; "" for the assigner's own.
+	By    string
+	Time  time.Time
+	Ops   []assignment.Op
+	Moves []balance.Move
 }
 
 // Node is a registered node.
@@ -472,7 +474,7 @@ func metaFromProto(p *storev1.Meta) (Meta, error) {
 func entryToProto(e Entry) *storev1.LogEntry {
 	out := &storev1.LogEntry{
 		Index: e.Index, Term: e.Term, Seq: e.Seq, Clock: e.Clock, Generation: e.Generation,
-		Cause: e.Cause, Time: timestamppb.New(e.Time), Ops: wire.OpsToProto(e.Ops),
+		Cause: e.Cause, By: e.By, Time: timestamppb.New(e.Time), Ops: wire.OpsToProto(e.Ops),
 	}
 	for _, m := range e.Moves {
 		out.Moves = append(out.Moves, &storev1.Move{Range: wire.RangeToProto(m.Range), From: string(m.From), To: string(m.To), Pass: m.Pass})
@@ -487,7 +489,7 @@ func entryFromProto(p *storev1.LogEntry) (Entry, error) {
 	}
 	e := Entry{
 		Index: p.Index, Term: p.Term, Seq: p.Seq, Clock: p.Clock, Generation: p.Generation,
-		Cause: p.Cause, Time: p.Time.AsTime(), Ops: ops,
+		Cause: p.Cause, By: p.By, Time: p.Time.AsTime(), Ops: ops,
 	}
 	for _, m := range p.Moves {
 		r, err := wire.RangeFromProto(m.Range)

@@ -25,7 +25,7 @@ func PositionFromProto(p *pb.Position) *quantum.Position {
 func QuantumToProto(q quantum.Quantum) *pb.Quantum {
 	out := &pb.Quantum{
 		Position: PositionToProto(q.Position), Clock: q.Clock, Generation: q.Generation,
-		Ops: OpsToProto(q.Ops), Cause: q.Cause, Time: timestamppb.New(q.Time),
+		Ops: OpsToProto(q.Ops), Cause: q.Cause, Time: timestamppb.New(q.Time), By: q.By,
 	}
 	if q.Snapshot != nil {
 		out.Reinitializing, out.Assignment = true, AssignmentToProto(q.Snapshot)
@@ -47,7 +47,7 @@ func QuantumFromProto(m *pb.Quantum) (quantum.Quantum, error) {
 		return quantum.Quantum{}, fmt.Errorf("%w: a quantum without a term", ErrInvalid)
 	}
 	q := quantum.Quantum{Position: *PositionFromProto(m.GetPosition()), Clock: m.GetClock(),
-		Generation: m.GetGeneration(), Cause: m.GetCause(), Time: m.GetTime().AsTime()}
+		Generation: m.GetGeneration(), Cause: m.GetCause(), By: m.GetBy(), Time: m.GetTime().AsTime()}
 	if m.GetDistributors() != nil {
 		q.Distributors = quantum.Distributors(maps.Clone(m.GetDistributors().GetAddresses()))
 		if q.Distributors == nil {

@@ -165,7 +165,11 @@ type Quantum struct {
 	// distributors is the set of live distributors, carried by every reinitializing quantum. A
 	// change of the set is itself sent as a reinitializing quantum, so that every distributor
 	// learns the nodes it now serves from the same step of the stream.
-	Distributors  *DistributorSet `protobuf:"bytes,9,opt,name=distributors,proto3" json:"distributors,omitempty"`
+	Distributors *DistributorSet `protobuf:"bytes,9,opt,name=distributors,proto3" json:"distributors,omitempty"`
+	// by is the authenticated identity whose call made the quantum (a SPIFFE ID, or
+	// "plaintext:<address>" on an assigner without TLS), for the audit trail; empty for the
+	// assigner's own quanta (passes, clock, distributors).
+	By            string `protobuf:"bytes,10,opt,name=by,proto3" json:"by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,6 +265,13 @@ func (x *Quantum) GetDistributors() *DistributorSet {
 		return x.Distributors
 	}
 	return nil
+}
+
+func (x *Quantum) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
 }
 
 // DistributorSet lists the live distributors. Each node pulls its deltas from one of them:
@@ -3378,7 +3389,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"endOfSpace\"0\n" +
 	"\bPosition\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x85\x03\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x95\x03\n" +
 	"\aQuantum\x123\n" +
 	"\bposition\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\bposition\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x04R\x05clock\x12\x1e\n" +
@@ -3392,7 +3403,9 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"assignment\x12\x14\n" +
 	"\x05cause\x18\a \x01(\tR\x05cause\x12.\n" +
 	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12A\n" +
-	"\fdistributors\x18\t \x01(\v2\x1d.sliceplane.v1.DistributorSetR\fdistributors\"\x9a\x01\n" +
+	"\fdistributors\x18\t \x01(\v2\x1d.sliceplane.v1.DistributorSetR\fdistributors\x12\x0e\n" +
+	"\x02by\x18\n" +
+	" \x01(\tR\x02by\"\x9a\x01\n" +
 	"\x0eDistributorSet\x12J\n" +
 	"\taddresses\x18\x01 \x03(\v2,.sliceplane.v1.DistributorSet.AddressesEntryR\taddresses\x1a<\n" +
 	"\x0eAddressesEntry\x12\x10\n" +

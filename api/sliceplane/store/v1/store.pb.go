@@ -220,7 +220,9 @@ type LogEntry struct {
 	Ops        []*v1.Op               `protobuf:"bytes,8,rep,name=ops,proto3" json:"ops,omitempty"`
 	// moves are the placement changes the quantum made, kept so that a new leader does not
 	// undo them (anti-oscillation).
-	Moves         []*Move `protobuf:"bytes,9,rep,name=moves,proto3" json:"moves,omitempty"`
+	Moves []*Move `protobuf:"bytes,9,rep,name=moves,proto3" json:"moves,omitempty"`
+	// by is the identity whose call made the change (Quantum.by); empty for the assigner's own.
+	By            string `protobuf:"bytes,10,opt,name=by,proto3" json:"by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +318,13 @@ func (x *LogEntry) GetMoves() []*Move {
 		return x.Moves
 	}
 	return nil
+}
+
+func (x *LogEntry) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
 }
 
 // Move is one placement change: from lost the range, to gained it ("" for none).
@@ -536,7 +545,7 @@ const file_sliceplane_store_v1_store_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x06\x10\aR\x0esnapshot_index\"#\n" +
 	"\vSnapshotRef\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"\x98\x02\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\xa8\x02\n" +
 	"\bLogEntry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x10\n" +
@@ -548,7 +557,9 @@ const file_sliceplane_store_v1_store_proto_rawDesc = "" +
 	"\x05cause\x18\x06 \x01(\tR\x05cause\x12.\n" +
 	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12#\n" +
 	"\x03ops\x18\b \x03(\v2\x11.sliceplane.v1.OpR\x03ops\x12/\n" +
-	"\x05moves\x18\t \x03(\v2\x19.sliceplane.store.v1.MoveR\x05moves\"j\n" +
+	"\x05moves\x18\t \x03(\v2\x19.sliceplane.store.v1.MoveR\x05moves\x12\x0e\n" +
+	"\x02by\x18\n" +
+	" \x01(\tR\x02by\"j\n" +
 	"\x04Move\x12*\n" +
 	"\x05range\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x05range\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
