@@ -281,7 +281,7 @@ func (r *run) fill(w *writer.Writer) {
 
 // startRouter starts the reader's router, owned by the test's cleanup.
 func (r *run) startRouter(w *writer.Writer) {
-	// A router's identity, which the cluster's policy lets list the nodes for their addresses.
+	// A router's identity: it reads the map and lists the nodes for their addresses.
 	rt, err := r.c.pki.Issue("router", "chaos")
 	if err != nil {
 		r.t.Fatal(err)

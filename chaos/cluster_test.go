@@ -21,7 +21,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
-	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	"github.com/sliceplane/sliceplane/internal/faultproxy"
 	"github.com/sliceplane/sliceplane/internal/healthcheck"
 	"github.com/sliceplane/sliceplane/internal/launch"
@@ -246,11 +245,6 @@ func (c *cluster) startAssigner(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	policy, err := kvcluster.WritePolicy(c.dir)
-	if err != nil {
-		return err
-	}
-	tls = append(tls, "--authz-policy", policy)
 	m.args = append([]string{"--etcd-endpoints", strings.Join(endpoints, ","), "--listen", m.addr,
 		"--metrics-listen", addrs[1], "--session-ttl", c.assignerTTL.String()}, tls...)
 	m.args = append(m.args, assignerFlags...)

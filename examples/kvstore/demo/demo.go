@@ -195,7 +195,7 @@ func (d *demo) start(ctx context.Context) error {
 // startRouter starts the load generator's router and waits for its first map; ctx bounds
 // the wait.
 func (d *demo) startRouter(ctx context.Context) error {
-	// A router's identity, which the cluster's policy lets list the nodes for their addresses.
+	// A router's identity: it reads the map and lists the nodes for their addresses.
 	files, err := d.pki.Issue("router", "demo-load")
 	if err != nil {
 		return err

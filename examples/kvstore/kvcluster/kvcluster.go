@@ -49,8 +49,7 @@ type Options struct {
 	Ready time.Duration
 	// PKI, when set, gives every process a certificate of its identity (assigner/ID,
 	// distributor/ID, node/ID) and the cluster's own clients an admin's (admin/kvcluster):
-	// every link is mutual TLS, and the assigners run with Policy. Nil runs everything
-	// plaintext on loopback.
+	// every link is mutual TLS. Nil runs everything plaintext on loopback.
 	PKI *launch.PKI
 }
 
@@ -100,23 +99,6 @@ func New(opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("kvcluster: %w", err)
 	}
 	return &Cluster{opts: opts, logs: logs, tls: src, http: kvclient.HTTPClient(src, 30*time.Second)}, nil
-}
-
-// Policy is the assigners' authorization policy in a cluster with a PKI: routers (kvproxy,
-// load generators) and nodes (whose router names the owners of a key in a 421 answer) read
-// the replicas' addresses from the node list, which is a viewer's method.
-const Policy = `grants:
-  spiffe://sliceplane/router/*: [viewer]
-  spiffe://sliceplane/node/*: [viewer]
-`
-
-// WritePolicy writes Policy into dir and returns its path, for --authz-policy.
-func WritePolicy(dir string) (string, error) {
-	path := filepath.Join(dir, "authz-policy.yaml")
-	if err := os.WriteFile(path, []byte(Policy), 0o644); err != nil {
-		return "", fmt.Errorf("kvcluster: %w", err)
-	}
-	return path, nil
 }
 
 // AdminName is the name of the cluster's own identity, spiffe://sliceplane/admin/kvcluster.
@@ -208,13 +190,6 @@ func (c *Cluster) StartAssigner(ctx context.Context, id string) (*Member, error)
 	tls, err := c.opts.PKI.Args("assigner", id)
 	if err != nil {
 		return nil, err
-	}
-	if c.opts.PKI != nil {
-		policy, err := WritePolicy(c.opts.Dir)
-		if err != nil {
-			return nil, err
-		}
-		tls = append(tls, "--authz-policy", policy)
 	}
 	m.args = append([]string{"--etcd-endpoints", c.etcd(), "--listen", m.Addr, "--metrics-listen", m.Metrics}, tls...)
 	m.args = append(m.args, c.opts.AssignerArgs...)
