@@ -281,7 +281,13 @@ func (r *run) fill(w *writer.Writer) {
 
 // startRouter starts the reader's router, owned by the test's cleanup.
 func (r *run) startRouter(w *writer.Writer) {
-	router, err := client.NewRouter(client.RouterConfig{Assigners: r.c.assignerAddrs()})
+	// A router's identity: it reads the map and lists the nodes for their addresses.
+	rt, err := r.c.pki.Issue("router", "chaos")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	router, err := client.NewRouter(client.RouterConfig{Assigners: r.c.assignerAddrs(),
+		TLS: client.TLS{Cert: rt.Cert, Key: rt.Key, CA: rt.CA}})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -297,7 +303,7 @@ func (r *run) startRouter(w *writer.Writer) {
 	if err := router.WaitReady(wctx); err != nil {
 		r.t.Fatal(err)
 	}
-	r.probes = &probes{w: w, router: router, pool: kvclient.NewPool(nil), nodes: r.c.nodes, logf: r.t.Logf,
+	r.probes = &probes{w: w, router: router, pool: kvclient.NewPool(r.c.http), nodes: r.c.nodes, logf: r.t.Logf,
 		initial: r.cfg.fillItems, next: r.cfg.fillItems}
 }
 
@@ -311,7 +317,7 @@ func (r *run) spread() {
 			r.probes.pool.Read(ctx, r.probes.router, loadgen.Key(i)) //nolint:errcheck // only the load counts here
 		}
 		for _, n := range r.c.nodes {
-			st, err := kvclient.New(n.addr, nil).State(ctx)
+			st, err := kvclient.New(n.addr, r.c.http).State(ctx)
 			if err != nil {
 				return err
 			}
@@ -324,7 +330,7 @@ func (r *run) spread() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	conn, err := dial.Leader(r.c.assignerAddrs())
+	conn, err := dial.Leader(r.c.assignerAddrs(), r.c.tls.DialOption("assigner"))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -340,14 +346,14 @@ func (r *run) check(after string) (time.Duration, error) {
 	resume := r.probes.pause()
 	defer resume()
 	start := time.Now()
-	conn, err := dial.Leader(r.c.assignerAddrs())
+	conn, err := dial.Leader(r.c.assignerAddrs(), r.c.tls.DialOption("assigner"))
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
 	var nodes []*kvclient.Node
 	for _, n := range r.c.nodes {
-		nodes = append(nodes, kvclient.New(n.addr, nil))
+		nodes = append(nodes, kvclient.New(n.addr, r.c.http))
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.patience)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,10 +17,14 @@ import (
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/internal/faultproxy"
 	"github.com/sliceplane/sliceplane/internal/healthcheck"
 	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // member is one process of the cluster: an etcd member, an assigner, a distributor or a node.
@@ -107,6 +112,13 @@ type cluster struct {
 
 	// etcdCli reaches every etcd member directly, for the writer, the checker and the faults.
 	etcdCli *clientv3.Client
+
+	// pki gives every process, etcd members included, its certificate: every link is mutual
+	// TLS (through the proxies, which see only TCP). tls is the suite's own identity, an
+	// admin's, and http its client of the nodes.
+	pki  *launch.PKI
+	tls  *mtls.Source
+	http *http.Client
 }
 
 func newCluster(dir, bin string, assignerTTL time.Duration) (*cluster, error) {
@@ -114,11 +126,22 @@ func newCluster(dir, bin string, assignerTTL time.Duration) (*cluster, error) {
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
+	pki, err := launch.NewPKI(filepath.Join(dir, "pki"), 0)
+	if err != nil {
+		return nil, err
+	}
+	src, err := pki.Source("admin", "chaos")
+	if err != nil {
+		return nil, err
+	}
 	metrics := toxiproxy.NewMetricsContainer(prometheus.NewRegistry())
 	return &cluster{dir: dir, logs: logs, bin: bin, ready: 60 * time.Second, assignerTTL: assignerTTL,
 		toxi: toxiproxy.NewServer(metrics, zerolog.Nop()), proxies: map[string]*toxiproxy.Proxy{},
-		holds: map[string]*faultproxy.Proxy{}}, nil
+		holds: map[string]*faultproxy.Proxy{}, pki: pki, tls: src, http: kvclient.HTTPClient(src, 10*time.Second)}, nil
 }
+
+// tlsArgs returns the TLS flags of member kind/id.
+func (c *cluster) tlsArgs(kind, id string) ([]string, error) { return c.pki.Args(kind, id) }
 
 func (c *cluster) all() []*member {
 	var out []*member
@@ -141,7 +164,7 @@ func (c *cluster) proxy(name, upstream string) (string, error) {
 func (c *cluster) etcdEndpoints() []string {
 	var out []string
 	for _, m := range c.etcd {
-		out = append(out, "http://"+m.addr)
+		out = append(out, "https://"+m.addr)
 	}
 	return out
 }
@@ -156,12 +179,19 @@ func (c *cluster) startEtcd(ctx context.Context, n int) error {
 		}
 		m := &member{kind: "etcd", id: fmt.Sprintf("e%d", i+1), addr: addrs[0], bin: filepath.Join(c.bin, "etcd")}
 		m.dataDir = filepath.Join(c.dir, "etcd", m.id)
+		// Clients and peers alike need a certificate of the CA.
+		own, err := c.pki.Issue("etcd", m.id)
+		if err != nil {
+			return err
+		}
 		m.args = []string{"--name", m.id, "--data-dir", m.dataDir,
-			"--listen-client-urls", "http://" + addrs[0], "--advertise-client-urls", "http://" + addrs[0],
-			"--listen-peer-urls", "http://" + addrs[1], "--initial-advertise-peer-urls", "http://" + addrs[1],
+			"--listen-client-urls", "https://" + addrs[0], "--advertise-client-urls", "https://" + addrs[0],
+			"--listen-peer-urls", "https://" + addrs[1], "--initial-advertise-peer-urls", "https://" + addrs[1],
 			"--initial-cluster-token", "chaos", "--initial-cluster-state", "new",
+			"--cert-file", own.Cert, "--key-file", own.Key, "--trusted-ca-file", own.CA, "--client-cert-auth",
+			"--peer-cert-file", own.Cert, "--peer-key-file", own.Key, "--peer-trusted-ca-file", own.CA, "--peer-client-cert-auth",
 			"--log-level", "warn"}
-		initial = append(initial, m.id+"=http://"+addrs[1])
+		initial = append(initial, m.id+"=https://"+addrs[1])
 		c.etcd = append(c.etcd, m)
 	}
 	for _, m := range c.etcd {
@@ -175,7 +205,8 @@ func (c *cluster) startEtcd(ctx context.Context, n int) error {
 			return err
 		}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.etcdEndpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.etcdEndpoints(), DialTimeout: 5 * time.Second, TLS: c.tls.ClientTLS(),
+		Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("chaos: etcd client: %w", err)
 	}
@@ -203,15 +234,20 @@ func (c *cluster) startAssigner(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		endpoints = append(endpoints, "http://"+p)
+		endpoints = append(endpoints, "https://"+p)
 	}
 	// Nodes reach the assigner through a proxy of their own; distributors, directly.
 	if _, err := c.proxy("assigner-"+id, addrs[0]); err != nil {
 		return err
 	}
 	m := &member{kind: "assigner", id: id, addr: addrs[0], bin: filepath.Join(c.bin, "assigner")}
+	tls, err := c.tlsArgs("assigner", id)
+	if err != nil {
+		return err
+	}
 	m.args = append([]string{"--etcd-endpoints", strings.Join(endpoints, ","), "--listen", m.addr,
-		"--metrics-listen", addrs[1], "--session-ttl", c.assignerTTL.String()}, assignerFlags...)
+		"--metrics-listen", addrs[1], "--session-ttl", c.assignerTTL.String()}, tls...)
+	m.args = append(m.args, assignerFlags...)
 	c.assigners = append(c.assigners, m)
 	return c.start(ctx, m)
 }
@@ -243,9 +279,14 @@ func (c *cluster) startDistributor(ctx context.Context, id string) error {
 	c.holds[id] = hold
 	adv := hold.Addr()
 	m := &member{kind: "distributor", id: id, addr: addrs[0], bin: filepath.Join(c.bin, "distributor")}
+	tls, err := c.tlsArgs("distributor", id)
+	if err != nil {
+		return err
+	}
 	m.args = append([]string{"--id", id, "--etcd-endpoints", strings.Join(c.etcdEndpoints(), ","),
 		"--assigners", strings.Join(c.assignerAddrs(), ","), "--listen", m.addr, "--advertise", adv,
-		"--metrics-listen", addrs[1]}, distributorFlags...)
+		"--metrics-listen", addrs[1]}, tls...)
+	m.args = append(m.args, distributorFlags...)
 	c.distributors = append(c.distributors, m)
 	return c.start(ctx, m)
 }
@@ -263,8 +304,13 @@ func (c *cluster) startNode(ctx context.Context, id string) error {
 	}
 	m := &member{kind: "node", id: id, addr: addrs[0], bin: filepath.Join(c.bin, "kvnode"),
 		dataDir: filepath.Join(c.dir, "nodes", id)}
+	tls, err := c.tlsArgs("node", id)
+	if err != nil {
+		return err
+	}
 	m.args = append([]string{"--id", id, "--listen", m.addr, "--assigners", strings.Join(assigners, ","),
-		"--data-dir", m.dataDir}, nodeFlags...)
+		"--data-dir", m.dataDir}, tls...)
+	m.args = append(m.args, nodeFlags...)
 	c.nodes = append(c.nodes, m)
 	return c.start(ctx, m)
 }
@@ -304,7 +350,7 @@ func (c *cluster) waitServing(ctx context.Context, m *member) error {
 		if done, err := p.Exited(); done {
 			return launch.Permanent(err)
 		}
-		return serving(ctx, m)
+		return c.serving(ctx, m)
 	})
 	if err != nil {
 		p.Kill()
@@ -314,17 +360,30 @@ func (c *cluster) waitServing(ctx context.Context, m *member) error {
 }
 
 // serving checks once whether m serves: /health for etcd, /healthz for nodes, gRPC health
-// for the rest.
-func serving(ctx context.Context, m *member) error {
+// for the rest (over mutual TLS, with the suite's certificate).
+func (c *cluster) serving(ctx context.Context, m *member) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	switch m.kind {
 	case "etcd":
-		return healthcheck.HTTP(ctx, "http://"+m.addr+"/health")
+		return healthcheck.HTTPTLS(ctx, "https://"+m.addr+"/health", c.tls.ClientTLS())
 	case "node":
-		return healthcheck.HTTP(ctx, "http://"+m.addr+"/healthz")
+		_, err := kvclient.New(m.addr, c.http).State(ctx)
+		return err
 	}
-	return healthcheck.GRPC(ctx, m.addr, "")
+	conn, err := grpc.NewClient(m.addr, c.tls.DialOption(m.kind))
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return fmt.Errorf("chaos: %s: %w", m.name(), err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("chaos: %s is %s", m.name(), resp.GetStatus())
+	}
+	return nil
 }
 
 // exited returns the error of every member whose process exited without being asked to.
@@ -386,7 +445,7 @@ func (c *cluster) etcdLeader(ctx context.Context) (*member, error) {
 			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := c.etcdCli.Status(sctx, "http://"+m.addr)
+		st, err := c.etcdCli.Status(sctx, "https://"+m.addr)
 		cancel()
 		if err == nil && st.Leader != 0 && st.Leader == st.Header.GetMemberId() {
 			return m, nil

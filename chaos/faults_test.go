@@ -11,7 +11,6 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/launch"
@@ -77,8 +76,8 @@ func (r *run) hold(d time.Duration) error {
 }
 
 // status asks one assigner for its status.
-func status(ctx context.Context, addr string) (*pb.StatusResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (c *cluster) status(ctx context.Context, addr string) (*pb.StatusResponse, error) {
+	conn, err := grpc.NewClient(addr, c.tls.DialOption("assigner"))
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +98,7 @@ func (r *run) leader(not *member) (*member, uint64, error) {
 			if m == not || !m.alive() || m.isFrozen() {
 				continue
 			}
-			st, err := status(ctx, m.addr)
+			st, err := r.c.status(ctx, m.addr)
 			if err == nil && st.GetLeader() {
 				lead, term = m, st.GetPosition().GetTerm()
 				return nil
@@ -157,7 +156,7 @@ func stopAssigner(r *run) (outcome, error) {
 		if !old.alive() {
 			return launch.Permanent(fmt.Errorf("%s exited after SIGCONT", old.id))
 		}
-		st, err := status(ctx, old.addr)
+		st, err := r.c.status(ctx, old.addr)
 		if err != nil {
 			return err
 		}

@@ -151,7 +151,7 @@ func (p *probes) sample(ctx context.Context) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			st, err := kvclient.New(n.addr, nil).State(ctx)
+			st, err := p.pool.Node(n.addr).State(ctx)
 			if err != nil {
 				return
 			}

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -25,8 +26,9 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
-	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
@@ -44,14 +46,17 @@ type scenario struct {
 	src     *source.Etcd
 	writer  *writer.Writer
 	written int
+	// pki made every process's certificate; admin is the files of slicectl's, an admin's.
+	pki   *launch.PKI
+	admin mtls.Config
 }
 
 func (s *scenario) slicectl(args ...string) string {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "slicectl"),
-		append([]string{"--assigner", strings.Join(s.cluster.Assigners(), ",")}, args...)...)
+	flags := append([]string{"--assigner", strings.Join(s.cluster.Assigners(), ",")}, launch.TLSArgs(s.admin)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "slicectl"), append(flags, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -121,7 +126,7 @@ func (s *scenario) leader() *kvcluster.Member {
 			if done, _ := m.Proc().Exited(); done {
 				continue
 			}
-			st, err := status(ctx, m.Addr)
+			st, err := s.status(ctx, m.Addr)
 			if err == nil && st.GetLeader() {
 				lead = m
 				return nil
@@ -136,8 +141,8 @@ func (s *scenario) leader() *kvcluster.Member {
 }
 
 // status asks one assigner (not the leader) for its status.
-func status(ctx context.Context, addr string) (*pb.StatusResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (s *scenario) status(ctx context.Context, addr string) (*pb.StatusResponse, error) {
+	conn, err := grpc.NewClient(addr, s.cluster.TLS().DialOption("assigner"))
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +176,7 @@ func (s *scenario) nodeState(id string) kvclient.State {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
-	st, err := kvclient.New(m.Addr, nil).State(ctx)
+	st, err := kvclient.New(m.Addr, s.cluster.HTTPClient()).State(ctx)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -180,8 +185,8 @@ func (s *scenario) nodeState(id string) kvclient.State {
 
 // startCluster skips in -short mode and under the race detector; otherwise it builds the
 // binaries and starts two assigners, two distributors and the nodes given, with a 2 s
-// session TTL; it writes fill items, waits until every node holds slices, freezes the map
-// and checks convergence.
+// session TTL, every link mutual TLS from a throwaway CA; it writes fill items, waits until
+// every node holds slices, freezes the map and checks convergence.
 func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) *scenario {
 	t.Helper()
 	if testing.Short() {
@@ -202,10 +207,15 @@ func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) 
 	if err := launch.Build(ctx, root, s.bin, false, pkgs...); err != nil {
 		t.Fatal(err)
 	}
-	etcd := etcdtest.Start(t)
-	cli := etcdtest.Client(t, etcd)
+	if s.pki, err = launch.NewPKI(t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if s.admin, err = s.pki.Issue("admin", "e2e"); err != nil {
+		t.Fatal(err)
+	}
+	etcd, cli := s.startEtcd()
 	s.src, s.writer = source.NewEtcd(cli, writer.DefaultPrefix), writer.New(cli, writer.DefaultPrefix)
-	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{etcd.Endpoint()},
+	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{etcd.Endpoint()}, PKI: s.pki,
 		AssignerArgs:    []string{"--pass-interval", "200ms", "--session-ttl", "2s", "--node-ttl", "20s"},
 		DistributorArgs: []string{"--session-ttl", "2s"},
 		NodeArgs:        []string{"--report-interval", "200ms"}})
@@ -254,6 +264,35 @@ func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) 
 	s.slicectl("freeze", "--reason", "e2e")
 	s.converged("the first fill")
 	return s
+}
+
+// startEtcd starts an embedded etcd that serves mutual TLS, and a client of it with the
+// admin's certificate; both stop when the test ends.
+func (s *scenario) startEtcd() (*embedetcd.Server, *clientv3.Client) {
+	t := s.t
+	t.Helper()
+	own, err := s.pki.Issue("etcd", "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: t.TempDir(), Fast: true, LogLevel: "fatal", TLS: own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+	src, err := s.admin.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second,
+		TLS: src.ClientTLS(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return etcd, cli
 }
 
 // phase runs one step of the scenario. It is not a subtest: every step needs the ones

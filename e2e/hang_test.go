@@ -108,7 +108,7 @@ func TestHungLeader(t *testing.T) {
 	s := startCluster(t, ctx, 1000, "n1", "n2", "n3")
 	nodes := map[string]*kvclient.Node{}
 	for id, url := range s.cluster.NodeURLs() {
-		nodes[id] = kvclient.New(strings.TrimPrefix(url, "http://"), nil)
+		nodes[id] = kvclient.New(url, s.cluster.HTTPClient())
 	}
 
 	st := &staleness{}
@@ -190,7 +190,7 @@ func (s *scenario) waitLeads(m *kvcluster.Member) time.Duration {
 	ctx, cancel := context.WithTimeout(s.ctx, patience)
 	defer cancel()
 	err := launch.WaitFor(ctx, m.ID+" to lead", 20*time.Millisecond, func(ctx context.Context) error {
-		st, err := status(ctx, m.Addr)
+		st, err := s.status(ctx, m.Addr)
 		if err != nil || !st.GetLeader() {
 			return fmt.Errorf("%s does not lead (%v)", m.ID, err)
 		}
@@ -208,7 +208,7 @@ func (s *scenario) waitStandby(m *kvcluster.Member) {
 	ctx, cancel := context.WithTimeout(s.ctx, patience)
 	defer cancel()
 	err := launch.WaitFor(ctx, m.ID+" to be a standby", 50*time.Millisecond, func(ctx context.Context) error {
-		st, err := status(ctx, m.Addr)
+		st, err := s.status(ctx, m.Addr)
 		if err != nil || st.GetLeader() {
 			return fmt.Errorf("%s: leader %v (%v)", m.ID, st.GetLeader(), err)
 		}
@@ -224,11 +224,17 @@ func (s *scenario) metric(m *kvcluster.Member, name string) float64 {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Metrics+"/metrics", nil)
+	hc, scheme := http.DefaultClient, "http"
+	if src := s.cluster.TLS(); src != nil {
+		// Any identity of the CA serves metrics: assigners and distributors alike.
+		hc, scheme = &http.Client{Transport: &http.Transport{TLSClientConfig: src.ClientTLS()}}, "https"
+		defer hc.CloseIdleConnections()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+m.Metrics+"/metrics", nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
 	}

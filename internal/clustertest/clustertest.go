@@ -43,7 +43,9 @@ type Options struct {
 	Node        func(*client.NodeConfig)
 	// TLS runs the gRPC links with mutual TLS, every part with a certificate of its own from
 	// a throwaway CA (Cluster.PKI): assigner-a<i>, distributor-<id>, node-<id>, and the
-	// cluster's own admin-clustertest for Conn. Etcd stays plaintext on loopback.
+	// cluster's own admin-clustertest for Conn; the servers authorize every call (package
+	// authz). The functions above see the TLS set and may change it. Etcd stays plaintext
+	// on loopback.
 	TLS bool
 }
 
@@ -144,21 +146,18 @@ func (c *Cluster) StartAssigner() *Part {
 		Core:   assigner.CoreConfig{NodeTTL: 2 * sessionTTL, Estimator: load.EstimatorConfig{HalfLife: 200 * time.Millisecond}},
 		Logger: c.log.With("part", "assigner"),
 	}
-	if c.opts.Assigner != nil {
-		c.opts.Assigner(&cfg)
-	}
 	c.mu.Lock()
 	name := fmt.Sprintf("a%d", len(c.assigners))
 	c.mu.Unlock()
-	src := c.source("assigner", name)
+	cfg.TLS = c.source("assigner", name)
+	if c.opts.Assigner != nil {
+		c.opts.Assigner(&cfg)
+	}
 	srv, err := assigner.New(cfg)
 	if err != nil {
 		c.t.Fatalf("clustertest: %v", err)
 	}
-	p := &Part{Addr: srv.Addr(), TLS: src, stop: c.run("assigner", srv.Run)}
-	if src != nil {
-		p.Addr, p.stop = c.secure(src, srv.Addr(), p.stop)
-	}
+	p := &Part{Addr: srv.Addr(), TLS: cfg.TLS, stop: c.run("assigner", srv.Run)}
 	c.mu.Lock()
 	c.assigners = append(c.assigners, p)
 	c.mu.Unlock()

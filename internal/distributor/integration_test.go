@@ -213,6 +213,8 @@ type scenario struct {
 	gate *gatedStore
 	// after runs once the nodes converged.
 	after func(t *testing.T, c *clustertest.Cluster)
+	// tls runs every gRPC link with mutual TLS.
+	tls bool
 }
 
 const nodes = 6
@@ -229,7 +231,7 @@ const patience = 2 * time.Minute
 // the scenario's disruption, stops the writers and checks that every node holds exactly what
 // it must (I3).
 func (sc scenario) run(t *testing.T) {
-	c := clustertest.New(t, clustertest.Options{Distributor: sc.distributor})
+	c := clustertest.New(t, clustertest.Options{Distributor: sc.distributor, TLS: sc.tls})
 	c.StartDistributor("d1")
 	c.StartDistributor("d2")
 	for i := range nodes {
@@ -301,6 +303,12 @@ func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 
 func TestDataPathConvergesWhileSlicesMove(t *testing.T) {
 	scenario{}.run(t)
+}
+
+// TestDataPathConvergesOverMutualTLS is the same, with every call authenticated and
+// authorized: nodes, distributors, the workload's admin calls.
+func TestDataPathConvergesOverMutualTLS(t *testing.T) {
+	scenario{tls: true}.run(t)
 }
 
 func TestDataPathNodeRestartResumesFromItsCursor(t *testing.T) {

@@ -106,3 +106,40 @@ func TestFreeAddrsAreDistinct(t *testing.T) {
 		seen[a] = true
 	}
 }
+
+func TestPKIIssuesOnceAndNilIsPlaintext(t *testing.T) {
+	p, err := NewPKI(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Issue("node", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := p.Issue("node", "n1")
+	if err != nil || again != c {
+		t.Fatalf("second issue: %+v, %v; want the first files %+v", again, err, c)
+	}
+	src, err := p.Source("node", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := src.Identity(); id.Kind != "node" || id.Name != "n1" {
+		t.Errorf("identity %+v, want node/n1", id)
+	}
+	args, err := p.Args("admin", "demo")
+	if err != nil || len(args) != 6 || args[0] != "--tls-cert" || !strings.HasSuffix(args[1], "admin-demo.crt") {
+		t.Errorf("args %q, %v", args, err)
+	}
+	if _, err := p.Issue("node", "bad/name"); err == nil {
+		t.Error("a bad name was issued")
+	}
+
+	var none *PKI
+	if args, err := none.Args("node", "n1"); err != nil || args != nil {
+		t.Errorf("nil PKI args %q, %v; want none", args, err)
+	}
+	if src, err := none.Source("node", "n1"); err != nil || src != nil {
+		t.Errorf("nil PKI source %v, %v; want plaintext", src, err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,6 +26,7 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
@@ -44,6 +47,9 @@ type Config struct {
 	Keys                int
 	ReadRate, WriteRate float64
 	Nodes               int
+	// Plaintext runs every link without TLS. By default the demo makes a throwaway CA in
+	// Dir/pki and runs every process with mutual TLS, as a deployment should.
+	Plaintext bool
 	// Out receives the live view; Log, diagnostics.
 	Out io.Writer
 	Log *slog.Logger
@@ -97,6 +103,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 type demo struct {
 	cfg     Config
 	out     io.Writer
+	pki     *launch.PKI
 	etcd    *embedetcd.Server
 	cli     *clientv3.Client
 	cluster *kvcluster.Cluster
@@ -104,6 +111,8 @@ type demo struct {
 	admin   pb.AdminServiceClient
 	src     *source.Etcd
 	router  *client.Router
+	// http reads from the nodes for the load generator.
+	http    *http.Client
 	stopAll []func()
 }
 
@@ -118,22 +127,17 @@ func (d *demo) stop() {
 
 func (d *demo) start(ctx context.Context) error {
 	started := time.Now()
-	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(d.cfg.Dir, "etcd"), Fast: true,
-		// etcd reports a single-member loopback setup as errors; the demo has nothing to fix.
-		LogLevel: "fatal", Logger: d.cfg.Log})
-	if err != nil {
+	if !d.cfg.Plaintext {
+		var err error
+		if d.pki, err = launch.NewPKI(filepath.Join(d.cfg.Dir, "pki"), 0); err != nil {
+			return err
+		}
+	}
+	if err := d.startEtcd(ctx); err != nil {
 		return err
 	}
-	d.etcd = etcd
-	d.stopAll = append(d.stopAll, etcd.Close)
-	d.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return fmt.Errorf("demo: connecting to etcd: %w", err)
-	}
-	d.stopAll = append(d.stopAll, func() { d.cli.Close() })
-	d.src = source.NewEtcd(d.cli, writer.DefaultPrefix)
-
-	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{etcd.Endpoint()},
+	var err error
+	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{d.etcd.Endpoint()}, PKI: d.pki,
 		// Quick passes and a short memory of load, so that the demo settles in seconds.
 		AssignerArgs:    []string{"--pass-interval", "1s", "--load-half-life", "2s", "--log-format", "json"},
 		DistributorArgs: []string{"--log-format", "json"},
@@ -182,31 +186,139 @@ func (d *demo) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	d.router, err = client.NewRouter(client.RouterConfig{Assigners: d.cluster.Assigners(), Policy: client.LeastOutstanding, Logger: d.cfg.Log})
+	if err := d.startRouter(wctx); err != nil {
+		return err
+	}
+	return d.intro(assigner, started)
+}
+
+// startRouter starts the load generator's router and waits for its first map; ctx bounds
+// the wait.
+func (d *demo) startRouter(ctx context.Context) error {
+	// A router's identity: it reads the map and lists the nodes for their addresses.
+	files, err := d.pki.Issue("router", "demo-load")
 	if err != nil {
 		return err
 	}
+	d.router, err = client.NewRouter(client.RouterConfig{Assigners: d.cluster.Assigners(), Policy: client.LeastOutstanding,
+		TLS: client.TLS{Cert: files.Cert, Key: files.Key, CA: files.CA}, Logger: d.cfg.Log})
+	if err != nil {
+		return err
+	}
+	src, err := files.Load()
+	if err != nil {
+		return err
+	}
+	d.http = kvclient.HTTPClient(src, 5*time.Second)
 	rctx, rcancel := context.WithCancel(context.Background())
 	routed := make(chan error, 1)
 	go func() { routed <- d.router.Run(rctx) }()
 	d.stopAll = append(d.stopAll, func() { rcancel(); <-routed })
-	if err := d.router.WaitReady(wctx); err != nil {
+	if err := d.router.WaitReady(ctx); err != nil {
 		return fmt.Errorf("demo: waiting for the router's first map: %w", err)
 	}
+	return nil
+}
 
-	d.say("Sliceplane demo: etcd, 1 assigner, 2 distributors, %d kvstore nodes on loopback (up in %s)", d.cfg.Nodes, time.Since(started).Round(100*time.Millisecond))
-	d.say("  metrics:   assigner http://%s/metrics, distributors %s, nodes %s", assigner.Metrics,
-		metricsOf(d.cluster.Members("distributor")), metricsOf(d.cluster.Members("node")))
+// startEtcd starts the embedded etcd, the data source, and the demo's client of it.
+func (d *demo) startEtcd(ctx context.Context) error {
+	// With a PKI, etcd serves https and requires a client certificate of the CA, which every
+	// process has.
+	etcdTLS, err := d.pki.Issue("etcd", "demo")
+	if err != nil {
+		return err
+	}
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(d.cfg.Dir, "etcd"), Fast: true, TLS: etcdTLS,
+		// etcd reports a single-member loopback setup as errors; the demo has nothing to fix.
+		LogLevel: "fatal", Logger: d.cfg.Log})
+	if err != nil {
+		return err
+	}
+	d.etcd = etcd
+	d.stopAll = append(d.stopAll, etcd.Close)
+	tls, err := d.pki.Source("admin", "demo-writer")
+	if err != nil {
+		return err
+	}
+	d.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second,
+		TLS: tls.ClientTLS(), Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("demo: connecting to etcd: %w", err)
+	}
+	d.stopAll = append(d.stopAll, func() { d.cli.Close() })
+	d.src = source.NewEtcd(d.cli, writer.DefaultPrefix)
+	return nil
+}
+
+// intro says what runs where, and how to look at it.
+func (d *demo) intro(assigner *kvcluster.Member, started time.Time) error {
+	scheme := "http"
+	if d.pki != nil {
+		scheme = "https"
+	}
+	d.say("Sliceplane demo: etcd, 1 assigner, 2 distributors, %d kvstore nodes on loopback, %s (up in %s)", d.cfg.Nodes,
+		d.security(), time.Since(started).Round(100*time.Millisecond))
+	d.say("  metrics:   assigner %s, distributors %s, nodes %s", metricsOf(scheme, []*kvcluster.Member{assigner}),
+		metricsOf(scheme, d.cluster.Members("distributor")), metricsOf(scheme, d.cluster.Members("node")))
 	d.say("  dashboard: deploy/grafana/sliceplane.json (import into Grafana; Prometheus scrapes the endpoints above)")
-	d.say("  inspect:   %s --assigner %s status   (also: nodes, slices, explain, quanta --follow)", filepath.Join(d.cfg.Bin, "slicectl"), assigner.Addr)
+	slicectl := filepath.Join(d.cfg.Bin, "slicectl") + " --assigner " + assigner.Addr
+	if d.pki != nil {
+		env, err := d.slicectlEnv()
+		if err != nil {
+			return err
+		}
+		admin, err := d.pki.Issue("admin", "demo")
+		if err != nil {
+			return err
+		}
+		d.say("  inspect:   %s %s status", slicectl, strings.Join(launch.TLSArgs(admin), " "))
+		d.say("             or: source %s; %s status", env, slicectl)
+		d.say("             (also: nodes, slices, explain, quanta --follow; admin certificate spiffe://sliceplane/admin/demo)")
+		d.say("  curl:      curl --cacert %s --cert %s --key %s https://%s/v1/state", admin.CA, admin.Cert, admin.Key,
+			d.cluster.Members("node")[0].Addr)
+	} else {
+		d.say("  inspect:   %s status   (also: nodes, slices, explain, quanta --follow)", slicectl)
+	}
 	d.say("  logs:      %s (kvdemo --keep keeps them)", d.cluster.LogDir())
 	return nil
 }
 
-func metricsOf(ms []*kvcluster.Member) string {
+// mode is the live view's word on security.
+func (d *demo) mode() string {
+	if d.pki == nil {
+		return "plaintext"
+	}
+	return "mTLS on"
+}
+
+// security says in a few words how the links are secured, for the live view.
+func (d *demo) security() string {
+	if d.pki == nil {
+		return "plaintext (--plaintext)"
+	}
+	return "mTLS on (throwaway CA in " + d.pki.Dir + ")"
+}
+
+// slicectlEnv writes the environment of an admin's slicectl, to source in a shell, and
+// returns its path.
+func (d *demo) slicectlEnv() (string, error) {
+	admin, err := d.pki.Issue("admin", "demo")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(d.cfg.Dir, "slicectl.env")
+	env := fmt.Sprintf("export SLICEPLANE_TLS_CERT=%s\nexport SLICEPLANE_TLS_KEY=%s\nexport SLICEPLANE_TLS_CA=%s\n",
+		admin.Cert, admin.Key, admin.CA)
+	if err := os.WriteFile(path, []byte(env), 0o600); err != nil {
+		return "", fmt.Errorf("demo: %w", err)
+	}
+	return path, nil
+}
+
+func metricsOf(scheme string, ms []*kvcluster.Member) string {
 	var out []string
 	for _, m := range ms {
-		out = append(out, "http://"+m.Metrics+"/metrics")
+		out = append(out, scheme+"://"+m.Metrics+"/metrics")
 	}
 	return strings.Join(out, " ")
 }
@@ -219,7 +331,7 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 	if d.cfg.Duration > 0 {
 		period = max(d.cfg.Duration/2, 5*time.Second)
 	}
-	g, err := loadgen.New(loadgen.Config{Writer: writer.New(d.cli, writer.DefaultPrefix), Router: d.router, Keys: d.cfg.Keys,
+	g, err := loadgen.New(loadgen.Config{Writer: writer.New(d.cli, writer.DefaultPrefix), Router: d.router, HTTP: d.http, Keys: d.cfg.Keys,
 		Workload: fmt.Sprintf("hotspot-shift:1.1:%d", int(period/time.Second)), ReadRate: d.cfg.ReadRate, WriteRate: d.cfg.WriteRate,
 		Seed: 1, Logger: d.cfg.Log})
 	if err != nil {
@@ -350,8 +462,8 @@ func (d *demo) view(ctx context.Context, elapsed time.Duration, history []loadge
 	if total > 0 {
 		imb = fmt.Sprintf("%.2f", imbalance(perNode, ids))
 	}
-	d.say("[%3ds] imbalance %s (last %ds; assigner's estimate %.2f)  slices %d  churn %.1f%%  items %d  reads %.0f/s",
-		int(elapsed.Seconds()), imb, window, status.GetImbalance(), status.GetSlices(), 100*churn, items, total)
+	d.say("[%3ds] %s  imbalance %s (last %ds; assigner's estimate %.2f)  slices %d  churn %.1f%%  items %d  reads %.0f/s",
+		int(elapsed.Seconds()), d.mode(), imb, window, status.GetImbalance(), status.GetSlices(), 100*churn, items, total)
 	var top float64
 	for _, id := range ids {
 		top = max(top, now[id])

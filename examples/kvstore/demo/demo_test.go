@@ -2,9 +2,14 @@ package demo
 
 import (
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
+	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 func TestRatesAndImbalanceOverAWindow(t *testing.T) {
@@ -44,5 +49,46 @@ func TestSummaryLine(t *testing.T) {
 	}
 	if got, want := (Summary{Imbalance: 1.5, Items: 9, Lost: 1, Stale: 2}).String(), "final imbalance=1.50 items=9 lost=1 leaked=0 stale=2"; got != want {
 		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// The environment file the demo prints sets slicectl's TLS variables to an admin's files,
+// which load as that identity.
+func TestSlicectlEnvNamesAnAdminsFiles(t *testing.T) {
+	dir := t.TempDir()
+	pki, err := launch.NewPKI(filepath.Join(dir, "pki"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &demo{cfg: Config{Dir: dir}, pki: pki}
+	path, err := d.slicectlEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if !ok || !strings.HasPrefix(line, "export ") {
+			t.Fatalf("line %q is not an export", line)
+		}
+		env[k] = v
+	}
+	cfg := mtls.Config{Cert: env["SLICEPLANE_TLS_CERT"], Key: env["SLICEPLANE_TLS_KEY"], CA: env["SLICEPLANE_TLS_CA"]}
+	src, err := cfg.Load()
+	if err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if id := src.Identity(); id.Kind != "admin" {
+		t.Errorf("identity %s, want an admin", id)
+	}
+	if len(env) != 3 {
+		t.Errorf("%d variables, want 3:\n%s", len(env), b)
+	}
+	if d.mode() != "mTLS on" || (&demo{}).mode() != "plaintext" {
+		t.Errorf("modes %q and %q", d.mode(), (&demo{}).mode())
 	}
 }

@@ -13,9 +13,11 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // Paths of the node API.
@@ -100,16 +102,39 @@ type Node struct {
 	http *http.Client
 }
 
-// New returns a client of the node serving at base ("http://host:port", or "host:port").
-// A nil hc means http.DefaultClient.
+// New returns a client of the node serving at base ("https://host:port", or "host:port",
+// which means https when hc speaks TLS, http otherwise). A nil hc means http.DefaultClient.
 func New(base string, hc *http.Client) *Node {
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
 	if hc == nil {
 		hc = http.DefaultClient
 	}
+	if !strings.Contains(base, "://") {
+		base = Scheme(hc) + "://" + base
+	}
 	return &Node{base: strings.TrimRight(base, "/"), http: hc}
+}
+
+// HTTPClient returns an HTTP client of the nodes that presents the certificate of src and
+// verifies that the server is a node of its CA (mutual TLS), or a plain one for a nil src.
+// timeout bounds each request (0: no bound).
+func HTTPClient(src *mtls.Source, timeout time.Duration) *http.Client {
+	if src == nil {
+		return &http.Client{Timeout: timeout}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = src.ClientTLS("node")
+	return &http.Client{Transport: t, Timeout: timeout}
+}
+
+// Scheme returns the URL scheme hc speaks to the nodes: "https" when it was made with TLS
+// (HTTPClient with a Source), "http" otherwise.
+func Scheme(hc *http.Client) string {
+	if hc != nil {
+		if t, ok := hc.Transport.(*http.Transport); ok && t.TLSClientConfig != nil {
+			return "https"
+		}
+	}
+	return "http"
 }
 
 // URL returns the node's base URL.

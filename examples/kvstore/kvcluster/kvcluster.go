@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,11 +18,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/healthcheck"
 	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // Binaries are the main packages a cluster runs, by binary name.
@@ -43,6 +47,10 @@ type Options struct {
 	AssignerArgs, DistributorArgs, NodeArgs []string
 	// Ready bounds the wait for a started process to serve; default 30 s.
 	Ready time.Duration
+	// PKI, when set, gives every process a certificate of its identity (assigner/ID,
+	// distributor/ID, node/ID) and the cluster's own clients an admin's (admin/kvcluster):
+	// every link is mutual TLS. Nil runs everything plaintext on loopback.
+	PKI *launch.PKI
 }
 
 // Member is one process of the cluster.
@@ -68,6 +76,10 @@ func (m *Member) Proc() *launch.Proc {
 type Cluster struct {
 	opts Options
 	logs string
+	// tls is the cluster's own identity (nil: plaintext), for Dial, Nodes and the probes.
+	tls *mtls.Source
+	// http is the client of the nodes' HTTP APIs.
+	http *http.Client
 
 	mu      sync.Mutex
 	members []*Member
@@ -82,8 +94,21 @@ func New(opts Options) (*Cluster, error) {
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, fmt.Errorf("kvcluster: %w", err)
 	}
-	return &Cluster{opts: opts, logs: logs}, nil
+	src, err := opts.PKI.Source("admin", AdminName)
+	if err != nil {
+		return nil, fmt.Errorf("kvcluster: %w", err)
+	}
+	return &Cluster{opts: opts, logs: logs, tls: src, http: kvclient.HTTPClient(src, 30*time.Second)}, nil
 }
+
+// AdminName is the name of the cluster's own identity, spiffe://sliceplane/admin/kvcluster.
+const AdminName = "kvcluster"
+
+// TLS returns the cluster's own identity, an admin's; nil when the cluster runs plaintext.
+func (c *Cluster) TLS() *mtls.Source { return c.tls }
+
+// HTTPClient returns the client of the nodes' HTTP APIs, with the cluster's certificate.
+func (c *Cluster) HTTPClient() *http.Client { return c.http }
 
 // LogDir returns the directory of the processes' logs.
 func (c *Cluster) LogDir() string { return c.logs }
@@ -126,11 +151,11 @@ func (c *Cluster) Assigners() []string {
 	return out
 }
 
-// NodeURLs returns the HTTP base URLs of the nodes, by node ID.
+// NodeURLs returns the base URLs of the nodes' HTTP APIs (https with a PKI), by node ID.
 func (c *Cluster) NodeURLs() map[string]string {
 	out := map[string]string{}
 	for _, m := range c.Members("node") {
-		out[m.ID] = "http://" + m.Addr
+		out[m.ID] = kvclient.Scheme(c.http) + "://" + m.Addr
 	}
 	return out
 }
@@ -140,13 +165,16 @@ func (c *Cluster) Nodes() []*kvclient.Node {
 	urls := c.NodeURLs()
 	var out []*kvclient.Node
 	for _, id := range slices.Sorted(maps.Keys(urls)) {
-		out = append(out, kvclient.New(urls[id], nil))
+		out = append(out, kvclient.New(urls[id], c.http))
 	}
 	return out
 }
 
-// Dial returns a connection that follows the leading assigner; the caller closes it.
-func (c *Cluster) Dial() (*grpc.ClientConn, error) { return dial.Leader(c.Assigners()) }
+// Dial returns a connection that follows the leading assigner, as the cluster's admin; the
+// caller closes it.
+func (c *Cluster) Dial() (*grpc.ClientConn, error) {
+	return dial.Leader(c.Assigners(), c.tls.DialOption("assigner"))
+}
 
 func (c *Cluster) bin(name string) string { return filepath.Join(c.opts.Bin, name) }
 
@@ -159,7 +187,12 @@ func (c *Cluster) StartAssigner(ctx context.Context, id string) (*Member, error)
 		return nil, err
 	}
 	m := &Member{Kind: "assigner", ID: id, Addr: addrs[0], Metrics: addrs[1]}
-	m.args = append([]string{"--etcd-endpoints", c.etcd(), "--listen", m.Addr, "--metrics-listen", m.Metrics}, c.opts.AssignerArgs...)
+	tls, err := c.opts.PKI.Args("assigner", id)
+	if err != nil {
+		return nil, err
+	}
+	m.args = append([]string{"--etcd-endpoints", c.etcd(), "--listen", m.Addr, "--metrics-listen", m.Metrics}, tls...)
+	m.args = append(m.args, c.opts.AssignerArgs...)
 	if err := c.start(ctx, m); err != nil {
 		return nil, err
 	}
@@ -174,8 +207,13 @@ func (c *Cluster) StartDistributor(ctx context.Context, id string) (*Member, err
 		return nil, err
 	}
 	m := &Member{Kind: "distributor", ID: id, Addr: addrs[0], Metrics: addrs[1]}
+	tls, err := c.opts.PKI.Args("distributor", id)
+	if err != nil {
+		return nil, err
+	}
 	m.args = append([]string{"--id", id, "--etcd-endpoints", c.etcd(), "--assigners", strings.Join(c.Assigners(), ","),
-		"--listen", m.Addr, "--metrics-listen", m.Metrics}, c.opts.DistributorArgs...)
+		"--listen", m.Addr, "--metrics-listen", m.Metrics}, tls...)
+	m.args = append(m.args, c.opts.DistributorArgs...)
 	if err := c.start(ctx, m); err != nil {
 		return nil, err
 	}
@@ -190,8 +228,13 @@ func (c *Cluster) StartNode(ctx context.Context, id string) (*Member, error) {
 		return nil, err
 	}
 	m := &Member{Kind: "node", ID: id, Addr: addrs[0], Metrics: addrs[0]}
+	tls, err := c.opts.PKI.Args("node", id)
+	if err != nil {
+		return nil, err
+	}
 	m.args = append([]string{"--id", id, "--listen", m.Addr, "--assigners", strings.Join(c.Assigners(), ","),
-		"--data-dir", filepath.Join(c.opts.Dir, "nodes", id)}, c.opts.NodeArgs...)
+		"--data-dir", filepath.Join(c.opts.Dir, "nodes", id)}, tls...)
+	m.args = append(m.args, c.opts.NodeArgs...)
 	if err := c.start(ctx, m); err != nil {
 		return nil, err
 	}
@@ -227,7 +270,7 @@ func (c *Cluster) start(ctx context.Context, m *Member) error {
 		if done, err := p.Exited(); done {
 			return launch.Permanent(err)
 		}
-		return serving(ctx, m)
+		return c.serving(ctx, m)
 	})
 	if err != nil {
 		p.Kill()
@@ -237,14 +280,55 @@ func (c *Cluster) start(ctx context.Context, m *Member) error {
 }
 
 // serving checks once whether m serves: gRPC health for assigners and distributors, /healthz
-// for nodes.
-func serving(ctx context.Context, m *Member) error {
+// for nodes; with the cluster's certificate when it runs with a PKI.
+func (c *Cluster) serving(ctx context.Context, m *Member) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if m.Kind == "node" {
-		return healthcheck.HTTP(ctx, "http://"+m.Addr+"/healthz")
+		if c.tls == nil {
+			return healthcheck.HTTP(ctx, "http://"+m.Addr+"/healthz")
+		}
+		return httpHealth(ctx, c.http, "https://"+m.Addr+"/healthz")
 	}
-	return healthcheck.GRPC(ctx, m.Addr, "")
+	if c.tls == nil {
+		return healthcheck.GRPC(ctx, m.Addr, "")
+	}
+	return grpcHealth(ctx, m.Addr, c.tls.DialOption(m.Kind))
+}
+
+// httpHealth reports whether a GET of url with hc answers with a 2xx status.
+func httpHealth(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("kvcluster: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("kvcluster: %w", err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) //nolint:errcheck // lets the connection be reused
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("kvcluster: %s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// grpcHealth reports whether the gRPC server at addr says it is SERVING.
+func grpcHealth(ctx context.Context, addr string, creds grpc.DialOption) error {
+	conn, err := grpc.NewClient(addr, creds)
+	if err != nil {
+		return fmt.Errorf("kvcluster: %w", err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return fmt.Errorf("kvcluster: %w", err)
+	}
+	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("kvcluster: %s is %s", addr, st)
+	}
+	return nil
 }
 
 // Exited returns the error of every member whose process exited without being asked to.

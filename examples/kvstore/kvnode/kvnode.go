@@ -26,6 +26,7 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/boltstore"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // Config configures a node.
@@ -46,13 +47,18 @@ type Config struct {
 	// StallTimeout is how long the pull stream may stay silent before the node reconnects
 	// and reports its data stale; 0 means the client's default.
 	StallTimeout time.Duration
-	Logger       *slog.Logger
+	// TLS gives the node its certificate (spiffe://sliceplane/node/<ID>): it serves its HTTP
+	// API over TLS with client certificates required, and dials the assigners and its
+	// distributor with it. The zero TLS is plaintext, allowed on loopback or with Insecure.
+	TLS    mtls.Config
+	Logger *slog.Logger
 }
 
 // Server is a running node.
 type Server struct {
 	cfg    Config
 	log    *slog.Logger
+	tls    *mtls.Source
 	lis    net.Listener
 	store  *boltstore.Store
 	node   *client.Node
@@ -72,10 +78,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("kvnode: a data directory is required")
 	}
+	src, err := cfg.TLS.Load()
+	if err != nil {
+		return nil, fmt.Errorf("kvnode: %w", err)
+	}
+	if err := mtls.CheckListen(src, cfg.TLS.Insecure, "the node's HTTP API", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("kvnode: %w", err)
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
-	router, err := client.NewRouter(client.RouterConfig{Assigners: cfg.Assigners, Logger: cfg.Logger.With("part", "router")})
+	ctls := client.TLS{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}
+	router, err := client.NewRouter(client.RouterConfig{Assigners: cfg.Assigners, TLS: ctls, Logger: cfg.Logger.With("part", "router")})
 	if err != nil {
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
@@ -93,13 +107,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	node, err := client.NewNode(client.NodeConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Advertise,
 		Assigners: cfg.Assigners, Store: store, ReportInterval: cfg.ReportInterval,
-		StallTimeout: cfg.StallTimeout, Logger: cfg.Logger})
+		StallTimeout: cfg.StallTimeout, TLS: ctls, Logger: cfg.Logger})
 	if err != nil {
 		lis.Close()
 		store.Close()
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), lis: lis, store: store, node: node, router: router,
+	s := &Server{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), tls: src, lis: lis, store: store, node: node, router: router,
 		reg: prometheus.NewRegistry()}
 	s.reads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvstore_node_reads_total",
@@ -154,9 +168,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.store.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second,
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: s.tls.ServerTLS(),
 		BaseContext: func(net.Listener) context.Context { return ctx }}
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	var wg sync.WaitGroup
 	run := func(what string, fn func() error) {
 		wg.Add(1)
@@ -171,12 +185,21 @@ func (s *Server) Run(ctx context.Context) error {
 	run("node", func() error { return s.node.Run(ctx) })
 	run("router", func() error { return s.router.Run(ctx) })
 	run("http", func() error {
-		if err := srv.Serve(s.lis); !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return srv.Serve(s.lis) }
+		if s.tls != nil {
+			// The certificate comes from TLSConfig, re-read when its files change.
+			serve = func() error { return srv.ServeTLS(s.lis, "", "") }
+		}
+		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	})
-	s.log.Info("serving", "addr", s.Addr(), "advertise", s.cfg.Advertise)
+	run("plaintext warning", func() error {
+		mtls.WarnPlaintext(ctx, s.log, s.tls, "the node's HTTP API", s.Addr())
+		return nil
+	})
+	s.log.Info("serving", "addr", s.Addr(), "advertise", s.cfg.Advertise, "tls", s.tls.Mode())
 	<-ctx.Done()
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer scancel()

@@ -2,9 +2,12 @@ package kvnode_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
 	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -206,5 +210,105 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := kvnode.New(kvnode.Config{ID: "", DataDir: t.TempDir(), Assigners: []string{"127.0.0.1:1"}, Listen: "127.0.0.1:0"}); err == nil {
 		t.Error("no ID: want an error")
+	}
+}
+
+// runNode runs srv until the test ends.
+func runNode(t *testing.T, srv *kvnode.Server) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node: %v", err)
+		}
+	})
+}
+
+func TestWithTLSTheNodeServesOnlyClientsWithACertificate(t *testing.T) {
+	pki, err := launch.NewPKI(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeTLS, err := pki.Issue("node", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No assigner answers: the HTTP API serves anyway, which is all this test looks at.
+	srv, err := kvnode.New(kvnode.Config{ID: "k1", Listen: "127.0.0.1:0", Assigners: []string{"127.0.0.1:1"},
+		DataDir: t.TempDir(), TLS: nodeTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runNode(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	viewer, err := pki.Source("viewer", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := kvclient.HTTPClient(viewer, 10*time.Second)
+	if st, err := kvclient.New(srv.Addr(), hc).State(ctx); err != nil || st.ID != "k1" {
+		t.Fatalf("a client with a certificate: state %+v, %v", st, err)
+	}
+	if got := kvclient.New(srv.Addr(), hc).URL(); got != "https://"+srv.Addr() {
+		t.Errorf("URL %q, want https", got)
+	}
+	// No client certificate: the handshake fails. (The server's chain is trusted here, so
+	// only the missing certificate is at stake.)
+	noCert := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: caPool(t, nodeTLS.CA)}}}
+	if _, err := kvclient.New("https://"+srv.Addr(), noCert).State(ctx); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+	// Plaintext gets a refusal, not the state.
+	if _, err := kvclient.New("http://"+srv.Addr(), nil).State(ctx); err == nil {
+		t.Error("a plaintext client was served")
+	}
+	// A certificate from another CA is refused too.
+	other, err := launch.NewPKI(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.Source("viewer", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvclient.New(srv.Addr(), kvclient.HTTPClient(stranger, 10*time.Second)).State(ctx); err == nil {
+		t.Error("a client of another CA was served")
+	}
+}
+
+func caPool(t *testing.T, path string) *x509.CertPool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(b) {
+		t.Fatalf("%s holds no certificate", path)
+	}
+	return p
+}
+
+func TestAPlaintextNodeServesOnLoopbackOnly(t *testing.T) {
+	_, err := kvnode.New(kvnode.Config{ID: "k1", Listen: "0.0.0.0:0", Assigners: []string{"127.0.0.1:1"}, DataDir: t.TempDir()})
+	if !errors.Is(err, mtls.ErrConfig) {
+		t.Fatalf("plaintext on every interface: %v, want refused", err)
+	}
+	// (--insecure would let it by; tests listen on loopback only, so it is not tried here.)
+	srv, err := kvnode.New(kvnode.Config{ID: "k1", Listen: "127.0.0.1:0", Assigners: []string{"127.0.0.1:1"}, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runNode(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := kvclient.New(srv.Addr(), nil).State(ctx); err != nil {
+		t.Fatalf("plaintext on loopback: %v", err)
 	}
 }

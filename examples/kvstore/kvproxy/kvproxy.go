@@ -15,6 +15,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // Config configures a Proxy.
@@ -22,12 +23,17 @@ type Config struct {
 	Listen    string
 	Assigners []string
 	Policy    client.Policy
-	Logger    *slog.Logger
+	// TLS gives the proxy its certificate (a router's): it serves over TLS with client
+	// certificates required, dials the assigners with it and reads from the nodes with it.
+	// The zero TLS is plaintext, allowed on loopback or with Insecure.
+	TLS    mtls.Config
+	Logger *slog.Logger
 }
 
 // Proxy is a running router.
 type Proxy struct {
 	log    *slog.Logger
+	tls    *mtls.Source
 	lis    net.Listener
 	router *client.Router
 	nodes  *kvclient.Pool
@@ -38,7 +44,15 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	router, err := client.NewRouter(client.RouterConfig{Assigners: cfg.Assigners, Policy: cfg.Policy, Logger: cfg.Logger})
+	src, err := cfg.TLS.Load()
+	if err != nil {
+		return nil, fmt.Errorf("kvproxy: %w", err)
+	}
+	if err := mtls.CheckListen(src, cfg.TLS.Insecure, "the proxy", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("kvproxy: %w", err)
+	}
+	router, err := client.NewRouter(client.RouterConfig{Assigners: cfg.Assigners, Policy: cfg.Policy, Logger: cfg.Logger,
+		TLS: client.TLS{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}})
 	if err != nil {
 		return nil, fmt.Errorf("kvproxy: %w", err)
 	}
@@ -46,7 +60,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvproxy: listening on %s: %w", cfg.Listen, err)
 	}
-	return &Proxy{log: cfg.Logger, lis: lis, router: router, nodes: kvclient.NewPool(&http.Client{Timeout: 5 * time.Second})}, nil
+	return &Proxy{log: cfg.Logger, tls: src, lis: lis, router: router, nodes: kvclient.NewPool(kvclient.HTTPClient(src, 5*time.Second))}, nil
 }
 
 // Addr returns the bound address.
@@ -58,7 +72,8 @@ func (p *Proxy) Run(ctx context.Context) error {
 	defer cancel()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+kvclient.KeyPath+"{key...}", p.serveKey)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: p.tls.ServerTLS(),
+		BaseContext: func(net.Listener) context.Context { return ctx }}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Go(func() {
@@ -68,12 +83,18 @@ func (p *Proxy) Run(ctx context.Context) error {
 		cancel()
 	})
 	wg.Go(func() {
-		if err := srv.Serve(p.lis); !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return srv.Serve(p.lis) }
+		if p.tls != nil {
+			// The certificate comes from TLSConfig, re-read when its files change.
+			serve = func() error { return srv.ServeTLS(p.lis, "", "") }
+		}
+		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("kvproxy: %w", err)
 		}
 		cancel()
 	})
-	p.log.Info("serving", "addr", p.Addr())
+	wg.Go(func() { mtls.WarnPlaintext(ctx, p.log, p.tls, "the proxy", p.Addr()) })
+	p.log.Info("serving", "addr", p.Addr(), "tls", p.tls.Mode())
 	<-ctx.Done()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()

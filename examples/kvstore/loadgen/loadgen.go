@@ -47,7 +47,8 @@ type Config struct {
 	Workers int
 	// Seed picks the popular keys and the random choices.
 	Seed uint64
-	// HTTP is the client for the nodes; default a client with a 5 s timeout.
+	// HTTP is the client for the nodes; default a plaintext client with a 5 s timeout. Nodes
+	// that serve mutual TLS need one with a certificate (kvclient.HTTPClient).
 	HTTP   *http.Client
 	Logger *slog.Logger
 }

@@ -35,7 +35,10 @@ func command() *cobra.Command {
 		Long: `kvdemo starts, on loopback, an embedded etcd, an assigner, two distributors and
 four nodes of the example key-value store (separate processes, from the binaries in
 --bin), fills the store and reads it with a skewed popularity whose hot keys move
-half-way. Every second it prints the load each node serves, the imbalance (busiest
+half-way. Every link is mutual TLS: the demo makes a throwaway CA and a
+certificate for each process in its directory (--plaintext turns that off), and
+prints the slicectl command, with an admin's certificate, to inspect the cluster.
+Every second it prints the load each node serves, the imbalance (busiest
 node over the mean), the slices, the churn of the last pass and the items.
 
 It stops after --duration (default: $DEMO_SECONDS seconds, or until Ctrl-C), then
@@ -117,6 +120,7 @@ A second Ctrl-C abandons the check. Every process is stopped on the way out.`,
 	f.Float64Var(&cfg.ReadRate, "rate", 1000, "reads per second")
 	f.Float64Var(&cfg.WriteRate, "write-rate", 20, "writes per second")
 	f.IntVar(&cfg.Nodes, "nodes", 4, "number of nodes")
+	f.BoolVar(&cfg.Plaintext, "plaintext", false, "run every link without TLS (default: mutual TLS with a throwaway CA)")
 	f.StringVar(&logLevel, "log-level", "warn", "the demo's own diagnostics: debug, info, warn or error")
 	return cmd
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/logging"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
@@ -46,10 +47,24 @@ type options struct {
 	assigners []string
 	keys      int
 	logLevel  string
+	tls       mtls.Config
+}
+
+// source loads the TLS files, nil meaning plaintext.
+func (o *options) source() (*mtls.Source, error) { return o.tls.Load() }
+
+// clientTLS returns the files as the Go client takes them.
+func (o *options) clientTLS() client.TLS {
+	return client.TLS{Cert: o.tls.Cert, Key: o.tls.Key, CA: o.tls.CA}
 }
 
 func (o *options) etcd(ctx context.Context) (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: o.endpoints, DialTimeout: 5 * time.Second, Context: ctx, Logger: zap.NewNop()})
+	src, err := o.source()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: o.endpoints, DialTimeout: 5 * time.Second, Context: ctx,
+		TLS: src.ClientTLS(), Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to etcd %v: %w", o.endpoints, err)
 	}
@@ -65,7 +80,11 @@ func command(out io.Writer) *cobra.Command {
 fill writes items to the data source (the etcd prefix the assigner reads), run
 keeps reading keys through the router client with a skewed, optionally shifting
 popularity (and keeps rewriting some), and check waits until every node holds
-exactly what it must.`,
+exactly what it must.
+
+With --tls-cert, --tls-key and --tls-ca it speaks mutual TLS to etcd, the assigners and
+the nodes (https); a router's certificate reads the map, a viewer's or an admin's
+can run check too.`,
 		SilenceUsage: true, SilenceErrors: true,
 	}
 	f := cmd.PersistentFlags()
@@ -74,6 +93,7 @@ exactly what it must.`,
 	f.StringSliceVar(&o.assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners")
 	f.IntVar(&o.keys, "keys", 10000, "number of keys, key-0 to key-(N-1)")
 	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
+	o.tls.AddFlags(f, false)
 	cmd.AddCommand(fillCommand(o, out), runCommand(o, out), checkCommand(o, out))
 	return cmd
 }
@@ -131,11 +151,16 @@ func runCommand(o *options, out io.Writer) *cobra.Command {
 				return err
 			}
 			defer cli.Close()
-			router, err := client.NewRouter(client.RouterConfig{Assigners: o.assigners, Policy: pol, Logger: log})
+			router, err := client.NewRouter(client.RouterConfig{Assigners: o.assigners, Policy: pol, TLS: o.clientTLS(), Logger: log})
+			if err != nil {
+				return err
+			}
+			src, err := o.source()
 			if err != nil {
 				return err
 			}
 			cfg.Writer, cfg.Router, cfg.Keys, cfg.Logger = writer.New(cli, o.prefix+"data/"), router, o.keys, log
+			cfg.HTTP = kvclient.HTTPClient(src, 5*time.Second)
 			g, err := loadgen.New(cfg)
 			if err != nil {
 				return err
@@ -205,14 +230,19 @@ exits 0 when nothing is lost or leaked, 1 otherwise. Stop writers first.`,
 				return err
 			}
 			defer cli.Close()
-			conn, err := dial.Leader(o.assigners)
+			src, err := o.source()
+			if err != nil {
+				return err
+			}
+			conn, err := dial.Leader(o.assigners, src.DialOption("assigner"))
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
 			c := &kvcheck.Checker{Source: source.NewEtcd(cli, o.prefix+"data/"), Assigner: conn}
+			hc := kvclient.HTTPClient(src, 30*time.Second)
 			for _, n := range nodes {
-				c.Nodes = append(c.Nodes, kvclient.New(n, nil))
+				c.Nodes = append(c.Nodes, kvclient.New(n, hc))
 			}
 			r, err := c.Wait(ctx)
 			fmt.Fprintln(out, r)
@@ -222,7 +252,7 @@ exits 0 when nothing is lost or leaked, 1 otherwise. Stop writers first.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "HTTP addresses of every node")
+	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "addresses of every node (host:port, or a URL; https with --tls-*)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait")
 	return cmd
 }

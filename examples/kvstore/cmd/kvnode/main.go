@@ -42,9 +42,16 @@ distributor into an on-disk store (--data-dir), and serves them over HTTP:
   GET /metrics     Prometheus metrics;  GET /healthz
 
 Every read counts as one unit of load on the key's slice. Restarted with the same
---id and --data-dir, a node resumes from where it stopped.`,
+--id and --data-dir, a node resumes from where it stopped.
+
+With --tls-cert, --tls-key and --tls-ca (a certificate naming
+spiffe://sliceplane/node/ID), the node dials the assigners and its distributor with
+mutual TLS and serves its HTTP API over TLS, requiring a client certificate from the
+same CA. Without them it serves plaintext, on loopback only unless --insecure.`,
 		Example: `  kvnode --id n1 --listen 127.0.0.1:7090 --data-dir /tmp/kv/n1
-  curl http://127.0.0.1:7090/v1/kv/key-42`,
+  curl http://127.0.0.1:7090/v1/kv/key-42
+  kvnode --id n1 --data-dir /tmp/kv/n1 --tls-cert certs/node-n1.crt --tls-key certs/node-n1.key --tls-ca certs/ca.crt
+  curl --cacert certs/ca.crt --cert certs/admin-alice.crt --key certs/admin-alice.key https://127.0.0.1:7090/v1/kv/key-42`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true, SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,6 +76,7 @@ Every read counts as one unit of load on the key's slice. Restarted with the sam
 	f.Float64Var(&cfg.Capacity, "capacity", 1, "the node's capacity relative to others")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "time between load reports")
 	f.DurationVar(&cfg.StallTimeout, "stall-timeout", 5*time.Second, "how long the pull stream may stay silent before the node reconnects and reports its data stale")
+	cfg.TLS.AddFlags(f, true)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	cmd.MarkFlagRequired("id") //nolint:errcheck // the flag exists

@@ -36,7 +36,11 @@ func command() *cobra.Command {
 		Long: `kvproxy serves GET /v1/kv/KEY like a node does, for any key: it finds the replicas
 of the key's slice with Sliceplane's router client (no network call per lookup),
 picks one by --policy, and forwards the read. A node that answers "not mine" (the
-proxy is a step behind the map) names the owners, and the read goes there once.`,
+proxy is a step behind the map) names the owners, and the read goes there once.
+
+With --tls-cert, --tls-key and --tls-ca (a router's certificate, e.g.
+spiffe://sliceplane/router/proxy), it serves over TLS requiring client certificates
+of the same CA, and speaks mutual TLS to the assigners and the nodes.`,
 		Example: `  kvproxy --listen 127.0.0.1:7095 --policy least-outstanding
   curl http://127.0.0.1:7095/v1/kv/key-42`,
 		Args:         cobra.NoArgs,
@@ -61,6 +65,7 @@ proxy is a step behind the map) names the owners, and the read goes there once.`
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7095", "HTTP address to serve on")
 	f.StringSliceVar(&cfg.Assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners")
 	f.StringVar(&policy, "policy", "least-outstanding", "how to pick a replica: "+strings.Join(client.Policies(), ", "))
+	cfg.TLS.AddFlags(f, true)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
