@@ -33,12 +33,10 @@ type RouterConfig struct {
 	// Assigners are the gRPC addresses of the assigners (leader and standbys). Required.
 	Assigners []string
 	// TLS is the router's mutual TLS with the assigners; zero for plaintext. Its
-	// certificate must name an identity that may read the map (the router role: a router,
-	// viewer, admin, node or distributor identity, or one the assigners' policy grants it).
-	// The replicas' addresses come from the node list (AdminService.ListNodes), which the
-	// assigners grant to the viewer role: a router identity without it routes by node ID,
-	// with empty addresses, unless the policy grants it viewer. The files are re-read when
-	// they change (rotation needs no restart).
+	// certificate must name an identity with the router role, which reads the map and the
+	// node list: a router, viewer, admin, node or distributor identity, or one the
+	// assigners' policy grants it. The files are re-read when they change (rotation needs
+	// no restart).
 	TLS TLS
 	// Policy chooses the replica Pick returns; default RoundRobin.
 	Policy Policy
