@@ -206,6 +206,27 @@ func scanQuantum(b []byte) (at time.Time, ops int, reinit bool, err error) {
 	return time.Unix(int64(sec), int64(nsec)), ops, reinit, nil
 }
 
+// isHeartbeat reports whether the bytes of a watch response are a heartbeat, which an idle
+// stream carries instead of a quantum.
+func isHeartbeat(b []byte) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		if num == 2 && typ == protowire.VarintType {
+			v, _ := protowire.ConsumeVarint(b[n:])
+			return v != 0
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return false
+		}
+		b = b[n+m:]
+	}
+	return false
+}
+
 // field returns the bytes of the first occurrence of a length-delimited field.
 func field(b []byte, want protowire.Number) ([]byte, error) {
 	for len(b) > 0 {
@@ -472,7 +493,8 @@ func (fo *fanout) watch(ctx context.Context, b *testing.B, w int, quanta pb.Quan
 		b.Error(err)
 		return
 	}
-	for first := true; ; first = false {
+	first := true
+	for {
 		var msg rawMsg
 		if err := stream.RecvMsg(&msg); err != nil {
 			if ctx.Err() == nil {
@@ -484,6 +506,9 @@ func (fo *fanout) watch(ctx context.Context, b *testing.B, w int, quanta pb.Quan
 			}
 			return
 		}
+		if isHeartbeat(msg.data) {
+			continue // an idle stream's, before the writer starts
+		}
 		at, ops, reinit, err := scanQuantum(msg.data)
 		if err != nil {
 			b.Errorf("watcher %d: %v", w, err)
@@ -493,6 +518,7 @@ func (fo *fanout) watch(ctx context.Context, b *testing.B, w int, quanta pb.Quan
 		fo.mu.Lock()
 		switch {
 		case first:
+			first = false
 			ready <- struct{}{}
 		case reinit:
 			fo.reinits++ // the watcher fell behind what the hub keeps
