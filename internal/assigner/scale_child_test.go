@@ -102,6 +102,7 @@ type assignerProc struct {
 
 	mu               sync.Mutex
 	passes, computes []float64 // whole passes; their computation, before persistence (ms)
+	leading          time.Time // when it began to lead, and so to pass every second
 }
 
 // startAssigner starts the child in dir with the extra environment env; stop ends it.
@@ -127,12 +128,18 @@ func (p *assignerProc) readLog(b *testing.B, r io.Reader) {
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		var line struct {
-			Msg      string `json:"msg"`
-			Took     int64  `json:"took"`
-			Computed int64  `json:"computed"`
+			Time     time.Time `json:"time"`
+			Msg      string    `json:"msg"`
+			Took     int64     `json:"took"`
+			Computed int64     `json:"computed"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil {
 			continue
+		}
+		if strings.HasPrefix(line.Msg, "leading") {
+			p.mu.Lock()
+			p.leading = line.Time
+			p.mu.Unlock()
 		}
 		switch {
 		case line.Msg == "pass":
@@ -164,6 +171,19 @@ func (p *assignerProc) file(b *testing.B, name string, deadline time.Time) strin
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// afterPass waits until just after the child's next pass, as its clock of passes, started
+// when it began to lead, says.
+func (p *assignerProc) afterPass() {
+	p.mu.Lock()
+	leading := p.leading
+	p.mu.Unlock()
+	if leading.IsZero() {
+		return // no log of it: the set-up checks the first map anyway
+	}
+	const interval, margin = time.Second, 30 * time.Millisecond
+	time.Sleep(interval - time.Since(leading.Add(margin))%interval)
 }
 
 // cpu returns the CPU time the child has used, in seconds.
