@@ -1,26 +1,18 @@
 package assigner_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	_ "net/http/pprof" // the child serves profiles
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,65 +23,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/connectivity"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
-	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/assignment"
-	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
-
-// The scale benchmark runs the assigner in a child process, this test binary re-executed with
-// childEnv set, so that its CPU is measured apart from the load generator's.
-const childEnv = "SLICEPLANE_SCALE_ASSIGNER"
-
-// runChild runs an assigner on a durable embedded etcd in the directory named by childEnv,
-// writes its address to addr.txt there, and serves until SIGTERM. It logs JSON at debug level
-// to stderr, where the parent reads each pass's duration.
-func runChild() {
-	dir := os.Getenv(childEnv)
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(dir, "etcd"), Logger: log})
-	if err != nil {
-		log.Error("etcd", "err", err)
-		os.Exit(1)
-	}
-	defer etcd.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, Logger: zap.NewNop()})
-	if err != nil {
-		os.Exit(1)
-	}
-	defer cli.Close()
-	srv, err := assigner.New(assigner.Config{
-		Client: cli, Logger: log, PassInterval: time.Second,
-		// A long lease: setting up 100 watchers of a 150k-slice map takes a while, and the
-		// nodes only start reporting after it.
-		Core: assigner.CoreConfig{NodeTTL: 10 * time.Minute, Params: map[string]string{"initial_slices_per_node": "150"}},
-	})
-	if err != nil {
-		log.Error("assigner", "err", err)
-		os.Exit(1)
-	}
-	if lis, err := net.Listen("tcp", "127.0.0.1:0"); err == nil { // pprof, for profiling the benchmark
-		go http.Serve(lis, nil)
-		os.WriteFile(filepath.Join(dir, "pprof.txt"), []byte(lis.Addr().String()), 0o644)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "etcd.txt"), []byte(etcd.Endpoint()), 0o644); err != nil {
-		os.Exit(1)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "addr.txt"), []byte(srv.Addr()), 0o644); err != nil {
-		os.Exit(1)
-	}
-	if err := srv.Run(ctx); err != nil {
-		log.Error("run", "err", err)
-	}
-}
 
 // zipfSpace is a load density over the key space: buckets equal in width whose weights follow
 // Zipf(1.1), placed by a seeded permutation that shift() changes.
@@ -263,6 +207,27 @@ func scanQuantum(b []byte) (at time.Time, ops int, reinit bool, err error) {
 	return time.Unix(int64(sec), int64(nsec)), ops, reinit, nil
 }
 
+// isHeartbeat reports whether the bytes of a watch response are a heartbeat, which an idle
+// stream carries instead of a quantum.
+func isHeartbeat(b []byte) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		if num == 2 && typ == protowire.VarintType {
+			v, _ := protowire.ConsumeVarint(b[n:])
+			return v != 0
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return false
+		}
+		b = b[n+m:]
+	}
+	return false
+}
+
 // field returns the bytes of the first occurrence of a length-delimited field.
 func field(b []byte, want protowire.Number) ([]byte, error) {
 	for len(b) > 0 {
@@ -333,296 +298,428 @@ func percentile(xs []float64, p float64) float64 {
 // (150k slices) that report their per-slice load every second, and 100 quanta watchers.
 // Targets: ingest CPU <= 25% of one core; a pass, persistence to the embedded etcd included,
 // <= 300 ms at p99; from the emission of a quantum to its receipt by every watcher <= 20 ms
-// at p99. Run with -benchtime 1x; it takes about two minutes.
+// at p99. Run with -benchtime 1x; it takes about two minutes per variant.
+//
+// The variants measure what mutual TLS costs: tls=off is plaintext; tls=on secures every link
+// (etcd's included) and gives every party a certificate of its own, so that the assigner
+// authorizes each call as it would in production. In both every node has a connection of
+// its own, as a node in its own process would: the variants differ by TLS alone.
 func BenchmarkAssignerScale(b *testing.B) {
-	for b.Loop() {
-		scale(b)
+	for _, v := range []struct {
+		name string
+		tls  bool
+	}{{"tls=off", false}, {"tls=on", true}} {
+		b.Run(v.name, func(b *testing.B) {
+			for b.Loop() {
+				scale(b, v.tls)
+			}
+		})
 	}
 }
 
-func scale(b *testing.B) {
-	const nodes, watchers = 1000, 100
-	dir := b.TempDir()
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), childEnv+"="+dir)
-	stderr, err := child.StderrPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		b.Fatal(err)
-	}
-	var passes, computes []float64 // whole passes; their computation, before persistence
-	var passMu sync.Mutex
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<24)
-		for sc.Scan() {
-			var line struct {
-				Msg      string `json:"msg"`
-				Took     int64  `json:"took"`
-				Computed int64  `json:"computed"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) != nil {
-				continue
-			}
-			switch {
-			case line.Msg == "pass":
-				passMu.Lock()
-				passes = append(passes, float64(line.Took)/1e6)
-				computes = append(computes, float64(line.Computed)/1e6)
-				passMu.Unlock()
-			case strings.Contains(sc.Text(), `"level":"WARN"`) || strings.Contains(sc.Text(), `"level":"ERROR"`) ||
-				strings.Contains(line.Msg, "leading"):
-				b.Log("assigner: " + sc.Text())
-			}
-		}
-	}()
-	defer func() {
-		child.Process.Signal(syscall.SIGTERM)
-		child.Wait()
-		<-logDone
-	}()
+// creds hands each party of the benchmark its certificate from a throwaway CA, or none
+// (plaintext) when pki is nil.
+type creds struct{ pki *mtlstest.PKI }
 
-	var addr []byte
-	deadline := time.Now().Add(60 * time.Second)
-	for len(addr) == 0 {
-		if time.Now().After(deadline) {
-			b.Fatal("the assigner did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-		addr, _ = os.ReadFile(filepath.Join(dir, "addr.txt"))
+func newCreds(b *testing.B, secure bool) creds {
+	if !secure {
+		return creds{}
 	}
-	conn, err := grpc.NewClient(string(addr), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	return creds{pki: mtlstest.New(b)}
+}
+
+// source returns the loaded certificate of kind/name; nil, plaintext, without TLS.
+func (c creds) source(kind, name string) *mtls.Source {
+	if c.pki == nil {
+		return nil
+	}
+	return c.pki.Source(kind, name)
+}
+
+// childEnv names the child assigner's certificate files, if any.
+func (c creds) childEnv() []string {
+	if c.pki == nil {
+		return nil
+	}
+	f := c.pki.Config("assigner", "scale")
+	return []string{childCertEnv + "=" + f.Cert, childKeyEnv + "=" + f.Key, childCAEnv + "=" + f.CA}
+}
+
+// dialScale opens a connection of its own to the assigner as src (nil: plaintext).
+func dialScale(b *testing.B, addr string, src *mtls.Source) *grpc.ClientConn {
+	conn, err := grpc.NewClient(addr, src.DialOption("assigner"), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer conn.Close()
-	admin, nodeSvc, quanta := pb.NewAdminServiceClient(conn), pb.NewNodeServiceClient(conn), pb.NewQuantaServiceClient(conn)
-	ctx, cancel := context.WithCancel(context.Background())
+	return conn
+}
+
+// nodeFleet is the simulated nodes, each with its identity, its certificate (nil without
+// TLS) and its connection.
+type nodeFleet struct {
+	ids   []assignment.NodeID
+	srcs  []*mtls.Source
+	conns []*grpc.ClientConn
+}
+
+func newNodeFleet(c creds, n int) *nodeFleet {
+	fl := &nodeFleet{}
+	for i := range n {
+		id := fmt.Sprintf("node-%04d", i)
+		fl.ids = append(fl.ids, assignment.NodeID(id))
+		fl.srcs = append(fl.srcs, c.source("node", id))
+	}
+	return fl
+}
+
+// dial opens every node's connection to the assigner at addr, and waits until all are
+// ready: the TLS handshakes, which take a while, are then out of the way of registration.
+func (fl *nodeFleet) dial(ctx context.Context, b *testing.B, addr string) {
+	fl.conns = make([]*grpc.ClientConn, len(fl.ids))
+	for i, src := range fl.srcs {
+		fl.conns[i] = dialScale(b, addr, src)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	for {
-		st, err := admin.Status(ctx, &pb.StatusRequest{})
-		if err == nil && st.GetLeader() {
-			break
+	fl.each(50, func(i int) {
+		conn := fl.conns[i]
+		conn.Connect()
+		for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
+			if !conn.WaitForStateChange(ctx, s) {
+				b.Errorf("node %s: no connection: %v", fl.ids[i], ctx.Err())
+				return
+			}
 		}
-		if time.Now().After(deadline) {
-			b.Fatal("the assigner did not lead")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if _, err := admin.Freeze(ctx, &pb.FreezeRequest{Reason: "benchmark set-up"}); err != nil {
-		b.Fatal(err)
-	}
-	ids := make([]assignment.NodeID, nodes)
+	})
+}
+
+// each calls fn for every node, par at a time, and returns when all calls have.
+func (fl *nodeFleet) each(par int, fn func(i int)) {
 	var wg sync.WaitGroup
-	for i := range ids {
-		ids[i] = assignment.NodeID(fmt.Sprintf("node-%04d", i))
-	}
-	for w := range 50 {
+	for w := range par {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; i < nodes; i += 50 {
-				if _, err := nodeSvc.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: string(ids[i])}, Address: "127.0.0.1:1"}); err != nil {
-					b.Error(err)
-				}
+			for i := w; i < len(fl.ids); i += par {
+				fn(i)
 			}
 		}()
 	}
 	wg.Wait()
+}
 
-	// Watchers: one keeps the map for the reporters; all of them time the quanta that change
-	// the map, from emission to receipt.
+func (fl *nodeFleet) close() {
+	for _, c := range fl.conns {
+		c.Close()
+	}
+}
+
+func (fl *nodeFleet) register(ctx context.Context, b *testing.B) {
+	fl.each(len(fl.ids), func(i int) {
+		req := &pb.RegisterRequest{Node: &pb.Node{Id: string(fl.ids[i])}, Address: "127.0.0.1:1"}
+		if _, err := pb.NewNodeServiceClient(fl.conns[i]).Register(ctx, req); err != nil {
+			b.Error(err)
+		}
+	})
+}
+
+// waitStatus waits until the assigner's status satisfies ok, and returns it.
+func waitStatus(ctx context.Context, b *testing.B, admin pb.AdminServiceClient, what string, ok func(*pb.StatusResponse) bool) *pb.StatusResponse {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := admin.Status(ctx, &pb.StatusRequest{})
+		if err == nil && ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// scaleCluster is the assigner and the nodes registered with it, balancing frozen.
+type scaleCluster struct {
+	proc  *assignerProc
+	addr  string
+	admin *grpc.ClientConn
+	fleet *nodeFleet
+}
+
+func (sc *scaleCluster) stop() {
+	sc.fleet.close()
+	sc.admin.Close()
+	sc.proc.stop()
+}
+
+// startScaleCluster starts the assigner and registers the fleet. The first map is made at the
+// first pass after a node registers, over the nodes registered by then: until it covers
+// them all (150 slices each), as it must for the variants to be compared, it starts again.
+func startScaleCluster(ctx context.Context, b *testing.B, c creds, fl *nodeFleet, admin *mtls.Source) *scaleCluster {
+	want := uint32(150 * len(fl.ids))
+	for attempt := 1; ; attempt++ {
+		sc := &scaleCluster{proc: startAssigner(b, b.TempDir(), c.childEnv()), fleet: fl}
+		sc.addr = sc.proc.file(b, "addr.txt", time.Now().Add(60*time.Second))
+		sc.admin = dialScale(b, sc.addr, admin)
+		adminSvc := pb.NewAdminServiceClient(sc.admin)
+		fl.dial(ctx, b, sc.addr)
+		waitStatus(ctx, b, adminSvc, "the assigner did not lead", (*pb.StatusResponse).GetLeader)
+		if _, err := adminSvc.Freeze(ctx, &pb.FreezeRequest{Reason: "benchmark set-up"}); err != nil {
+			b.Fatal(err)
+		}
+		// Registering takes most of a second: all of it between two passes.
+		sc.proc.afterPass()
+		fl.register(ctx, b)
+		st := waitStatus(ctx, b, adminSvc, "no first map", func(st *pb.StatusResponse) bool { return st.GetSlices() > 0 })
+		if st.GetSlices() == want {
+			return sc
+		}
+		sc.stop()
+		if attempt == 5 {
+			b.Fatalf("the first map has %d slices, not %d, %d times", st.GetSlices(), want, attempt)
+		}
+		b.Logf("the first map has %d slices, not %d: a pass came amid the registrations; starting again", st.GetSlices(), want)
+	}
+}
+
+func scale(b *testing.B, secure bool) {
+	const nodes, watchers = 1000, 100
+	c := newCreds(b, secure)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sc := startScaleCluster(ctx, b, c, newNodeFleet(c, nodes), c.source("admin", "bench"))
+	defer sc.stop()
+	admin := pb.NewAdminServiceClient(sc.admin)
+
+	var wg sync.WaitGroup
+	defer func() { // before the connections close
+		cancel()
+		wg.Wait()
+	}()
 	f := &follower{}
-	var lagMu sync.Mutex
-	var lags, clockLags []float64 // quanta that change the map; clock-only quanta
-	ready := make(chan struct{}, watchers)
-	var reinits, watcherErrors int
-	for w := range watchers {
+	fo := startWatchers(ctx, b, &wg, c, sc.addr, watchers, f)
+	z := newZipfSpace(1000 * nodes)
+	rc := startReporters(ctx, b, &wg, sc.fleet, f, z)
+	startWriter(ctx, b, &wg, c, sc.proc.file(b, "etcd.txt", time.Now().Add(60*time.Second)))
+
+	ingest, total := measure(ctx, b, sc.proc, admin, z)
+	st, err := admin.Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		b.Errorf("status: %v", err)
+	}
+	cancel()
+	wg.Wait()
+	reportScale(b, sc.proc, fo, rc, st, ingest, total)
+}
+
+// fanout is what the watchers measured, from the emission of a quantum to its receipt.
+type fanout struct {
+	mu               sync.Mutex
+	lags, clockLags  []float64 // quanta that change the map; clock-only quanta (ms)
+	reinits, errored int
+}
+
+// startWatchers starts n watchers, each on a connection of its own as a distributor: one
+// keeps f, the map, for the reporters; all the others time the quanta. It returns once every
+// watcher has its first quantum.
+func startWatchers(ctx context.Context, b *testing.B, wg *sync.WaitGroup, c creds, addr string, n int, f *follower) *fanout {
+	src := c.source("distributor", "bench")
+	fo := &fanout{}
+	ready := make(chan struct{}, n)
+	for w := range n {
+		conn := dialScale(b, addr, src)
+		quanta := pb.NewQuantaServiceClient(conn)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer conn.Close()
 			if w == 0 {
 				follow(ctx, b, quanta, f, ready)
 				return
 			}
-			// A connection of its own, as a watcher in another process would have.
-			wc, err := grpc.NewClient(string(addr), grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer wc.Close()
-			stream, err := pb.NewQuantaServiceClient(wc).WatchQuanta(ctx, &pb.WatchQuantaRequest{}, grpc.ForceCodecV2(rawCodec{}))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			first := true
-			for {
-				var msg rawMsg
-				if err := stream.RecvMsg(&msg); err != nil {
-					if ctx.Err() == nil {
-						lagMu.Lock()
-						if watcherErrors++; watcherErrors <= 3 {
-							b.Logf("watcher %d ended early: %v", w, err)
-						}
-						lagMu.Unlock()
-					}
-					return
-				}
-				at, ops, reinit, err := scanQuantum(msg.data)
-				if err != nil {
-					b.Errorf("watcher %d: %v", w, err)
-					return
-				}
-				lag := float64(time.Since(at)) / 1e6
-				lagMu.Lock()
-				switch {
-				case first:
-					first = false
-					ready <- struct{}{}
-				case reinit:
-					reinits++ // the watcher fell behind what the hub keeps
-				case ops > 0:
-					lags = append(lags, lag)
-				default:
-					clockLags = append(clockLags, lag)
-				}
-				lagMu.Unlock()
-			}
+			fo.watch(ctx, b, w, quanta, ready)
 		}()
 	}
-	for range watchers {
+	for range n {
 		select {
 		case <-ready:
 		case <-time.After(60 * time.Second):
 			b.Fatal("watchers did not start")
 		}
 	}
+	return fo
+}
 
-	// Reporters: every node reports once a second, spread evenly over the second.
-	z := newZipfSpace(1000 * nodes)
-	var reports, rejected int64
-	var repMu sync.Mutex
-	repCtx, stopReports := context.WithCancel(ctx)
-	for w := range 40 {
+// watch times the quanta of one stream until ctx ends, reading only what scanQuantum needs.
+func (fo *fanout) watch(ctx context.Context, b *testing.B, w int, quanta pb.QuantaServiceClient, ready chan<- struct{}) {
+	stream, err := quanta.WatchQuanta(ctx, &pb.WatchQuantaRequest{}, grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	first := true
+	for {
+		var msg rawMsg
+		if err := stream.RecvMsg(&msg); err != nil {
+			if ctx.Err() == nil {
+				fo.mu.Lock()
+				if fo.errored++; fo.errored <= 3 {
+					b.Logf("watcher %d ended early: %v", w, err)
+				}
+				fo.mu.Unlock()
+			}
+			return
+		}
+		if isHeartbeat(msg.data) {
+			continue // an idle stream's, before the writer starts
+		}
+		at, ops, reinit, err := scanQuantum(msg.data)
+		if err != nil {
+			b.Errorf("watcher %d: %v", w, err)
+			return
+		}
+		lag := float64(time.Since(at)) / 1e6
+		fo.mu.Lock()
+		switch {
+		case first:
+			first = false
+			ready <- struct{}{}
+		case reinit:
+			fo.reinits++ // the watcher fell behind what the hub keeps
+		case ops > 0:
+			fo.lags = append(fo.lags, lag)
+		default:
+			fo.clockLags = append(fo.clockLags, lag)
+		}
+		fo.mu.Unlock()
+	}
+}
+
+// reportCount counts the load reports sent and refused.
+type reportCount struct {
+	mu                sync.Mutex
+	reports, rejected int64
+}
+
+// startReporters has every node report its load once a second, each on its own connection,
+// the reports spread evenly over the second by 40 senders.
+func startReporters(ctx context.Context, b *testing.B, wg *sync.WaitGroup, fl *nodeFleet, f *follower, z *zipfSpace) *reportCount {
+	const senders = 40
+	rc := &reportCount{}
+	nodes := len(fl.ids)
+	for w := range senders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tick := time.NewTicker(time.Second / time.Duration(nodes/40))
+			tick := time.NewTicker(time.Second / time.Duration(nodes/senders))
 			defer tick.Stop()
-			for k := w; ; k += 40 {
+			for k := w; ; k += senders {
 				select {
-				case <-repCtx.Done():
+				case <-ctx.Done():
 					return
 				case <-tick.C:
 				}
-				id := ids[k%nodes]
-				f.mu.RLock()
-				r := load.Report{Node: id, Window: time.Second, Samples: make([]load.Sample, 0, len(f.held[id]))}
-				for _, i := range f.held[id] {
-					s := f.m.Slice(i)
-					r.Samples = append(r.Samples, load.Sample{Range: s.Range, Load: z.of(s.Range) / float64(len(s.Replicas)), Keys: 100})
-				}
-				f.mu.RUnlock()
-				_, err := nodeSvc.ReportLoad(repCtx, wire.ReportToProto(r))
-				repMu.Lock()
-				reports++
-				if err != nil && repCtx.Err() == nil {
-					if rejected++; rejected <= 3 {
+				i := k % nodes
+				_, err := pb.NewNodeServiceClient(fl.conns[i]).ReportLoad(ctx, wire.ReportToProto(loadOf(f, z, fl.ids[i])))
+				rc.mu.Lock()
+				rc.reports++
+				if err != nil && ctx.Err() == nil {
+					if rc.rejected++; rc.rejected <= 3 {
 						b.Logf("report rejected: %v", err)
 					}
 				}
-				repMu.Unlock()
+				rc.mu.Unlock()
 			}
 		}()
 	}
+	return rc
+}
 
-	// A backend writes an item every 100 ms, so the assigner emits clock-only quanta.
-	etcdAddr, err := os.ReadFile(filepath.Join(dir, "etcd.txt"))
+// loadOf returns the report of node id: the load z puts on each slice it holds, shared
+// evenly by the slice's replicas.
+func loadOf(f *follower, z *zipfSpace, id assignment.NodeID) load.Report {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	r := load.Report{Node: id, Window: time.Second, Samples: make([]load.Sample, 0, len(f.held[id]))}
+	for _, i := range f.held[id] {
+		s := f.m.Slice(i)
+		r.Samples = append(r.Samples, load.Sample{Range: s.Range, Load: z.of(s.Range) / float64(len(s.Replicas)), Keys: 100})
+	}
+	return r
+}
+
+// startWriter has a backend write an item to the etcd at endpoint every 100 ms, so that the
+// assigner emits clock-only quanta.
+func startWriter(ctx context.Context, b *testing.B, wg *sync.WaitGroup, c creds, endpoint string) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, Logger: zap.NewNop(),
+		TLS: c.source("admin", "writer").ClientTLS()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	etcdCli, err := clientv3.New(clientv3.Config{Endpoints: []string{string(etcdAddr)}, Logger: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer etcdCli.Close()
-	data := source.NewEtcd(etcdCli, "/sliceplane/data/")
+	data := source.NewEtcd(cli, "/sliceplane/data/")
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer cli.Close()
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ; i++ {
 			select {
-			case <-repCtx.Done():
+			case <-ctx.Done():
 				return
 			case <-tick.C:
-				data.Put(repCtx, fmt.Appendf(nil, "item-%d", i), []byte("v"))
+				data.Put(ctx, fmt.Appendf(nil, "item-%d", i), []byte("v"))
 			}
 		}
 	}()
+}
 
-	// Phase A: ingest alone, balancing frozen.
+// measure runs the two phases and returns the assigner's CPU, in cores, in each: ingest
+// alone, balancing frozen; then balancing, with the hot spots moving every 10 s.
+func measure(ctx context.Context, b *testing.B, proc *assignerProc, admin pb.AdminServiceClient, z *zipfSpace) (ingest, total float64) {
 	time.Sleep(5 * time.Second) // warm-up: every node has reported a few times
-	cpu0, err := cpuSeconds(child.Process.Pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	t0 := time.Now()
-	profile(b, dir, "ingest", 14*time.Second)
+	cpu0, t0 := proc.cpu(b), time.Now()
+	profile(b, proc.dir, "ingest", 14*time.Second)
 	time.Sleep(15*time.Second - time.Since(t0))
-	cpu1, _ := cpuSeconds(child.Process.Pid)
-	ingest := (cpu1 - cpu0) / time.Since(t0).Seconds()
+	ingest = (proc.cpu(b) - cpu0) / time.Since(t0).Seconds()
 
-	// Phase B: balancing, with the hot spots moving every 10 s.
 	if _, err := admin.Unfreeze(ctx, &pb.UnfreezeRequest{}); err != nil {
 		b.Fatal(err)
 	}
-	cpu2, _ := cpuSeconds(child.Process.Pid)
-	t2 := time.Now()
-	profile(b, dir, "balancing", 10*time.Second)
+	cpu2, t2 := proc.cpu(b), time.Now()
+	profile(b, proc.dir, "balancing", 10*time.Second)
 	for range 3 {
 		time.Sleep(10*time.Second - time.Since(t2)%(10*time.Second))
 		z.shift()
 	}
-	cpu3, _ := cpuSeconds(child.Process.Pid)
-	total := (cpu3 - cpu2) / time.Since(t2).Seconds()
-	st, err := admin.Status(ctx, &pb.StatusRequest{})
-	if err != nil {
-		b.Errorf("status: %v", err)
-	}
-	stopReports()
-	cancel()
-	wg.Wait()
+	return ingest, (proc.cpu(b) - cpu2) / time.Since(t2).Seconds()
+}
 
-	passMu.Lock()
-	defer passMu.Unlock()
+func reportScale(b *testing.B, proc *assignerProc, fo *fanout, rc *reportCount, st *pb.StatusResponse, ingest, total float64) {
+	proc.mu.Lock()
+	defer proc.mu.Unlock()
+	fo.mu.Lock()
+	defer fo.mu.Unlock()
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
 	b.ReportMetric(100*ingest, "ingest-cpu-%")
 	b.ReportMetric(100*total, "balancing-cpu-%")
-	b.ReportMetric(percentile(passes, 0.5), "pass-p50-ms")
-	b.ReportMetric(percentile(passes, 0.99), "pass-p99-ms")
-	b.ReportMetric(slices.Max(append([]float64{0}, passes...)), "pass-max-ms")
-	b.ReportMetric(float64(len(passes)), "passes")
-	b.ReportMetric(percentile(computes, 0.5), "compute-p50-ms")
-	b.ReportMetric(percentile(computes, 0.99), "compute-p99-ms")
-	b.ReportMetric(percentile(lags, 0.5), "fanout-p50-ms")
-	b.ReportMetric(percentile(lags, 0.99), "fanout-p99-ms")
-	b.ReportMetric(float64(len(lags)), "fanout-samples")
-	b.ReportMetric(percentile(clockLags, 0.5), "clock-fanout-p50-ms")
-	b.ReportMetric(percentile(clockLags, 0.99), "clock-fanout-p99-ms")
-	b.ReportMetric(float64(len(clockLags)), "clock-fanout-samples")
-	b.ReportMetric(float64(reinits), "watcher-reinits")
-	b.ReportMetric(float64(watcherErrors), "watcher-errors")
-	b.ReportMetric(float64(reports), "reports")
-	b.ReportMetric(float64(rejected), "rejected")
+	b.ReportMetric(percentile(proc.passes, 0.5), "pass-p50-ms")
+	b.ReportMetric(percentile(proc.passes, 0.99), "pass-p99-ms")
+	b.ReportMetric(slices.Max(append([]float64{0}, proc.passes...)), "pass-max-ms")
+	b.ReportMetric(float64(len(proc.passes)), "passes")
+	b.ReportMetric(percentile(proc.computes, 0.5), "compute-p50-ms")
+	b.ReportMetric(percentile(proc.computes, 0.99), "compute-p99-ms")
+	b.ReportMetric(percentile(fo.lags, 0.5), "fanout-p50-ms")
+	b.ReportMetric(percentile(fo.lags, 0.99), "fanout-p99-ms")
+	b.ReportMetric(float64(len(fo.lags)), "fanout-samples")
+	b.ReportMetric(percentile(fo.clockLags, 0.5), "clock-fanout-p50-ms")
+	b.ReportMetric(percentile(fo.clockLags, 0.99), "clock-fanout-p99-ms")
+	b.ReportMetric(float64(len(fo.clockLags)), "clock-fanout-samples")
+	b.ReportMetric(float64(fo.reinits), "watcher-reinits")
+	b.ReportMetric(float64(fo.errored), "watcher-errors")
+	b.ReportMetric(float64(rc.reports), "reports")
+	b.ReportMetric(float64(rc.rejected), "rejected")
 	b.ReportMetric(st.GetImbalance(), "final-imbalance")
 	b.ReportMetric(float64(st.GetSlices()), "slices")
 }

@@ -179,3 +179,28 @@ func TestAListenerOnAnyAddressIsNotLoopback(t *testing.T) {
 	defer l.Close()
 	require.True(t, mtls.Loopback(l.Addr().String()))
 }
+
+func TestAVerifiedClientIsRememberedUntilTheCAsChange(t *testing.T) {
+	defer func(d time.Duration) { mtls.CheckInterval = d }(mtls.CheckInterval)
+	mtls.CheckInterval = 0
+	p := mtlstest.New(t)
+	serverCfg := p.Config("assigner", "a1")
+	server, err := serverCfg.Load()
+	require.NoError(t, err)
+	client := p.Issue(certs.Request{Kind: "node", Name: "n1"})
+	pair, err := tls.LoadX509KeyPair(client.Cert, client.Key)
+	require.NoError(t, err)
+	chain := []*x509.Certificate{pair.Leaf}
+
+	for range 2 { // the second answer comes from what the first remembered
+		id, err := server.VerifyClient(chain)
+		require.NoError(t, err)
+		require.Equal(t, "spiffe://sliceplane/node/n1", id.ID)
+	}
+	// Another CA replaces this one: the chain remembered is verified again, and fails.
+	other, err := os.ReadFile(mtlstest.New(t).Config("assigner", "x").CA)
+	require.NoError(t, err)
+	require.NoError(t, certs.WriteAtomic(serverCfg.CA, other, 0o644))
+	_, err = server.VerifyClient(chain)
+	require.ErrorContains(t, err, "unknown authority")
+}
