@@ -2,15 +2,11 @@ package writer_test
 
 import (
 	"context"
-	"net"
-	"net/url"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/writer"
@@ -18,37 +14,11 @@ import (
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
 
-func loopbackURL(t *testing.T, scheme string) url.URL {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return url.URL{Scheme: scheme, Host: addr}
-}
-
 // startTLSEtcd runs an etcd that serves clients over mutual TLS only, with the PKI's
 // etcd/e0 certificate, and returns its endpoint.
 func startTLSEtcd(t *testing.T, pki *mtlstest.PKI) string {
 	t.Helper()
-	f := pki.Config("etcd", "e0")
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.LogLevel = "error"
-	client, peer := loopbackURL(t, "https"), loopbackURL(t, "http")
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ClientCertAuth: true}
-	e, err := embed.StartEtcd(cfg)
-	require.NoError(t, err)
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd did not start")
-	}
-	return client.String()
+	return etcdtest.StartTLS(t, pki.Config("etcd", "e0")).Endpoint()
 }
 
 func TestDialOverMutualTLS(t *testing.T) {

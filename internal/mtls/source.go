@@ -130,19 +130,7 @@ func load(c Config) (*material, error) {
 // ServerConfig returns the TLS configuration of a server: its current certificate, and a
 // client certificate required and verified against the current CAs.
 func (s *Source) ServerConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			m := s.current()
-			return &tls.Config{
-				MinVersion:   tls.VersionTLS12,
-				Certificates: []tls.Certificate{*m.cert},
-				ClientCAs:    m.pool,
-				ClientAuth:   tls.RequireAndVerifyClientCert,
-				NextProtos:   []string{"h2", "http/1.1"},
-			}, nil
-		},
-	}
+	return s.serverConfig(tls.RequireAndVerifyClientCert, "h2", "http/1.1")
 }
 
 // ClientConfig returns the TLS configuration of a client: its current certificate, and the
@@ -206,6 +194,12 @@ func verifyAgainst(m *material, chain []*x509.Certificate, usage x509.ExtKeyUsag
 // (Unauthenticated: no certificate, expired, another CA) and is counted per method, rather
 // than a failed handshake the client reports as "connection closed".
 func (s *Source) GRPCServerConfig() *tls.Config {
+	return s.serverConfig(tls.RequestClientCert, "h2")
+}
+
+// serverConfig presents the certificate of the moment and asks for the client's as auth
+// says.
+func (s *Source) serverConfig(auth tls.ClientAuthType, protos ...string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -213,8 +207,9 @@ func (s *Source) GRPCServerConfig() *tls.Config {
 			return &tls.Config{
 				MinVersion:   tls.VersionTLS12,
 				Certificates: []tls.Certificate{*m.cert},
-				ClientAuth:   tls.RequestClientCert,
-				NextProtos:   []string{"h2"},
+				ClientCAs:    m.pool,
+				ClientAuth:   auth,
+				NextProtos:   protos,
 			}, nil
 		},
 	}

@@ -12,14 +12,22 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // Start starts an embedded etcd for t and returns it; it is closed when t ends.
 func Start(t testing.TB) *embedetcd.Server {
 	t.Helper()
+	return StartTLS(t, mtls.Config{})
+}
+
+// StartTLS starts an embedded etcd for t that serves clients over mutual TLS only, with the
+// files of tls (plaintext if it names none); it is closed when t ends.
+func StartTLS(t testing.TB, tls mtls.Config) *embedetcd.Server {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := embedetcd.Start(ctx, embedetcd.Options{Dir: t.TempDir(), Fast: true, LogLevel: "fatal"})
+	s, err := embedetcd.Start(ctx, embedetcd.Options{Dir: t.TempDir(), Fast: true, LogLevel: "fatal", TLS: tls})
 	if err != nil {
 		t.Fatalf("etcdtest: %v", err)
 	}
