@@ -85,6 +85,10 @@ func TestComposeStackShape(t *testing.T) {
 				assert.Contains(t, volumes, src, "%s: volume %s is not declared", where, src)
 			}
 		}
+		if oneShot(services, name) {
+			assert.Empty(t, s(svc.raw, "restart"), "%s: a one-shot service is not restarted", where)
+			continue
+		}
 		if hc := strs(l(svc.raw, "healthcheck", "test")); len(hc) > 0 {
 			require.GreaterOrEqual(t, len(hc), 4, "%s: healthcheck %v", where, hc)
 			assert.Equal(t, []string{"CMD", "/usr/local/bin/probe"}, hc[:2], "%s: healthchecks run the probe baked into the image", where)
@@ -93,6 +97,17 @@ func TestComposeStackShape(t *testing.T) {
 			t.Errorf("%s: no healthcheck", where)
 		}
 	}
+}
+
+// oneShot reports whether the others wait for service name to complete (the certificates):
+// it runs once and exits, so it has no health check.
+func oneShot(services map[string]composeService, name string) bool {
+	for _, svc := range services {
+		if s(svc.raw, "depends_on", name, "condition") == "service_completed_successfully" {
+			return true
+		}
+	}
+	return false
 }
 
 // binaryBuilt reports whether build-images.sh builds an image for binary.
@@ -118,7 +133,7 @@ func TestComposeFlagsExist(t *testing.T) {
 			checked++
 		}
 	}
-	assert.Equal(t, 5, checked, "assigners, distributors and the slicectl tool checked")
+	assert.Equal(t, 6, checked, "assigners, distributors, the slicectl tool and the certs service checked")
 }
 
 // TestComposeAddressesAgree follows every address a process is given to the service that
@@ -204,7 +219,7 @@ func TestComposeAddressesAgree(t *testing.T) {
 		peer, _ := flagValue(args, "initial-advertise-peer-urls")
 		members = append(members, n+"="+peer)
 		client, _ := flagValue(args, "advertise-client-urls")
-		assert.Equal(t, "http://"+name+":2379", client, "etcd service %s: --advertise-client-urls", name)
+		assert.Equal(t, "https://"+name+":2379", client, "etcd service %s: --advertise-client-urls", name)
 	}
 	for _, name := range byBinary(services, "etcd") {
 		cluster, _ := flagValue(services[name].args, "initial-cluster")

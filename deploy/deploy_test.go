@@ -139,7 +139,8 @@ var commands = map[string]func() *cobra.Command{
 }
 
 // checkFlags fails the test for every flag in args that the binary's command does not
-// define.
+// define; args naming a subcommand ("certs", "init", ...) are checked against its flags and
+// those it inherits.
 func checkFlags(t *testing.T, where, binary string, args []string) {
 	t.Helper()
 	newCmd, ok := commands[binary]
@@ -147,11 +148,14 @@ func checkFlags(t *testing.T, where, binary string, args []string) {
 		return
 	}
 	cmd := newCmd()
+	if sub, _, err := cmd.Find(args); err == nil && sub != nil {
+		cmd = sub
+	}
 	names := flagArgs(args)
 	require.NotEmpty(t, names, "%s: %s has no flags at all", where, binary)
 	for _, name := range names {
-		if cmd.Flags().Lookup(name) == nil && cmd.PersistentFlags().Lookup(name) == nil {
-			t.Errorf("%s: %s has no flag --%s", where, binary, name)
+		if cmd.Flag(name) == nil && cmd.PersistentFlags().Lookup(name) == nil {
+			t.Errorf("%s: %s has no flag --%s", where, cmd.CommandPath(), name)
 		}
 	}
 }

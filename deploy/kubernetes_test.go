@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +84,8 @@ var apiVersions = map[string]string{
 	"Namespace": "v1", "ConfigMap": "v1", "ServiceAccount": "v1", "Service": "v1",
 	"StatefulSet": "apps/v1", "Deployment": "apps/v1", "PodDisruptionBudget": "policy/v1",
 	"ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
+	"Issuer": "cert-manager.io/v1", "Certificate": "cert-manager.io/v1",
+	"NetworkPolicy": "networking.k8s.io/v1",
 }
 
 var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -212,6 +215,9 @@ func TestKubernetesWorkloads(t *testing.T) {
 				if port == "" {
 					port = s(pr, "httpGet", "port")
 				}
+				if cmd := strs(l(pr, "exec", "command")); len(cmd) > 0 {
+					port = execProbePort(t, where+" "+probe, cmd)
+				}
 				assert.True(t, ports[port] != "" || slices.Contains(slices.Collect(maps.Values(ports)), port),
 					"%s: %s probes port %s, which the container does not declare", where, probe, port)
 			}
@@ -227,6 +233,23 @@ func TestKubernetesWorkloads(t *testing.T) {
 		}
 	}
 	assert.True(t, binaries["assigner"] && binaries["distributor"], "the assigner and distributor workloads exist")
+}
+
+// execProbePort returns the port an exec probe asks: the image's probe, against the
+// container's own loopback address.
+func execProbePort(t *testing.T, where string, cmd []string) string {
+	t.Helper()
+	if !assert.GreaterOrEqual(t, len(cmd), 3, "%s: %v", where, cmd) {
+		return ""
+	}
+	assert.Equal(t, "/usr/local/bin/probe", cmd[0], "%s: exec probes run the image's probe", where)
+	target := cmd[2]
+	if u, err := url.Parse(target); err == nil && u.Host != "" {
+		target = u.Host
+	}
+	host, port := splitHostPort(t, where, target)
+	assert.Equal(t, "127.0.0.1", host, "%s: probes the container itself", where)
+	return port
 }
 
 var varRefRE = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
@@ -321,13 +344,27 @@ func TestKubernetesAssignerAddresses(t *testing.T) {
 	}
 	var cm k8sObject
 	for _, o := range ofKind(objects, "ConfigMap") {
-		cm = o
+		if o.name() == "sliceplane-config" {
+			cm = o
+		}
 	}
 	require.NotNil(t, cm.doc)
 	assert.Equal(t, strings.Join(want, ","), s(cm.doc, "data", "ASSIGNERS"))
-	for _, e := range strings.Split(s(cm.doc, "data", "ETCD_ENDPOINTS"), ",") {
-		assert.Regexp(t, `^https?://[^/]+:[0-9]+$`, e, "ETCD_ENDPOINTS")
+	// etcd.yaml's members, by their stable names, over TLS.
+	var etcd k8sObject
+	for _, w := range ofKind(objects, "StatefulSet") {
+		if imageBinary(s(l(w.doc, "spec", "template", "spec", "containers")[0], "image")) == "etcd" {
+			etcd = w
+		}
 	}
+	require.NotNil(t, etcd.doc, "no etcd StatefulSet")
+	members, err := strconv.Atoi(s(etcd.doc, "spec", "replicas"))
+	require.NoError(t, err)
+	var endpoints []string
+	for i := range members {
+		endpoints = append(endpoints, fmt.Sprintf("https://%s-%d.%s.%s.svc:2379", etcd.name(), i, s(etcd.doc, "spec", "serviceName"), etcd.namespace()))
+	}
+	assert.Equal(t, strings.Join(endpoints, ","), s(cm.doc, "data", "ETCD_ENDPOINTS"))
 	assert.True(t, strings.HasSuffix(s(cm.doc, "data", "SLICEPLANE_PREFIX"), "/"), "SLICEPLANE_PREFIX ends in /")
 }
 

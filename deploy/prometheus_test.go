@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sliceplane/sliceplane/internal/certs"
 )
 
 func TestPrometheusConfig(t *testing.T) {
@@ -97,7 +99,30 @@ func runPromtool(t *testing.T, args ...string) {
 	assert.NoError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
 }
 
-func TestPromtoolCheckConfig(t *testing.T) { runPromtool(t, "check", "config", prometheusFile) }
+// TestPromtoolCheckConfig checks the compose Prometheus's configuration, with the
+// certificate files it names (in the certs volume, /certs) made by a development CA in a
+// scratch directory: promtool loads them.
+func TestPromtoolCheckConfig(t *testing.T) {
+	promtool(t)
+	dir := t.TempDir()
+	ca, err := certs.NewCA("test", time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, certs.WriteCA(filepath.Join(dir, "certs"), ca))
+	req := certs.Request{Kind: "viewer", Name: "prometheus"}
+	leaf, err := ca.Issue(req)
+	require.NoError(t, err)
+	_, err = certs.WriteLeaf(filepath.Join(dir, "certs"), req, leaf)
+	require.NoError(t, err)
+	cfg, err := os.ReadFile(prometheusFile)
+	require.NoError(t, err)
+	require.Contains(t, string(cfg), "/certs/")
+	cfg = []byte(strings.ReplaceAll(string(cfg), "/certs/", filepath.Join(dir, "certs")+"/"))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "prometheus.yml"), cfg, 0o600))
+	rules, err := os.ReadFile(rulesFile)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(rulesFile)), rules, 0o600))
+	runPromtool(t, "check", "config", filepath.Join(dir, "prometheus.yml"))
+}
 
 func TestPromtoolCheckRules(t *testing.T) { runPromtool(t, "check", "rules", rulesFile) }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test of the compose stack (make e2e-compose): build the images, start the
-# stack, write data and check every node holds exactly what it must, kill the assigner
-# leader and see the standby take over, kill a distributor, write more, check again, tear
-# everything down. Skips (exit 0) when there is no usable Docker engine or compose tool.
+# stack (mutual TLS everywhere, certificates from its certs service), write data and check
+# every node holds exactly what it must, check that a client without a certificate and a
+# viewer's drain are refused, kill the assigner leader and see the standby take over, kill a
+# distributor, write more, check again, tear everything down. Skips (exit 0) when there is no usable Docker engine or compose tool.
 #
 # Environment:
 #   E2E_KEYS=10000        items written before the failures (as many again after)
@@ -70,9 +71,11 @@ container() {
 	[ -n "${cid[$1]:-}" ] || fail "no container for service $1"
 	echo "${cid[$1]}"
 }
+# The assigners' certificate (every server wants a client certificate, the probe too).
+assigner_tls=(-tls-cert /certs/assigner-assigner.crt -tls-key /certs/assigner-assigner.key -tls-ca /certs/ca.crt)
 is_leader() {
 	timeout 10 docker exec "$(container "$1")" /usr/local/bin/probe grpc 127.0.0.1:7070 \
-		-service sliceplane.leader -timeout 2s >/dev/null 2>&1
+		-service sliceplane.leader -timeout 2s "${assigner_tls[@]}" >/dev/null 2>&1
 }
 # leaders: the assigners that say they lead, space-separated.
 leaders() {
@@ -131,8 +134,13 @@ prometheus=1
 if ! docker image inspect "sliceplane/prometheus:$SLICEPLANE_TAG" >/dev/null 2>&1; then
 	log "no sliceplane/prometheus image (no prometheus binary at build time): running without it"
 	prometheus=0
-	up_args+=(--scale prometheus=0)
 fi
+# Every long-running service by name (certs comes first as their dependency), so that
+# compose pulls nothing it was not asked for: "--scale prometheus=0" still tries to pull a
+# missing image from a registry.
+services=(etcd-1 etcd-2 etcd-3 assigner-1 assigner-2 distributor-1 distributor-2 kvnode-1 kvnode-2 kvnode-3 kvnode-4)
+[ "$prometheus" = 1 ] && services+=(prometheus)
+up_args+=("${services[@]}")
 
 # --- up ------------------------------------------------------------------------------------
 # Host ports empty: Docker picks free ones, so a developer's stack or a loopback demo on
@@ -146,8 +154,6 @@ out=$(compose up -d "${up_args[@]}" 2>&1) || {
 step "compose up (containers created)" "$t"
 
 t=$(now)
-services=(etcd-1 etcd-2 etcd-3 assigner-1 assigner-2 distributor-1 distributor-2 kvnode-1 kvnode-2 kvnode-3 kvnode-4)
-[ "$prometheus" = 1 ] && services+=(prometheus)
 find_containers
 ids=()
 for s in "${services[@]}"; do
@@ -184,7 +190,7 @@ slices_per_node() {
 	fi
 }
 
-nodes=http://kvnode-1:7090,http://kvnode-2:7090,http://kvnode-3:7090,http://kvnode-4:7090
+nodes=https://kvnode-1:7090,https://kvnode-2:7090,https://kvnode-3:7090,https://kvnode-4:7090
 check() {
 	local out
 	if ! out=$(tool kvload check --nodes "$nodes" --timeout "${wait_s}s" 2>&1); then
@@ -210,13 +216,50 @@ out=$(tool kvload run --duration "${load_s}s" --rate 300 --write-rate 20 --workl
 	echo "$out" >&2
 	fail "kvload run"
 }
-log "kvload run: $(echo "$out" | grep -v -e '^Creating' -e '^Starting' | tail -1)"
+summary=$(echo "$out" | grep -v -e '^Creating' -e '^Starting' | tail -1)
+log "kvload run: $summary"
+# The reads go through the router to the nodes, all of it over mutual TLS: most must hit.
+reads=$(grep -o 'reads=[0-9]*' <<<"$summary" | cut -d= -f2)
+hits=$(grep -o 'hits=[0-9]*' <<<"$summary" | cut -d= -f2)
+errors=$(grep -o 'errors=[0-9]*' <<<"$summary" | cut -d= -f2)
+[ "${hits:-0}" -gt 0 ] && [ "$((${errors:-0} * 10))" -le "${reads:-0}" ] ||
+	fail "kvload run: reads through the router fail: $summary"
 step "read load for ${load_s}s (kvload run)" "$t"
 
 t=$(now)
 check "after the first fill"
 step "converged (kvload check)" "$t"
 slices_per_node
+
+# --- closed by default ----------------------------------------------------------------------
+# The slicectl service is the admin; the same image with other certificates, or none.
+t=$(now)
+slicectl_as() {
+	local who=$1
+	shift
+	local tls=()
+	[ "$who" != none ] && tls=("--tls-cert=/certs/$who.crt" "--tls-key=/certs/$who.key" --tls-ca=/certs/ca.crt)
+	tool --entrypoint /entrypoint slicectl --assigner=assigner-1:7070,assigner-2:7070 "${tls[@]}" "$@" 2>&1 |
+		grep -v -e '^Creating' -e '^Starting'
+	return "${PIPESTATUS[0]}"
+}
+if out=$(slicectl_as none --timeout=3s status); then
+	fail "slicectl with no certificate was let in: $out"
+fi
+log "no certificate: refused ($(printf '%s\n' "$out" | grep -m1 'slicectl:'))"
+out=$(slicectl_as viewer-prometheus status) || fail "a viewer cannot read the status: $out"
+if out=$(slicectl_as viewer-prometheus drain n1); then
+	fail "a viewer drained a node: $out"
+fi
+printf '%s\n' "$out" | grep -qi 'permission' || fail "a viewer's drain: no permission denied: $out"
+log "viewer: status allowed, drain refused ($(printf '%s\n' "$out" | grep -m1 -i 'permission'))"
+# The admin's changes are kept with its identity (the audit trail).
+tool slicectl freeze --reason e2e >/dev/null 2>&1 || fail "slicectl freeze (admin)"
+tool slicectl unfreeze >/dev/null 2>&1 || fail "slicectl unfreeze (admin)"
+out=$(tool slicectl quanta 2>&1) || fail "slicectl quanta: $out"
+printf '%s\n' "$out" | grep -q 'spiffe://sliceplane/admin/admin' ||
+	fail "slicectl quanta does not name the admin who froze: $(printf '%s\n' "$out" | tail -5)"
+step "mTLS: no cert refused, viewer cannot drain, admin audited" "$t"
 
 if [ "$prometheus" = 1 ]; then
 	# Every process's /metrics is scraped and the alerting rules are loaded.
@@ -272,7 +315,7 @@ out=$(tool kvload fill --keys "$((keys * 2))" 2>&1) || {
 	fail "kvload fill after the failures"
 }
 log "kvload fill: $(echo "$out" | grep -v -e '^Creating' -e '^Starting' | tail -1)"
-tool slicectl data --etcd-endpoints http://etcd-1:2379,http://etcd-2:2379,http://etcd-3:2379 \
+tool slicectl data --etcd-endpoints https://etcd-1:2379,https://etcd-2:2379,https://etcd-3:2379 \
 	--prefix /sliceplane/data/ delete key-1 >/dev/null 2>&1 || fail "slicectl data delete key-1"
 # kvload check wants the writers stopped.
 compose stop -t 5 load >/dev/null 2>&1 || fail "stopping the load generator"
