@@ -37,7 +37,7 @@ func loadComposeCerts(t *testing.T, services map[string]composeService) composeC
 	dir := svc.args[2]
 	assert.Contains(t, strs(l(svc.raw, "volumes")), "certs:"+dir, "certs writes into the volume certs")
 	c := composeCerts{files: map[string]bool{certsMount + "/ca.crt": true}}
-	for _, kind := range []string{"assigner", "distributor", "node", "router", "viewer", "admin"} {
+	for _, kind := range []string{"assigner", "distributor", "node", "etcd", "router", "viewer", "admin"} {
 		v, ok := flagValue(svc.args, kind)
 		if !ok {
 			continue

@@ -32,6 +32,7 @@ var certKinds = []struct {
 	{"assigner", "assigner names", true},
 	{"distributor", "distributor names", true},
 	{"node", "storage node IDs", true},
+	{"etcd", "etcd members (a kind Sliceplane's servers give no role)", true},
 	{"router", "router names", false},
 	{"admin", "admins: people or tools that may override the assignment", false},
 	{"viewer", "viewers: people or tools that may only inspect", false},
@@ -55,7 +56,7 @@ certificates, replacing the files) and every certificate stays trusted. A name
 may hold letters, digits, '-', '_' and '.'; a bad one is refused before anything
 is written.
 
-The certificates of the servers (assigner, distributor, node) are valid for
+The certificates of the servers (assigner, distributor, node, etcd) are valid for
 localhost and the loopback addresses, plus --host, for the tools that check host
 names (curl, etcdctl, Prometheus); Sliceplane itself checks identities.`,
 		Example: `  # Everything a local cluster and its operators need.
