@@ -2,21 +2,10 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/sliceplane/sliceplane/internal/assignermain"
+	"github.com/sliceplane/sliceplane/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := assignermain.NewCommand().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "assigner:", err)
-		os.Exit(1)
-	}
+	cli.Main("assigner", assignermain.NewCommand().ExecuteContext)
 }

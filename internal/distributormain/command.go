@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/sliceplane/sliceplane/internal/authz"
+	"github.com/sliceplane/sliceplane/internal/cli"
 	"github.com/sliceplane/sliceplane/internal/distributor"
 	"github.com/sliceplane/sliceplane/internal/etcdlog"
 	"github.com/sliceplane/sliceplane/internal/flagfile"
@@ -28,9 +29,8 @@ import (
 )
 
 // ErrUsage is wrapped by errors about how the command was called (bad flags, arguments or
-// config file), which main reports with exit status 2, as distinct from a distributor that
-// ran and failed (status 1).
-var ErrUsage = errors.New("usage")
+// config file): cli.ErrUsage, which main reports with exit status 2.
+var ErrUsage = cli.ErrUsage
 
 type usage struct{ error }
 

@@ -12,12 +12,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sliceplane/sliceplane/internal/cli"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
-// ErrUsage is wrapped by errors about how a command was called (bad flags or arguments), which
-// main reports with exit status 2, as distinct from a command that ran and failed (status 1).
-var ErrUsage = errors.New("usage")
+// ErrUsage is wrapped by errors about how a command was called (bad flags or arguments):
+// cli.ErrUsage, which main reports with exit status 2.
+var ErrUsage = cli.ErrUsage
 
 // Command groups, for the root's help.
 const (
