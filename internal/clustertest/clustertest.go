@@ -274,49 +274,31 @@ func (c *Cluster) Assignment(ctx context.Context) (*assignment.Assignment, uint6
 // fenceKey is the item WaitConverged writes to mark a clock every node must reach.
 var fenceKey = []byte("clustertest-fence")
 
-// WaitConverged waits until the nodes hold exactly what they must (converge.Check), or ctx
+// WaitConverged waits until the nodes hold exactly what they must (converge.Wait), or ctx
 // ends; it returns the last report. Writers must have stopped, and the map should be still
 // (balancing frozen) for the wait to end: it checks against one map at a time.
-//
-// It writes a fence item and waits for every running node to apply its clock: a node's clock
-// covers a change only after the quanta before it, so the node has then applied the map of
-// the check too.
 func (c *Cluster) WaitConverged(ctx context.Context) (converge.Report, error) {
-	var last converge.Report
-	for {
-		fence, err := c.Source.Put(ctx, fenceKey, []byte(time.Now().String()))
-		if err != nil {
-			return last, err
-		}
-		a, _, err := c.Assignment(ctx)
-		if err != nil {
-			return last, err
-		}
-		readers := map[assignment.NodeID]client.Reader{}
-		for id, n := range c.Nodes() {
-			readers[assignment.NodeID(id)] = n.Store
-		}
-		if err := c.WaitClock(ctx, fence); err != nil {
-			return last, fmt.Errorf("%w (last check: %s)", err, last)
-		}
-		r, err := converge.Check(ctx, c.Source, fence, a, readers)
-		switch {
-		case err != nil && ctx.Err() != nil && last.Copies == 0:
-			return last, fmt.Errorf("clustertest: no check completed in time: %w", err)
-		case err != nil && ctx.Err() != nil:
-			return last, fmt.Errorf("clustertest: not converged in time: %w\n%s", ctx.Err(), last)
-		case err != nil:
-			return last, err
-		case r.OK():
-			return r, nil
-		}
-		last = r
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-ctx.Done():
-			return last, fmt.Errorf("clustertest: not converged: %w\n%s", ctx.Err(), last)
-		}
+	return converge.Wait(ctx, c.Source, inProcess{c}, 100*time.Millisecond)
+}
+
+// inProcess is what converge.Wait needs, read from the nodes' stores directly.
+type inProcess struct{ c *Cluster }
+
+func (p inProcess) Fence(ctx context.Context) (uint64, error) {
+	return p.c.Source.Put(ctx, fenceKey, []byte(time.Now().String()))
+}
+
+func (p inProcess) Map(ctx context.Context) (*assignment.Assignment, error) {
+	a, _, err := p.c.Assignment(ctx)
+	return a, err
+}
+
+func (p inProcess) Nodes(context.Context) (map[assignment.NodeID]converge.Node, error) {
+	out := map[assignment.NodeID]converge.Node{}
+	for id, n := range p.c.Nodes() {
+		out[assignment.NodeID(id)] = converge.Node{Clock: n.Clock(), Reader: n.Store}
 	}
+	return out, nil
 }
 
 // WaitClock waits until every running node applied clock, or ctx ends.

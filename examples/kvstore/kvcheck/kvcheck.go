@@ -6,13 +6,11 @@ package kvcheck
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
-	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/converge"
@@ -37,80 +35,42 @@ type Checker struct {
 }
 
 // Wait waits until the nodes hold exactly what they must, or ctx ends; it returns the last
-// report. Writers should have stopped and the map should be still for the wait to end, as
-// each check is against one map. A node in the map that no given node answers for, or one
-// that cannot be reached, counts as not converged, and the wait goes on.
-//
-// Each attempt writes a fence item and waits for every node to apply its clock: a node's
-// clock covers a change only after the quanta before it, so the node has then applied the
-// map of the check too.
+// report (converge.Wait). A node in the map that no given node answers for, or one that
+// cannot be reached, counts as not converged, and the wait goes on.
 func (c *Checker) Wait(ctx context.Context) (converge.Report, error) {
 	poll := c.Poll
 	if poll == 0 {
 		poll = 200 * time.Millisecond
 	}
-	var last converge.Report
-	var lastErr error
-	var fence uint64
-	for {
-		r, err := c.check(ctx, &fence)
-		switch {
-		case err == nil && r.OK():
-			return r, nil
-		case err == nil:
-			last, lastErr = r, nil
-		case ctx.Err() == nil:
-			lastErr = err
-		}
-		select {
-		case <-time.After(poll):
-		case <-ctx.Done():
-			if lastErr != nil {
-				return last, fmt.Errorf("kvcheck: not converged: %w (last attempt: %v)", ctx.Err(), lastErr)
-			}
-			return last, fmt.Errorf("kvcheck: not converged: %w\n%s", ctx.Err(), last)
-		}
-	}
+	return converge.Wait(ctx, c.Source, cluster{c}, poll)
 }
 
-// check makes one attempt. It writes a new fence when *fence is 0, and clears *fence once
-// the nodes have reached it, so that the next attempt starts afresh; an attempt that finds
-// nodes behind leaves the fence for the next one to wait on.
-func (c *Checker) check(ctx context.Context, fence *uint64) (converge.Report, error) {
-	if *fence == 0 {
-		f, err := c.Source.Put(ctx, FenceKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
-		if err != nil {
-			return converge.Report{}, fmt.Errorf("kvcheck: writing the fence: %w", err)
-		}
-		*fence = f
-	}
-	resp, err := pb.NewAssignmentServiceClient(c.Assigner).GetAssignment(ctx, &pb.GetAssignmentRequest{})
+// cluster is what converge.Wait needs, reached as an operator would: the map from the
+// assigner, the nodes over HTTP.
+type cluster struct{ c *Checker }
+
+func (k cluster) Fence(ctx context.Context) (uint64, error) {
+	return k.c.Source.Put(ctx, FenceKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+}
+
+func (k cluster) Map(ctx context.Context) (*assignment.Assignment, error) {
+	resp, err := pb.NewAssignmentServiceClient(k.c.Assigner).GetAssignment(ctx, &pb.GetAssignmentRequest{})
 	if err != nil {
-		return converge.Report{}, fmt.Errorf("kvcheck: getting the map: %w", err)
+		return nil, fmt.Errorf("kvcheck: getting the map: %w", err)
 	}
-	a, err := wire.AssignmentFromProto(resp.GetAssignment())
-	if err != nil {
-		return converge.Report{}, fmt.Errorf("kvcheck: the map: %w", err)
-	}
-	readers := map[assignment.NodeID]client.Reader{}
-	var behind []string
-	for _, n := range c.Nodes {
+	return wire.AssignmentFromProto(resp.GetAssignment())
+}
+
+func (k cluster) Nodes(ctx context.Context) (map[assignment.NodeID]converge.Node, error) {
+	out := make(map[assignment.NodeID]converge.Node, len(k.c.Nodes))
+	for _, n := range k.c.Nodes {
 		st, err := n.State(ctx)
 		if err != nil {
-			return converge.Report{}, err
+			return nil, err
 		}
-		if st.Clock < *fence {
-			behind = append(behind, fmt.Sprintf("%s at %d", st.ID, st.Clock))
-		}
-		readers[assignment.NodeID(st.ID)] = kvclient.Reader{Node: n}
+		out[assignment.NodeID(st.ID)] = converge.Node{Clock: st.Clock, Reader: kvclient.Reader{Node: n}}
 	}
-	if len(behind) > 0 {
-		slices.Sort(behind)
-		return converge.Report{}, fmt.Errorf("kvcheck: nodes have not reached clock %d: %v", *fence, behind)
-	}
-	at := *fence
-	*fence = 0
-	return converge.Check(ctx, c.Source, at, a, readers)
+	return out, nil
 }
 
 // Items counts the items of the source, the fence excluded.
