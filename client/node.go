@@ -109,35 +109,44 @@ func (n *Node) Health() Health {
 	return h
 }
 
-// NewNode returns a node; Run starts it.
-func NewNode(cfg NodeConfig) (*Node, error) {
-	if err := assignment.NodeID(cfg.ID).Validate(); err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+// Validate fills in the defaults of c and rejects a configuration no node can run with; it
+// does no I/O (NewNode then reads the TLS files).
+func (c *NodeConfig) Validate() error {
+	if err := assignment.NodeID(c.ID).Validate(); err != nil {
+		return fmt.Errorf("client: %w", err)
 	}
 	switch {
-	case cfg.Store == nil:
-		return nil, errors.New("client: a node needs a Store")
-	case len(cfg.Assigners) == 0:
-		return nil, errors.New("client: a node needs the assigners' addresses")
-	case cfg.Address == "":
+	case c.Store == nil:
+		return errors.New("client: a node needs a Store")
+	case len(c.Assigners) == 0:
+		return errors.New("client: a node needs the assigners' addresses")
+	case c.Address == "":
 		// The assigner refuses such a registration: nobody could reach the node's slices.
-		return nil, errors.New("client: a node needs its Address, where routers reach it")
-	case cfg.ReportInterval < 0:
-		return nil, fmt.Errorf("client: negative report interval %s", cfg.ReportInterval)
-	case cfg.StallTimeout < 0:
-		return nil, fmt.Errorf("client: negative stall timeout %s", cfg.StallTimeout)
+		return errors.New("client: a node needs its Address, where routers reach it")
+	case c.ReportInterval < 0:
+		return fmt.Errorf("client: negative report interval %s", c.ReportInterval)
+	case c.StallTimeout < 0:
+		return fmt.Errorf("client: negative stall timeout %s", c.StallTimeout)
 	}
-	if cfg.StallTimeout == 0 {
-		cfg.StallTimeout = 5 * time.Second
+	if c.StallTimeout == 0 {
+		c.StallTimeout = 5 * time.Second
 	}
-	if cfg.ReportInterval == 0 {
-		cfg.ReportInterval = time.Second
+	if c.ReportInterval == 0 {
+		c.ReportInterval = time.Second
 	}
-	if cfg.HotKeys == 0 {
-		cfg.HotKeys = 16
+	if c.HotKeys == 0 {
+		c.HotKeys = 16
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// NewNode validates cfg and returns a node; Run starts it.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	src, err := nodeTLS(cfg.ID, cfg.TLS)
 	if err != nil {

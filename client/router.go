@@ -138,33 +138,42 @@ const maxMapBytes = 256 << 20
 // cost a call.
 const minRefreshGap = 100 * time.Millisecond
 
-// NewRouter validates cfg and returns a router; Run starts it. It reads cfg.TLS's files,
-// and does no other I/O.
-func NewRouter(cfg RouterConfig) (*Router, error) {
+// Validate fills in the defaults of c and rejects a configuration no router can run with;
+// it does no I/O.
+func (c *RouterConfig) Validate() error {
 	var addrs []string
-	for _, a := range cfg.Assigners {
+	for _, a := range c.Assigners {
 		if a = strings.TrimSpace(a); a != "" {
 			addrs = append(addrs, a)
 		}
 	}
 	switch {
 	case len(addrs) == 0:
-		return nil, errors.New("client: a router needs the assigners' addresses")
-	case !cfg.Policy.valid():
-		return nil, fmt.Errorf("client: unknown replica policy %s; use one of %s", cfg.Policy, strings.Join(Policies(), ", "))
-	case cfg.RefreshInterval < 0:
-		return nil, fmt.Errorf("client: negative refresh interval %s", cfg.RefreshInterval)
+		return errors.New("client: a router needs the assigners' addresses")
+	case !c.Policy.valid():
+		return fmt.Errorf("client: unknown replica policy %s; use one of %s", c.Policy, strings.Join(Policies(), ", "))
+	case c.RefreshInterval < 0:
+		return fmt.Errorf("client: negative refresh interval %s", c.RefreshInterval)
+	}
+	c.Assigners = addrs
+	if c.RefreshInterval == 0 {
+		c.RefreshInterval = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// NewRouter validates cfg and returns a router; Run starts it. It reads cfg.TLS's files,
+// and does no other I/O.
+func NewRouter(cfg RouterConfig) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	src, err := cfg.TLS.load()
 	if err != nil {
 		return nil, err
-	}
-	cfg.Assigners = addrs
-	if cfg.RefreshInterval == 0 {
-		cfg.RefreshInterval = 5 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
 }

@@ -75,7 +75,9 @@ type Config struct {
 	Insecure bool
 }
 
-func (c *Config) fill() error {
+// Validate fills in the defaults of c and rejects a configuration no assigner can run with,
+// plaintext off loopback included (closed by default); New calls it.
+func (c *Config) Validate() error {
 	if c.Client == nil {
 		return errors.New("assigner: no etcd client")
 	}
@@ -155,7 +157,7 @@ type Server struct {
 
 // New returns a server listening on cfg.Listen (and cfg.MetricsListen); Run serves.
 func New(cfg Config) (*Server, error) {
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)

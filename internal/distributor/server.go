@@ -102,7 +102,9 @@ type Config struct {
 	Registry *prometheus.Registry
 }
 
-func (c *Config) fill() error {
+// Validate fills in the defaults of c and rejects a configuration no distributor can run
+// with, plaintext off loopback included (closed by default); New calls it.
+func (c *Config) Validate() error {
 	switch {
 	case c.Client == nil:
 		return errors.New("distributor: no etcd client")
@@ -152,7 +154,7 @@ func (c *Config) fill() error {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
-	return nil
+	return c.checkListen()
 }
 
 // Server is a distributor.
@@ -171,10 +173,7 @@ type Server struct {
 
 // New returns a distributor listening on cfg.Listen (and cfg.MetricsListen); Run serves.
 func New(cfg Config) (*Server, error) {
-	if err := cfg.fill(); err != nil {
-		return nil, err
-	}
-	if err := cfg.checkListen(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
