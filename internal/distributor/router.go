@@ -3,6 +3,7 @@ package distributor
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -214,21 +215,28 @@ func (r *Router) remap() {
 			}
 		}
 	}
-	for id, n := range r.nodes {
-		if !r.serves(id) {
+	// Maps are walked in sorted order: the order of the scans asked for, and so their IDs,
+	// must not depend on Go's map order.
+	for _, id := range sortedIDs(r.nodes) {
+		if n := r.nodes[id]; !r.serves(id) {
 			n.q.close()
 			delete(r.nodes, id)
 			r.forgetScans(n)
 		}
 	}
-	for id := range lists {
+	for _, id := range sortedIDs(lists) {
 		if r.nodes[id] == nil {
 			r.nodes[id] = r.newNode(id)
 		}
 	}
-	for id, n := range r.nodes {
-		r.update(n, lists[id])
+	for _, id := range sortedIDs(r.nodes) {
+		r.update(r.nodes[id], lists[id])
 	}
+}
+
+// sortedIDs returns the keys of m in order.
+func sortedIDs[V any](m map[assignment.NodeID]V) []assignment.NodeID {
+	return slices.Sorted(maps.Keys(m))
 }
 
 func (r *Router) newNode(id assignment.NodeID) *node {
@@ -291,7 +299,7 @@ func (r *Router) scan(n *node, rg keyspace.Range) {
 }
 
 func (r *Router) forgetScans(n *node) {
-	for id := range n.scans {
+	for _, id := range slices.Sorted(maps.Keys(n.scans)) {
 		delete(r.scanning, id)
 	}
 	clear(n.scans)
@@ -412,8 +420,8 @@ func (r *Router) snapshot(n *node) {
 // changes the router never saw (its watch had to restart at clock).
 func (r *Router) Rebase(clock uint64) {
 	r.clock = max(r.clock, clock)
-	for _, n := range r.nodes {
-		if n.q.active() {
+	for _, id := range sortedIDs(r.nodes) {
+		if n := r.nodes[id]; n.q.active() {
 			n.q.restart(0)
 			r.forgetScans(n)
 		}
@@ -423,10 +431,5 @@ func (r *Router) Rebase(clock uint64) {
 
 // Served returns the nodes this distributor serves that hold slices or have pulled.
 func (r *Router) Served() []assignment.NodeID {
-	out := make([]assignment.NodeID, 0, len(r.nodes))
-	for id := range r.nodes {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
+	return sortedIDs(r.nodes)
 }

@@ -1,0 +1,98 @@
+package slicectl
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+type jsonSlice struct {
+	jsonRange
+	Replicas []string  `json:"replicas"`
+	Load     jsonFloat `json:"load"`
+	Keys     jsonFloat `json:"keys"`
+	Pinned   bool      `json:"pinned"`
+}
+
+type jsonSlices struct {
+	// Total is how many slices matched, of which Slices lists the first --limit.
+	Total  uint32      `json:"total"`
+	Slices []jsonSlice `json:"slices"`
+}
+
+func newSlicesCommand(g *globalOptions) *cobra.Command {
+	var (
+		node, sortBy string
+		limit        int
+	)
+	cmd := &cobra.Command{
+		Use:   "slices",
+		Short: "List the slices with their replicas and load",
+		Long: `slices lists the slices of the map: the range of the hash space each covers, the
+nodes holding it, its estimated load and number of keys (as the nodes last
+reported them), and whether it is pinned. --node keeps the slices one node
+holds; --sort load lists the hottest first; --limit caps the listing (the
+assigner caps it at 1000 when --limit is 0).`,
+		Example: `  slicectl slices
+  slicectl slices --node n3
+  slicectl slices --sort load --limit 10
+  slicectl slices -o json | jq '.slices[] | select(.pinned)'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if sortBy != "key" && sortBy != "load" {
+				return usageError(fmt.Errorf("--sort %q: want key or load", sortBy))
+			}
+			if limit < 0 {
+				return usageError(fmt.Errorf("--limit %d: want 0 (the assigner's cap, 1000) or more", limit))
+			}
+			return g.withAssigner(cmd, func(ctx context.Context, s *session) error {
+				resp, err := s.admin.ListSlices(ctx, &pb.ListSlicesRequest{Node: node, ByLoad: sortBy == "load", Limit: uint32(limit)})
+				if err != nil {
+					return err
+				}
+				if !s.out.table() {
+					out := jsonSlices{Total: resp.GetTotal(), Slices: []jsonSlice{}}
+					for _, sl := range resp.GetSlices() {
+						out.Slices = append(out.Slices, jsonSlice{jsonRange: rangeJSON(sl.GetRange()), Replicas: sl.GetReplicas(),
+							Load: jsonFloat(sl.GetLoad()), Keys: jsonFloat(sl.GetKeys()), Pinned: sl.GetPinned()})
+					}
+					return s.out.print(out)
+				}
+				return printSlices(s, resp, node)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&node, "node", "", "list only the slices this node holds")
+	f.StringVar(&sortBy, "sort", "key", "order: key (hash order) or load (hottest first)")
+	f.IntVar(&limit, "limit", 0, "list at most this many slices; 0 is the assigner's cap, 1000")
+	_ = cmd.RegisterFlagCompletionFunc("node", g.completeNodes)
+	_ = cmd.RegisterFlagCompletionFunc("sort", cobra.FixedCompletions([]string{"key", "load"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func printSlices(s *session, resp *pb.ListSlicesResponse, node string) error {
+	w := newTable(s.out.w)
+	row(w, "START", "END", "REPLICAS", "LOAD", "KEYS", "PINNED")
+	for _, sl := range resp.GetSlices() {
+		r := rangeOf(sl.GetRange())
+		row(w, keyspace.FormatPoint(r.Start), r.End.String(), showNodes(sl.GetReplicas()), num(sl.GetLoad()),
+			num(sl.GetKeys()), yesNo(sl.GetPinned()))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	summary := fmt.Sprintf("%d slices", resp.GetTotal())
+	if node != "" {
+		summary = fmt.Sprintf("%d slices held by %s", resp.GetTotal(), node)
+	}
+	if n := len(resp.GetSlices()); uint32(n) < resp.GetTotal() {
+		summary = fmt.Sprintf("%d of %s (--limit)", n, summary)
+	}
+	_, err := fmt.Fprintln(s.out.w, summary)
+	return err
+}

@@ -1,0 +1,114 @@
+package slicectl
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+)
+
+type jsonStatus struct {
+	Leader        bool              `json:"leader"`
+	LeaderAddress string            `json:"leader_address"`
+	Position      jsonPosition      `json:"position"`
+	Clock         uint64            `json:"clock"`
+	Generation    uint64            `json:"generation"`
+	Imbalance     jsonFloat         `json:"imbalance"`
+	Slices        uint32            `json:"slices"`
+	Nodes         uint32            `json:"nodes"`
+	Frozen        bool              `json:"frozen"`
+	Algorithm     string            `json:"algorithm"`
+	Params        map[string]string `json:"params"`
+	LastPass      *time.Time        `json:"last_pass"`
+	Pinned        []jsonRange       `json:"pinned"`
+	jsonPassFailures
+}
+
+func statusJSON(st *pb.StatusResponse) jsonStatus {
+	out := jsonStatus{
+		Leader: st.GetLeader(), LeaderAddress: st.GetLeaderAddress(), Position: positionJSON(st.GetPosition()),
+		Clock: st.GetClock(), Generation: st.GetGeneration(), Imbalance: jsonFloat(st.GetImbalance()), Slices: st.GetSlices(),
+		Nodes: st.GetNodes(), Frozen: st.GetFrozen(), Algorithm: st.GetAlgorithm(), Params: st.GetParams(),
+		LastPass: jsonTime(st.GetLastPass()), Pinned: []jsonRange{},
+		jsonPassFailures: jsonPassFailures{PassFailures: st.GetPassFailures(), PassError: st.GetPassError(),
+			PassErrorTime: jsonTime(st.GetPassErrorTime())},
+	}
+	if out.Params == nil {
+		out.Params = map[string]string{}
+	}
+	for _, r := range st.GetPinned() {
+		out.Pinned = append(out.Pinned, rangeJSON(r))
+	}
+	return out
+}
+
+func newStatusCommand(g *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the leading assigner's state: position, clock, imbalance, algorithm",
+		Long: `status shows what the leading assigner knows about itself: its address and
+term, the position (term/seq) and Lamport clock of its last quantum, the map's
+generation, the imbalance of the node loads (max over mean of load over
+capacity; 1 is perfect), the numbers of slices and nodes, whether balancing is
+frozen, the balancing algorithm and the constants set for it, when the last
+balancing pass ran, and the ranges pinned in place. When balancing passes fail,
+"balancing" says so: how many failed in a row, when the last did and why.`,
+		Example: `  slicectl status
+  slicectl status -o json | jq .imbalance
+  slicectl --assigner 10.0.0.1:7070,10.0.0.2:7070 status`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.withAssigner(cmd, func(ctx context.Context, s *session) error {
+				st, err := s.admin.Status(ctx, &pb.StatusRequest{})
+				if err != nil {
+					return err
+				}
+				if !s.out.table() {
+					return s.out.print(statusJSON(st))
+				}
+				return printStatus(s, st)
+			})
+		},
+	}
+}
+
+func printStatus(s *session, st *pb.StatusResponse) error {
+	w := newTable(s.out.w)
+	leader := "no"
+	if st.GetLeader() {
+		leader = "yes, at " + st.GetLeaderAddress()
+	} else if st.GetLeaderAddress() != "" {
+		leader = "no; the leader is at " + st.GetLeaderAddress()
+	}
+	balancing := "running"
+	if st.GetFrozen() {
+		balancing = "frozen (passes do not run; slicectl unfreeze resumes them)"
+	} else if f := showPassFailures(st.GetPassFailures(), st.GetPassError(), st.GetPassErrorTime()); f != "" {
+		balancing = f
+	}
+	row(w, "leader", leader)
+	row(w, "term", fmt.Sprint(st.GetPosition().GetTerm()))
+	row(w, "position", showPosition(st.GetPosition()))
+	row(w, "clock", fmt.Sprint(st.GetClock()))
+	row(w, "generation", fmt.Sprint(st.GetGeneration()))
+	row(w, "imbalance", num(st.GetImbalance()))
+	row(w, "slices", fmt.Sprint(st.GetSlices()))
+	row(w, "nodes", fmt.Sprint(st.GetNodes()))
+	row(w, "balancing", balancing)
+	row(w, "algorithm", st.GetAlgorithm()+" "+showParams(st.GetParams()))
+	row(w, "last pass", showTime(st.GetLastPass(), time.Now()))
+	if len(st.GetPinned()) == 0 {
+		row(w, "pinned", "none")
+	}
+	for i, r := range st.GetPinned() {
+		label := ""
+		if i == 0 {
+			label = "pinned"
+		}
+		row(w, label, showRange(r))
+	}
+	return w.Flush()
+}
