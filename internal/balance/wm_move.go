@@ -124,42 +124,14 @@ const (
 // already carries about the mean: it takes k replicas at once with k+1 > L/(L-1).
 const maxReplicasAtOnce = 16
 
+// moveOffHottest repeatedly makes the best-weighted candidate off the hottest node, or failing
+// that a compound one that makes room first, and returns why it stopped.
 func (p *wmPass) moveOffHottest() string {
-	order := make([]int32, len(p.raw)) // nodes by ascending utilization, ties by index
-	for n := range order {
-		order[n] = int32(n)
-	}
-	less := func(a, b int32) int {
-		if c := cmp.Compare(p.u(a), p.u(b)); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	}
-	slices.SortFunc(order, less)
-	reorder := func(changed []int32) { // keep order sorted after the loads of changed moved
-		for _, n := range changed {
-			k := slices.Index(order, n)
-			order = slices.Delete(order, k, k+1)
-			at, _ := slices.BinarySearchFunc(order, n, less)
-			order = slices.Insert(order, at, n)
-		}
-	}
-	coldest := func(k int, reps []int32) []int32 { // the k coldest nodes not holding reps
-		var out []int32
-		for _, n := range order {
-			if len(out) == k {
-				break
-			}
-			if _, held := slices.BinarySearch(reps, n); !held {
-				out = append(out, n)
-			}
-		}
-		return out
-	}
+	order := p.newCoolOrder()
 	var round []cand
 	limit := 4*len(p.sl) + 4*len(p.raw) + 64
 	for range limit {
-		h := order[len(order)-1]
+		h := order.nodes[len(order.nodes)-1]
 		mean := p.meanU()
 		if mean <= 0 {
 			return "no load reported"
@@ -168,59 +140,21 @@ func (p *wmPass) moveOffHottest() string {
 			return fmt.Sprintf("imbalance %.3f is within the dead band (%.3f)", imb, 1+p.cfg.DeadBand)
 		}
 		round = round[:0]
-		best := -1
 		for _, i := range p.on[h] {
-			s := &p.sl[i]
-			if s.pinned {
-				round = append(round, cand{kind: move, slice: int(i), from: h, reason: reasonPinned})
-				continue
-			}
-			r := len(s.reps)
-			n := len(round)
-			if r > 1 && s.change.allows(dereplicate) {
-				round = append(round, p.evaluate(cand{kind: dereplicate, slice: int(i), from: h}, p.u(h), mean))
-			}
-			canReplicate := s.change.allows(replicate) && r < p.cfg.MaxReplicas && s.load/float64(r) > p.cfg.ReplicateAbove*mean
-			k := 1
-			if canReplicate {
-				k = min(maxReplicasAtOnce, p.cfg.MaxReplicas-r)
-			}
-			cold := coldest(k, s.reps) // one list per slice: candidates keep sub-slices of it
-			if len(cold) > 0 && s.change.allows(move) {
-				round = append(round, p.evaluate(cand{kind: move, slice: int(i), from: h, to: cold[:1]}, p.u(h), mean))
-			}
-			if canReplicate && len(cold) > 0 {
-				// The fewest replicas that cool the hottest node; failing that, one.
-				c := p.evaluate(cand{kind: replicate, slice: int(i), from: -1, to: cold[:1]}, p.u(h), mean)
-				for k := 2; c.reason == reasonNoCooler && k <= len(cold); k++ {
-					if more := p.evaluate(cand{kind: replicate, slice: int(i), from: -1, to: cold[:k]}, p.u(h), mean); more.reason != reasonNoCooler {
-						c = more
-					}
-				}
-				round = append(round, c)
-			}
-			for j := n; j < len(round); j++ {
-				if round[j].reason == "" && (best < 0 || round[j].weight > round[best].weight) {
-					best = j
-				}
-			}
+			round = p.appendCandidates(round, int(i), h, mean, order)
 		}
+		best := bestCandidate(round)
 		if best < 0 {
-			if c, sheds, ok := p.bestWithRoom(h, round, order, mean); ok {
+			if c, sheds, ok := p.bestWithRoom(h, round, order.nodes, mean); ok {
 				for _, sh := range sheds {
 					p.explain(sh, true)
-					reorder(p.apply(sh))
+					order.update(p.apply(sh))
 				}
 				p.explain(c, true)
-				reorder(p.apply(c))
+				order.update(p.apply(c))
 				continue
 			}
-			p.explainRejected(round)
-			if slices.ContainsFunc(round, func(c cand) bool { return c.reason == reasonBudget }) {
-				return fmt.Sprintf("the churn budget left (%.2f%% of keys) cannot pay for any move that helps",
-					100*max(0, p.cfg.MaxChurn-p.spent.Total()/p.keys))
-			}
-			return fmt.Sprintf("no move off %s lowers its load without another node taking its place", p.ids[h])
+			return p.whyStuck(h, round)
 		}
 		c := round[best]
 		p.explain(c, true)
@@ -231,9 +165,114 @@ func (p *wmPass) moveOffHottest() string {
 				p.explain(r, false)
 			}
 		}
-		reorder(p.apply(c))
+		order.update(p.apply(c))
 	}
 	return "iteration limit reached"
+}
+
+// coolOrder keeps the nodes sorted by ascending utilization, ties by index, as applied
+// candidates change their loads: the pass asks for the hottest and the coldest nodes at
+// every step, and re-sorting only the nodes a move touched keeps that cheap.
+type coolOrder struct {
+	p     *wmPass
+	nodes []int32
+}
+
+func (p *wmPass) newCoolOrder() *coolOrder {
+	o := &coolOrder{p: p, nodes: make([]int32, len(p.raw))}
+	for n := range o.nodes {
+		o.nodes[n] = int32(n)
+	}
+	slices.SortFunc(o.nodes, o.less)
+	return o
+}
+
+func (o *coolOrder) less(a, b int32) int {
+	if c := cmp.Compare(o.p.u(a), o.p.u(b)); c != 0 {
+		return c
+	}
+	return cmp.Compare(a, b)
+}
+
+// update puts back in place the nodes whose loads changed.
+func (o *coolOrder) update(changed []int32) {
+	for _, n := range changed {
+		k := slices.Index(o.nodes, n)
+		o.nodes = slices.Delete(o.nodes, k, k+1)
+		at, _ := slices.BinarySearchFunc(o.nodes, n, o.less)
+		o.nodes = slices.Insert(o.nodes, at, n)
+	}
+}
+
+// coldest returns the k coldest nodes not holding reps (sorted).
+func (o *coolOrder) coldest(k int, reps []int32) []int32 {
+	var out []int32
+	for _, n := range o.nodes {
+		if len(out) == k {
+			break
+		}
+		if _, held := slices.BinarySearch(reps, n); !held {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// appendCandidates appends to round the candidates that take slice i (held by the hottest
+// node h) off h, in the order the explanations list them: drop h's replica, move it to the
+// coldest node, add replicas.
+func (p *wmPass) appendCandidates(round []cand, i int, h int32, mean float64, order *coolOrder) []cand {
+	s := &p.sl[i]
+	if s.pinned {
+		return append(round, cand{kind: move, slice: i, from: h, reason: reasonPinned})
+	}
+	r := len(s.reps)
+	if r > 1 && s.change.allows(dereplicate) {
+		round = append(round, p.evaluate(cand{kind: dereplicate, slice: i, from: h}, p.u(h), mean))
+	}
+	canReplicate := s.change.allows(replicate) && r < p.cfg.MaxReplicas && s.load/float64(r) > p.cfg.ReplicateAbove*mean
+	k := 1
+	if canReplicate {
+		k = min(maxReplicasAtOnce, p.cfg.MaxReplicas-r)
+	}
+	cold := order.coldest(k, s.reps) // one list per slice: candidates keep sub-slices of it
+	if len(cold) > 0 && s.change.allows(move) {
+		round = append(round, p.evaluate(cand{kind: move, slice: i, from: h, to: cold[:1]}, p.u(h), mean))
+	}
+	if canReplicate && len(cold) > 0 {
+		// The fewest replicas that cool the hottest node; failing that, one.
+		c := p.evaluate(cand{kind: replicate, slice: i, from: -1, to: cold[:1]}, p.u(h), mean)
+		for k := 2; c.reason == reasonNoCooler && k <= len(cold); k++ {
+			if more := p.evaluate(cand{kind: replicate, slice: i, from: -1, to: cold[:k]}, p.u(h), mean); more.reason != reasonNoCooler {
+				c = more
+			}
+		}
+		round = append(round, c)
+	}
+	return round
+}
+
+// bestCandidate returns the index of the acceptable candidate of highest weight, the first
+// of equals, or -1 if none is acceptable.
+func bestCandidate(round []cand) int {
+	best := -1
+	for j := range round {
+		if round[j].reason == "" && (best < 0 || round[j].weight > round[best].weight) {
+			best = j
+		}
+	}
+	return best
+}
+
+// whyStuck explains the rejected candidates of the last round off h and returns why the
+// pass stops there.
+func (p *wmPass) whyStuck(h int32, round []cand) string {
+	p.explainRejected(round)
+	if slices.ContainsFunc(round, func(c cand) bool { return c.reason == reasonBudget }) {
+		return fmt.Sprintf("the churn budget left (%.2f%% of keys) cannot pay for any move that helps",
+			100*max(0, p.cfg.MaxChurn-p.spent.Total()/p.keys))
+	}
+	return fmt.Sprintf("no move off %s lowers its load without another node taking its place", p.ids[h])
 }
 
 // Making room. When no single move off the hottest node h helps, it is usually because every
@@ -331,51 +370,19 @@ func (p *wmPass) withRoom(c cand, h int32, level, top, mean float64, order []int
 	if _, blocked := p.blocker(s.r, from, t); blocked {
 		return cand{}, nil, false
 	}
-	delta := map[int32]float64{} // raw load changes
+	delta := p.directDelta(c, h) // raw load changes
 	u := func(n int32) float64 { return (p.raw[n] + delta[n]) / p.cap[n] }
-	r := float64(len(s.reps))
-	share := s.load / r
-	switch c.kind {
-	case move:
-		delta[h] -= share
-		delta[t] += share
-	case replicate:
-		ns := s.load / (r + 1)
-		for _, n := range s.reps {
-			delta[n] += ns - share
-		}
-		delta[t] += ns
-	}
 	for n := range delta {
 		if n != t && u(n) > level {
 			return cand{}, nil, false
 		}
 	}
-	// The target's other slices that may leave, most load per key first (the least churn for
-	// the room made), to the coolest nodes that stay at or below level.
-	var movable []int32
-	for _, j := range p.on[t] {
-		if int(j) != c.slice && !p.sl[j].pinned && p.sl[j].change.allows(move) && p.sl[j].load > 0 {
-			movable = append(movable, j)
-		}
-	}
-	density := func(j int32) float64 {
-		sl := &p.sl[j]
-		return sl.load / float64(len(sl.reps)) / max(sl.keys, p.keys*1e-12)
-	}
-	slices.SortStableFunc(movable, func(a, b int32) int { return cmp.Compare(density(b), density(a)) })
-	var receivers []int32
-	for _, n := range order {
-		if len(receivers) == roomReceivers {
-			break
-		}
-		if _, touched := delta[n]; !touched && !slices.Contains(s.reps, n) {
-			receivers = append(receivers, n)
-		}
-	}
+	// The target's other slices that may leave, to the coolest nodes that stay at or below
+	// level.
+	receivers := roomReceiversFor(order, delta, s.reps)
 	var sheds []cand
 	cost := c.cost
-	for _, j := range movable {
+	for _, j := range p.movableOff(t, c.slice) {
 		if u(t) <= level {
 			break
 		}
@@ -414,6 +421,61 @@ func (p *wmPass) withRoom(c cand, h int32, level, top, mean float64, order []int
 		sheds[i].gain, sheds[i].weight = c.gain, c.weight
 	}
 	return c, sheds, c.gain > 0
+}
+
+// directDelta returns the raw load changes of candidate c (a move off h or one replica to
+// c.to[0]) on the nodes it touches, before any room is made.
+func (p *wmPass) directDelta(c cand, h int32) map[int32]float64 {
+	s := &p.sl[c.slice]
+	t := c.to[0]
+	delta := map[int32]float64{}
+	r := float64(len(s.reps))
+	share := s.load / r
+	switch c.kind {
+	case move:
+		delta[h] -= share
+		delta[t] += share
+	case replicate:
+		ns := s.load / (r + 1)
+		for _, n := range s.reps {
+			delta[n] += ns - share
+		}
+		delta[t] += ns
+	}
+	return delta
+}
+
+// movableOff returns the slices on t other than slice that may move to make room, most load
+// per key first: the least churn for the room made.
+func (p *wmPass) movableOff(t int32, slice int) []int32 {
+	var movable []int32
+	for _, j := range p.on[t] {
+		if int(j) != slice && !p.sl[j].pinned && p.sl[j].change.allows(move) && p.sl[j].load > 0 {
+			movable = append(movable, j)
+		}
+	}
+	density := func(j int32) float64 {
+		sl := &p.sl[j]
+		return sl.load / float64(len(sl.reps)) / max(sl.keys, p.keys*1e-12)
+	}
+	slices.SortStableFunc(movable, func(a, b int32) int { return cmp.Compare(density(b), density(a)) })
+	return movable
+}
+
+// roomReceiversFor returns the coolest nodes (order is by ascending utilization) that may
+// take the slices shed to make room: none the candidate already touches (delta) nor a holder
+// of its slice (reps).
+func roomReceiversFor(order []int32, delta map[int32]float64, reps []int32) []int32 {
+	var receivers []int32
+	for _, n := range order {
+		if len(receivers) == roomReceivers {
+			break
+		}
+		if _, touched := delta[n]; !touched && !slices.Contains(reps, n) {
+			receivers = append(receivers, n)
+		}
+	}
+	return receivers
 }
 
 // evaluate fills in a candidate's effect: top is the hottest node's utilization, which every

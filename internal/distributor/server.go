@@ -433,41 +433,56 @@ func (s *Server) route(ctx context.Context) error {
 		if seq == nil {
 			continue
 		}
-		for {
-			ev, ok := seq.Next()
-			if !ok {
-				break
-			}
-			if ev.Quantum != nil {
-				if err := s.router.Quantum(*ev.Quantum); err != nil {
-					// The stream is broken (a quantum was lost) or comes from a deposed
-					// leader: start over from a reinit, from whoever leads now.
-					reason, wait := "does_not_apply", time.Duration(0)
-					if refused, ok := errors.AsType[*RefusedError](err); ok {
-						reason = refused.Reason
-						wait = 100 * time.Millisecond // a deposed leader may still answer at first
-					}
-					s.metrics.quantaRefused.WithLabelValues(reason).Inc()
-					s.log.Warn("quantum refused; resubscribing", "reason", reason, "err", err)
-					seq.DropQuanta()
-					quanta.restart(ctx, &wg, wait)
-					break
-				}
-				s.metrics.quanta.Inc()
-			} else {
-				s.router.Changes(*ev.Batch, time.Now())
-				s.metrics.changes.Add(float64(len(ev.Batch.Changes)))
-			}
-		}
+		s.deliver(ctx, &wg, seq, quanta)
 		scans.add(s.router.TakeScans())
 		scans.dispatch(ctx, &wg)
-		if _, waiting := seq.Waiting(); !waiting {
-			progress = nil
-		} else if progress == nil {
-			progress = time.After(5 * time.Millisecond)
-		}
+		progress = progressTimer(seq, progress)
 		s.pace(ctx, seq, &feed)
 	}
+}
+
+// deliver hands the router, in order, what the sequencer has released: quanta and batches of
+// changes. A refused quantum ends it: the quanta are resubscribed to, from a reinit.
+func (s *Server) deliver(ctx context.Context, wg *sync.WaitGroup, seq *Sequencer, quanta *quantaFeed) {
+	for {
+		ev, ok := seq.Next()
+		if !ok {
+			return
+		}
+		if ev.Quantum != nil {
+			if err := s.router.Quantum(*ev.Quantum); err != nil {
+				// The stream is broken (a quantum was lost) or comes from a deposed
+				// leader: start over from a reinit, from whoever leads now.
+				reason, wait := "does_not_apply", time.Duration(0)
+				if refused, ok := errors.AsType[*RefusedError](err); ok {
+					reason = refused.Reason
+					wait = 100 * time.Millisecond // a deposed leader may still answer at first
+				}
+				s.metrics.quantaRefused.WithLabelValues(reason).Inc()
+				s.log.Warn("quantum refused; resubscribing", "reason", reason, "err", err)
+				seq.DropQuanta()
+				quanta.restart(ctx, wg, wait)
+				return
+			}
+			s.metrics.quanta.Inc()
+		} else {
+			s.router.Changes(*ev.Batch, time.Now())
+			s.metrics.changes.Add(float64(len(ev.Batch.Changes)))
+		}
+	}
+}
+
+// progressTimer returns when route asks the source for progress: soon while the sequencer
+// waits for the source to reach a quantum's clock (a timer already running is kept), never
+// otherwise.
+func progressTimer(seq *Sequencer, progress <-chan time.Time) <-chan time.Time {
+	if _, waiting := seq.Waiting(); !waiting {
+		return nil
+	}
+	if progress == nil {
+		return time.After(5 * time.Millisecond)
+	}
+	return progress
 }
 
 // pace pauses the source watch while too many changes wait for a quantum (the assigner is

@@ -166,32 +166,8 @@ func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 		return State{}, false, fmt.Errorf("%w: snapshot %d: %w", ErrCorrupt, st.SnapshotIndex, err)
 	}
 
-	from := uint64(1)
-	if st.SnapshotIndex > Keep {
-		from = st.SnapshotIndex - Keep + 1
-	}
-	entries, err := s.readLog(ctx, from, m.LastIndex, rev)
-	if err != nil {
+	if err := s.replay(ctx, &st, m.LastIndex, rev); err != nil {
 		return State{}, false, err
-	}
-	want := st.SnapshotIndex + 1 // entries behind the snapshot only matter for their moves
-	for _, e := range entries {
-		st.History = append(st.History, e.Moves...)
-		if e.Index <= st.SnapshotIndex {
-			continue
-		}
-		if e.Index != want {
-			return State{}, false, fmt.Errorf("%w: log entry %d is missing", ErrCorrupt, want)
-		}
-		want++
-		next, err := st.Assignment.Apply(e.Ops)
-		if err != nil {
-			return State{}, false, fmt.Errorf("%w: log entry %d does not apply: %w", ErrCorrupt, e.Index, err)
-		}
-		st.Assignment = next.WithGeneration(e.Generation)
-	}
-	if want != m.LastIndex+1 {
-		return State{}, false, fmt.Errorf("%w: log entry %d is missing", ErrCorrupt, want)
 	}
 	if g := st.Assignment.Generation(); g != m.Generation {
 		return State{}, false, fmt.Errorf("%w: the map is at generation %d, the meta record says %d", ErrCorrupt, g, m.Generation)
@@ -201,6 +177,40 @@ func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 		return State{}, false, err
 	}
 	return st, true, nil
+}
+
+// replay brings st.Assignment, read from the snapshot, up to lastIndex by applying the log
+// entries after the snapshot, all read at rev. The entries kept behind the snapshot are read
+// too: they no longer change the map but their moves belong in st.History.
+func (s *Store) replay(ctx context.Context, st *State, lastIndex uint64, rev int64) error {
+	from := uint64(1)
+	if st.SnapshotIndex > Keep {
+		from = st.SnapshotIndex - Keep + 1
+	}
+	entries, err := s.readLog(ctx, from, lastIndex, rev)
+	if err != nil {
+		return err
+	}
+	want := st.SnapshotIndex + 1 // entries behind the snapshot only matter for their moves
+	for _, e := range entries {
+		st.History = append(st.History, e.Moves...)
+		if e.Index <= st.SnapshotIndex {
+			continue
+		}
+		if e.Index != want {
+			return fmt.Errorf("%w: log entry %d is missing", ErrCorrupt, want)
+		}
+		want++
+		next, err := st.Assignment.Apply(e.Ops)
+		if err != nil {
+			return fmt.Errorf("%w: log entry %d does not apply: %w", ErrCorrupt, e.Index, err)
+		}
+		st.Assignment = next.WithGeneration(e.Generation)
+	}
+	if want != lastIndex+1 {
+		return fmt.Errorf("%w: log entry %d is missing", ErrCorrupt, want)
+	}
+	return nil
 }
 
 // readNodes reads the registered nodes at rev.

@@ -56,14 +56,8 @@ A second Ctrl-C abandons the check. Every process is stopped on the way out.`,
 				return err
 			}
 			cfg.Log = log
-			if !cmd.Flags().Changed("duration") {
-				if s := os.Getenv("DEMO_SECONDS"); s != "" {
-					n, err := strconv.Atoi(s)
-					if err != nil || n < 1 {
-						return fmt.Errorf("DEMO_SECONDS=%q: want a whole number of seconds >= 1", s)
-					}
-					cfg.Duration = time.Duration(n) * time.Second
-				}
+			if err := durationFromEnv(cmd, &cfg.Duration); err != nil {
+				return err
 			}
 			if cfg.Dir == "" {
 				if cfg.Dir, err = os.MkdirTemp("", "sliceplane-demo-"); err != nil {
@@ -80,23 +74,9 @@ A second Ctrl-C abandons the check. Every process is stopped on the way out.`,
 			signals := make(chan os.Signal, 2)
 			signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(signals)
-			stop := make(chan struct{})
 			ctx, abandon := context.WithCancel(cmd.Context())
 			defer abandon()
-			go func() {
-				select {
-				case <-signals:
-					close(stop)
-				case <-ctx.Done():
-					return
-				}
-				select {
-				case <-signals:
-					abandon()
-				case <-ctx.Done():
-				}
-			}()
-			cfg.Stop = stop
+			cfg.Stop = twoStages(ctx, signals, abandon)
 			s, err := demo.Run(ctx, cfg)
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
@@ -123,4 +103,41 @@ A second Ctrl-C abandons the check. Every process is stopped on the way out.`,
 	f.BoolVar(&cfg.Plaintext, "plaintext", false, "run every link without TLS (default: mutual TLS with a throwaway CA)")
 	f.StringVar(&logLevel, "log-level", "warn", "the demo's own diagnostics: debug, info, warn or error")
 	return cmd
+}
+
+// durationFromEnv sets *d from $DEMO_SECONDS, which make demo passes on, unless --duration
+// was given: the flag wins.
+func durationFromEnv(cmd *cobra.Command, d *time.Duration) error {
+	if cmd.Flags().Changed("duration") {
+		return nil
+	}
+	if s := os.Getenv("DEMO_SECONDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return fmt.Errorf("DEMO_SECONDS=%q: want a whole number of seconds >= 1", s)
+		}
+		*d = time.Duration(n) * time.Second
+	}
+	return nil
+}
+
+// twoStages gives the two signals on signals their meaning: the first closes the returned
+// channel, which ends the load and starts the final check; the second calls abandon. Its
+// goroutine ends with ctx.
+func twoStages(ctx context.Context, signals <-chan os.Signal, abandon context.CancelFunc) <-chan struct{} {
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-signals:
+			close(stop)
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-signals:
+			abandon()
+		case <-ctx.Done():
+		}
+	}()
+	return stop
 }

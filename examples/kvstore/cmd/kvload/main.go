@@ -175,24 +175,7 @@ func runCommand(o *options, out io.Writer) *cobra.Command {
 				ctx, cancel = context.WithTimeout(ctx, duration)
 				defer cancel()
 			}
-			ctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			routed := make(chan error, 1)
-			go func() { routed <- router.Run(ctx) }()
-			if err := router.WaitReady(ctx); err != nil {
-				cancel()
-				<-routed
-				return fmt.Errorf("waiting for the map: %w", err)
-			}
-			err = g.Run(ctx)
-			cancel()
-			if rerr := <-routed; err == nil {
-				err = rerr
-			}
-			s := g.Stats()
-			fmt.Fprintf(out, "reads=%d hits=%d misses=%d misdirected=%d errors=%d writes=%d\n",
-				s.Reads, s.Hits, s.Misses, s.Misdirected, s.Errors, s.Writes)
-			return err
+			return runRouted(ctx, router, g, out)
 		},
 	}
 	f := cmd.Flags()
@@ -205,6 +188,31 @@ func runCommand(o *options, out io.Writer) *cobra.Command {
 	f.BoolVar(&fill, "fill", false, "write every key once first")
 	f.StringVar(&policy, "policy", "least-outstanding", "how to pick a replica: "+strings.Join(client.Policies(), ", "))
 	return cmd
+}
+
+// runRouted runs the router and the load through it until ctx ends or the load fails, then
+// prints the load's stats. The load waits for the router's first map (no stats without one),
+// and the router is stopped and waited for before returning so no goroutine outlives the
+// command.
+func runRouted(ctx context.Context, router *client.Router, g *loadgen.Generator, out io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	routed := make(chan error, 1)
+	go func() { routed <- router.Run(ctx) }()
+	if err := router.WaitReady(ctx); err != nil {
+		cancel()
+		<-routed
+		return fmt.Errorf("waiting for the map: %w", err)
+	}
+	err := g.Run(ctx)
+	cancel()
+	if rerr := <-routed; err == nil {
+		err = rerr
+	}
+	s := g.Stats()
+	fmt.Fprintf(out, "reads=%d hits=%d misses=%d misdirected=%d errors=%d writes=%d\n",
+		s.Reads, s.Hits, s.Misses, s.Misdirected, s.Errors, s.Writes)
+	return err
 }
 
 func checkCommand(o *options, out io.Writer) *cobra.Command {
