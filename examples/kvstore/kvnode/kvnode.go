@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +25,7 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/boltstore"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/examples/kvstore/lifecycle"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
@@ -166,47 +166,19 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // error that stopped the node. It runs once.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.store.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: s.tls.ServerTLS(),
-		BaseContext: func(net.Listener) context.Context { return ctx }}
-	errs := make(chan error, 4)
-	var wg sync.WaitGroup
-	run := func(what string, fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil {
-				errs <- fmt.Errorf("kvnode: %s: %w", what, err)
-				cancel()
-			}
-		}()
-	}
-	run("node", func() error { return s.node.Run(ctx) })
-	run("router", func() error { return s.router.Run(ctx) })
-	run("http", func() error {
-		serve := func() error { return srv.Serve(s.lis) }
-		if s.tls != nil {
-			// The certificate comes from TLSConfig, re-read when its files change.
-			serve = func() error { return srv.ServeTLS(s.lis, "", "") }
-		}
-		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	run("plaintext warning", func() error {
-		mtls.WarnPlaintext(ctx, s.log, s.tls, "the node's HTTP API", s.Addr())
-		return nil
-	})
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: s.tls.ServerTLS()}
 	s.log.Info("serving", "addr", s.Addr(), "advertise", s.cfg.Advertise, "tls", s.tls.Mode())
-	<-ctx.Done()
-	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer scancel()
-	srv.Shutdown(sctx) //nolint:errcheck // requests cut short on the way out are no failure
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return lifecycle.Run(ctx, "kvnode",
+		lifecycle.Part{Name: "node", Run: s.node.Run},
+		lifecycle.Part{Name: "router", Run: s.router.Run},
+		lifecycle.Part{Name: "http", Run: func(ctx context.Context) error {
+			return lifecycle.HTTP(ctx, srv, s.lis, s.tls != nil, shutdownTimeout)
+		}},
+		lifecycle.Part{Name: "plaintext warning", Run: func(ctx context.Context) error {
+			mtls.WarnPlaintext(ctx, s.log, s.tls, "the node's HTTP API", s.Addr())
+			return nil
+		}},
+	)
 }
 
 // Handler returns the node's HTTP API.

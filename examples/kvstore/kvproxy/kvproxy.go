@@ -10,11 +10,11 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/examples/kvstore/lifecycle"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
@@ -68,40 +68,20 @@ func (p *Proxy) Addr() string { return p.lis.Addr().String() }
 
 // Run serves until ctx ends; it returns nil then.
 func (p *Proxy) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+kvclient.KeyPath+"{key...}", p.serveKey)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: p.tls.ServerTLS(),
-		BaseContext: func(net.Listener) context.Context { return ctx }}
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	wg.Go(func() {
-		if err := p.router.Run(ctx); err != nil {
-			errs <- fmt.Errorf("kvproxy: router: %w", err)
-		}
-		cancel()
-	})
-	wg.Go(func() {
-		serve := func() error { return srv.Serve(p.lis) }
-		if p.tls != nil {
-			// The certificate comes from TLSConfig, re-read when its files change.
-			serve = func() error { return srv.ServeTLS(p.lis, "", "") }
-		}
-		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("kvproxy: %w", err)
-		}
-		cancel()
-	})
-	wg.Go(func() { mtls.WarnPlaintext(ctx, p.log, p.tls, "the proxy", p.Addr()) })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: p.tls.ServerTLS()}
 	p.log.Info("serving", "addr", p.Addr(), "tls", p.tls.Mode())
-	<-ctx.Done()
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer scancel()
-	srv.Shutdown(sctx) //nolint:errcheck // requests cut short on the way out are no failure
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return lifecycle.Run(ctx, "kvproxy",
+		lifecycle.Part{Name: "router", Run: p.router.Run},
+		lifecycle.Part{Name: "http", Run: func(ctx context.Context) error {
+			return lifecycle.HTTP(ctx, srv, p.lis, p.tls != nil, 5*time.Second)
+		}},
+		lifecycle.Part{Name: "plaintext warning", Run: func(ctx context.Context) error {
+			mtls.WarnPlaintext(ctx, p.log, p.tls, "the proxy", p.Addr())
+			return nil
+		}},
+	)
 }
 
 func (p *Proxy) serveKey(w http.ResponseWriter, r *http.Request) {

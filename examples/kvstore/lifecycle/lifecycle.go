@@ -1,0 +1,67 @@
+// Package lifecycle runs the parts of an example binary (a node's client, its router, its
+// HTTP server) as one: they start together, the first that fails stops the others, and Run
+// returns once every one has returned.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Part is one of the things a binary runs until its context ends.
+type Part struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// Run runs parts until ctx ends or one of them fails, which cancels the others; it returns
+// the first failure, named "<binary>: <part>: ...", or nil.
+func Run(ctx context.Context, binary string, parts ...Part) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, p := range parts {
+		g.Go(func() error {
+			if err := p.Run(ctx); err != nil {
+				return fmt.Errorf("%s: %s: %w", binary, p.Name, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// HTTP serves srv on lis until ctx ends, then shuts it down, letting requests in flight
+// finish for up to grace. With secure, it serves TLS with srv.TLSConfig (whose certificates
+// are re-read when their files change). Requests get ctx as their base context, so that
+// long ones end with the server.
+func HTTP(ctx context.Context, srv *http.Server, lis net.Listener, secure bool, grace time.Duration) error {
+	if srv.BaseContext == nil {
+		srv.BaseContext = func(net.Listener) context.Context { return ctx }
+	}
+	served := make(chan error, 1)
+	go func() {
+		if secure {
+			served <- srv.ServeTLS(lis, "", "")
+			return
+		}
+		served <- srv.Serve(lis)
+	}()
+	var err error
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		srv.Shutdown(sctx) //nolint:errcheck // requests cut short on the way out are no failure
+		err = <-served
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
