@@ -31,6 +31,7 @@ import (
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/authz"
+	"github.com/sliceplane/sliceplane/internal/authz/authztest"
 	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
@@ -109,23 +110,7 @@ func dialAssigner(t *testing.T, addr string, creds grpc.DialOption) *grpc.Client
 // denied returns sliceplane_assigner_requests_denied_total{method,reason}.
 func (s *secured) denied(t *testing.T, method, reason string) float64 {
 	t.Helper()
-	families, err := s.registry.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != "sliceplane_assigner_requests_denied_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["method"] == method && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return authztest.Denied(t, s.registry, "assigner", method)[reason]
 }
 
 func register(id, addr string) *pb.RegisterRequest {

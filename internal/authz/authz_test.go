@@ -20,6 +20,7 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/authz"
+	"github.com/sliceplane/sliceplane/internal/authz/authztest"
 	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
@@ -118,20 +119,7 @@ func code(err error) codes.Code { return status.Code(err) }
 
 func denied(t *testing.T, s *server, method, reason string) float64 {
 	t.Helper()
-	mfs, err := s.denied.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["method"] == method && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return authztest.Denied(t, s.denied, "test", method)[reason]
 }
 
 func TestTheRoleMatrix(t *testing.T) {

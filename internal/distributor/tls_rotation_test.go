@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/authz/authztest"
 	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/distributor"
@@ -106,7 +108,7 @@ func TestCertificatesRotateWithoutARestart(t *testing.T) {
 	proxy.DropStalled()
 	delivered(t, c)
 	assert.Positive(t, proxy.Open(), "the nodes connected again")
-	assert.Empty(t, denied(t, reg), "no call was refused")
+	assert.Empty(t, authztest.Denied(t, reg, "distributor", pb.DistributorService_Pull_FullMethodName), "no call was refused")
 	after, err := d1.TLS.Reloads()
 	require.NoError(t, err)
 	assert.Greater(t, after, reloads, "the distributor read the new CA and leaf")

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/authz/authztest"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/distributor"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
@@ -68,29 +69,6 @@ func pullAs(t *testing.T, addr string, creds grpc.DialOption, node string) error
 	return err
 }
 
-// denied returns sliceplane_distributor_requests_denied_total for Pull, by reason.
-func denied(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "sliceplane_distributor_requests_denied_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["method"] == pb.DistributorService_Pull_FullMethodName {
-				out[labels["reason"]] += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return out
-}
-
 func TestPullOverMutualTLSIsAuthorized(t *testing.T) {
 	c, reg := tlsCluster(t, "n1", "n2")
 	// n2 pulling as itself, over mTLS, works: the real node receives what is written.
@@ -123,7 +101,7 @@ func TestPullOverMutualTLSIsAuthorized(t *testing.T) {
 		assert.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", kind, err)
 	}
 
-	assert.Equal(t, map[string]float64{"unauthenticated": 2, "impersonation": 1, "role": 3}, denied(t, reg))
+	assert.Equal(t, map[string]float64{"unauthenticated": 2, "impersonation": 1, "role": 3}, authztest.Denied(t, reg, "distributor", pb.DistributorService_Pull_FullMethodName))
 	// The real n2's stream was never touched: it keeps its epoch (a stream replaced would
 	// start over from a snapshot) and keeps receiving.
 	delivered(t, c)
