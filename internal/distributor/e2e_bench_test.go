@@ -43,6 +43,15 @@ func benchClusterTLS(b *testing.B, n int, store func() clustertest.Store, secure
 	for i := range n {
 		c.StartNode(fmt.Sprintf("node-%03d", i), store())
 	}
+	settle(b, c)
+	return c
+}
+
+// settle waits until every node pulls from a distributor, freezes balancing and waits until
+// the nodes hold their slices: no slice moves (and no scan) during the measurement, which is
+// of the data path alone.
+func settle(b *testing.B, c *clustertest.Cluster) {
+	b.Helper()
 	waitFor(b, patience, "every node pulls from a distributor", func() bool {
 		for _, n := range c.Nodes() {
 			if n.Cursor().Epoch == 0 {
@@ -51,17 +60,14 @@ func benchClusterTLS(b *testing.B, n int, store func() clustertest.Store, secure
 		}
 		return true
 	})
-	// The map settles first: with balancing frozen, no slice moves (and no scan) during the
-	// measurement, which is of the data path alone.
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if _, err := pb.NewAdminServiceClient(c.Conn()).Freeze(ctx, &pb.FreezeRequest{Reason: "benchmark"}, grpc.WaitForReady(true)); err != nil {
 		b.Fatal(err)
 	}
 	if r, err := c.WaitConverged(ctx); err != nil {
-		b.Fatalf("the empty cluster did not settle: %v\n%s", err, r)
+		b.Fatalf("the cluster did not settle: %v\n%s", err, r)
 	}
-	return c
 }
 
 // BenchmarkBurstFill measures a burst fill end to end: 1M items with 100-byte values, written
@@ -351,21 +357,6 @@ func snapshotCluster(b *testing.B, secure bool) (*clustertest.Cluster, []string,
 		ids[i] = fmt.Sprintf("node-%d", i)
 		c.StartNode(ids[i], nil)
 	}
-	waitFor(b, patience, "every node pulls from a distributor", func() bool {
-		for _, n := range c.Nodes() {
-			if n.Cursor().Epoch == 0 {
-				return false
-			}
-		}
-		return true
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	if _, err := pb.NewAdminServiceClient(c.Conn()).Freeze(ctx, &pb.FreezeRequest{Reason: "benchmark"}, grpc.WaitForReady(true)); err != nil {
-		b.Fatal(err)
-	}
-	if r, err := c.WaitConverged(ctx); err != nil {
-		b.Fatalf("the cluster did not settle: %v\n%s", err, r)
-	}
+	settle(b, c)
 	return c, ids, last
 }
