@@ -22,16 +22,9 @@ fails if there is nothing to delete.`,
   slicectl data delete user:1 --fragment msg/1`,
 		Args: positional("KEY")(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.check(); err != nil {
-				return usageError(err)
-			}
-			key, err := o.key(args[0])
+			key, id, isFrag, err := o.target(cmd, args[0], frag)
 			if err != nil {
-				return usageError(err)
-			}
-			id, isFrag, err := fragment(cmd, frag)
-			if err != nil {
-				return usageError(err)
+				return err
 			}
 			return o.withSource(cmd, func(ctx context.Context, s *source.Etcd) error {
 				// A delete of nothing still succeeds in etcd; look first, so that a typo in

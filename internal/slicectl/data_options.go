@@ -68,6 +68,21 @@ func (o *dataOptions) key(arg string) ([]byte, error) {
 	return key, err
 }
 
+// target reads what put and delete act on: the options, the item's KEY and --fragment. Every
+// error is a usage error.
+func (o *dataOptions) target(cmd *cobra.Command, arg, frag string) (key []byte, id string, isFrag bool, err error) {
+	if err := o.check(); err != nil {
+		return nil, "", false, usageError(err)
+	}
+	if key, err = o.key(arg); err != nil {
+		return nil, "", false, usageError(err)
+	}
+	if id, isFrag, err = fragment(cmd, frag); err != nil {
+		return nil, "", false, usageError(err)
+	}
+	return key, id, isFrag, nil
+}
+
 // fragment returns the --fragment flag, and whether it was given at all: an empty ID must be
 // refused, not taken for the item itself.
 func fragment(cmd *cobra.Command, id string) (string, bool, error) {

@@ -27,16 +27,9 @@ round.`,
   slicectl data put --hex 00ff 68656c6c6f`,
 		Args: positional("KEY", "VALUE")(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.check(); err != nil {
-				return usageError(err)
-			}
-			key, err := o.key(args[0])
+			key, id, isFrag, err := o.target(cmd, args[0], frag)
 			if err != nil {
-				return usageError(err)
-			}
-			id, isFrag, err := fragment(cmd, frag)
-			if err != nil {
-				return usageError(err)
+				return err
 			}
 			var value []byte
 			switch {
