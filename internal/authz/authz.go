@@ -117,8 +117,9 @@ func (a *Authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 
 // grant is what authorize found: who calls, and whether only as the node it must be.
 type grant struct {
-	id       mtls.Identity
-	selfOnly bool
+	id mtls.Identity
+	// self, set when the caller is allowed only as a node, names the node a message acts as.
+	self func(msg any) (string, bool)
 }
 
 // authorize finds the caller's identity and checks its roles against the method's rule.
@@ -142,7 +143,7 @@ func (a *Authorizer) authorize(ctx context.Context, method string) (context.Cont
 	switch {
 	case roles.anyOf(rule.Roles, RoleNode):
 	case roles.has(RoleNode) && contains(rule.Roles, RoleNode):
-		g.selfOnly = rule.Self != nil
+		g.self = rule.Self
 	default:
 		return ctx, grant{}, a.refuse(method, ReasonRole, codes.PermissionDenied,
 			"%s (roles %s) may not call %s: it needs one of the roles %s", id, roles, method, joinRoles(rule.Roles))
@@ -173,11 +174,10 @@ func (a *Authorizer) identify(ctx context.Context) (mtls.Identity, error) {
 
 // checkSelf refuses a node that names another node in msg.
 func (a *Authorizer) checkSelf(method string, g grant, msg any) error {
-	if !g.selfOnly {
+	if g.self == nil {
 		return nil
 	}
-	rule, _ := a.rules.find(method)
-	named, ok := rule.Self(msg)
+	named, ok := g.self(msg)
 	if !ok || named == g.id.Name {
 		return nil
 	}
