@@ -74,13 +74,11 @@ func (a *Authorizer) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-type callerKey struct{}
-
 // Caller returns who made the call ctx belongs to, for the audit trail: the SPIFFE ID of an
 // authenticated caller, or "plaintext:<address>" on a server without TLS.
 func Caller(ctx context.Context) string {
-	if c, ok := ctx.Value(callerKey{}).(string); ok {
-		return c
+	if id, ok := CallerIdentity(ctx); ok {
+		return id.ID
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		return "plaintext:" + p.Addr.String()
@@ -135,10 +133,10 @@ func (a *Authorizer) authorize(ctx context.Context, method string) (context.Cont
 	if !ok {
 		return ctx, grant{}, a.refuse(method, ReasonNoRule, codes.PermissionDenied, "%s may not call %s: no rule allows it", id, method)
 	}
-	roles := a.policy.Roles(id)
 	if rule.Public {
 		return withCaller(ctx, id), grant{id: id}, nil
 	}
+	roles := a.policy.Roles(id)
 	g := grant{id: id}
 	switch {
 	case roles.anyOf(rule.Roles, RoleNode):
@@ -152,7 +150,7 @@ func (a *Authorizer) authorize(ctx context.Context, method string) (context.Cont
 }
 
 func withCaller(ctx context.Context, id mtls.Identity) context.Context {
-	return context.WithValue(context.WithValue(ctx, callerKey{}, id.ID), identityKey{}, id)
+	return context.WithValue(ctx, identityKey{}, id)
 }
 
 // identify verifies the client's certificate: the TLS handshake only asked for it.
