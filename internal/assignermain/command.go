@@ -4,7 +4,6 @@ package assignermain
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -136,16 +135,9 @@ func (o *options) security() (*mtls.Source, *authz.Policy, error) {
 			return nil, nil, fmt.Errorf("assigner: %s: %w", f.flag, err)
 		}
 	}
-	src, err := o.tls.Load()
+	src, policy, err := authz.LoadServer(o.tls, o.policy)
 	if err != nil {
 		return nil, nil, fmt.Errorf("assigner: %w", err)
-	}
-	policy, err := authz.LoadPolicy(o.policy)
-	if err != nil {
-		return nil, nil, fmt.Errorf("assigner: --authz-policy: %w", err)
-	}
-	if policy != nil && src == nil {
-		return nil, nil, errors.New("assigner: --authz-policy needs --tls-cert, --tls-key and --tls-ca: without TLS no caller is known, and every call is let through")
 	}
 	for _, l := range []struct{ flag, what, addr string }{{"--listen", "the gRPC API", o.listen}, {"--metrics-listen", "the metrics", o.metrics}} {
 		if l.addr == "" {
@@ -155,12 +147,8 @@ func (o *options) security() (*mtls.Source, *authz.Policy, error) {
 			return nil, nil, fmt.Errorf("assigner: %s: %w", l.flag, err)
 		}
 	}
-	if src != nil {
-		for _, e := range o.endpoints {
-			if strings.HasPrefix(e, "http://") {
-				return nil, nil, fmt.Errorf("assigner: --etcd-endpoints %s: with TLS the etcd client speaks https only; give https:// endpoints", e)
-			}
-		}
+	if err := mtls.CheckEndpoints(src, o.endpoints); err != nil {
+		return nil, nil, fmt.Errorf("assigner: %w", err)
 	}
 	return src, policy, nil
 }

@@ -164,3 +164,21 @@ func joinRoles(rs []Role) string {
 }
 
 func contains(rs []Role, r Role) bool { return slices.Contains(rs, r) }
+
+// LoadServer loads what a server is secured with: its TLS files (nil for none) and its policy
+// file (nil for none). A policy without TLS is refused: without TLS no caller has an identity
+// to grant roles to, and every call is let through.
+func LoadServer(tls mtls.Config, policyPath string) (*mtls.Source, *Policy, error) {
+	src, err := tls.Load()
+	if err != nil {
+		return nil, nil, err
+	}
+	if policyPath != "" && src == nil {
+		return nil, nil, fmt.Errorf("%w: --authz-policy needs --tls-cert, --tls-key and --tls-ca: without TLS no caller is known, and every call is let through", ErrPolicy)
+	}
+	policy, err := LoadPolicy(policyPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--authz-policy: %w", err)
+	}
+	return src, policy, nil
+}

@@ -256,16 +256,9 @@ func (o *options) run(ctx context.Context) error {
 // security loads the TLS files and the policy: a partial set of TLS flags, a file that does
 // not load or a policy without TLS to authenticate its identities is a usage error.
 func (o *options) security() (*mtls.Source, *authz.Policy, error) {
-	src, err := o.tls.Load()
+	src, policy, err := authz.LoadServer(o.tls, o.authzPolicy)
 	if err != nil {
 		return nil, nil, usagef("distributor: %w", err)
-	}
-	if o.authzPolicy != "" && src == nil {
-		return nil, nil, usagef("--authz-policy needs --tls-cert, --tls-key and --tls-ca: without TLS callers have no identity")
-	}
-	policy, err := authz.LoadPolicy(o.authzPolicy)
-	if err != nil {
-		return nil, nil, usagef("--authz-policy: %w", err)
 	}
 	if src != nil && src.Identity().Kind != "distributor" {
 		return nil, nil, usagef("--tls-cert names %s; a distributor's certificate must name spiffe://%s/distributor/<id>",
@@ -279,11 +272,8 @@ func (o *options) security() (*mtls.Source, *authz.Policy, error) {
 			return nil, nil, usagef("distributor: %w", err)
 		}
 	}
-	for _, e := range o.endpoints {
-		// The etcd client would drop the TLS of an http:// endpoint without a word.
-		if src != nil && strings.HasPrefix(e, "http://") {
-			return nil, nil, usagef("--etcd-endpoints %s: with TLS the etcd client speaks https only; give https:// endpoints", e)
-		}
+	if err := mtls.CheckEndpoints(src, o.endpoints); err != nil {
+		return nil, nil, usagef("distributor: %w", err)
 	}
 	return src, policy, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -57,4 +58,18 @@ func WarnPlaintext(ctx context.Context, log *slog.Logger, s *Source, what, addr 
 		case <-t.C:
 		}
 	}
+}
+
+// CheckEndpoints refuses http:// etcd endpoints when s is not nil: the etcd client would
+// drop the TLS of such an endpoint without a word.
+func CheckEndpoints(s *Source, endpoints []string) error {
+	if s == nil {
+		return nil
+	}
+	for _, e := range endpoints {
+		if strings.HasPrefix(e, "http://") {
+			return fmt.Errorf("%w: --etcd-endpoints %s: with TLS the etcd client speaks https only; give https:// endpoints", ErrConfig, e)
+		}
+	}
+	return nil
 }
