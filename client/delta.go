@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
@@ -42,10 +41,10 @@ func opFromProto(o *pb.DeltaOp) (Op, error) {
 		return Op{Kind: OpReset}, nil
 	case *pb.DeltaOp_AddSlice:
 		r, err := wire.RangeFromProto(x.AddSlice)
-		return Op{Kind: OpAddSlice, Range: r}, err
+		return Op{Kind: OpAddSlice, Range: rangeOf(r)}, err
 	case *pb.DeltaOp_DropSlice:
 		r, err := wire.RangeFromProto(x.DropSlice)
-		return Op{Kind: OpDropSlice, Range: r}, err
+		return Op{Kind: OpDropSlice, Range: rangeOf(r)}, err
 	case *pb.DeltaOp_SetSlices:
 		list, err := rangesFromProto(x.SetSlices.GetRanges())
 		return Op{Kind: OpSetSlices, Slices: list}, err
@@ -81,10 +80,10 @@ func rangesFromProto(ms []*pb.Range) ([]Range, error) {
 		if err != nil {
 			return nil, err
 		}
-		if i > 0 && out[i-1].End.Compare(keyspace.At(r.Start)) > 0 {
+		if i > 0 && out[i-1].End.Compare(BoundAt(r.Start)) > 0 {
 			return nil, fmt.Errorf("slices %s and %s overlap or are out of order", out[i-1], r)
 		}
-		out[i] = r
+		out[i] = rangeOf(r)
 	}
 	return out, nil
 }

@@ -95,7 +95,7 @@ func (c *loadCounter) take(node string, now time.Time) load.Report {
 	defer c.mu.Unlock()
 	r := load.Report{Node: assignment.NodeID(node), At: now, Window: now.Sub(c.start), Samples: make([]load.Sample, len(c.list))}
 	for i, rg := range c.list {
-		r.Samples[i] = load.Sample{Range: rg, Load: c.loads[i]}
+		r.Samples[i] = load.Sample{Range: rg.keyspace(), Load: c.loads[i]}
 		c.loads[i] = 0
 	}
 	for h, v := range c.hot {

@@ -10,15 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 )
 
 // rng returns the range [start, end).
-func rng(start, end uint64) Range { return Range{Start: start, End: keyspace.At(end)} }
+func rng(start, end uint64) Range { return Range{Start: start, End: BoundAt(end)} }
 
 // rngEnd returns the range [start, 2^64).
-func rngEnd(start uint64) Range { return Range{Start: start, End: keyspace.End} }
+func rngEnd(start uint64) Range { return Range{Start: start, End: EndOfSpace()} }
 
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
@@ -29,7 +28,7 @@ func sampleLoads(t *testing.T, r load.Report, want []Range) []float64 {
 	var got []Range
 	var loads []float64
 	for _, s := range r.Samples {
-		got = append(got, s.Range)
+		got = append(got, rangeOf(s.Range))
 		loads = append(loads, s.Load)
 	}
 	require.Equal(t, want, got, "one sample per slice counted, in order")
@@ -126,7 +125,7 @@ func TestLoadCounterTakeReturnsTheWindowAndResets(t *testing.T) {
 
 func TestLoadCounterTakeSortsHotKeysByLoad(t *testing.T) {
 	c := newLoadCounter(8, t0)
-	c.setSlices([]Range{keyspace.Full()})
+	c.setSlices([]Range{FullRange()})
 	for _, k := range []load.HotKey{{Hash: 1, Load: 1}, {Hash: 2, Load: 5}, {Hash: 3, Load: 3}, {Hash: 4, Load: 4}, {Hash: 5, Load: 2}} {
 		c.record(k.Hash, k.Load)
 	}
@@ -137,11 +136,11 @@ func TestLoadCounterTakeSortsHotKeysByLoad(t *testing.T) {
 
 func TestLoadCounterWithoutHotKeys(t *testing.T) {
 	c := newLoadCounter(0, t0)
-	c.setSlices([]Range{keyspace.Full()})
+	c.setSlices([]Range{FullRange()})
 	c.record(1, 1)
 	c.record(2, 2)
 	r := c.take("n1", t0.Add(time.Second))
-	assert.Equal(t, []float64{3}, sampleLoads(t, r, []Range{keyspace.Full()}))
+	assert.Equal(t, []float64{3}, sampleLoads(t, r, []Range{FullRange()}))
 	assert.Empty(t, r.HotKeys)
 }
 
@@ -158,7 +157,7 @@ func TestLoadCounterMisraGries(t *testing.T) {
 		heavy := rapid.SliceOfN(rapid.IntRange(0, keys-1), 0, 3).Draw(t, "heavy")
 		n := rapid.IntRange(0, 300).Draw(t, "n")
 		c := newLoadCounter(k, t0)
-		c.setSlices([]Range{keyspace.Full()})
+		c.setSlices([]Range{FullRange()})
 		truth := map[uint64]float64{}
 		var total float64
 		for range n {

@@ -253,16 +253,37 @@ func slicesOf(a *assignment.Assignment, id string) []client.Range {
 	for _, s := range a.All() {
 		for _, r := range s.Replicas {
 			if string(r) == id {
-				out = append(out, s.Range)
+				out = append(out, fromKeyspace(s.Range))
 			}
 		}
 	}
 	return out
 }
 
+// fromKeyspace returns the client's form of a range of the map.
+func fromKeyspace(r keyspace.Range) client.Range {
+	out := client.Range{Start: r.Start, End: client.EndOfSpace()}
+	if !r.End.IsEnd() {
+		out.End = client.BoundAt(r.End.Point())
+	}
+	return out
+}
+
+// setOf returns the points of the client's ranges rs.
+func setOf(rs ...client.Range) keyspace.Set {
+	ks := make([]keyspace.Range, len(rs))
+	for i, r := range rs {
+		ks[i] = keyspace.Range{Start: r.Start, End: keyspace.End}
+		if !r.End.IsEnd() {
+			ks[i].End = keyspace.At(r.End.Point())
+		}
+	}
+	return keyspace.NewSet(ks...)
+}
+
 // keysIn returns up to n keys whose hash lies in the slices given.
 func keysIn(slices []client.Range, prefix string, n int) [][]byte {
-	set := keyspace.NewSet(slices...)
+	set := setOf(slices...)
 	var out [][]byte
 	for i := 0; len(out) < n && i < 100*n; i++ {
 		if k := fmt.Appendf(nil, "%s-%d", prefix, i); set.Contains(client.Hash(k)) {
@@ -306,8 +327,8 @@ func TestNodeInCluster(t *testing.T) {
 		s1, s2 := n1.Slices(), n2.Slices()
 		require.NotEmpty(t, s1)
 		require.NotEmpty(t, s2)
-		set1, set2 := keyspace.NewSet(s1...), keyspace.NewSet(s2...)
-		assert.True(t, set1.Union(set2).Equal(keyspace.NewSet(keyspace.Full())), "together the nodes hold the whole space: %s and %s", set1, set2)
+		set1, set2 := setOf(s1...), setOf(s2...)
+		assert.True(t, set1.Union(set2).Equal(setOf(client.FullRange())), "together the nodes hold the whole space: %s and %s", set1, set2)
 		assert.True(t, set1.Intersect(set2).Empty(), "no slice has two replicas, so the nodes share nothing: %s and %s", set1, set2)
 		// Each node lists its slices of the map, as the assigner cut them.
 		a := adm.assignment(t, ctx)
@@ -337,8 +358,13 @@ func TestNodeInCluster(t *testing.T) {
 		return
 	}
 
-	// Stop n1 and start it again on its store: it resumes its stream, without a snapshot,
-	// and learns its slices back from the distributor.
+	restarted := checkNodeResumes(t, ctx, c, adm, n1)
+	checkLoadReachesAssigner(t, ctx, adm, restarted)
+}
+
+// checkNodeResumes stops n1 and starts it again on its store: it resumes its stream, without
+// a snapshot, and learns its slices back from the distributor.
+func checkNodeResumes(t *testing.T, ctx context.Context, c *clustertest.Cluster, adm admin, n1 *clustertest.Node) *clustertest.Node {
 	n1.Stop()
 	before := n1.Cursor()
 	stored, err := n1.Store.Cursor(ctx)
@@ -347,11 +373,12 @@ func TestNodeInCluster(t *testing.T) {
 	restarted := c.StartNode("n1", n1.Store)
 	mine := keysIn(slicesOf(adm.assignment(t, ctx), "n1"), "after-restart", 5)
 	require.NotEmpty(t, mine)
+	var last uint64
 	for _, k := range mine {
 		last, err = c.Source.Put(ctx, k, []byte("new"))
 		require.NoError(t, err)
 	}
-	report, err = c.WaitConverged(ctx)
+	report, err := c.WaitConverged(ctx)
 	require.NoError(t, err, "%s", report)
 	assert.GreaterOrEqual(t, restarted.Clock(), last)
 	after := restarted.Cursor()
@@ -364,10 +391,15 @@ func TestNodeInCluster(t *testing.T) {
 		assert.True(t, ok, "%s", k)
 		assert.Equal(t, "new", string(it.Value))
 	}
+	return restarted
+}
 
+// checkLoadReachesAssigner records load on the restarted n1's keys, and waits for the
+// assigner to see it.
+func checkLoadReachesAssigner(t *testing.T, ctx context.Context, adm admin, restarted *clustertest.Node) {
 	// Load recorded on n1's keys reaches the assigner. Balancing runs again, for the assigner
 	// estimates load in its passes.
-	_, err = adm.Unfreeze(ctx, &pb.UnfreezeRequest{}, grpc.WaitForReady(true))
+	_, err := adm.Unfreeze(ctx, &pb.UnfreezeRequest{}, grpc.WaitForReady(true))
 	require.NoError(t, err)
 	assert.Zero(t, adm.nodes(ctx)["n1"].GetLoad(), "no load before any is recorded")
 	waitFor(t, 30*time.Second, "the assigner sees n1's load", func() bool {
@@ -446,11 +478,11 @@ func contents(t *testing.T, s *memstore.Store) (client.Cursor, []client.Range, m
 
 func TestApplyOnMemstore(t *testing.T) {
 	s := memstore.New()
-	half := client.Range{Start: 0, End: keyspace.At(1 << 63)}
+	half := client.Range{Start: 0, End: client.BoundAt(1 << 63)}
 	require.NoError(t, client.Apply(t.Context(), s, client.Delta{Epoch: 5, From: 0, To: 7, Ops: []client.Op{
 		{Kind: client.OpReset},
-		{Kind: client.OpAddSlice, Range: keyspace.Full()},
-		{Kind: client.OpSetSlices, Slices: []client.Range{keyspace.Full()}},
+		{Kind: client.OpAddSlice, Range: client.FullRange()},
+		{Kind: client.OpSetSlices, Slices: []client.Range{client.FullRange()}},
 		// In order: the last put wins, a delete after a put removes the item.
 		{Kind: client.OpPut, Key: []byte("a"), Value: []byte("1")},
 		{Kind: client.OpPut, Key: []byte("a"), Value: []byte("2")},
@@ -460,7 +492,7 @@ func TestApplyOnMemstore(t *testing.T) {
 	}}))
 	cur, list, items := contents(t, s)
 	assert.Equal(t, client.Cursor{Epoch: 5, Index: 7}, cur)
-	assert.Equal(t, []client.Range{keyspace.Full()}, list)
+	assert.Equal(t, []client.Range{client.FullRange()}, list)
 	assert.Equal(t, map[string]client.Item{
 		"a": {Key: []byte("a"), Value: []byte("2"), HasValue: true},
 		"c": {Key: []byte("c"), Fragments: []client.Fragment{{ID: "f", Value: []byte("x")}}},

@@ -213,7 +213,7 @@ func TestRouterAppliesQuanta(t *testing.T) {
 		require.NoError(t, err)
 		return rt
 	}
-	assert.Equal(t, Route{Hash: 42, Slice: a.Slice(0).Range, Replicas: []Replica{{ID: "n1", Capacity: 1}}, Generation: 4}, route(42),
+	assert.Equal(t, Route{Hash: 42, Slice: rangeOf(a.Slice(0).Range), Replicas: []Replica{{ID: "n1", Capacity: 1}}, Generation: 4}, route(42),
 		"a node the router does not know has no address and capacity 1")
 	assert.Equal(t, []Replica{{ID: "n2", Capacity: 1}}, route(1<<63).Replicas)
 	term, seq := r.Position()
@@ -229,9 +229,9 @@ func TestRouterAppliesQuanta(t *testing.T) {
 	term, seq = r.Position()
 	assert.Equal(t, [3]uint64{2, 9, 120}, [3]uint64{term, seq, r.Clock()})
 	top := route(3 << 62)
-	assert.Equal(t, keyspace.Range{Start: 3 << 62, End: keyspace.End}, top.Slice)
+	assert.Equal(t, Range{Start: 3 << 62, End: EndOfSpace()}, top.Slice)
 	assert.Equal(t, []Replica{{ID: "n1", Capacity: 1}, {ID: "n3", Capacity: 1}}, top.Replicas)
-	assert.Equal(t, keyspace.Range{Start: 1 << 63, End: keyspace.At(3 << 62)}, route(1<<63).Slice)
+	assert.Equal(t, Range{Start: 1 << 63, End: BoundAt(3 << 62)}, route(1<<63).Slice)
 	assert.Equal(t, uint64(5), top.Generation)
 
 	// A clock-only quantum moves the clock and the position, not the map.
@@ -243,21 +243,42 @@ func TestRouterAppliesQuanta(t *testing.T) {
 	term, seq = r.Position()
 	assert.Equal(t, [2]uint64{2, 10}, [2]uint64{term, seq})
 
-	// Quanta that do not follow the map change nothing.
-	bad := []struct {
-		name string
-		q    quantum.Quantum
-		want string
-	}{
-		{"an old position", quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 10}, Generation: 6,
-			Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "does not follow 2.10"},
-		{"another term", quantum.Quantum{Position: quantum.Position{Term: 3, Seq: 1}, Generation: 6,
-			Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "does not follow 2.10"},
-		{"an op on no slice", quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 11}, Generation: 6,
-			Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}, assignment.Merge{Left: 12345}}}, "does not apply to generation 5"},
-		{"a generation skipped", quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 11}, Generation: 7,
-			Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "leads to generation 7, but applied to the router's map it gives 6"},
-	}
+	checkRefusesUnfollowingQuanta(t, r, after)
+
+	// A reinitializing quantum replaces the map, whatever the position: a new leader's term.
+	b := everywhere(t, "n9")
+	require.NoError(t, r.apply(reinit(b, 3, 0, 140)))
+	assert.Equal(t, []Replica{{ID: "n9", Capacity: 1}}, route(0).Replicas)
+	assert.Equal(t, FullRange(), route(0).Slice)
+	term, seq = r.Position()
+	assert.Equal(t, [3]uint64{3, 0, 140}, [3]uint64{term, seq, r.Clock()})
+
+	// Except a deposed leader's, of an older term.
+	now := r.view.Load()
+	require.ErrorContains(t, r.apply(reinit(a, 2, 11, 150)), "quantum 2.11 is of a term older than 3.0")
+	assert.Same(t, now, r.view.Load(), "the map did not change")
+}
+
+// unfollowingQuanta do not follow the map that TestRouterAppliesQuanta has built by then, at
+// 2.10 and generation 5.
+var unfollowingQuanta = []struct {
+	name string
+	q    quantum.Quantum
+	want string
+}{
+	{"an old position", quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 10}, Generation: 6,
+		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "does not follow 2.10"},
+	{"another term", quantum.Quantum{Position: quantum.Position{Term: 3, Seq: 1}, Generation: 6,
+		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "does not follow 2.10"},
+	{"an op on no slice", quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 11}, Generation: 6,
+		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}, assignment.Merge{Left: 12345}}}, "does not apply to generation 5"},
+	{"a generation skipped", quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 11}, Generation: 7,
+		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "leads to generation 7, but applied to the router's map it gives 6"},
+}
+
+// checkRefusesUnfollowingQuanta checks that quanta that do not follow the map change nothing.
+func checkRefusesUnfollowingQuanta(t *testing.T, r *Router, after *view) {
+	bad := unfollowingQuanta
 	for _, tc := range bad {
 		err := r.apply(tc.q)
 		require.Error(t, err, tc.name)
@@ -267,19 +288,6 @@ func TestRouterAppliesQuanta(t *testing.T) {
 	if err := r.apply(bad[2].q); assert.Error(t, err) {
 		assert.ErrorIs(t, err, assignment.ErrNoSlice, "the cause is kept")
 	}
-
-	// A reinitializing quantum replaces the map, whatever the position: a new leader's term.
-	b := everywhere(t, "n9")
-	require.NoError(t, r.apply(reinit(b, 3, 0, 140)))
-	assert.Equal(t, []Replica{{ID: "n9", Capacity: 1}}, route(0).Replicas)
-	assert.Equal(t, keyspace.Full(), route(0).Slice)
-	term, seq = r.Position()
-	assert.Equal(t, [3]uint64{3, 0, 140}, [3]uint64{term, seq, r.Clock()})
-
-	// Except a deposed leader's, of an older term.
-	now := r.view.Load()
-	require.ErrorContains(t, r.apply(reinit(a, 2, 11, 150)), "quantum 2.11 is of a term older than 3.0")
-	assert.Same(t, now, r.view.Load(), "the map did not change")
 }
 
 func TestRouterTakesAddressesFromTheNodeList(t *testing.T) {

@@ -217,7 +217,7 @@ func (r *Router) LookupHash(h uint64) (Route, error) {
 		return Route{}, ErrNotReady
 	}
 	i := v.find(h)
-	return Route{Hash: h, Slice: v.a.Slice(i).Range, Replicas: v.sets[i].replicas, Generation: v.a.Generation()}, nil
+	return Route{Hash: h, Slice: rangeOf(v.a.Slice(i).Range), Replicas: v.sets[i].replicas, Generation: v.a.Generation()}, nil
 }
 
 // Pick returns the replica of key's slice that the router's policy chooses.

@@ -88,30 +88,6 @@ func TestRouterWithoutAnAssigner(t *testing.T) {
 	// goleak, in TestMain, checks that nothing Run started is left.
 }
 
-// A proxy embeds a Router to send each request to a node that holds its key.
-func ExampleRouter() {
-	r, err := client.NewRouter(client.RouterConfig{Assigners: []string{"10.0.0.1:7070", "10.0.0.2:7070"},
-		Policy: client.LeastOutstanding})
-	if err != nil {
-		panic(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.Run(ctx) //nolint:errcheck // Run returns nil once ctx ends
-	if err := r.WaitReady(ctx); err != nil {
-		panic(err)
-	}
-
-	// For each request:
-	replica, err := r.Pick([]byte("user:42"))
-	if err != nil {
-		panic(err)
-	}
-	done := r.Begin(replica.ID)
-	defer done()
-	fmt.Println("send to", replica.Address)
-}
-
 // runRouter runs r until the test ends, and checks that Run then returns nil.
 func runRouter(t *testing.T, r *client.Router) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -168,7 +144,7 @@ func checkAgrees(t *testing.T, ctx context.Context, c *clustertest.Cluster, r *c
 		for _, h := range []uint64{s.Range.Start, s.Range.Start + (s.Range.End.Point()-1-s.Range.Start)/2} {
 			rt, err := r.LookupHash(h)
 			require.NoError(t, err)
-			require.Equal(t, s.Range, rt.Slice, "the slice holding %x", h)
+			require.Equal(t, fromKeyspace(s.Range), rt.Slice, "the slice holding %x", h)
 			require.Equal(t, idStrings(s.Replicas), replicaIDs(rt.Replicas), "the replicas of %s", s.Range)
 			require.Equal(t, a.Generation(), rt.Generation)
 		}
@@ -183,7 +159,7 @@ func checkAgrees(t *testing.T, ctx context.Context, c *clustertest.Cluster, r *c
 		got, err := r.Lookup(key)
 		require.NoError(t, err)
 		require.Equal(t, want.GetHash(), got.Hash, "%s", key)
-		require.Equal(t, slice, got.Slice, "%s", key)
+		require.Equal(t, fromKeyspace(slice), got.Slice, "%s", key)
 		require.Equal(t, want.GetReplicas(), replicaIDs(got.Replicas), "%s", key)
 		require.Equal(t, want.GetGeneration(), got.Generation, "%s", key)
 	}
@@ -224,20 +200,43 @@ func freeAddress(t *testing.T) string {
 // losing etcd (a standby takes over) and the next leader being stopped and replaced by a
 // new assigner at the same address.
 func TestRouterInCluster(t *testing.T) {
-	// The first assigner, which clustertest starts, keeps its etcd client here, so that the
-	// test can cut it off; later ones listen where the test says.
-	var (
-		firstClient *clientv3.Client
-		listen      string
-	)
-	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
-		if firstClient == nil {
-			firstClient = cfg.Client
+	s := startRouterCluster(t)
+	t.Run("move", func(t *testing.T) { routerFollowsAMove(t, s) })
+	t.Run("split", func(t *testing.T) { routerFollowsASplit(t, s) })
+	t.Run("replicas and a new node", func(t *testing.T) { routerFollowsReplicasAndANewNode(t, s) })
+	if t.Failed() {
+		return
+	}
+	routerFollowsFailover(t, s)
+}
+
+// routerCluster is a cluster with a leading assigner, a standby, two nodes and a router, with
+// balancing frozen so that the map changes only as the test changes it.
+type routerCluster struct {
+	c       *clustertest.Cluster
+	r       *client.Router
+	adm     admin
+	ctx     context.Context
+	standby *clustertest.Part
+	// firstClient is the first assigner's etcd client, so that the test can cut it off.
+	firstClient *clientv3.Client
+	clock0      uint64
+	term0       uint64
+}
+
+func startRouterCluster(t *testing.T) *routerCluster {
+	s := &routerCluster{}
+	// Later assigners listen where the test says.
+	var listen string
+	s.c = clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
+		if s.firstClient == nil {
+			s.firstClient = cfg.Client
 		}
 		if listen != "" {
 			cfg.Listen = listen
 		}
 	}})
+	c := s.c
 	// The first assigner must lead before the standby starts, or the standby may win the
 	// election. (c.Conn would only know the first assigner: dial on the side.)
 	first, err := dial.Leader(c.Assigners())
@@ -249,134 +248,140 @@ func TestRouterInCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.GetLeader())
 	listen = freeAddress(t)
-	standby := c.StartAssigner() // before the nodes and the connection, which then know it
-	require.Equal(t, listen, standby.Addr)
+	s.standby = c.StartAssigner() // before the nodes and the connection, which then know it
+	require.Equal(t, listen, s.standby.Addr)
 	c.StartNode("n1", nil)
 	c.StartNode("n2", nil)
-	adm := newAdmin(c)
+	s.adm = newAdmin(c)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
+	s.ctx = ctx
 	waitFor(t, 30*time.Second, "both nodes hold slices in the map", func() bool {
-		nodes := adm.nodes(ctx)
+		nodes := s.adm.nodes(ctx)
 		return nodes["n1"].GetSlices() > 0 && nodes["n2"].GetSlices() > 0
 	})
 	// A still map, so that the router and the assigner can be compared; admin changes go on.
-	_, err = adm.Freeze(ctx, &pb.FreezeRequest{Reason: "router test"}, grpc.WaitForReady(true))
+	_, err = s.adm.Freeze(ctx, &pb.FreezeRequest{Reason: "router test"}, grpc.WaitForReady(true))
 	require.NoError(t, err)
 
 	// A refresh interval longer than the test: addresses come from the first read of the
 	// node list, and from the read that a map naming an unknown node triggers.
-	r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), RefreshInterval: time.Hour, Logger: quiet()})
+	s.r, err = client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), RefreshInterval: time.Hour, Logger: quiet()})
 	require.NoError(t, err)
-	runRouter(t, r)
+	runRouter(t, s.r)
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer rcancel()
-	require.NoError(t, r.WaitReady(rctx))
+	require.NoError(t, s.r.WaitReady(rctx))
 
-	checkAgrees(t, ctx, c, r, 300)
-	withAddresses(t, ctx, c, r, 10*time.Second)
-	clock0 := r.Clock()
-	assert.NotZero(t, clock0, "the map carries the source's clock")
-	term0, _ := r.Position()
-	assert.NotZero(t, term0)
+	checkAgrees(t, ctx, c, s.r, 300)
+	withAddresses(t, ctx, c, s.r, 10*time.Second)
+	s.clock0 = s.r.Clock()
+	assert.NotZero(t, s.clock0, "the map carries the source's clock")
+	s.term0, _ = s.r.Position()
+	assert.NotZero(t, s.term0)
+	return s
+}
 
-	// followChange waits for the router to apply an admin change, and checks where it stands.
-	followChange := func(t *testing.T, ch *pb.Change) {
-		t.Helper()
-		waitFor(t, 10*time.Second, "the router applies the change", func() bool { return r.Generation() >= ch.GetGeneration() })
-		require.Equal(t, ch.GetGeneration(), r.Generation())
-		term, seq := r.Position()
-		assert.Equal(t, [2]uint64{ch.GetPosition().GetTerm(), ch.GetPosition().GetSeq()}, [2]uint64{term, seq})
+// followChange waits for the router to apply an admin change, and checks where it stands.
+func (s *routerCluster) followChange(t *testing.T, ch *pb.Change) {
+	t.Helper()
+	r := s.r
+	waitFor(t, 10*time.Second, "the router applies the change", func() bool { return r.Generation() >= ch.GetGeneration() })
+	require.Equal(t, ch.GetGeneration(), r.Generation())
+	term, seq := r.Position()
+	assert.Equal(t, [2]uint64{ch.GetPosition().GetTerm(), ch.GetPosition().GetSeq()}, [2]uint64{term, seq})
+}
+
+// moveAway moves the slice holding key to whichever of n1 and n2 does not hold it alone,
+// so that the move is a change (a move to where the slice is makes no quantum).
+func (s *routerCluster) moveAway(t *testing.T, key []byte) (before client.Route, to string) {
+	t.Helper()
+	before, err := s.r.Lookup(key)
+	require.NoError(t, err)
+	to = "n1"
+	if slices.Equal(replicaIDs(before.Replicas), []string{"n1"}) {
+		to = "n2"
 	}
+	resp, err := s.adm.Move(s.ctx, &pb.MoveRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: key}}, To: []string{to}}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.GetChange().GetOps(), "the move changes the map: %s", resp.GetChange().GetSummary())
+	s.followChange(t, resp.GetChange())
+	return before, to
+}
 
-	// moveAway moves the slice holding key to whichever of n1 and n2 does not hold it alone,
-	// so that the move is a change (a move to where the slice is makes no quantum).
-	moveAway := func(t *testing.T, key []byte) (before client.Route, to string) {
-		t.Helper()
-		before, err := r.Lookup(key)
+func routerFollowsAMove(t *testing.T, s *routerCluster) {
+	key := []byte("moved-key")
+	before, to := s.moveAway(t, key)
+	after, err := s.r.Lookup(key)
+	require.NoError(t, err)
+	assert.Equal(t, []client.Replica{{ID: to, Address: "127.0.0.1:1", Capacity: 1}}, after.Replicas)
+	assert.Equal(t, before.Generation+1, after.Generation)
+	assert.GreaterOrEqual(t, s.r.Clock(), s.clock0)
+	checkAgrees(t, s.ctx, s.c, s.r, 100)
+}
+
+func routerFollowsASplit(t *testing.T, s *routerCluster) {
+	key := []byte("split-key")
+	before, err := s.r.Lookup(key)
+	require.NoError(t, err)
+	resp, err := s.adm.Split(s.ctx, &pb.SplitRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: key}}}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	s.followChange(t, resp.GetChange())
+	after, err := s.r.Lookup(key)
+	require.NoError(t, err)
+	assert.Equal(t, before.Slice.Start < after.Slice.Start, after.Slice.End == before.Slice.End, "the key is in one half: %s of %s", after.Slice, before.Slice)
+	assert.Less(t, after.Slice.Fraction(), before.Slice.Fraction())
+	assert.Equal(t, replicaIDs(before.Replicas), replicaIDs(after.Replicas), "a split moves nothing")
+	checkAgrees(t, s.ctx, s.c, s.r, 100)
+}
+
+func routerFollowsReplicasAndANewNode(t *testing.T, s *routerCluster) {
+	ctx, r := s.ctx, s.r
+	// n3 joins after the router read the node list; the map naming it makes the router
+	// read it again at once (the interval is an hour).
+	s.c.StartNode("n3", nil)
+	waitFor(t, 30*time.Second, "n3 registers", func() bool { return s.adm.nodes(ctx)["n3"] != nil })
+	key := []byte("replicated-key")
+	resp, err := s.adm.Move(ctx, &pb.MoveRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: key}}, To: []string{"n3", "n1"}}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	s.followChange(t, resp.GetChange())
+	withAddresses(t, ctx, s.c, r, 5*time.Second)
+	rt, err := r.Lookup(key)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"n1", "n3"}, replicaIDs(rt.Replicas))
+	// The default policy, round-robin, takes them in turn.
+	var got []string
+	for range 4 {
+		rep, err := r.Pick(key)
 		require.NoError(t, err)
-		to = "n1"
-		if slices.Equal(replicaIDs(before.Replicas), []string{"n1"}) {
-			to = "n2"
-		}
-		resp, err := adm.Move(ctx, &pb.MoveRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: key}}, To: []string{to}}, grpc.WaitForReady(true))
-		require.NoError(t, err)
-		require.NotEmpty(t, resp.GetChange().GetOps(), "the move changes the map: %s", resp.GetChange().GetSummary())
-		followChange(t, resp.GetChange())
-		return before, to
+		got = append(got, rep.ID)
 	}
+	assert.ElementsMatch(t, []string{"n1", "n1", "n3", "n3"}, got)
+	assert.NotEqual(t, got[0], got[1])
+	checkAgrees(t, ctx, s.c, r, 100)
+}
 
-	t.Run("move", func(t *testing.T) {
-		key := []byte("moved-key")
-		before, to := moveAway(t, key)
-		after, err := r.Lookup(key)
-		require.NoError(t, err)
-		assert.Equal(t, []client.Replica{{ID: to, Address: "127.0.0.1:1", Capacity: 1}}, after.Replicas)
-		assert.Equal(t, before.Generation+1, after.Generation)
-		assert.GreaterOrEqual(t, r.Clock(), clock0)
-		checkAgrees(t, ctx, c, r, 100)
-	})
-
-	t.Run("split", func(t *testing.T) {
-		key := []byte("split-key")
-		before, err := r.Lookup(key)
-		require.NoError(t, err)
-		resp, err := adm.Split(ctx, &pb.SplitRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: key}}}, grpc.WaitForReady(true))
-		require.NoError(t, err)
-		followChange(t, resp.GetChange())
-		after, err := r.Lookup(key)
-		require.NoError(t, err)
-		assert.Equal(t, before.Slice.Start < after.Slice.Start, after.Slice.End == before.Slice.End, "the key is in one half: %s of %s", after.Slice, before.Slice)
-		assert.Less(t, after.Slice.Width(), before.Slice.Width())
-		assert.Equal(t, replicaIDs(before.Replicas), replicaIDs(after.Replicas), "a split moves nothing")
-		checkAgrees(t, ctx, c, r, 100)
-	})
-
-	t.Run("replicas and a new node", func(t *testing.T) {
-		// n3 joins after the router read the node list; the map naming it makes the router
-		// read it again at once (the interval is an hour).
-		c.StartNode("n3", nil)
-		waitFor(t, 30*time.Second, "n3 registers", func() bool { return adm.nodes(ctx)["n3"] != nil })
-		key := []byte("replicated-key")
-		resp, err := adm.Move(ctx, &pb.MoveRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: key}}, To: []string{"n3", "n1"}}, grpc.WaitForReady(true))
-		require.NoError(t, err)
-		followChange(t, resp.GetChange())
-		withAddresses(t, ctx, c, r, 5*time.Second)
-		rt, err := r.Lookup(key)
-		require.NoError(t, err)
-		assert.Equal(t, []string{"n1", "n3"}, replicaIDs(rt.Replicas))
-		// The default policy, round-robin, takes them in turn.
-		var got []string
-		for range 4 {
-			rep, err := r.Pick(key)
-			require.NoError(t, err)
-			got = append(got, rep.ID)
-		}
-		assert.ElementsMatch(t, []string{"n1", "n1", "n3", "n3"}, got)
-		assert.NotEqual(t, got[0], got[1])
-		checkAgrees(t, ctx, c, r, 100)
-	})
-	if t.Failed() {
-		return
-	}
-
+// routerFollowsFailover checks that the router resumes from a new leader, after the leader
+// loses etcd and after it stops.
+func routerFollowsFailover(t *testing.T, s *routerCluster) {
+	c, r, ctx, standby := s.c, s.r, s.ctx, s.standby
 	// The leader loses etcd: its lease lapses and the standby leads, under a new term. The
 	// router resumes from the new leader.
-	require.NoError(t, firstClient.Close())
+	require.NoError(t, s.firstClient.Close())
 	waitFor(t, 30*time.Second, "the standby leads", func() bool {
 		st, err := pb.NewAdminServiceClient(c.Conn()).Status(ctx, &pb.StatusRequest{})
-		return err == nil && st.GetLeader() && st.GetLeaderAddress() == standby.Addr && st.GetPosition().GetTerm() > term0
+		return err == nil && st.GetLeader() && st.GetLeaderAddress() == standby.Addr && st.GetPosition().GetTerm() > s.term0
 	})
-	moveAway(t, []byte("after-failover"))
+	s.moveAway(t, []byte("after-failover"))
 	term1, _ := r.Position()
-	assert.Greater(t, term1, term0, "the router follows the new term")
+	assert.Greater(t, term1, s.term0, "the router follows the new term")
 	checkAgrees(t, ctx, c, r, 100)
 
 	// The leader stops, and a new assigner starts at its address: the router reconnects.
 	standby.Stop()
 	replacement := c.StartAssigner()
 	require.Equal(t, standby.Addr, replacement.Addr)
-	moveAway(t, []byte("after-restart"))
+	s.moveAway(t, []byte("after-restart"))
 	term2, _ := r.Position()
 	assert.Greater(t, term2, term1, "the router follows the new term")
 	checkAgrees(t, ctx, c, r, 100)

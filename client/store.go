@@ -13,16 +13,7 @@ package client
 import (
 	"context"
 	"fmt"
-
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
-
-// Range is the half-open interval [Start, End) of the 64-bit hash space; End may be the end
-// of the space, 2^64 (End.IsEnd()).
-type Range = keyspace.Range
-
-// Hash returns the point of the hash space an item's key maps to.
-func Hash(key []byte) uint64 { return keyspace.Hash(key) }
 
 // Cursor says how far a node has applied the stream of deltas from its distributor: the
 // delta stream's epoch (a new one starts with every snapshot) and the number of operations
@@ -32,6 +23,7 @@ type Cursor struct {
 	Index uint64
 }
 
+// String formats the cursor as epoch/index, as logs and slicectl print it.
 func (c Cursor) String() string { return fmt.Sprintf("%d/%d", c.Epoch, c.Index) }
 
 // OpKind says what an Op does.
@@ -62,6 +54,7 @@ const (
 var opNames = [...]string{OpReset: "reset", OpAddSlice: "add_slice", OpDropSlice: "drop_slice", OpPut: "put",
 	OpDelete: "delete", OpPutFragment: "put_fragment", OpDeleteFragment: "delete_fragment", OpSetSlices: "set_slices"}
 
+// String names the kind as the wire and the logs do ("add_slice").
 func (k OpKind) String() string {
 	if int(k) < len(opNames) && opNames[k] != "" {
 		return opNames[k]

@@ -210,7 +210,13 @@ func TestComposeAddressesAgree(t *testing.T) {
 		}
 	}
 
-	// The etcd members name themselves and each other consistently.
+	checkEtcdMembersAgree(t, services)
+	checkPrometheusScrapesEveryProcess(t, services)
+}
+
+// checkEtcdMembersAgree checks that the etcd members name themselves and each other
+// consistently.
+func checkEtcdMembersAgree(t *testing.T, services map[string]composeService) {
 	var members []string
 	for _, name := range byBinary(services, "etcd") {
 		args := services[name].args
@@ -226,7 +232,11 @@ func TestComposeAddressesAgree(t *testing.T) {
 		assert.Equal(t, strings.Join(members, ","), cluster, "etcd service %s: --initial-cluster", name)
 	}
 
-	// Prometheus scrapes every process that serves metrics, where it serves them.
+}
+
+// checkPrometheusScrapesEveryProcess checks that Prometheus scrapes every process that serves
+// metrics, where it serves them.
+func checkPrometheusScrapesEveryProcess(t *testing.T, services map[string]composeService) {
 	metricsPort := map[string]string{}
 	for name, svc := range services {
 		switch svc.binary {

@@ -134,7 +134,12 @@ func TestComposeMutualTLS(t *testing.T) {
 			t.Errorf("%s: no --authz-policy", where)
 		}
 	}
-	// Prometheus checks the host names of what it scrapes over https.
+	checkPrometheusScrapesOverTLS(t, certs, made)
+}
+
+// checkPrometheusScrapesOverTLS checks that Prometheus scrapes over https, as a viewer, and
+// checks the host names of what it scrapes.
+func checkPrometheusScrapesOverTLS(t *testing.T, certs composeCerts, made func(where, file string)) {
 	for _, sc := range l(readYAML(t, prometheusFile)[0], "scrape_configs") {
 		job := s(sc, "job_name")
 		if job == "prometheus" {

@@ -180,59 +180,66 @@ func TestKubernetesWorkloads(t *testing.T) {
 			binaries[binary] = true
 			args := strs(l(c, "args"))
 			checkFlags(t, where, binary, args)
-
-			// Every $(VAR) in the arguments is defined, by env or by a ConfigMap's key.
-			defined := map[string]bool{}
-			for _, e := range l(c, "env") {
-				defined[s(e, "name")] = true
-			}
-			for _, ef := range l(c, "envFrom") {
-				name := s(ef, "configMapRef", "name")
-				data, ok := configMaps[name]
-				if assert.True(t, ok, "%s: no ConfigMap %s", where, name) {
-					for k := range data {
-						defined[k] = true
-					}
-				}
-			}
-			for _, a := range args {
-				for _, ref := range varRefRE.FindAllStringSubmatch(a, -1) {
-					assert.True(t, defined[ref[1]], "%s: $(%s) is not defined", where, ref[1])
-				}
-			}
-
-			// Probes and ports agree.
-			ports := map[string]string{}
-			for _, p := range l(c, "ports") {
-				ports[s(p, "name")] = s(p, "containerPort")
-			}
-			for _, probe := range []string{"readinessProbe", "livenessProbe"} {
-				pr := m(c, probe)
-				if !assert.NotNil(t, pr, "%s: no %s", where, probe) {
-					continue
-				}
-				port := s(pr, "grpc", "port")
-				if port == "" {
-					port = s(pr, "httpGet", "port")
-				}
-				if cmd := strs(l(pr, "exec", "command")); len(cmd) > 0 {
-					port = execProbePort(t, where+" "+probe, cmd)
-				}
-				assert.True(t, ports[port] != "" || slices.Contains(slices.Collect(maps.Values(ports)), port),
-					"%s: %s probes port %s, which the container does not declare", where, probe, port)
-			}
-			for _, flag := range []string{"listen", "metrics-listen"} {
-				if v, ok := flagValue(args, flag); ok {
-					_, port := splitHostPort(t, where+" --"+flag, v)
-					assert.Contains(t, slices.Collect(maps.Values(ports)), port, "%s: --%s port is not a containerPort", where, flag)
-				}
-			}
+			checkContainerVars(t, where, c, args, configMaps)
+			checkContainerPorts(t, where, c, args)
 			assert.Equal(t, "false", s(c, "securityContext", "allowPrivilegeEscalation"), "%s: allowPrivilegeEscalation", where)
 			assert.Equal(t, []string{"ALL"}, strs(l(c, "securityContext", "capabilities", "drop")), "%s: capabilities", where)
 			assert.NotEmpty(t, s(c, "resources", "requests", "memory"), "%s: memory request", where)
 		}
 	}
 	assert.True(t, binaries["assigner"] && binaries["distributor"], "the assigner and distributor workloads exist")
+}
+
+// checkContainerVars checks that every $(VAR) in the arguments is defined, by env or by a
+// ConfigMap's key.
+func checkContainerVars(t *testing.T, where string, c any, args []string, configMaps map[string]map[string]any) {
+	defined := map[string]bool{}
+	for _, e := range l(c, "env") {
+		defined[s(e, "name")] = true
+	}
+	for _, ef := range l(c, "envFrom") {
+		name := s(ef, "configMapRef", "name")
+		data, ok := configMaps[name]
+		if assert.True(t, ok, "%s: no ConfigMap %s", where, name) {
+			for k := range data {
+				defined[k] = true
+			}
+		}
+	}
+	for _, a := range args {
+		for _, ref := range varRefRE.FindAllStringSubmatch(a, -1) {
+			assert.True(t, defined[ref[1]], "%s: $(%s) is not defined", where, ref[1])
+		}
+	}
+}
+
+// checkContainerPorts checks that probes and listening flags name the container's ports.
+func checkContainerPorts(t *testing.T, where string, c any, args []string) {
+	ports := map[string]string{}
+	for _, p := range l(c, "ports") {
+		ports[s(p, "name")] = s(p, "containerPort")
+	}
+	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+		pr := m(c, probe)
+		if !assert.NotNil(t, pr, "%s: no %s", where, probe) {
+			continue
+		}
+		port := s(pr, "grpc", "port")
+		if port == "" {
+			port = s(pr, "httpGet", "port")
+		}
+		if cmd := strs(l(pr, "exec", "command")); len(cmd) > 0 {
+			port = execProbePort(t, where+" "+probe, cmd)
+		}
+		assert.True(t, ports[port] != "" || slices.Contains(slices.Collect(maps.Values(ports)), port),
+			"%s: %s probes port %s, which the container does not declare", where, probe, port)
+	}
+	for _, flag := range []string{"listen", "metrics-listen"} {
+		if v, ok := flagValue(args, flag); ok {
+			_, port := splitHostPort(t, where+" --"+flag, v)
+			assert.Contains(t, slices.Collect(maps.Values(ports)), port, "%s: --%s port is not a containerPort", where, flag)
+		}
+	}
 }
 
 // execProbePort returns the port an exec probe asks: the image's probe, against the

@@ -46,37 +46,6 @@ var labelListWords = map[string]bool{
 func promqlMetrics(expr string) []string {
 	var out []string
 	r := []rune(expr)
-	skipTo := func(i int, open, close rune) int { // i at open; returns the index after the match
-		depth := 0
-		for ; i < len(r); i++ {
-			switch r[i] {
-			case '"', '\'', '`':
-				q := r[i]
-				for i++; i < len(r) && r[i] != q; i++ {
-					if r[i] == '\\' {
-						i++
-					}
-				}
-			case open:
-				depth++
-			case close:
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return i
-	}
-	isIdent := func(c rune, first bool) bool {
-		return c == '_' || c == ':' || unicode.IsLetter(c) || (!first && unicode.IsDigit(c))
-	}
-	nextNonSpace := func(i int) int {
-		for i < len(r) && unicode.IsSpace(r[i]) {
-			i++
-		}
-		return i
-	}
 	for i := 0; i < len(r); {
 		c := r[i]
 		switch {
@@ -90,32 +59,32 @@ func promqlMetrics(expr string) []string {
 			}
 			i = j + 1
 		case c == '{':
-			i = skipTo(i, '{', '}')
+			i = promqlSkipTo(r, i, '{', '}')
 		case c == '[':
-			i = skipTo(i, '[', ']')
+			i = promqlSkipTo(r, i, '[', ']')
 		case c == '$':
 			i++
 			if i < len(r) && r[i] == '{' {
-				i = skipTo(i, '{', '}')
+				i = promqlSkipTo(r, i, '{', '}')
 			}
-			for i < len(r) && isIdent(r[i], false) {
+			for i < len(r) && promqlIdent(r[i], false) {
 				i++
 			}
 		case unicode.IsDigit(c) || c == '.':
-			for i < len(r) && (isIdent(r[i], false) || r[i] == '.') {
+			for i < len(r) && (promqlIdent(r[i], false) || r[i] == '.') {
 				i++
 			}
-		case isIdent(c, true):
+		case promqlIdent(c, true):
 			j := i
-			for j < len(r) && isIdent(r[j], false) {
+			for j < len(r) && promqlIdent(r[j], false) {
 				j++
 			}
 			word := string(r[i:j])
-			k := nextNonSpace(j)
+			k := promqlSkipSpace(r, j)
 			switch {
 			case labelListWords[word]:
 				if k < len(r) && r[k] == '(' {
-					j = skipTo(k, '(', ')')
+					j = promqlSkipTo(r, k, '(', ')')
 				}
 			case promqlWords[word]:
 			case k < len(r) && r[k] == '(':
@@ -129,6 +98,42 @@ func promqlMetrics(expr string) []string {
 		}
 	}
 	return out
+}
+
+// promqlSkipTo returns the index after the close that matches the open at r[i], skipping
+// quoted strings.
+func promqlSkipTo(r []rune, i int, open, close rune) int {
+	depth := 0
+	for ; i < len(r); i++ {
+		switch r[i] {
+		case '"', '\'', '`':
+			q := r[i]
+			for i++; i < len(r) && r[i] != q; i++ {
+				if r[i] == '\\' {
+					i++
+				}
+			}
+		case open:
+			depth++
+		case close:
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return i
+}
+
+func promqlIdent(c rune, first bool) bool {
+	return c == '_' || c == ':' || unicode.IsLetter(c) || (!first && unicode.IsDigit(c))
+}
+
+func promqlSkipSpace(r []rune, i int) int {
+	for i < len(r) && unicode.IsSpace(r[i]) {
+		i++
+	}
+	return i
 }
 
 func TestPromqlMetrics(t *testing.T) {

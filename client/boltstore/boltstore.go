@@ -23,7 +23,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sliceplane/sliceplane/client"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
 // ErrBatchDone is returned by a batch used after Commit or Abort.
@@ -277,21 +276,21 @@ func readSlices(b *bolt.Bucket) ([]client.Range, error) {
 
 // encodeEnd encodes a slice's end: a point as 8 bytes big-endian, the end of the space as one
 // byte, since 2^64 has no 8-byte form.
-func encodeEnd(e keyspace.Bound) []byte {
+func encodeEnd(e client.Bound) []byte {
 	if e.IsEnd() {
 		return []byte{1}
 	}
 	return binary.BigEndian.AppendUint64(nil, e.Point())
 }
 
-func decodeEnd(v []byte) (keyspace.Bound, bool) {
+func decodeEnd(v []byte) (client.Bound, bool) {
 	switch {
 	case len(v) == 8:
-		return keyspace.At(binary.BigEndian.Uint64(v)), true
+		return client.BoundAt(binary.BigEndian.Uint64(v)), true
 	case len(v) == 1 && v[0] == 1:
-		return keyspace.End, true
+		return client.EndOfSpace(), true
 	}
-	return keyspace.Bound{}, false
+	return client.Bound{}, false
 }
 
 // batch is a read-write transaction; tx is nil once committed or aborted.
@@ -374,7 +373,7 @@ func (b *batch) trimSlices(r client.Range) error {
 			return err
 		}
 		if h.Start < r.Start {
-			if err := putSlice(sb, client.Range{Start: h.Start, End: keyspace.At(r.Start)}); err != nil {
+			if err := putSlice(sb, client.Range{Start: h.Start, End: client.BoundAt(r.Start)}); err != nil {
 				return err
 			}
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/boltstore"
 	"github.com/sliceplane/sliceplane/client/storetest"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -85,7 +84,7 @@ func TestLargeDrop(t *testing.T) {
 	defer func() { require.NoError(t, s.Close()) }()
 	ctx := t.Context()
 	const n = 5000
-	ops := []client.Op{{Kind: client.OpAddSlice, Range: keyspace.Full()}}
+	ops := []client.Op{{Kind: client.OpAddSlice, Range: client.FullRange()}}
 	for i := range n {
 		k := []byte{byte(i >> 16), byte(i >> 8), byte(i)}
 		ops = append(ops,
@@ -94,7 +93,7 @@ func TestLargeDrop(t *testing.T) {
 	}
 	require.NoError(t, client.Apply(ctx, s, client.Delta{Epoch: 1, To: 1, Ops: ops}))
 
-	drop := client.Range{Start: 1 << 62, End: keyspace.End}
+	drop := client.Range{Start: 1 << 62, End: client.EndOfSpace()}
 	want := 0
 	for i := range n {
 		if !drop.Contains(client.Hash([]byte{byte(i >> 16), byte(i >> 8), byte(i)})) {
@@ -117,7 +116,7 @@ func TestLargeDrop(t *testing.T) {
 
 	slices, err := s.Slices(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, []client.Range{{Start: 0, End: keyspace.At(1 << 62)}}, slices)
+	assert.Equal(t, []client.Range{{Start: 0, End: client.BoundAt(1 << 62)}}, slices)
 }
 
 func TestItemsMayCallStore(t *testing.T) {

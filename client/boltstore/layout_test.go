@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/client"
 )
 
 // TestFragPrefixDisjoint checks the fragment key layout where the conformance suite cannot:
@@ -32,7 +32,7 @@ func TestFragPrefixDisjoint(t *testing.T) {
 }
 
 func TestEndEncoding(t *testing.T) {
-	for _, b := range []keyspace.Bound{keyspace.At(0), keyspace.At(1), keyspace.At(1<<64 - 1), keyspace.End} {
+	for _, b := range []client.Bound{client.BoundAt(0), client.BoundAt(1), client.BoundAt(1<<64 - 1), client.EndOfSpace()} {
 		got, ok := decodeEnd(encodeEnd(b))
 		require.True(t, ok, "%s", b)
 		assert.Equal(t, b, got)

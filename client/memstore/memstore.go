@@ -221,9 +221,9 @@ func (s *Store) dropItems(rg client.Range) {
 // bucketRange returns the part of the space whose items go to bucket i.
 func bucketRange(i uint64) client.Range {
 	if i == numBuckets-1 {
-		return client.Range{Start: i << bucketShift, End: keyspace.End}
+		return client.Range{Start: i << bucketShift, End: client.EndOfSpace()}
 	}
-	return client.Range{Start: i << bucketShift, End: keyspace.At((i + 1) << bucketShift)}
+	return client.Range{Start: i << bucketShift, End: client.BoundAt((i + 1) << bucketShift)}
 }
 
 // batch buffers item operations for Commit, and applies slice operations at once to its own
@@ -289,7 +289,7 @@ func trim(h, r client.Range) []client.Range {
 	}
 	var out []client.Range
 	if h.Start < r.Start {
-		out = append(out, client.Range{Start: h.Start, End: keyspace.At(r.Start)})
+		out = append(out, client.Range{Start: h.Start, End: client.BoundAt(r.Start)})
 	}
 	if !r.End.IsEnd() && h.End.After(r.End.Point()) {
 		out = append(out, client.Range{Start: r.End.Point(), End: h.End})

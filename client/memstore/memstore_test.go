@@ -13,7 +13,6 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/memstore"
 	"github.com/sliceplane/sliceplane/client/storetest"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,7 +26,7 @@ func TestConformance(t *testing.T) {
 func TestLen(t *testing.T) {
 	s := memstore.New()
 	ctx := t.Context()
-	ops := []client.Op{{Kind: client.OpAddSlice, Range: keyspace.Full()}}
+	ops := []client.Op{{Kind: client.OpAddSlice, Range: client.FullRange()}}
 	for i := range 1000 {
 		ops = append(ops, client.Op{Kind: client.OpPut, Key: fmt.Appendf(nil, "k%d", i)})
 	}
@@ -35,8 +34,8 @@ func TestLen(t *testing.T) {
 	assert.Equal(t, 1000, s.Len())
 
 	// Drop a range whose bounds cut through buckets, then one that reaches the end.
-	half := client.Range{Start: 1<<63 + 12345, End: keyspace.End}
-	quarter := client.Range{Start: 1<<62 + 777, End: keyspace.At(1<<63 + 12345)}
+	half := client.Range{Start: 1<<63 + 12345, End: client.EndOfSpace()}
+	quarter := client.Range{Start: 1<<62 + 777, End: client.BoundAt(1<<63 + 12345)}
 	want := 0
 	for i := range 1000 {
 		if !half.Contains(client.Hash(fmt.Appendf(nil, "k%d", i))) && !quarter.Contains(client.Hash(fmt.Appendf(nil, "k%d", i))) {
@@ -108,8 +107,8 @@ func TestOverlappingBatches(t *testing.T) {
 	require.NoError(t, err)
 	b2, err := s.Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, b1.AddSlice(keyspace.Full()))
-	require.NoError(t, b2.AddSlice(keyspace.Full()))
+	require.NoError(t, b1.AddSlice(client.FullRange()))
+	require.NoError(t, b2.AddSlice(client.FullRange()))
 	require.NoError(t, b1.Commit(client.Cursor{Epoch: 1, Index: 1}))
 	require.Error(t, b2.Commit(client.Cursor{Epoch: 1, Index: 2}), "b2 began before b1 committed")
 	c, err := s.Cursor(ctx)

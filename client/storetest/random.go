@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sliceplane/sliceplane/client"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
 // model is the state a store should hold, kept the plainest way. Its slices are whole parts
@@ -28,7 +27,7 @@ type modelItem struct {
 	frags    map[string][]byte
 }
 
-var randParts = keyspace.Equal(8)
+var randParts = equalParts(8)
 
 func newModel() *model {
 	return &model{held: make([]bool, len(randParts)), items: map[string]*modelItem{}}

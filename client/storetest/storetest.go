@@ -231,10 +231,22 @@ func delFrag(k, id string) client.Op {
 	return client.Op{Kind: client.OpDeleteFragment, Key: []byte(k), Fragment: id}
 }
 
-func rng(start uint64, end keyspace.Bound) client.Range { return client.Range{Start: start, End: end} }
+func rng(start uint64, end client.Bound) client.Range { return client.Range{Start: start, End: end} }
 
 // quarters are the four quarters of the space; the last reaches its end.
-var quarters = keyspace.Equal(4)
+var quarters = equalParts(4)
+
+// equalParts divides the whole space into n contiguous ranges of equal size, in order.
+func equalParts(n int) []client.Range {
+	out := make([]client.Range, n)
+	for i, k := range keyspace.Equal(n) {
+		out[i] = client.Range{Start: k.Start, End: client.EndOfSpace()}
+		if !k.End.IsEnd() {
+			out[i].End = client.BoundAt(k.End.Point())
+		}
+	}
+	return out
+}
 
 // keysIn returns n keys, named after tag, whose hash lies in r. r must be a sizeable share of
 // the space: keys are found by trying one after another.
@@ -264,7 +276,7 @@ func testEmpty(e *env) {
 var oddKeys = []string{"\x00", "\x00\x00", "a", "a\x00", "ab", "\xff\xfe", string(bytes.Repeat([]byte("k"), 1000))}
 
 func testPutGet(e *env) {
-	ops := []client.Op{addSlice(keyspace.Full())}
+	ops := []client.Op{addSlice(client.FullRange())}
 	var want []client.Item
 	for i, k := range oddKeys {
 		v := fmt.Sprintf("value %d", i)
@@ -285,7 +297,7 @@ func testPutGet(e *env) {
 	e.requireItems(want...)
 
 	// Put is accepted for a key whose hash lies in no held slice.
-	e.apply(dropSlice(keyspace.Full()), put("outside", "v"))
+	e.apply(dropSlice(client.FullRange()), put("outside", "v"))
 	assert.Empty(e.t, e.dump().Slices)
 	e.requireItems(item("outside", "v"))
 }
@@ -313,7 +325,7 @@ func testCopies(e *env) {
 }
 
 func testFragments(e *env) {
-	e.apply(addSlice(keyspace.Full()), putFrag("k", "b", "B"), putFrag("k", "a", "A"), putFrag("k", "c", "C"))
+	e.apply(addSlice(client.FullRange()), putFrag("k", "b", "B"), putFrag("k", "a", "A"), putFrag("k", "c", "C"))
 	e.requireItems(fragItem("k", frag("a", "A"), frag("b", "B"), frag("c", "C")))
 	it, _ := e.get("k")
 	assert.False(e.t, it.HasValue, "an item with only fragments has no value")
@@ -363,18 +375,18 @@ func testSlices(e *env) {
 	assert.Equal(e.t, []client.Range{q[0], q[1], q[3]}, e.dump().Slices)
 
 	// Dropping a range cut out of the middle of a slice keeps both sides.
-	mid := rng(q[1].Start+1<<60, keyspace.At(q[1].Start+2<<60))
+	mid := rng(q[1].Start+1<<60, client.BoundAt(q[1].Start+2<<60))
 	e.apply(dropSlice(mid))
-	assert.Equal(e.t, []client.Range{q[0], rng(q[1].Start, keyspace.At(mid.Start)), rng(mid.End.Point(), q[1].End), q[3]},
+	assert.Equal(e.t, []client.Range{q[0], rng(q[1].Start, client.BoundAt(mid.Start)), rng(mid.End.Point(), q[1].End), q[3]},
 		e.dump().Slices)
 
 	// Dropping a range that straddles slices keeps the parts outside it.
-	e.apply(dropSlice(rng(q[0].Start+1<<61, keyspace.At(q[1].Start+3<<60))))
-	assert.Equal(e.t, []client.Range{rng(0, keyspace.At(1<<61)), rng(q[1].Start+3<<60, q[1].End), q[3]}, e.dump().Slices)
+	e.apply(dropSlice(rng(q[0].Start+1<<61, client.BoundAt(q[1].Start+3<<60))))
+	assert.Equal(e.t, []client.Range{rng(0, client.BoundAt(1<<61)), rng(q[1].Start+3<<60, q[1].End), q[3]}, e.dump().Slices)
 
 	// A range that reaches the end of the space drops the end of the last slice.
-	e.apply(dropSlice(rng(q[3].Start+1<<60, keyspace.End)))
-	assert.Equal(e.t, []client.Range{rng(0, keyspace.At(1<<61)), rng(q[1].Start+3<<60, q[1].End), rng(q[3].Start, keyspace.At(q[3].Start+1<<60))},
+	e.apply(dropSlice(rng(q[3].Start+1<<60, client.EndOfSpace())))
+	assert.Equal(e.t, []client.Range{rng(0, client.BoundAt(1<<61)), rng(q[1].Start+3<<60, q[1].End), rng(q[3].Start, client.BoundAt(q[3].Start+1<<60))},
 		e.dump().Slices)
 
 	// Dropping what is not held changes nothing.
@@ -382,19 +394,19 @@ func testSlices(e *env) {
 	assert.Len(e.t, e.dump().Slices, 3)
 
 	// A freed range can be added again.
-	e.apply(addSlice(rng(q[3].Start+1<<60, keyspace.End)))
-	assert.Equal(e.t, rng(q[3].Start+1<<60, keyspace.End), e.dump().Slices[3])
+	e.apply(addSlice(rng(q[3].Start+1<<60, client.EndOfSpace())))
+	assert.Equal(e.t, rng(q[3].Start+1<<60, client.EndOfSpace()), e.dump().Slices[3])
 
 	// The one slice that covers the whole space.
-	e.apply(reset(), addSlice(keyspace.Full()))
-	assert.Equal(e.t, []client.Range{keyspace.Full()}, e.dump().Slices)
-	e.apply(dropSlice(keyspace.Full()))
+	e.apply(reset(), addSlice(client.FullRange()))
+	assert.Equal(e.t, []client.Range{client.FullRange()}, e.dump().Slices)
+	e.apply(dropSlice(client.FullRange()))
 	assert.Empty(e.t, e.dump().Slices)
 }
 
 func testSliceErrors(e *env) {
 	q := quarters
-	tail := rng(q[3].Start+1<<60, keyspace.End)
+	tail := rng(q[3].Start+1<<60, client.EndOfSpace())
 	ops := []client.Op{addSlice(q[1]), addSlice(q[3]), put("k", "v")}
 	for _, k := range keysIn(tail, 3, "tail") {
 		ops = append(ops, put(k, "v"))
@@ -403,19 +415,19 @@ func testSliceErrors(e *env) {
 	before := e.dump()
 	bad := map[string]client.Op{
 		"same slice":        addSlice(q[1]),
-		"overlap start":     addSlice(rng(q[0].Start, keyspace.At(q[1].Start+1))),
-		"overlap end":       addSlice(rng(q[1].End.Point()-1, keyspace.At(q[2].Start+5))),
-		"inside":            addSlice(rng(q[1].Start+1, keyspace.At(q[1].Start+2))),
-		"around":            addSlice(keyspace.Full()),
-		"overlap last":      addSlice(rng(q[3].Start+7, keyspace.End)),
-		"empty":             addSlice(rng(5, keyspace.At(5))),
-		"backwards":         addSlice(rng(6, keyspace.At(5))),
-		"empty drop":        dropSlice(rng(5, keyspace.At(5))),
-		"backwards drop":    dropSlice(rng(q[1].Start, keyspace.At(1))),
-		"after added slice": addSlice(rng(q[2].Start+1, keyspace.At(q[2].Start+3))),
+		"overlap start":     addSlice(rng(q[0].Start, client.BoundAt(q[1].Start+1))),
+		"overlap end":       addSlice(rng(q[1].End.Point()-1, client.BoundAt(q[2].Start+5))),
+		"inside":            addSlice(rng(q[1].Start+1, client.BoundAt(q[1].Start+2))),
+		"around":            addSlice(client.FullRange()),
+		"overlap last":      addSlice(rng(q[3].Start+7, client.EndOfSpace())),
+		"empty":             addSlice(rng(5, client.BoundAt(5))),
+		"backwards":         addSlice(rng(6, client.BoundAt(5))),
+		"empty drop":        dropSlice(rng(5, client.BoundAt(5))),
+		"backwards drop":    dropSlice(rng(q[1].Start, client.BoundAt(1))),
+		"after added slice": addSlice(rng(q[2].Start+1, client.BoundAt(q[2].Start+3))),
 	}
 	for name, op := range bad {
-		ops := []client.Op{put("k", "changed"), putFrag("new", "f", "x"), dropSlice(tail), addSlice(rng(q[2].Start, keyspace.At(q[2].Start+2))), op}
+		ops := []client.Op{put("k", "changed"), putFrag("new", "f", "x"), dropSlice(tail), addSlice(rng(q[2].Start, client.BoundAt(q[2].Start+2))), op}
 		err := client.Apply(e.ctx, e.s, client.Delta{Epoch: 9, To: 9, Ops: ops})
 		require.Error(e.t, err, name)
 		require.Equal(e.t, before, e.dump(), "%s: a failed batch changes nothing", name)
@@ -470,7 +482,7 @@ func testDropSlice(e *env) {
 	sorted := slices.Clone(keys[0])
 	slices.SortFunc(sorted, func(a, b string) int { return cmp.Compare(client.Hash([]byte(a)), client.Hash([]byte(b))) })
 	first, last := sorted[n/3], sorted[2*n/3]
-	sub := rng(client.Hash([]byte(first)), keyspace.At(client.Hash([]byte(last))))
+	sub := rng(client.Hash([]byte(first)), client.BoundAt(client.Hash([]byte(last))))
 	e.apply(dropSlice(sub))
 	var left []client.Item
 	for _, it := range want(0) {

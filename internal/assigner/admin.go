@@ -59,9 +59,9 @@ func (c *Core) resolve(ref SliceRef) (int, assignment.Slice, error) {
 	return 0, assignment.Slice{}, fmt.Errorf("%w: no slice given (give its start, a key or a hash)", ErrInvalid)
 }
 
-// Move proposes giving a slice a new replica set. Moving a slice to where it is changes
+// move proposes giving a slice a new replica set. Moving a slice to where it is changes
 // nothing and succeeds.
-func (c *Core) Move(ref SliceRef, to []assignment.NodeID, now time.Time) (*Proposal, error) {
+func (c *Core) move(ref SliceRef, to []assignment.NodeID, now time.Time) (*change, error) {
 	_, s, err := c.resolve(ref)
 	if err != nil {
 		return nil, err
@@ -85,32 +85,50 @@ func (c *Core) Move(ref SliceRef, to []assignment.NodeID, now time.Time) (*Propo
 		}
 	}
 	if slices.Equal(reps, s.Replicas) {
-		return &Proposal{Meta: c.meta, Summary: fmt.Sprintf("%s is already held by %s", s.Range, assignment.FormatReplicas(reps))}, nil
+		return &change{write: Write{Meta: c.meta}, summary: fmt.Sprintf("%s is already held by %s", s.Range, assignment.FormatReplicas(reps))}, nil
 	}
-	// Record the move as the algorithm's would be, so that passes do not undo it at once.
-	var moves []balance.Move
+	moves := replicaMoves(s, reps, c.meta.Pass)
+	summary := fmt.Sprintf("move %s from %s to %s", s.Range, assignment.FormatReplicas(s.Replicas), assignment.FormatReplicas(reps))
+	ch, err := c.changeMap([]assignment.Op{assignment.Assign{Slice: s.Range.Start, Replicas: reps}}, moves, "admin: "+summary, now)
+	if err != nil {
+		return nil, err
+	}
+	ch.summary, ch.moves = summary, moves
+	return ch, nil
+}
+
+// replicaMoves records giving slice s the replicas reps as the algorithm's moves would be,
+// so that passes do not undo it at once: a replica that leaves for another is one move from
+// the first to the second (a pass checks that pair), a replica dropped or added alone is a
+// move from or to no node.
+func replicaMoves(s assignment.Slice, reps []assignment.NodeID, pass uint64) []balance.Move {
+	var gone, added []assignment.NodeID
 	for _, id := range s.Replicas {
 		if !slices.Contains(reps, id) {
-			moves = append(moves, balance.Move{Range: s.Range, From: id, Pass: c.meta.Pass})
+			gone = append(gone, id)
 		}
 	}
 	for _, id := range reps {
 		if !slices.Contains(s.Replicas, id) {
-			moves = append(moves, balance.Move{Range: s.Range, To: id, Pass: c.meta.Pass})
+			added = append(added, id)
 		}
 	}
-	summary := fmt.Sprintf("move %s from %s to %s", s.Range, assignment.FormatReplicas(s.Replicas), assignment.FormatReplicas(reps))
-	p, err := c.change([]assignment.Op{assignment.Assign{Slice: s.Range.Start, Replicas: reps}}, moves, "admin: "+summary, now)
-	if err != nil {
-		return nil, err
+	var moves []balance.Move
+	for i := range max(len(gone), len(added)) {
+		m := balance.Move{Range: s.Range, Pass: pass}
+		if i < len(gone) {
+			m.From = gone[i]
+		}
+		if i < len(added) {
+			m.To = added[i]
+		}
+		moves = append(moves, m)
 	}
-	p.Summary = summary
-	p.commit = func(c *Core) { c.history = append(c.history, moves...) }
-	return p, nil
+	return moves
 }
 
-// Split proposes cutting a slice at a point, by default its middle.
-func (c *Core) Split(ref SliceRef, at *uint64, now time.Time) (*Proposal, error) {
+// split proposes cutting a slice at a point, by default its middle.
+func (c *Core) split(ref SliceRef, at *uint64, now time.Time) (*change, error) {
 	_, s, err := c.resolve(ref)
 	if err != nil {
 		return nil, err
@@ -125,16 +143,16 @@ func (c *Core) Split(ref SliceRef, at *uint64, now time.Time) (*Proposal, error)
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	summary := fmt.Sprintf("split %s at %s", s.Range, keyspace.FormatPoint(point))
-	p, err := c.change([]assignment.Op{assignment.Split{Slice: s.Range.Start, At: point}}, nil, "admin: "+summary, now)
+	ch, err := c.changeMap([]assignment.Op{assignment.Split{Slice: s.Range.Start, At: point}}, nil, "admin: "+summary, now)
 	if err != nil {
 		return nil, err
 	}
-	p.Summary = summary
-	return p, nil
+	ch.summary = summary
+	return ch, nil
 }
 
-// Merge proposes joining two adjacent slices; the right one takes the left one's replicas.
-func (c *Core) Merge(left, right SliceRef, now time.Time) (*Proposal, error) {
+// merge proposes joining two adjacent slices; the right one takes the left one's replicas.
+func (c *Core) merge(left, right SliceRef, now time.Time) (*change, error) {
 	i, l, err := c.resolve(left)
 	if err != nil {
 		return nil, err
@@ -152,16 +170,16 @@ func (c *Core) Merge(left, right SliceRef, now time.Time) (*Proposal, error) {
 	}
 	ops = append(ops, assignment.Merge{Left: l.Range.Start})
 	summary := fmt.Sprintf("merge %s and %s on %s", l.Range, r.Range, assignment.FormatReplicas(l.Replicas))
-	p, err := c.change(ops, nil, "admin: "+summary, now)
+	ch, err := c.changeMap(ops, nil, "admin: "+summary, now)
 	if err != nil {
 		return nil, err
 	}
-	p.Summary = summary
-	return p, nil
+	ch.summary = summary
+	return ch, nil
 }
 
-// Pin proposes keeping a slice's range where it is; balancing passes will not touch it.
-func (c *Core) Pin(ref SliceRef) (*Proposal, keyspace.Range, error) {
+// pin proposes keeping a slice's range where it is; balancing passes will not touch it.
+func (c *Core) pin(ref SliceRef) (*change, keyspace.Range, error) {
 	_, s, err := c.resolve(ref)
 	if err != nil {
 		return nil, keyspace.Range{}, err
@@ -169,16 +187,16 @@ func (c *Core) Pin(ref SliceRef) (*Proposal, keyspace.Range, error) {
 	if slices.Contains(c.meta.Pins, s.Range) {
 		// Idempotent, as etcd's and PD's label and placement writes are: asking for what
 		// holds already succeeds and changes nothing.
-		return &Proposal{Meta: c.meta, Summary: fmt.Sprintf("%s is already pinned", s.Range)}, s.Range, nil
+		return &change{write: Write{Meta: c.meta}, summary: fmt.Sprintf("%s is already pinned", s.Range)}, s.Range, nil
 	}
 	m := c.meta
 	m.Pins = append(slices.Clone(m.Pins), s.Range)
-	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("pin %s", s.Range)}, s.Range, nil
+	return &change{write: Write{SaveMeta: true, Meta: m}, summary: fmt.Sprintf("pin %s", s.Range)}, s.Range, nil
 }
 
-// Unpin proposes removing the pins that overlap a slice. Unpinning a slice that is not
+// unpin proposes removing the pins that overlap a slice. Unpinning a slice that is not
 // pinned succeeds and changes nothing, as pinning a pinned one does.
-func (c *Core) Unpin(ref SliceRef) (*Proposal, keyspace.Range, error) {
+func (c *Core) unpin(ref SliceRef) (*change, keyspace.Range, error) {
 	_, s, err := c.resolve(ref)
 	if err != nil {
 		return nil, keyspace.Range{}, err
@@ -186,14 +204,14 @@ func (c *Core) Unpin(ref SliceRef) (*Proposal, keyspace.Range, error) {
 	m := c.meta
 	m.Pins = slices.DeleteFunc(slices.Clone(m.Pins), func(p keyspace.Range) bool { return p.Overlaps(s.Range) })
 	if len(m.Pins) == len(c.meta.Pins) {
-		return &Proposal{Meta: c.meta, Summary: fmt.Sprintf("%s is not pinned", s.Range)}, s.Range, nil
+		return &change{write: Write{Meta: c.meta}, summary: fmt.Sprintf("%s is not pinned", s.Range)}, s.Range, nil
 	}
-	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("unpin %s", s.Range)}, s.Range, nil
+	return &change{write: Write{SaveMeta: true, Meta: m}, summary: fmt.Sprintf("unpin %s", s.Range)}, s.Range, nil
 }
 
-// Drain proposes emptying a node (or, with cancel, stopping that). It returns how many
+// drain proposes emptying a node (or, with cancel, stopping that). It returns how many
 // slices the node holds now.
-func (c *Core) Drain(id assignment.NodeID, cancel bool) (*Proposal, int, error) {
+func (c *Core) drain(id assignment.NodeID, cancel bool) (*change, int, error) {
 	if _, ok := c.nodes[id]; !ok {
 		return nil, 0, fmt.Errorf("%w: %s is not registered", ErrUnknownNode, id)
 	}
@@ -205,15 +223,15 @@ func (c *Core) Drain(id assignment.NodeID, cancel bool) (*Proposal, int, error) 
 		return nil, 0, fmt.Errorf("%w: %s is not draining", ErrPrecondition, id)
 	case cancel:
 		m.Draining = slices.DeleteFunc(slices.Clone(m.Draining), func(d assignment.NodeID) bool { return d == id })
-		return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("stop draining %s", id)}, held, nil
+		return &change{write: Write{SaveMeta: true, Meta: m}, summary: fmt.Sprintf("stop draining %s", id)}, held, nil
 	case draining:
-		return &Proposal{Meta: m, Summary: fmt.Sprintf("%s is already draining", id)}, held, nil
+		return &change{write: Write{Meta: m}, summary: fmt.Sprintf("%s is already draining", id)}, held, nil
 	case len(m.Draining)+1 >= len(c.nodes):
 		return nil, 0, fmt.Errorf("%w: draining %s would leave no node to hold its slices", ErrPrecondition, id)
 	}
 	m.Draining = append(slices.Clone(m.Draining), id)
 	slices.Sort(m.Draining)
-	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("drain %s (%d slices)", id, held)}, held, nil
+	return &change{write: Write{SaveMeta: true, Meta: m}, summary: fmt.Sprintf("drain %s (%d slices)", id, held)}, held, nil
 }
 
 func (c *Core) holds(id assignment.NodeID) int {
@@ -229,30 +247,29 @@ func (c *Core) holds(id assignment.NodeID) int {
 	return n
 }
 
-// Freeze proposes stopping balancing passes.
-func (c *Core) Freeze(reason string) *Proposal {
+// freeze proposes stopping balancing passes.
+func (c *Core) freeze(reason string) *change {
 	m := c.meta
 	m.Frozen, m.FreezeReason = true, reason
-	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("freeze balancing: %q", reason)}
+	return &change{write: Write{SaveMeta: true, Meta: m}, summary: fmt.Sprintf("freeze balancing: %q", reason)}
 }
 
-// Unfreeze proposes resuming balancing passes.
-func (c *Core) Unfreeze() *Proposal {
+// unfreeze proposes resuming balancing passes.
+func (c *Core) unfreeze() *change {
 	m := c.meta
 	m.Frozen, m.FreezeReason = false, ""
-	return &Proposal{SaveMeta: true, Meta: m, Summary: "unfreeze balancing"}
+	return &change{write: Write{SaveMeta: true, Meta: m}, summary: "unfreeze balancing"}
 }
 
-// SetAlgorithm proposes another balancing algorithm or other constants.
-func (c *Core) SetAlgorithm(name string, params map[string]string) (*Proposal, error) {
+// setAlgorithm proposes another balancing algorithm or other constants.
+func (c *Core) setAlgorithm(name string, params map[string]string) (*change, error) {
 	alg, err := newAlgorithm(name, params)
 	if err != nil {
 		return nil, err
 	}
 	m := c.meta
 	m.Algorithm, m.Params = name, maps.Clone(params)
-	return &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("algorithm %s %v", name, params),
-		commit: func(c *Core) { c.alg = alg }}, nil
+	return &change{write: Write{SaveMeta: true, Meta: m}, summary: fmt.Sprintf("algorithm %s %v", name, params), alg: alg}, nil
 }
 
 // Status is what Core knows about itself.
@@ -286,17 +303,14 @@ func (c *Core) Status() Status {
 	}
 	if c.a != nil {
 		st.Generation, st.Slices = c.a.Generation(), c.a.Len()
-		st.Imbalance = load.Imbalance(load.NodeLoads(c.a, c.currentLoads().Loads, c.placement()))
+		st.Imbalance = load.Imbalance(load.NodeLoads(c.a, c.current.Loads, c.placement()))
 	}
 	return st
 }
 
-// currentLoads returns the last pass's estimates carried over to the current map. The result
-// is kept until the map or the estimates change: status queries and metrics ask often.
-func (c *Core) currentLoads() load.Estimate {
-	if c.current.of == c.a && c.current.from == c.estimated && c.current.of != nil {
-		return c.current.est
-	}
+// carry carries the last pass's estimates over to the current map. The commit of a change
+// of either calls it, so that reads, which status queries and metrics make often, only read.
+func (c *Core) carry() {
 	n := 0
 	if c.a != nil {
 		n = c.a.Len()
@@ -310,8 +324,7 @@ func (c *Core) currentLoads() load.Estimate {
 		}
 		est = load.Estimate{Loads: loads, Keys: keys}
 	}
-	c.current.of, c.current.from, c.current.est = c.a, c.estimated, est
-	return est
+	c.current = est
 }
 
 // NodeInfo describes a registered node.
@@ -335,7 +348,7 @@ func (c *Core) Nodes() []NodeInfo {
 	if c.a == nil {
 		return out
 	}
-	for i, l := range load.NodeLoads(c.a, c.currentLoads().Loads, reg) {
+	for i, l := range load.NodeLoads(c.a, c.current.Loads, reg) {
 		out[i].Load = l
 	}
 	for _, s := range c.a.All() { // one pass over the map, not one per node
@@ -366,7 +379,7 @@ func (c *Core) Slices(node assignment.NodeID, byLoad bool, limit int) ([]SliceIn
 			return nil, 0, fmt.Errorf("%w: %s is not registered", ErrUnknownNode, node)
 		}
 	}
-	est := c.currentLoads()
+	est := c.current
 	var out []SliceInfo
 	for i, s := range c.a.All() {
 		if node != "" && !s.Holds(node) {
@@ -382,16 +395,13 @@ func (c *Core) Slices(node assignment.NodeID, byLoad bool, limit int) ([]SliceIn
 	return out[:min(len(out), limit)], total, nil
 }
 
-// PassFailures returns how many passes failed in a row, why the last failed one did, and
-// when (zero if none failed in this term).
-func (c *Core) PassFailures() (uint64, string, time.Time) {
-	return c.failed.count, c.failed.err, c.failed.at
-}
-
-// Explain returns the explanation of the last pass of this term, if any ran.
-func (c *Core) Explain() (balance.Explanation, bool) {
-	if c.explain == nil {
-		return balance.Explanation{}, false
+// Explain returns the explanation of the last pass of this term, if any ran, and of the
+// passes that failed.
+func (c *Core) Explain() Explanation {
+	x := Explanation{Position: quantum.Position{Term: c.term, Seq: c.seq},
+		Failures: c.failed.count, Error: c.failed.err, ErrorTime: c.failed.at}
+	if c.explain != nil {
+		x.Explanation, x.Passed = *c.explain, true
 	}
-	return *c.explain, true
+	return x
 }

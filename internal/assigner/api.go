@@ -19,7 +19,6 @@ import (
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/authz"
-	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
@@ -81,48 +80,43 @@ func (a *api) toStatus(err error) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// call runs fn in the leader's loop and maps its error.
-func (a *api) call(ctx context.Context, name string, fn func(c *Core, now time.Time) (*Proposal, any, error)) (any, *Proposal, error) {
-	l, err := a.leader()
-	if err != nil {
-		return nil, nil, err
-	}
+// caller says who makes the call of ctx, for the audit trail.
+func caller(ctx context.Context) Caller {
 	var claims string
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(UserMetadata)) > 0 {
 		claims = md.Get(UserMetadata)[0]
 	}
-	res, p, err := l.do(ctx, caller{call: name, who: authz.Caller(ctx), claims: claims}, fn)
-	if name != "" && isAdmin(name) {
+	return Caller{Who: authz.Caller(ctx), Claims: claims}
+}
+
+// call steps ev in the leader's loop and maps its error: err is the leader's failure to
+// step it or the core's verdict, which the reply's Err holds alone.
+func (a *api) call(ctx context.Context, ev Event) (Reply, error) {
+	l, err := a.leader()
+	if err != nil {
+		return Reply{}, err
+	}
+	rep, err := l.do(ctx, ev)
+	if err == nil {
+		err = rep.Err
+	}
+	if name := Call(ev); IsAdmin(name) {
 		result := "ok"
 		if err != nil {
 			result = "refused"
 		}
 		a.s.metrics.adminChanges.WithLabelValues(name, result).Inc()
 	}
-	return res, p, a.toStatus(err)
+	return rep, a.toStatus(err)
 }
 
-func isAdmin(call string) bool {
-	switch call {
-	case "move", "split", "merge", "pin", "unpin", "drain", "freeze", "unfreeze", "set_algorithm":
-		return true
+// changeToProto describes a persisted admin change.
+func changeToProto(c *Change) *pb.Change {
+	if c == nil {
+		return &pb.Change{}
 	}
-	return false
-}
-
-// audited reports whether a call changes the cluster on someone's behalf, and so goes into
-// the audit trail: every admin change, and nodes joining and leaving.
-func audited(call string) bool { return isAdmin(call) || call == "register" || call == "deregister" }
-
-// change describes a persisted admin proposal.
-func change(p *Proposal) *pb.Change {
-	out := &pb.Change{Summary: p.Summary, Position: &pb.Position{Term: p.Meta.Term, Seq: p.Meta.Seq}, Generation: p.Meta.Generation}
-	if q := p.Quantum; q != nil {
-		out.Position = wire.PositionToProto(q.Position)
-		out.Generation = q.Generation
-		out.Ops = wire.OpsToProto(q.Ops)
-	}
-	return out
+	return &pb.Change{Summary: c.Summary, Position: wire.PositionToProto(c.Position), Generation: c.Generation,
+		Ops: wire.OpsToProto(c.Ops)}
 }
 
 // encodeQuantum returns the wire form of a watch response carrying q.
@@ -138,6 +132,61 @@ type reinitCache struct {
 	mu   sync.Mutex
 	pos  quantum.Position
 	data []byte
+}
+
+// encodings holds the encodings of a term's recent quanta by position: the leader encodes
+// each quantum once, as it publishes it, and every watcher sends the same bytes (for a
+// hundred watchers, encoding each quantum per watcher would cost a hundred times the
+// encoding). It is bounded as the hub is; a watcher so far behind that its quantum is gone
+// encodes it itself.
+type encodings struct {
+	mu    sync.Mutex
+	data  map[quantum.Position][]byte
+	order []quantum.Position // oldest first
+	bytes int
+}
+
+// Bounds of encodings, those of the hub's defaults.
+const (
+	maxEncodings     = 4096
+	maxEncodingBytes = 64 << 20
+)
+
+func (e *encodings) put(pos quantum.Position, data []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.data == nil {
+		e.data = map[quantum.Position][]byte{}
+	}
+	e.data[pos] = data
+	e.order = append(e.order, pos)
+	e.bytes += len(data)
+	for len(e.order) > 1 && (len(e.order) > maxEncodings || e.bytes > maxEncodingBytes) {
+		e.bytes -= len(e.data[e.order[0]])
+		delete(e.data, e.order[0])
+		e.order = e.order[1:]
+	}
+}
+
+func (e *encodings) get(pos quantum.Position) ([]byte, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	data, ok := e.data[pos]
+	return data, ok
+}
+
+// encode returns the encoding of a quantum a watcher is to send. The hub's own
+// reinitializing quanta (cause "reinit", for a watcher starting over) share their position
+// with the published quantum they follow, so they are told apart by their cause and encoded
+// once per position in reinits.
+func (a *api) encode(l *leadership, q quantum.Quantum) ([]byte, error) {
+	if q.Cause == "reinit" {
+		return a.reinit(q)
+	}
+	if data, ok := l.encoded.get(q.Position); ok {
+		return data, nil
+	}
+	return encodeQuantum(q)
 }
 
 // reinit returns the encoding of a reinitializing quantum.
@@ -185,15 +234,11 @@ func (a *api) watch(stream grpc.ServerStream, from *pb.Position, clockQuanta boo
 		if err != nil {
 			return status.FromContextError(err).Err()
 		}
-		var msg any
-		if data, ok := q.Payload.([]byte); ok {
-			msg = &frame.Frame{Data: data}
-		} else if data, err := a.reinit(q); err == nil {
-			msg = &frame.Frame{Data: data}
-		} else {
-			return status.Errorf(codes.Internal, "assigner: encoding the map: %v", err)
+		data, err := a.encode(l, q)
+		if err != nil {
+			return status.Errorf(codes.Internal, "assigner: encoding %s: %v", q.Position, err)
 		}
-		if err := stream.SendMsg(msg); err != nil {
+		if err := stream.SendMsg(&frame.Frame{Data: data}); err != nil {
 			return err
 		}
 	}
@@ -269,14 +314,11 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 		return nil, a.toStatus(err)
 	}
 	rec := store.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels())}
-	res, _, err := a.call(ctx, "register", func(c *Core, now time.Time) (*Proposal, any, error) {
-		p, err := c.Register(rec, now)
-		return p, &pb.RegisterResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Distributor: distributorFor(c, n.ID)}, err
-	})
+	rep, err := a.call(ctx, Register{Caller: caller(ctx), Node: rec})
 	if err != nil {
 		return nil, err
 	}
-	return res.(*pb.RegisterResponse), nil
+	return &pb.RegisterResponse{Ttl: durationpb.New(rep.TTL), Distributor: distributor(rep.Distributor)}, nil
 }
 
 func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
@@ -288,38 +330,27 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 	if silence < 0 || !req.GetSilence().IsValid() {
 		silence = 0
 	}
-	res, _, err := a.call(ctx, "heartbeat", func(c *Core, now time.Time) (*Proposal, any, error) {
-		draining, err := c.Heartbeat(id, now)
-		if err == nil {
-			a.fresh.record(id, req.GetStale(), silence, now, a.s.cfg.Core.NodeTTL)
-		}
-		return nil, &pb.HeartbeatResponse{Ttl: durationpb.New(a.s.cfg.Core.NodeTTL), Draining: draining,
-			Distributor: distributorFor(c, id)}, err
-	})
+	rep, err := a.call(ctx, Heartbeat{Caller: caller(ctx), Node: id})
 	if err != nil {
 		return nil, err
 	}
-	return res.(*pb.HeartbeatResponse), nil
+	a.fresh.record(id, req.GetStale(), silence, a.s.now(), a.s.cfg.Core.NodeTTL)
+	return &pb.HeartbeatResponse{Ttl: durationpb.New(rep.TTL), Draining: rep.Draining, Distributor: distributor(rep.Distributor)}, nil
 }
 
-// distributorFor says which distributor serves node id, or nil while there is none. It reads
-// the core's set, which is current even before the first map carries it to the hub.
-func distributorFor(c *Core, id assignment.NodeID) *pb.Distributor {
-	d, addr, ok := c.Distributors().For(id)
-	if !ok {
+// distributor says which distributor serves a node, or nil while there is none.
+func distributor(d *Distributor) *pb.Distributor {
+	if d == nil {
 		return nil
 	}
-	return &pb.Distributor{Id: d, Address: addr}
+	return &pb.Distributor{Id: d.ID, Address: d.Address}
 }
 
 func (a *api) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb.DeregisterResponse, error) {
 	if err := wire.CheckNodeID("node_id", req.GetNodeId()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	if _, _, err := a.call(ctx, "deregister", func(c *Core, _ time.Time) (*Proposal, any, error) {
-		p, err := c.Deregister(assignment.NodeID(req.GetNodeId()))
-		return p, nil, err
-	}); err != nil {
+	if _, err := a.call(ctx, Deregister{Caller: caller(ctx), Node: assignment.NodeID(req.GetNodeId())}); err != nil {
 		return nil, err
 	}
 	return &pb.DeregisterResponse{}, nil
@@ -332,15 +363,8 @@ func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.Re
 		a.s.metrics.reportsRejected.WithLabelValues("malformed").Inc()
 		return nil, a.toStatus(err)
 	}
-	// The core's verdict comes back as the result, not through a variable both goroutines
-	// share: a call that gives up waiting (its context ended) may be run by the leader after
-	// it returned.
-	res, _, err := a.call(ctx, "", func(c *Core, now time.Time) (*Proposal, any, error) {
-		r.At = now
-		refused := c.Report(r, now)
-		return nil, refused, refused
-	})
-	refused, _ := res.(error) // the core's verdict, not a failure to reach it
+	rep, err := a.call(ctx, ReportLoad{Caller: caller(ctx), Report: r})
+	refused := rep.Err // the core's verdict, not a failure to reach it
 	result := "accepted"
 	if err != nil {
 		result = "rejected"
@@ -370,11 +394,11 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 	if a.s.leading.Load() == nil {
 		return &pb.StatusResponse{Leader: false, LeaderAddress: leaderAddr}, nil
 	}
-	res, _, err := a.call(ctx, "status", func(c *Core, _ time.Time) (*Proposal, any, error) { return nil, c.Status(), nil })
+	rep, err := a.call(ctx, GetStatus{Caller: caller(ctx)})
 	if err != nil {
 		return nil, err
 	}
-	st := res.(Status)
+	st := rep.Status
 	out := &pb.StatusResponse{
 		Leader: true, LeaderAddress: a.s.cfg.Advertise, Position: wire.PositionToProto(st.Position), Clock: st.Clock,
 		Generation: st.Generation, Imbalance: st.Imbalance, Slices: uint32(st.Slices), Nodes: uint32(st.Nodes),
@@ -394,13 +418,13 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 }
 
 func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
-	res, _, err := a.call(ctx, "list_nodes", func(c *Core, _ time.Time) (*Proposal, any, error) { return nil, c.Nodes(), nil })
+	rep, err := a.call(ctx, ListNodes{Caller: caller(ctx)})
 	if err != nil {
 		return nil, err
 	}
 	out := &pb.ListNodesResponse{}
 	now := time.Now()
-	for _, n := range res.([]NodeInfo) {
+	for _, n := range rep.Nodes {
 		info := &pb.NodeInfo{Node: wire.NodeToProto(n.Node.Node), Address: n.Address, Labels: n.Labels,
 			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen)}
 		if f, ok := a.fresh.of(n.Node.ID, now, a.s.cfg.Core.NodeTTL); ok {
@@ -423,20 +447,12 @@ func (a *api) ListSlices(ctx context.Context, req *pb.ListSlicesRequest) (*pb.Li
 		limit = 1000
 	}
 	limit = min(limit, maxListedSlices)
-	type result struct {
-		slices []SliceInfo
-		total  int
-	}
-	res, _, err := a.call(ctx, "list_slices", func(c *Core, _ time.Time) (*Proposal, any, error) {
-		s, total, err := c.Slices(assignment.NodeID(req.GetNode()), req.GetByLoad(), limit)
-		return nil, result{s, total}, err
-	})
+	rep, err := a.call(ctx, ListSlices{Caller: caller(ctx), Node: assignment.NodeID(req.GetNode()), ByLoad: req.GetByLoad(), Limit: limit})
 	if err != nil {
 		return nil, err
 	}
-	r := res.(result)
-	out := &pb.ListSlicesResponse{Total: uint32(r.total)}
-	for _, s := range r.slices {
+	out := &pb.ListSlicesResponse{Total: uint32(rep.Total)}
+	for _, s := range rep.Slices {
 		out.Slices = append(out.Slices, &pb.SliceInfo{Range: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas),
 			Load: s.Load, Keys: s.Keys, Pinned: s.Pinned})
 	}
@@ -460,18 +476,6 @@ func (a *api) ListQuanta(_ context.Context, req *pb.ListQuantaRequest) (*pb.List
 		out.Quanta = append(out.Quanta, p)
 	}
 	return out, nil
-}
-
-// admin runs a map-changing admin call and describes the change.
-func (a *api) admin(ctx context.Context, name string, fn func(c *Core, now time.Time) (*Proposal, error)) (*pb.Change, error) {
-	_, p, err := a.call(ctx, name, func(c *Core, now time.Time) (*Proposal, any, error) {
-		p, err := fn(c, now)
-		return p, nil, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return change(p), nil
 }
 
 // Bounds on admin requests' fields, so that no request makes the assigner store, compute or
@@ -518,11 +522,11 @@ func (a *api) Move(ctx context.Context, req *pb.MoveRequest) (*pb.MoveResponse, 
 		}
 		to[i] = assignment.NodeID(id)
 	}
-	ch, err := a.admin(ctx, "move", func(c *Core, now time.Time) (*Proposal, error) { return c.Move(sliceRef(req.GetSlice()), to, now) })
+	rep, err := a.call(ctx, Move{Caller: caller(ctx), Slice: sliceRef(req.GetSlice()), To: to})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.MoveResponse{Change: ch}, nil
+	return &pb.MoveResponse{Change: changeToProto(rep.Change)}, nil
 }
 
 func (a *api) Split(ctx context.Context, req *pb.SplitRequest) (*pb.SplitResponse, error) {
@@ -544,80 +548,69 @@ func (a *api) Split(ctx context.Context, req *pb.SplitRequest) (*pb.SplitRespons
 	if ref.Start == nil && ref.Key == nil && ref.Hash == nil && at != nil {
 		ref.Hash = at // "split at this key": the slice holding it
 	}
-	ch, err := a.admin(ctx, "split", func(c *Core, now time.Time) (*Proposal, error) { return c.Split(ref, at, now) })
+	rep, err := a.call(ctx, Split{Caller: caller(ctx), Slice: ref, At: at})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.SplitResponse{Change: ch}, nil
+	return &pb.SplitResponse{Change: changeToProto(rep.Change)}, nil
 }
 
 func (a *api) Merge(ctx context.Context, req *pb.MergeRequest) (*pb.MergeResponse, error) {
 	if err := errors.Join(checkRef("left", req.GetLeft()), checkRef("right", req.GetRight())); err != nil {
 		return nil, a.toStatus(err)
 	}
-	ch, err := a.admin(ctx, "merge", func(c *Core, now time.Time) (*Proposal, error) {
-		return c.Merge(sliceRef(req.GetLeft()), sliceRef(req.GetRight()), now)
-	})
+	rep, err := a.call(ctx, Merge{Caller: caller(ctx), Left: sliceRef(req.GetLeft()), Right: sliceRef(req.GetRight())})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.MergeResponse{Change: ch}, nil
+	return &pb.MergeResponse{Change: changeToProto(rep.Change)}, nil
 }
 
 func (a *api) Pin(ctx context.Context, req *pb.PinRequest) (*pb.PinResponse, error) {
 	if err := checkRef("slice", req.GetSlice()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	res, p, err := a.call(ctx, "pin", func(c *Core, _ time.Time) (*Proposal, any, error) {
-		p, r, err := c.Pin(sliceRef(req.GetSlice()))
-		return p, r, err
-	})
+	rep, err := a.call(ctx, Pin{Caller: caller(ctx), Slice: sliceRef(req.GetSlice())})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.PinResponse{Pinned: wire.RangeToProto(res.(keyspace.Range)), Already: !p.Persists()}, nil
+	return &pb.PinResponse{Pinned: wire.RangeToProto(rep.Range), Already: !rep.Change.Persisted}, nil
 }
 
 func (a *api) Unpin(ctx context.Context, req *pb.UnpinRequest) (*pb.UnpinResponse, error) {
 	if err := checkRef("slice", req.GetSlice()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	res, p, err := a.call(ctx, "unpin", func(c *Core, _ time.Time) (*Proposal, any, error) {
-		p, r, err := c.Unpin(sliceRef(req.GetSlice()))
-		return p, r, err
-	})
+	rep, err := a.call(ctx, Unpin{Caller: caller(ctx), Slice: sliceRef(req.GetSlice())})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.UnpinResponse{Unpinned: wire.RangeToProto(res.(keyspace.Range)), Already: !p.Persists()}, nil
+	return &pb.UnpinResponse{Unpinned: wire.RangeToProto(rep.Range), Already: !rep.Change.Persisted}, nil
 }
 
 func (a *api) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
 	if err := wire.CheckNodeID("node_id", req.GetNodeId()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	res, _, err := a.call(ctx, "drain", func(c *Core, _ time.Time) (*Proposal, any, error) {
-		p, held, err := c.Drain(assignment.NodeID(req.GetNodeId()), req.GetCancel())
-		return p, held, err
-	})
+	rep, err := a.call(ctx, Drain{Caller: caller(ctx), Node: assignment.NodeID(req.GetNodeId()), Cancel: req.GetCancel()})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.DrainResponse{Slices: uint32(res.(int))}, nil
+	return &pb.DrainResponse{Slices: uint32(rep.Held)}, nil
 }
 
 func (a *api) Freeze(ctx context.Context, req *pb.FreezeRequest) (*pb.FreezeResponse, error) {
 	if err := wire.CheckString("reason", req.GetReason(), maxReasonBytes); err != nil {
 		return nil, a.toStatus(err)
 	}
-	if _, _, err := a.call(ctx, "freeze", func(c *Core, _ time.Time) (*Proposal, any, error) { return c.Freeze(req.GetReason()), nil, nil }); err != nil {
+	if _, err := a.call(ctx, Freeze{Caller: caller(ctx), Reason: req.GetReason()}); err != nil {
 		return nil, err
 	}
 	return &pb.FreezeResponse{}, nil
 }
 
 func (a *api) Unfreeze(ctx context.Context, _ *pb.UnfreezeRequest) (*pb.UnfreezeResponse, error) {
-	if _, _, err := a.call(ctx, "unfreeze", func(c *Core, _ time.Time) (*Proposal, any, error) { return c.Unfreeze(), nil, nil }); err != nil {
+	if _, err := a.call(ctx, Unfreeze{Caller: caller(ctx)}); err != nil {
 		return nil, err
 	}
 	return &pb.UnfreezeResponse{}, nil
@@ -627,43 +620,26 @@ func (a *api) SetAlgorithm(ctx context.Context, req *pb.SetAlgorithmRequest) (*p
 	if err := checkAlgorithm(req.GetName(), req.GetParams()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	if _, _, err := a.call(ctx, "set_algorithm", func(c *Core, _ time.Time) (*Proposal, any, error) {
-		p, err := c.SetAlgorithm(req.GetName(), req.GetParams())
-		return p, nil, err
-	}); err != nil {
+	if _, err := a.call(ctx, SetAlgorithm{Caller: caller(ctx), Name: req.GetName(), Params: req.GetParams()}); err != nil {
 		return nil, err
 	}
 	return &pb.SetAlgorithmResponse{}, nil
 }
 
 func (a *api) Explain(ctx context.Context, _ *pb.ExplainRequest) (*pb.ExplainResponse, error) {
-	type result struct {
-		x        balance.Explanation
-		ok       bool
-		pos      quantum.Position
-		failures uint64
-		failure  string
-		failedAt time.Time
-	}
-	res, _, err := a.call(ctx, "explain", func(c *Core, _ time.Time) (*Proposal, any, error) {
-		x, ok := c.Explain()
-		_, pos, _ := c.Assignment()
-		r := result{x: x, ok: ok, pos: pos}
-		r.failures, r.failure, r.failedAt = c.PassFailures()
-		return nil, r, nil
-	})
+	rep, err := a.call(ctx, GetExplain{Caller: caller(ctx)})
 	if err != nil {
 		return nil, err
 	}
-	r := res.(result)
-	out := &pb.ExplainResponse{Position: wire.PositionToProto(r.pos), PassFailures: r.failures, PassError: r.failure}
-	if !r.failedAt.IsZero() {
-		out.PassErrorTime = timestamppb.New(r.failedAt)
+	r := rep.Explain
+	out := &pb.ExplainResponse{Position: wire.PositionToProto(r.Position), PassFailures: r.Failures, PassError: r.Error}
+	if !r.ErrorTime.IsZero() {
+		out.PassErrorTime = timestamppb.New(r.ErrorTime)
 	}
-	if !r.ok {
+	if !r.Passed {
 		return out, nil
 	}
-	x := r.x
+	x := r.Explanation
 	*out = pb.ExplainResponse{
 		PassFailures: out.PassFailures, PassError: out.PassError, PassErrorTime: out.PassErrorTime,
 		Passed: true, Position: out.Position, Algorithm: x.Algorithm,

@@ -57,3 +57,50 @@ func TestReinitializingQuantaAreEncodedOncePerPosition(t *testing.T) {
 	assert.True(t, back.GetQuantum().GetReinitializing())
 	assert.Len(t, back.GetQuantum().GetAssignment().GetStarts(), 999)
 }
+
+// Every watcher of a quantum sends the encoding the leader made once, as it published it.
+func TestQuantaAreEncodedOnceForEveryWatcher(t *testing.T) {
+	var a api
+	l := &leadership{}
+	q := quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 5}, Clock: 9, Cause: "pass",
+		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 4}}}
+	data, err := encodeQuantum(q)
+	require.NoError(t, err)
+	l.encoded.put(q.Position, data)
+	x, err := a.encode(l, q)
+	require.NoError(t, err)
+	y, err := a.encode(l, q)
+	require.NoError(t, err)
+	assert.Same(t, &data[0], &x[0], "the publisher's encoding")
+	assert.Same(t, &x[0], &y[0])
+
+	// The cache is bounded as the hub is; a quantum that left it is encoded anew, alike.
+	for i := range maxEncodings {
+		l.encoded.put(quantum.Position{Term: 2, Seq: 6 + uint64(i)}, []byte{1})
+	}
+	_, ok := l.encoded.get(q.Position)
+	assert.False(t, ok)
+	assert.LessOrEqual(t, len(l.encoded.data), maxEncodings)
+	z, err := a.encode(l, q)
+	require.NoError(t, err)
+	assert.Equal(t, data, z)
+
+	// A watcher starting over at a published quantum's position gets the hub's
+	// reinitializing quantum, not the published one.
+	m, err := assignment.Uniform(4, func(int) []assignment.NodeID { return []assignment.NodeID{"a"} })
+	require.NoError(t, err)
+	h := quantum.NewHub(quantum.HubConfig{}, 2, m, 9)
+	pub := quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 1}, Clock: 9, Snapshot: m, Cause: "distributors"}
+	data, err = encodeQuantum(pub)
+	require.NoError(t, err)
+	l.encoded.put(pub.Position, data)
+	require.NoError(t, h.Publish(pub, m))
+	re, err := h.Subscribe(nil, true).Next(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pub.Position, re.Position)
+	got, err := a.encode(l, re)
+	require.NoError(t, err)
+	var back pb.WatchQuantaResponse
+	require.NoError(t, proto.Unmarshal(got, &back))
+	assert.Equal(t, "reinit", back.GetQuantum().GetCause())
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/grpcserver/grpcservertest"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/source"
@@ -313,7 +314,7 @@ func TestAdminOverrides(t *testing.T) {
 	if s0.Holds(to) {
 		to = f.ids[1]
 	}
-	ref := func(start uint64) *pb.SliceRef { return &pb.SliceRef{Ref: &pb.SliceRef_Start{Start: start}} }
+	ref := startRef
 
 	// Move: applied as one quantum, visible in the map.
 	mv, err := a.admin.Move(ctx, &pb.MoveRequest{Slice: ref(s0.Range.Start), To: []string{string(to)}})
@@ -323,7 +324,20 @@ func TestAdminOverrides(t *testing.T) {
 	_, got := a.assignment(t).Lookup(s0.Range.Start)
 	assert.Equal(t, []assignment.NodeID{to}, got.Replicas)
 
-	// Refusals change nothing and say why.
+	checkAdminRefusals(t, ctx, a, m, to)
+	checkPinIsIdempotent(t, ctx, a, s0.Range.Start)
+	checkAdminSplitAndMerge(t, ctx, a)
+	checkPinnedSliceStays(t, ctx, a)
+	checkDrainAndLists(t, ctx, a, f.ids[2])
+}
+
+// startRef refers to the slice that starts at start.
+func startRef(start uint64) *pb.SliceRef { return &pb.SliceRef{Ref: &pb.SliceRef_Start{Start: start}} }
+
+// checkAdminRefusals checks that refused overrides change nothing and say why. Slice 0 of m
+// has moved to node to.
+func checkAdminRefusals(t *testing.T, ctx context.Context, a *node, m *assignment.Assignment, to assignment.NodeID) {
+	ref, s0 := startRef, m.Slice(0)
 	gen := a.assignment(t).Generation()
 	refusals := []struct {
 		call func() error
@@ -370,13 +384,16 @@ func TestAdminOverrides(t *testing.T) {
 		assert.Contains(t, err.Error(), r.text, "refusal %d", i)
 	}
 	assert.Equal(t, gen, a.assignment(t).Generation(), "refusals change nothing")
+}
 
-	// Pin and unpin are idempotent: asking for what holds already succeeds and says so.
-	up, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
+// checkPinIsIdempotent checks that pin and unpin are idempotent: asking for what holds
+// already succeeds and says so.
+func checkPinIsIdempotent(t *testing.T, ctx context.Context, a *node, start uint64) {
+	up, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: startRef(start)})
 	require.NoError(t, err)
 	assert.True(t, up.GetAlready(), "it was not pinned")
 	for i, already := range []bool{false, true} {
-		pin, err := a.admin.Pin(ctx, &pb.PinRequest{Slice: ref(s0.Range.Start)})
+		pin, err := a.admin.Pin(ctx, &pb.PinRequest{Slice: startRef(start)})
 		require.NoError(t, err, "pin %d", i)
 		assert.Equal(t, already, pin.GetAlready(), "pin %d", i)
 	}
@@ -384,11 +401,16 @@ func TestAdminOverrides(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, pinned.GetPinned(), 1, "pinned twice, held once")
 	for i, already := range []bool{false, true} {
-		up, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: ref(s0.Range.Start)})
+		up, err := a.admin.Unpin(ctx, &pb.UnpinRequest{Slice: startRef(start)})
 		require.NoError(t, err, "unpin %d", i)
 		assert.Equal(t, already, up.GetAlready(), "unpin %d", i)
 	}
+}
 
+// checkAdminSplitAndMerge splits at a key, merges the halves back (they share a replica set),
+// then merges slices held by different nodes.
+func checkAdminSplitAndMerge(t *testing.T, ctx context.Context, a *node) {
+	ref := startRef
 	// Split at a key, then merge the halves back (they share a replica set).
 	key := []byte("user:42")
 	sp, err := a.admin.Split(ctx, &pb.SplitRequest{At: &pb.SplitRequest_AtKey{AtKey: key}})
@@ -402,7 +424,7 @@ func TestAdminOverrides(t *testing.T) {
 	assert.Len(t, mg.GetChange().GetOps(), 1)
 
 	// Merging slices held by different nodes first moves the right one.
-	m = a.assignment(t)
+	m := a.assignment(t)
 	for j := 0; j+1 < m.Len(); j++ {
 		if !assert.ObjectsAreEqual(m.Slice(j).Replicas, m.Slice(j+1).Replicas) {
 			mg, err := a.admin.Merge(ctx, &pb.MergeRequest{Left: ref(m.Slice(j).Range.Start), Right: ref(m.Slice(j + 1).Range.Start)})
@@ -411,11 +433,13 @@ func TestAdminOverrides(t *testing.T) {
 			break
 		}
 	}
+}
 
-	// Pin the hot slice, unfreeze: passes run but do not move it.
-	m = a.assignment(t)
+// checkPinnedSliceStays pins the hot slice and unfreezes: passes run but do not move it.
+func checkPinnedSliceStays(t *testing.T, ctx context.Context, a *node) {
+	m := a.assignment(t)
 	_, hotSlice := m.Lookup(0)
-	_, err = a.admin.Pin(ctx, &pb.PinRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Hash{Hash: 0}}})
+	_, err := a.admin.Pin(ctx, &pb.PinRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Hash{Hash: 0}}})
 	require.NoError(t, err)
 	unfrozen := time.Now()
 	_, err = a.admin.Unfreeze(ctx, &pb.UnfreezeRequest{})
@@ -433,10 +457,11 @@ func TestAdminOverrides(t *testing.T) {
 	st, err := a.admin.Status(ctx, &pb.StatusRequest{})
 	require.NoError(t, err)
 	require.Len(t, st.GetPinned(), 1)
+}
 
-	// Drain a node: passes move everything off it.
-	drained := f.ids[2]
-	_, err = a.admin.Drain(ctx, &pb.DrainRequest{NodeId: string(drained)})
+// checkDrainAndLists drains a node, which passes then empty, and lists slices and quanta.
+func checkDrainAndLists(t *testing.T, ctx context.Context, a *node, drained assignment.NodeID) {
+	_, err := a.admin.Drain(ctx, &pb.DrainRequest{NodeId: string(drained)})
 	require.NoError(t, err)
 	eventually(t, 10*time.Second, "the drained node holds nothing", func() bool {
 		resp, err := a.admin.Drain(ctx, &pb.DrainRequest{NodeId: string(drained)})
@@ -456,6 +481,105 @@ func TestAdminOverrides(t *testing.T) {
 	assert.NotEmpty(t, lq.GetQuanta())
 }
 
+// fullReport reports load l on the whole space, from n1.
+func fullReport(l float64) *pb.ReportLoadRequest {
+	return wire.ReportToProto(load.Report{Node: "n1", Window: time.Second, Samples: []load.Sample{{Range: keyspace.Full(), Load: l}}})
+}
+
+// bigReport is well over the 64 KiB that TestBadInputIsRefusedAndChangesNothing allows.
+var bigReport = wire.ReportToProto(load.Report{Node: "n1", Window: time.Second, Samples: make([]load.Sample, 5000)})
+
+type badInputCase struct {
+	name string
+	call func(ctx context.Context, a *node) error
+	code codes.Code
+	text string
+}
+
+// badInputCases are refused by an assigner where n1 alone is registered.
+var badInputCases = []badInputCase{
+	{"unregistered node", func(ctx context.Context, a *node) error {
+		r := fullReport(1)
+		r.NodeId = "ghost"
+		_, err := a.nodes.ReportLoad(ctx, r)
+		return err
+	}, codes.NotFound, "ghost is not registered"},
+	{"negative load", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.ReportLoad(ctx, fullReport(-1))
+		return err
+	}, codes.InvalidArgument, "loads[0] = -1"},
+	{"NaN load", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.ReportLoad(ctx, fullReport(math.NaN()))
+		return err
+	}, codes.InvalidArgument, "loads[0] = NaN"},
+	{"no window", func(ctx context.Context, a *node) error {
+		r := fullReport(1)
+		r.Window = nil
+		_, err := a.nodes.ReportLoad(ctx, r)
+		return err
+	}, codes.InvalidArgument, "no window"},
+	{"empty range", func(ctx context.Context, a *node) error {
+		r := fullReport(1)
+		r.Starts, r.Ends = []uint64{5}, []uint64{5}
+		_, err := a.nodes.ReportLoad(ctx, r)
+		return err
+	}, codes.InvalidArgument, "is empty"},
+	{"oversized request", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.ReportLoad(ctx, bigReport)
+		return err
+	}, codes.ResourceExhausted, "larger than max"},
+	{"ragged columns", func(ctx context.Context, a *node) error {
+		r := fullReport(1)
+		r.Loads = append(r.Loads, 2)
+		_, err := a.nodes.ReportLoad(ctx, r)
+		return err
+	}, codes.InvalidArgument, "columns differ"},
+	{"bad node id", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "no spaces"}})
+		return err
+	}, codes.InvalidArgument, "bad node ID"},
+	{"bad capacity", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n2", Capacity: -2}})
+		return err
+	}, codes.InvalidArgument, "capacity -2"},
+	{"heartbeat of a stranger", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "ghost"})
+		return err
+	}, codes.NotFound, "register again"},
+	{"a huge load", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.ReportLoad(ctx, fullReport(1e308))
+		return err
+	}, codes.InvalidArgument, "loads[0] = 1e+308, above the cap"},
+	{"no address", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n2"}})
+		return err
+	}, codes.InvalidArgument, "no address"},
+	{"a 10 KB node id", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: strings.Repeat("x", 10<<10)})
+		return err
+	}, codes.InvalidArgument, "10240 bytes; at most 128"},
+	{"a 10 KB node id registering", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: strings.Repeat("x", 10<<10)}, Address: "x:1"})
+		return err
+	}, codes.InvalidArgument, "10240 bytes; at most 128"},
+	{"a 10 KB node id draining", func(ctx context.Context, a *node) error {
+		_, err := a.admin.Drain(ctx, &pb.DrainRequest{NodeId: strings.Repeat("x", 10<<10)})
+		return err
+	}, codes.InvalidArgument, "10240 bytes; at most 128"},
+	{"a dead band that never moves", func(ctx context.Context, a *node) error {
+		_, err := a.admin.SetAlgorithm(ctx, &pb.SetAlgorithmRequest{Name: "weighted-move", Params: map[string]string{"dead_band": "1e308"}})
+		return err
+	}, codes.InvalidArgument, "dead_band=1e+308"},
+	{"a 10 KB param", func(ctx context.Context, a *node) error {
+		_, err := a.admin.SetAlgorithm(ctx, &pb.SetAlgorithmRequest{Name: "weighted-move", Params: map[string]string{strings.Repeat("x", 10<<10): "1"}})
+		return err
+	}, codes.InvalidArgument, "10240 bytes; at most 64"},
+	{"lookup of nothing", func(ctx context.Context, a *node) error {
+		_, err := a.assign.Lookup(ctx, &pb.LookupRequest{})
+		return err
+	}, codes.InvalidArgument, "key or a hash"},
+}
+
 func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	c := newCluster(t)
 	a := c.start(small, func(cfg *assigner.Config) { cfg.MaxRequestBytes = 64 << 10 })
@@ -464,100 +588,9 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n1"}, Address: "127.0.0.1:1"})
 	require.NoError(t, err)
 	eventually(t, 10*time.Second, "a map exists", a.hasMap)
-	report := func(l float64) *pb.ReportLoadRequest {
-		return wire.ReportToProto(load.Report{Node: "n1", Window: time.Second, Samples: []load.Sample{{Range: keyspace.Full(), Load: l}}})
-	}
-	big := wire.ReportToProto(load.Report{Node: "n1", Window: time.Second, Samples: make([]load.Sample, 5000)}) // well over 64 KiB
-	cases := []struct {
-		name string
-		call func() error
-		code codes.Code
-		text string
-	}{
-		{"unregistered node", func() error {
-			r := report(1)
-			r.NodeId = "ghost"
-			_, err := a.nodes.ReportLoad(ctx, r)
-			return err
-		}, codes.NotFound, "ghost is not registered"},
-		{"negative load", func() error {
-			_, err := a.nodes.ReportLoad(ctx, report(-1))
-			return err
-		}, codes.InvalidArgument, "loads[0] = -1"},
-		{"NaN load", func() error {
-			_, err := a.nodes.ReportLoad(ctx, report(math.NaN()))
-			return err
-		}, codes.InvalidArgument, "loads[0] = NaN"},
-		{"no window", func() error {
-			r := report(1)
-			r.Window = nil
-			_, err := a.nodes.ReportLoad(ctx, r)
-			return err
-		}, codes.InvalidArgument, "no window"},
-		{"empty range", func() error {
-			r := report(1)
-			r.Starts, r.Ends = []uint64{5}, []uint64{5}
-			_, err := a.nodes.ReportLoad(ctx, r)
-			return err
-		}, codes.InvalidArgument, "is empty"},
-		{"oversized request", func() error {
-			_, err := a.nodes.ReportLoad(ctx, big)
-			return err
-		}, codes.ResourceExhausted, "larger than max"},
-		{"ragged columns", func() error {
-			r := report(1)
-			r.Loads = append(r.Loads, 2)
-			_, err := a.nodes.ReportLoad(ctx, r)
-			return err
-		}, codes.InvalidArgument, "columns differ"},
-		{"bad node id", func() error {
-			_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "no spaces"}})
-			return err
-		}, codes.InvalidArgument, "bad node ID"},
-		{"bad capacity", func() error {
-			_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n2", Capacity: -2}})
-			return err
-		}, codes.InvalidArgument, "capacity -2"},
-		{"heartbeat of a stranger", func() error {
-			_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "ghost"})
-			return err
-		}, codes.NotFound, "register again"},
-		{"a huge load", func() error {
-			_, err := a.nodes.ReportLoad(ctx, report(1e308))
-			return err
-		}, codes.InvalidArgument, "loads[0] = 1e+308, above the cap"},
-		{"no address", func() error {
-			_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n2"}})
-			return err
-		}, codes.InvalidArgument, "no address"},
-		{"a 10 KB node id", func() error {
-			_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: strings.Repeat("x", 10<<10)})
-			return err
-		}, codes.InvalidArgument, "10240 bytes; at most 128"},
-		{"a 10 KB node id registering", func() error {
-			_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: strings.Repeat("x", 10<<10)}, Address: "x:1"})
-			return err
-		}, codes.InvalidArgument, "10240 bytes; at most 128"},
-		{"a 10 KB node id draining", func() error {
-			_, err := a.admin.Drain(ctx, &pb.DrainRequest{NodeId: strings.Repeat("x", 10<<10)})
-			return err
-		}, codes.InvalidArgument, "10240 bytes; at most 128"},
-		{"a dead band that never moves", func() error {
-			_, err := a.admin.SetAlgorithm(ctx, &pb.SetAlgorithmRequest{Name: "weighted-move", Params: map[string]string{"dead_band": "1e308"}})
-			return err
-		}, codes.InvalidArgument, "dead_band=1e+308"},
-		{"a 10 KB param", func() error {
-			_, err := a.admin.SetAlgorithm(ctx, &pb.SetAlgorithmRequest{Name: "weighted-move", Params: map[string]string{strings.Repeat("x", 10<<10): "1"}})
-			return err
-		}, codes.InvalidArgument, "10240 bytes; at most 64"},
-		{"lookup of nothing", func() error {
-			_, err := a.assign.Lookup(ctx, &pb.LookupRequest{})
-			return err
-		}, codes.InvalidArgument, "key or a hash"},
-	}
 	before := a.assignment(t)
-	for _, tc := range cases {
-		err := tc.call()
+	for _, tc := range badInputCases {
+		err := tc.call(ctx, a)
 		require.Error(t, err, tc.name)
 		assert.Equal(t, tc.code, code(err), "%s: %v", tc.name, err)
 		assert.Contains(t, err.Error(), tc.text, tc.name)
@@ -639,7 +672,7 @@ func TestHealthReflectionAndMetrics(t *testing.T) {
 
 func assertReflection(t *testing.T, conn *grpc.ClientConn) {
 	t.Helper()
-	services := listServices(t, conn)
+	services := grpcservertest.ListServices(ctxT(t, 5*time.Second), t, conn)
 	for _, want := range []string{"sliceplane.v1.AdminService", "sliceplane.v1.QuantaService", "grpc.health.v1.Health"} {
 		assert.Contains(t, services, want)
 	}

@@ -2,16 +2,20 @@
 // the load that nodes report, and streams each change as a quantum stamped with a Lamport
 // clock.
 //
-// Core is the decision logic, passive and deterministic: it turns events (a node registers,
-// reports load, a pass is due, an operator moves a slice) into proposals, which say what to
-// persist and what to publish. It does no I/O and reads no clock. Server is the driver: it
-// holds leadership in etcd, persists each proposal with a fenced write and only then commits
-// it to the core and publishes its quantum.
+// Core is the decision logic, a passive and deterministic state machine after etcd's raft
+// RawNode: Core.Step takes one event of a closed set (a node registers, reports load, time
+// passes, an operator moves a slice, a write is committed) with the time, and returns an
+// Output of plain data: the write to persist, the quanta to publish once it is, the reply,
+// and when it next wants a Tick. It does no I/O, reads no clock and starts no goroutine, so
+// scripts (testdata/) and the simulator drive it as the server does. Server is the driver,
+// active but simple: it holds leadership in etcd, steps events in from its channels and one
+// timer, persists each write with the fence, steps its outcome, and publishes.
 package assigner
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -33,10 +37,19 @@ var (
 	ErrNotLeader    = errors.New("assigner: not the leader")
 )
 
+// ErrWriteInFlight is the reply to an event stepped while a write is in flight: the driver
+// must step WriteCommitted or WriteFailed first.
+var ErrWriteInFlight = errors.New("assigner: a write is in flight; step its outcome first")
+
 // CoreConfig tunes the core.
 type CoreConfig struct {
 	// NodeTTL is how long a node stays in the map without a heartbeat or a load report.
 	NodeTTL time.Duration
+	// PassInterval is the time between balancing passes; default 1 s.
+	PassInterval time.Duration
+	// ClockInterval is the shortest time between clock-only quanta; default 20 ms.
+	// A Server sets both from its Config (the --pass-interval and --clock-interval flags).
+	ClockInterval time.Duration
 	// SnapshotEvery is how many log entries accumulate before the map is snapshotted.
 	SnapshotEvery uint64
 	// Algorithm and Params are used when nothing is stored yet.
@@ -44,6 +57,9 @@ type CoreConfig struct {
 	Params    map[string]string
 	// Estimator tunes the folding of load reports.
 	Estimator load.EstimatorConfig
+	// ZoneLabel is the key of the node label that names a node's zone (--zone-label):
+	// passes spread each slice's replicas over distinct zones. Empty: zones are ignored.
+	ZoneLabel string
 	// MaxLoadRate caps what a node may report: per second of its report's window and per
 	// unit of its capacity (0 counts as 1), in the application's load unit. A report above
 	// it is refused whole. Default load.DefaultRate (1e9); at most load.MaxRate.
@@ -58,6 +74,12 @@ func (cfg *CoreConfig) fill() error {
 	if cfg.NodeTTL <= 0 {
 		cfg.NodeTTL = 10 * time.Second
 	}
+	if cfg.PassInterval <= 0 {
+		cfg.PassInterval = time.Second
+	}
+	if cfg.ClockInterval <= 0 {
+		cfg.ClockInterval = 20 * time.Millisecond
+	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = 64
 	}
@@ -66,6 +88,12 @@ func (cfg *CoreConfig) fill() error {
 	}
 	if !(cfg.MaxLoadRate > 0 && cfg.MaxLoadRate <= load.MaxRate) {
 		return fmt.Errorf("assigner: max load rate %v: want > 0 and at most %g", cfg.MaxLoadRate, load.MaxRate)
+	}
+	if len(cfg.ZoneLabel) > MaxLabelKeyBytes {
+		return fmt.Errorf("assigner: zone label %q: at most %d bytes, as node label keys are", cfg.ZoneLabel, MaxLabelKeyBytes)
+	}
+	if err := cfg.Estimator.Validate(); err != nil {
+		return fmt.Errorf("assigner: %w", err)
 	}
 	return nil
 }
@@ -88,9 +116,10 @@ type nodeState struct {
 }
 
 // Core is the assigner's state as the leader of one term sees it. It is not safe for
-// concurrent use: the driver owns it from one goroutine.
+// concurrent use: one goroutine steps it.
 type Core struct {
 	cfg       CoreConfig
+	leading   bool
 	term, seq uint64
 	clock     uint64 // the highest source clock seen
 	published uint64 // the clock of the last quantum
@@ -103,14 +132,16 @@ type Core struct {
 	est       *load.Estimator
 	estimate  load.Estimate          // of the last pass, on estimated
 	estimated *assignment.Assignment // the map estimate is indexed by
-	current   struct {               // estimate carried over to the map of, from estimated
-		of, from *assignment.Assignment
-		est      load.Estimate
-	}
-	explain  *balance.Explanation
-	lastPass time.Time
-	dists    quantum.Distributors
-	failed   passFailure
+	current   load.Estimate          // estimate carried over to a, redone when either changes
+	explain   *balance.Explanation
+	lastPass  time.Time
+	dists     quantum.Distributors
+	failed    passFailure
+
+	inflight  *change // whose write is in flight
+	todo      agenda  // what a Tick left to do once the write in flight is committed
+	nextPass  time.Time
+	nextClock time.Time // the earliest time for the next clock-only quantum
 }
 
 // passFailure records the balancing passes that failed: how many in a row, and the last.
@@ -120,60 +151,67 @@ type passFailure struct {
 	at    time.Time
 }
 
-// Proposal is one change of the state: what to persist, in order, and what to publish once
-// persisted. Nothing changes until the driver commits it.
-type Proposal struct {
-	PutNode     *store.Node
-	DeleteNodes []assignment.NodeID
-	// Init stores After as the first map; Entry logs a change of the map.
-	Init  bool
-	Entry *store.Entry
-	// Snapshot asks for After to be snapshotted, as the map of Entry, once Entry is stored.
-	// It is compaction: the driver may do it in the background, and a failure loses nothing.
-	Snapshot bool
-	// SaveMeta stores Meta alone (Entry and Init store it with them).
-	SaveMeta bool
-	Meta     store.Meta
-	// Quantum, if set, is published with After, the map it leads to.
-	Quantum *quantum.Quantum
-	After   *assignment.Assignment
-	// Summary says what the change does, for the operator and the log.
-	Summary string
+// change is a proposed change of the state: the write that persists it, the quantum that
+// announces it, and what else the state becomes once the write is committed. It is plain
+// data, kept by the core while its write is in flight.
+type change struct {
+	write    Write // Meta is the meta after the change, stored or not
+	quantum  *quantum.Quantum
+	after    *assignment.Assignment // the map quantum leads to
+	snapshot bool                   // snapshot after, as the map of write.Meta.LastIndex
+	summary  string
+	kind     string // what made it: a kind* constant, or a request
 
-	commit func(c *Core)
+	node   *nodeState           // registered or renewed
+	forget []assignment.NodeID  // nodes that left
+	dists  quantum.Distributors // the new set of distributors, if not nil
+	alg    balance.Algorithm    // the new algorithm, if not nil
+	moves  []balance.Move       // appended to the history
+	pass   *passRecord          // a pass ran
+	req    requestEvent         // the request that asked for the change, if any
+	reply  Reply                // its reply once done (Err and Change are set then)
+	setMap bool                 // after replaces the map (a quantum may carry the same)
 }
 
-// Persists reports whether the proposal writes anything.
-func (p *Proposal) Persists() bool {
-	return p.PutNode != nil || len(p.DeleteNodes) > 0 || p.Init || p.Entry != nil || p.SaveMeta
+// passRecord is what a pass leaves besides its change of the map.
+type passRecord struct {
+	history   []balance.Move
+	explain   balance.Explanation
+	estimate  load.Estimate
+	estimated *assignment.Assignment
 }
 
-// Commit makes a persisted proposal the core's state.
-func (c *Core) Commit(p *Proposal) {
-	c.meta = p.Meta
-	if q := p.Quantum; q != nil {
-		c.seq, c.published = q.Seq, q.Clock
-		c.a = p.After
-	}
-	if p.Snapshot {
-		c.snapshot = p.Meta.LastIndex
-	}
-	if p.commit != nil {
-		p.commit(c)
-	}
-}
+// Kinds of changes the core makes on its own.
+const (
+	kindTerm         = "term"
+	kindExpiry       = "expiry"
+	kindPass         = "pass"
+	kindCleanup      = "cleanup"
+	kindClock        = "clock"
+	kindDistributors = "distributors"
+	kindRequest      = "request"
+)
 
-// NewCore returns the core of a new leadership of term, from the stored state (found is
-// false if there is none) and the source's clock. The proposal it returns records the new
-// term; commit it before anything else.
-func NewCore(cfg CoreConfig, term uint64, st store.State, found bool, clock uint64, now time.Time) (*Core, *Proposal, error) {
+// NewCore returns a core that leads nothing yet: step LeadershipGained to start a term.
+func NewCore(cfg CoreConfig) (*Core, error) {
 	if err := cfg.fill(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	c := &Core{cfg: cfg, term: term, nodes: map[assignment.NodeID]*nodeState{}, est: load.NewEstimator(cfg.Estimator),
-		dists: quantum.Distributors{}}
-	m := store.Meta{Algorithm: cfg.Algorithm, Params: cfg.Params}
-	if found {
+	return &Core{cfg: cfg, nodes: map[assignment.NodeID]*nodeState{}, est: load.NewEstimator(cfg.Estimator),
+		dists: quantum.Distributors{}}, nil
+}
+
+// Config returns the core's configuration, defaults filled in.
+func (c *Core) Config() CoreConfig { return c.cfg }
+
+// gain starts term ev.Term from the stored state: the change it proposes records the term.
+func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
+	fresh, _ := NewCore(c.cfg) // the configuration was checked by NewCore
+	*c = *fresh
+	c.term = ev.Term
+	m := store.Meta{Algorithm: c.cfg.Algorithm, Params: c.cfg.Params}
+	if ev.Found {
+		st := ev.State
 		c.a, m, c.history, c.snapshot = st.Assignment, st.Meta, st.History, st.SnapshotIndex
 		for _, n := range st.Nodes {
 			// Every node gets a full lease to find the new leader.
@@ -182,11 +220,16 @@ func NewCore(cfg CoreConfig, term uint64, st store.State, found bool, clock uint
 	}
 	alg, err := newAlgorithm(m.Algorithm, m.Params)
 	if err != nil {
-		return nil, nil, fmt.Errorf("assigner: the stored algorithm: %w", err)
+		out.Reply = &Reply{Err: fmt.Errorf("assigner: the stored algorithm: %w", err)}
+		return
 	}
-	c.alg, c.clock, c.published = alg, max(clock, m.Clock), m.Clock
-	m.Term = term
-	return c, &Proposal{SaveMeta: true, Meta: m, Summary: fmt.Sprintf("term %d begins", term)}, nil
+	c.alg, c.clock, c.published = alg, max(ev.Clock, m.Clock), m.Clock
+	c.carry()
+	c.leading = true
+	c.nextPass, c.nextClock = now.Add(c.cfg.PassInterval), now.Add(c.cfg.ClockInterval)
+	m.Term = ev.Term
+	c.propose(now, &change{write: Write{SaveMeta: true, Meta: m}, kind: kindTerm,
+		summary: fmt.Sprintf("term %d begins", ev.Term)}, out)
 }
 
 // newAlgorithm builds a balancing algorithm, refusing constants that the store cannot honour
@@ -209,61 +252,72 @@ func (c *Core) Assignment() (*assignment.Assignment, quantum.Position, uint64) {
 	return c.a, quantum.Position{Term: c.term, Seq: c.seq}, c.published
 }
 
-// ObserveClock records a clock the source has reached.
-func (c *Core) ObserveClock(clock uint64) { c.clock = max(c.clock, clock) }
+// Meta returns the state the core stores besides the map and the nodes.
+func (c *Core) Meta() store.Meta { return c.meta }
 
-// ClockQuantum proposes a clock-only quantum when the source moved since the last quantum,
+// Leading reports whether the core leads a term, and which.
+func (c *Core) Leading() (uint64, bool) { return c.term, c.leading }
+
+// clockQuantum proposes a clock-only quantum when the source moved since the last quantum,
 // so that distributors need not wait for the next change of the map.
-func (c *Core) ClockQuantum(now time.Time) *Proposal {
+func (c *Core) clockQuantum(now time.Time) *change {
 	if c.a == nil || c.clock <= c.published {
 		return nil
 	}
 	q := &quantum.Quantum{Position: c.next(), Clock: c.clock, Generation: c.a.Generation(), Cause: "clock", Time: now}
-	return &Proposal{Meta: c.meta, Quantum: q, After: c.a}
+	return &change{write: Write{Meta: c.meta}, quantum: q, after: c.a, kind: kindClock}
 }
 
-// SetDistributors proposes the set of live distributors, as a reinitializing quantum that
+// setDistributors proposes the set of live distributors, as a reinitializing quantum that
 // carries it with the map, or returns nil if the set did not change. Before the first map
 // there is nothing to publish: the first map's quantum carries the set.
-func (c *Core) SetDistributors(d quantum.Distributors, now time.Time) *Proposal {
+func (c *Core) setDistributors(d quantum.Distributors, now time.Time) *change {
 	if d == nil {
 		d = quantum.Distributors{} // none live, which a quantum must say, not leave out
 	}
 	if c.dists.Equal(d) {
 		return nil
 	}
-	commit := func(c *Core) { c.dists = d }
+	ch := &change{write: Write{Meta: c.meta}, dists: d, kind: kindDistributors}
 	if c.a == nil {
-		return &Proposal{Meta: c.meta, commit: commit}
+		return ch
 	}
-	q := &quantum.Quantum{Position: c.next(), Clock: c.clock, Generation: c.a.Generation(), Snapshot: c.a,
+	ch.quantum = &quantum.Quantum{Position: c.next(), Clock: c.clock, Generation: c.a.Generation(), Snapshot: c.a,
 		Distributors: d, Cause: "distributors", Time: now}
-	return &Proposal{Meta: c.meta, Quantum: q, After: c.a, commit: commit,
-		Summary: fmt.Sprintf("distributors: %d live", len(d))}
+	ch.after, ch.summary = c.a, fmt.Sprintf("distributors: %d live", len(d))
+	return ch
 }
 
-// Audit marks p as made by the call of by, so that the history of quanta says who changed
-// what: p's quantum and log entry get by, and a change that alters no map op (a freeze, a
+// audit marks ch as made by the call of by, so that the history of quanta says who changed
+// what: ch's quantum and log entry get by, and a change that alters no map op (a freeze, a
 // pin, a node registered) gets a clock-only quantum of cause and by, which carries no
-// operation and so changes nothing for watchers. A proposal that changes nothing gets
-// nothing.
-func (c *Core) Audit(p *Proposal, cause, by string, now time.Time) {
-	if q := p.Quantum; q != nil {
+// operation and so changes nothing for watchers. A change that stores nothing gets nothing.
+func (c *Core) audit(ch *change, cause, by string, now time.Time) {
+	if q := ch.quantum; q != nil {
 		q.By = by
-		if p.Entry != nil {
-			p.Entry.By = by
+		if ch.write.Entry != nil {
+			ch.write.Entry.By = by
 		}
 		return
 	}
-	if !p.Persists() {
+	if !ch.write.persists() {
 		return
 	}
 	var gen uint64
 	if c.a != nil {
 		gen = c.a.Generation()
 	}
-	p.Quantum = &quantum.Quantum{Position: c.next(), Clock: c.clock, Generation: gen, Cause: cause, By: by, Time: now}
-	p.After = c.a
+	ch.quantum = &quantum.Quantum{Position: c.next(), Clock: c.clock, Generation: gen, Cause: cause, By: by, Time: now}
+	ch.after = c.a
+}
+
+// auditCause is the cause of the quantum of a call's change: the admin calls' causes start
+// with "admin: " and the nodes' with "node: ", and both go on with what changed.
+func auditCause(call, summary string) string {
+	if IsAdmin(call) {
+		return "admin: " + summary
+	}
+	return "node: " + summary
 }
 
 // Distributors returns the live distributors, as last committed.
@@ -291,8 +345,8 @@ func (c *Core) registered() *assignment.NodeSet {
 	return assignment.MustNodeSet(ns...)
 }
 
-// change proposes a change of the map by ops, as one quantum and one log entry.
-func (c *Core) change(ops []assignment.Op, moves []balance.Move, cause string, now time.Time) (*Proposal, error) {
+// changeMap proposes a change of the map by ops, as one quantum and one log entry.
+func (c *Core) changeMap(ops []assignment.Op, moves []balance.Move, cause string, now time.Time) (*change, error) {
 	next, err := c.a.Apply(ops)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPrecondition, err)
@@ -304,21 +358,20 @@ func (c *Core) change(ops []assignment.Op, moves []balance.Move, cause string, n
 	m := c.meta
 	m.Term, m.Seq, m.Clock, m.Generation = pos.Term, pos.Seq, c.clock, next.Generation()
 	m.LastIndex++
-	p := &Proposal{
-		Entry: &store.Entry{Index: m.LastIndex, Term: pos.Term, Seq: pos.Seq, Clock: c.clock,
-			Generation: next.Generation(), Cause: cause, Time: now, Ops: ops, Moves: moves},
-		Quantum: &quantum.Quantum{Position: pos, Clock: c.clock, Generation: next.Generation(), Ops: ops, Cause: cause, Time: now},
-		After:   next,
-	}
-	p.Meta = m
-	p.Snapshot = m.LastIndex-c.snapshot >= c.cfg.SnapshotEvery
-	return p, nil
+	return &change{
+		write: Write{Meta: m, Entry: &store.Entry{Index: m.LastIndex, Term: pos.Term, Seq: pos.Seq, Clock: c.clock,
+			Generation: next.Generation(), Cause: cause, Time: now, Ops: ops, Moves: moves}},
+		quantum:  &quantum.Quantum{Position: pos, Clock: c.clock, Generation: next.Generation(), Ops: ops, Cause: cause, Time: now},
+		after:    next,
+		setMap:   true,
+		snapshot: m.LastIndex-c.snapshot >= c.cfg.SnapshotEvery,
+	}, nil
 }
 
-// Pass proposes a balancing pass, or returns nil when there is nothing to do: balancing is
+// pass proposes a balancing pass, or returns nil when there is nothing to do: balancing is
 // frozen, or no node can hold slices. The first map is made even when balancing is frozen:
 // without it nothing can be served.
-func (c *Core) Pass(now time.Time) (*Proposal, error) {
+func (c *Core) pass(now time.Time) (*change, error) {
 	live := c.placement()
 	switch {
 	case live.Len() == 0:
@@ -331,21 +384,17 @@ func (c *Core) Pass(now time.Time) (*Proposal, error) {
 	est := c.est.Fold(c.a, now)
 	in := balance.Input{
 		Assignment: c.a, Nodes: live, Load: loadOrKeySpace(c.a, est.Loads), Keys: est.Keys, HotKeys: est.HotKeys,
-		Pass: c.meta.Pass, History: c.history, Pinned: c.meta.Pins,
+		Pass: c.meta.Pass, History: c.history, Pinned: c.meta.Pins, Zones: c.zones(live),
 	}
 	res, err := c.alg.Rebalance(in)
 	if err != nil {
 		return nil, fmt.Errorf("assigner: pass %d: %w", c.meta.Pass, err)
 	}
-	record := func(c *Core) {
-		c.history, c.explain, c.lastPass = res.History, &res.Explanation, now
-		c.failed.count = 0
-		c.estimate, c.estimated = est, in.Assignment
-	}
+	record := &passRecord{history: res.History, explain: res.Explanation, estimate: est, estimated: in.Assignment}
 	if len(res.Ops) == 0 {
 		m := c.meta
 		m.Pass++ // not stored by itself: after a failover, holds only last longer
-		return &Proposal{Meta: m, Summary: "pass: no change", commit: record}, nil
+		return &change{write: Write{Meta: m}, summary: "pass: no change", pass: record, kind: kindPass}, nil
 	}
 	var moves []balance.Move
 	for _, mv := range res.History {
@@ -353,37 +402,42 @@ func (c *Core) Pass(now time.Time) (*Proposal, error) {
 			moves = append(moves, mv)
 		}
 	}
-	p, err := c.change(res.Ops, moves, "pass", now)
+	ch, err := c.changeMap(res.Ops, moves, "pass", now)
 	if err != nil {
 		// The algorithm's output must always apply and keep I1; if not, it is a bug.
 		return nil, fmt.Errorf("assigner: pass %d produced a bad map: %w", c.meta.Pass, err)
 	}
-	p.Meta.Pass++
-	p.Summary = fmt.Sprintf("pass %d: %d ops, imbalance %.3f -> %.3f", c.meta.Pass, len(res.Ops),
+	ch.write.Meta.Pass++
+	ch.summary = fmt.Sprintf("pass %d: %d ops, imbalance %.3f -> %.3f", c.meta.Pass, len(res.Ops),
 		res.Explanation.ImbalanceBefore, res.Explanation.ImbalanceAfter)
-	p.commit = record
-	return p, nil
+	ch.pass, ch.kind = record, kindPass
+	return ch, nil
 }
 
 // maxErrorBytes bounds the reason of a failed pass that Status and Explain show.
 const maxErrorBytes = 512
 
-// PassFailed records that a pass failed (Pass returned err, or its proposal could not be
-// stored), for Status and Explain.
-func (c *Core) PassFailed(err error, now time.Time) {
+// passFailed records that a pass failed (it returned err, or its write did), for Status and
+// Explain, and asks for the clean-up of departed nodes without the algorithm: whatever made
+// the pass fail, no slice may stay on a node that left (I1).
+func (c *Core) passFailed(err error, now time.Time, out *Output) {
 	msg := err.Error()
 	if len(msg) > maxErrorBytes {
 		msg = msg[:maxErrorBytes] + "..."
 	}
 	c.failed = passFailure{count: c.failed.count + 1, err: msg, at: now}
+	out.PassFailed = true
+	out.Log = append(out.Log, Record{Level: slog.LevelError,
+		Msg: "balancing pass failed; cleaning up departed nodes without the algorithm", Attrs: []any{"err", err}})
+	c.todo.cleanup = true
 }
 
-// Cleanup proposes taking the slices of departed nodes off them without the algorithm, or
+// cleanup proposes taking the slices of departed nodes off them without the algorithm, or
 // returns nil when no slice is held by a departed node. It is the fallback for a pass that
 // failed: whatever made the algorithm fail, I1 must hold once clean-up has run. A slice
 // keeps its live replicas; one left with none goes to the live node holding the fewest
 // slices.
-func (c *Core) Cleanup(now time.Time) (*Proposal, error) {
+func (c *Core) cleanup(now time.Time) (*change, error) {
 	live, reg := c.placement(), c.registered()
 	if c.a == nil || live.Len() == 0 {
 		return nil, nil
@@ -422,13 +476,13 @@ func (c *Core) Cleanup(now time.Time) (*Proposal, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	p, err := c.change(ops, moves, "cleanup", now)
+	ch, err := c.changeMap(ops, moves, "cleanup", now)
 	if err != nil {
 		return nil, fmt.Errorf("assigner: clean-up: %w", err)
 	}
-	p.Summary = fmt.Sprintf("clean-up without the algorithm: %d slices off departed nodes", len(ops))
-	p.commit = func(c *Core) { c.history = append(c.history, moves...) }
-	return p, nil
+	ch.summary = fmt.Sprintf("clean-up without the algorithm: %d slices off departed nodes", len(ops))
+	ch.moves, ch.kind = moves, kindCleanup
+	return ch, nil
 }
 
 // leastHeld returns the node of live holding the fewest slices, the first by ID on a tie.
@@ -459,7 +513,7 @@ func loadOrKeySpace(a *assignment.Assignment, loads []float64) []float64 {
 }
 
 // initial proposes the first map, over the nodes registered so far.
-func (c *Core) initial(live *assignment.NodeSet, now time.Time) (*Proposal, error) {
+func (c *Core) initial(live *assignment.NodeSet, now time.Time) (*change, error) {
 	a, err := c.alg.Initial(balance.Input{Nodes: live})
 	if err != nil {
 		return nil, fmt.Errorf("assigner: the initial assignment: %w", err)
@@ -467,23 +521,27 @@ func (c *Core) initial(live *assignment.NodeSet, now time.Time) (*Proposal, erro
 	pos := c.next()
 	m := c.meta
 	m.Term, m.Seq, m.Clock, m.Generation = pos.Term, pos.Seq, c.clock, a.Generation()
-	return &Proposal{
-		Init: true, Meta: m, After: a,
-		Quantum: &quantum.Quantum{Position: pos, Clock: c.clock, Generation: a.Generation(), Snapshot: a, Distributors: c.dists, Cause: "initial", Time: now},
-		Summary: fmt.Sprintf("initial assignment: %d slices over %d nodes", a.Len(), live.Len()),
+	return &change{
+		write:   Write{Init: true, Map: a, Meta: m},
+		after:   a,
+		setMap:  true,
+		quantum: &quantum.Quantum{Position: pos, Clock: c.clock, Generation: a.Generation(), Snapshot: a, Distributors: c.dists, Cause: "initial", Time: now},
+		summary: fmt.Sprintf("initial assignment: %d slices over %d nodes", a.Len(), live.Len()),
+		kind:    kindPass,
 	}, nil
 }
 
-// Register adds or updates a node and renews its lease.
-func (c *Core) Register(n store.Node, now time.Time) (*Proposal, error) {
+// register proposes adding or updating a node, renewing its lease.
+func (c *Core) register(n store.Node, now time.Time) (*change, error) {
 	if err := validateNode(n); err != nil {
 		return nil, err
 	}
-	commit := func(c *Core) { c.nodes[n.ID] = &nodeState{Node: n, lastSeen: now} }
+	ch := &change{write: Write{Meta: c.meta}, node: &nodeState{Node: n, lastSeen: now}}
 	if old, ok := c.nodes[n.ID]; ok && old.Node.Node == n.Node && old.Address == n.Address && maps.Equal(old.Labels, n.Labels) {
-		return &Proposal{Meta: c.meta, commit: commit}, nil // a renewal: nothing to store
+		return ch, nil // a renewal: nothing to store
 	}
-	return &Proposal{PutNode: &n, Meta: c.meta, Summary: fmt.Sprintf("node %s registered at %q", n.ID, n.Address), commit: commit}, nil
+	ch.write.PutNode, ch.summary = &n, fmt.Sprintf("node %s registered at %q", n.ID, n.Address)
+	return ch, nil
 }
 
 // validateNode checks a registration: a node nobody can reach, or whose capacity makes its
@@ -511,8 +569,8 @@ func validateNode(n store.Node) error {
 	return nil
 }
 
-// Heartbeat renews a node's lease and says whether it is draining.
-func (c *Core) Heartbeat(id assignment.NodeID, now time.Time) (draining bool, err error) {
+// heartbeat renews a node's lease and says whether it is draining.
+func (c *Core) heartbeat(id assignment.NodeID, now time.Time) (draining bool, err error) {
 	n, ok := c.nodes[id]
 	if !ok {
 		return false, fmt.Errorf("%w: %s is not registered (register again)", ErrUnknownNode, id)
@@ -521,8 +579,8 @@ func (c *Core) Heartbeat(id assignment.NodeID, now time.Time) (draining bool, er
 	return slices.Contains(c.meta.Draining, id), nil
 }
 
-// Report records a node's load report; it renews the node's lease too.
-func (c *Core) Report(r load.Report, now time.Time) error {
+// report records a node's load report; it renews the node's lease too.
+func (c *Core) report(r load.Report, now time.Time) error {
 	n, ok := c.nodes[r.Node]
 	if !ok {
 		return fmt.Errorf("%w: %s is not registered, so its load cannot be counted", ErrUnknownNode, r.Node)
@@ -539,16 +597,16 @@ func (c *Core) Report(r load.Report, now time.Time) error {
 	return nil
 }
 
-// Deregister proposes taking a node out at once.
-func (c *Core) Deregister(id assignment.NodeID) (*Proposal, error) {
+// deregister proposes taking a node out at once.
+func (c *Core) deregister(id assignment.NodeID) (*change, error) {
 	if _, ok := c.nodes[id]; !ok {
 		return nil, fmt.Errorf("%w: %s is not registered", ErrUnknownNode, id)
 	}
 	return c.removeNodes([]assignment.NodeID{id}, "deregistered"), nil
 }
 
-// Expire proposes taking out the nodes whose lease lapsed, or returns nil.
-func (c *Core) Expire(now time.Time) *Proposal {
+// expire proposes taking out the nodes whose lease lapsed, or returns nil.
+func (c *Core) expire(now time.Time) *change {
 	var gone []assignment.NodeID
 	for id, n := range c.nodes {
 		if now.Sub(n.lastSeen) > c.cfg.NodeTTL {
@@ -559,29 +617,26 @@ func (c *Core) Expire(now time.Time) *Proposal {
 		return nil
 	}
 	slices.Sort(gone)
-	return c.removeNodes(gone, "lease expired")
+	ch := c.removeNodes(gone, "lease expired")
+	ch.kind = kindExpiry
+	return ch
 }
 
-// RefreshNodes gives every node a full lease from now, as a new leader does: after the
+// refreshNodes gives every node a full lease from now, as a new leader does: after the
 // leader itself was away, their last heartbeats say nothing about them.
-func (c *Core) RefreshNodes(now time.Time) {
+func (c *Core) refreshNodes(now time.Time) {
 	for _, n := range c.nodes {
 		n.lastSeen = now
 	}
 }
 
 // removeNodes proposes forgetting nodes; the next pass moves their slices.
-func (c *Core) removeNodes(ids []assignment.NodeID, why string) *Proposal {
+func (c *Core) removeNodes(ids []assignment.NodeID, why string) *change {
 	m := c.meta
 	m.Draining = slices.DeleteFunc(slices.Clone(m.Draining), func(d assignment.NodeID) bool { return slices.Contains(ids, d) })
-	return &Proposal{
-		DeleteNodes: ids, SaveMeta: len(m.Draining) != len(c.meta.Draining), Meta: m,
-		Summary: fmt.Sprintf("nodes %v left: %s", ids, why),
-		commit: func(c *Core) {
-			for _, id := range ids {
-				delete(c.nodes, id)
-				c.est.Forget(id)
-			}
-		},
+	return &change{
+		write:   Write{DeleteNodes: ids, SaveMeta: len(m.Draining) != len(c.meta.Draining), Meta: m},
+		summary: fmt.Sprintf("nodes %v left: %s", ids, why),
+		forget:  ids,
 	}
 }

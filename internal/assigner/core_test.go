@@ -19,54 +19,115 @@ var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 var smallParams = map[string]string{"min_slices_per_node": "1", "initial_slices_per_node": "2", "max_slices_per_node": "8"}
 
+// lead starts term on c from st at clock, and commits the term's claim.
+func lead(t *testing.T, c *Core, term uint64, st store.State, found bool, clock uint64) {
+	t.Helper()
+	out := c.Step(t0, LeadershipGained{Term: term, State: st, Found: found, Clock: clock})
+	require.Nil(t, out.Reply, "the term starts")
+	require.NotNil(t, out.Write)
+	assert.True(t, out.Write.SaveMeta)
+	assert.Equal(t, term, out.Write.Meta.Term)
+	c.Step(t0, WriteCommitted{})
+}
+
 func newCore(t *testing.T) *Core {
 	t.Helper()
-	c, first, err := NewCore(CoreConfig{NodeTTL: 10 * time.Second, Algorithm: "weighted-move", Params: smallParams}, 7, store.State{}, false, 100, t0)
+	c, err := NewCore(CoreConfig{NodeTTL: 10 * time.Second, Algorithm: "weighted-move", Params: smallParams})
 	require.NoError(t, err)
-	assert.True(t, first.SaveMeta)
-	assert.Equal(t, uint64(7), first.Meta.Term)
-	c.Commit(first)
+	lead(t, c, 7, store.State{}, false, 100)
 	return c
 }
 
-func commit(t *testing.T, c *Core, p *Proposal, err error) *Proposal {
-	t.Helper()
-	require.NoError(t, err)
-	require.NotNil(t, p)
-	c.Commit(p)
-	return p
+// settled is what a chain of steps asked for, every write committed at once.
+type settled struct {
+	writes []Write
+	pubs   []Publication
+	reply  Reply
+	pass   *PassDone
+	failed bool
 }
 
-// mustPass runs a pass that must propose something, and commits it.
-func mustPass(t *testing.T, c *Core, at time.Time) *Proposal {
+// settle steps ev at now and commits every write it leads to.
+func settle(t *testing.T, c *Core, now time.Time, ev Event) settled {
 	t.Helper()
-	p, err := c.Pass(at)
-	return commit(t, c, p, err)
+	var s settled
+	for _, out := range c.Settle(now, ev) {
+		if out.Write != nil {
+			s.writes = append(s.writes, *out.Write)
+		}
+		s.pubs = append(s.pubs, out.Publish...)
+		if out.Reply != nil {
+			s.reply = *out.Reply
+		}
+		if out.Pass != nil {
+			s.pass = out.Pass
+		}
+		s.failed = s.failed || out.PassFailed
+	}
+	return s
+}
+
+// ok settles a request that must succeed.
+func ok(t *testing.T, c *Core, now time.Time, ev Event) settled {
+	t.Helper()
+	s := settle(t, c, now, ev)
+	require.NoError(t, s.reply.Err)
+	return s
+}
+
+// passAt runs a pass (after the expiry of nodes) at, and commits what it proposes.
+func passAt(t *testing.T, c *Core, at time.Time) settled {
+	t.Helper()
+	c.nextPass, c.nextClock = at, at.Add(time.Hour)
+	return settle(t, c, at, Tick{})
+}
+
+// clockAt asks for a clock-only quantum at, and no pass.
+func clockAt(t *testing.T, c *Core, at time.Time) settled {
+	t.Helper()
+	c.nextPass, c.nextClock = at.Add(time.Hour), at
+	return settle(t, c, at, Tick{})
 }
 
 func register(t *testing.T, c *Core, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		p, err := c.Register(store.Node{Node: assignment.Node{ID: assignment.NodeID(id)}, Address: id + ":1"}, t0)
-		commit(t, c, p, err)
+		ok(t, c, t0, Register{Node: store.Node{Node: assignment.Node{ID: assignment.NodeID(id)}, Address: id + ":1"}})
 	}
+}
+
+func report(c *Core, at time.Time, r load.Report) error {
+	return settleErr(c, at, ReportLoad{Report: r})
+}
+
+func settleErr(c *Core, at time.Time, ev Event) error {
+	for _, out := range c.Settle(at, ev) {
+		if out.Reply != nil {
+			return out.Reply.Err
+		}
+	}
+	return nil
 }
 
 func TestFirstMapAndPasses(t *testing.T) {
 	c := newCore(t)
-	p, err := c.Pass(t0)
-	require.NoError(t, err)
-	assert.Nil(t, p, "no node, no map")
+	s := passAt(t, c, t0)
+	assert.Empty(t, s.writes, "no node, no map")
+	assert.Empty(t, s.pubs)
 
-	register(t, c, "a", "b")
-	p = mustPass(t, c, t0)
-	require.True(t, p.Init)
-	require.NotNil(t, p.Quantum.Snapshot, "the first quantum carries the whole map")
-	assert.Equal(t, quantum.Position{Term: 7, Seq: 1}, p.Quantum.Position)
-	assert.Equal(t, uint64(100), p.Quantum.Clock)
+	register(t, c, "a", "b") // each audited with a clock-only quantum
+	_, before, _ := c.Assignment()
+	s = passAt(t, c, t0)
+	require.Len(t, s.writes, 1)
+	require.True(t, s.writes[0].Init)
+	require.Len(t, s.pubs, 1)
+	q := s.pubs[0].Quantum
+	require.NotNil(t, q.Snapshot, "the first quantum carries the whole map")
+	assert.Equal(t, quantum.Position{Term: 7, Seq: before.Seq + 1}, q.Position)
+	assert.Equal(t, uint64(100), q.Clock)
 	a, pos, _ := c.Assignment()
 	require.Equal(t, 4, a.Len())
-	assert.Equal(t, uint64(1), pos.Seq)
+	assert.Equal(t, before.Seq+1, pos.Seq)
 
 	// Node a reports all of the load on its slices: the next pass moves some to b.
 	// b's slices are idle but hold many keys, so that moving one of a's is within budget.
@@ -78,53 +139,70 @@ func TestFirstMapAndPasses(t *testing.T) {
 			onB = append(onB, load.Sample{Range: s.Range, Keys: 1000})
 		}
 	}
-	require.NoError(t, c.Report(load.Report{Node: "a", At: t0, Window: time.Second, Samples: onA}, t0))
-	require.NoError(t, c.Report(load.Report{Node: "b", At: t0, Window: time.Second, Samples: onB}, t0))
-	p = mustPass(t, c, t0.Add(time.Second))
-	require.NotNil(t, p.Entry)
-	assert.Equal(t, uint64(1), p.Entry.Index)
-	assert.NotEmpty(t, p.Entry.Moves, "the pass's moves are logged for the next leader")
-	assert.Equal(t, uint64(2), p.Quantum.Seq)
-	assert.Equal(t, p.After.Generation(), p.Meta.Generation)
-	x, ok := c.Explain()
-	require.True(t, ok)
+	require.NoError(t, report(c, t0, load.Report{Node: "a", Window: time.Second, Samples: onA}))
+	require.NoError(t, report(c, t0, load.Report{Node: "b", Window: time.Second, Samples: onB}))
+	s = passAt(t, c, t0.Add(time.Second))
+	require.Len(t, s.writes, 1)
+	w := s.writes[0]
+	require.NotNil(t, w.Entry)
+	assert.Equal(t, uint64(1), w.Entry.Index)
+	assert.NotEmpty(t, w.Entry.Moves, "the pass's moves are logged for the next leader")
+	require.Len(t, s.pubs, 1)
+	assert.Equal(t, before.Seq+2, s.pubs[0].Quantum.Seq)
+	assert.Equal(t, s.pubs[0].Map.Generation(), w.Meta.Generation)
+	require.NotNil(t, s.pass)
+	assert.True(t, s.pass.Changed)
+	x := c.Explain()
+	require.True(t, x.Passed)
 	assert.Greater(t, x.ImbalanceBefore, x.ImbalanceAfter)
 	assert.Equal(t, uint64(1), c.meta.Pass)
 }
 
 func TestClockQuanta(t *testing.T) {
 	c := newCore(t)
-	c.ObserveClock(150)
-	assert.Nil(t, c.ClockQuantum(t0), "no map yet: nothing to stamp")
+	c.Step(t0, ClockObserved{Clock: 150})
+	assert.Empty(t, clockAt(t, c, t0).pubs, "no map yet: nothing to stamp")
 	register(t, c, "a")
-	mustPass(t, c, t0)
-	assert.Nil(t, c.ClockQuantum(t0), "the first map already carries clock 150")
-	c.ObserveClock(149)
-	assert.Nil(t, c.ClockQuantum(t0), "a clock seen late does not go back")
-	c.ObserveClock(180)
-	p := c.ClockQuantum(t0)
-	require.NotNil(t, p)
-	assert.True(t, p.Quantum.ClockOnly())
-	assert.Equal(t, uint64(180), p.Quantum.Clock)
-	assert.False(t, p.Persists(), "clock quanta are not stored")
-	c.Commit(p)
-	assert.Nil(t, c.ClockQuantum(t0))
+	passAt(t, c, t0)
+	assert.Empty(t, clockAt(t, c, t0).pubs, "the first map already carries clock 150")
+	c.Step(t0, ClockObserved{Clock: 149})
+	assert.Empty(t, clockAt(t, c, t0).pubs, "a clock seen late does not go back")
+	out := c.Step(t0, ClockObserved{Clock: 180})
+	assert.Equal(t, c.nextClock, out.Wake, "the source moved: a clock quantum is due")
+	s := clockAt(t, c, t0)
+	require.Len(t, s.pubs, 1)
+	assert.True(t, s.pubs[0].Quantum.ClockOnly())
+	assert.Equal(t, uint64(180), s.pubs[0].Quantum.Clock)
+	assert.Empty(t, s.writes, "clock quanta are not stored")
+
+	// At most one clock quantum every ClockInterval, however often the driver ticks.
+	c.Step(t0, ClockObserved{Clock: 190})
+	assert.Empty(t, settle(t, c, t0.Add(time.Millisecond), Tick{}).pubs)
+	assert.Len(t, settle(t, c, t0.Add(c.cfg.ClockInterval), Tick{}).pubs, 1)
+	assert.Empty(t, clockAt(t, c, t0.Add(time.Second)).pubs, "nothing new to stamp")
 }
 
-func TestUncommittedProposalsChangeNothing(t *testing.T) {
+func TestFailedWritesChangeNothing(t *testing.T) {
 	c := newCore(t)
 	register(t, c, "a", "b")
-	mustPass(t, c, t0)
+	passAt(t, c, t0)
 	a, pos, clock := c.Assignment()
 	meta := c.meta
-	// Proposals whose writes fail are dropped: none of them may have changed the core.
-	_, err := c.Move(SliceRef{Hash: new(uint64)}, []assignment.NodeID{"b"}, t0)
-	require.NoError(t, err)
-	_, err = c.SetAlgorithm("range", nil)
-	require.NoError(t, err)
-	c.Freeze("x")
-	_, err = c.Register(store.Node{Node: assignment.Node{ID: "c"}, Address: "c:1"}, t0)
-	require.NoError(t, err)
+	// Changes whose writes fail are dropped: none of them may have changed the core.
+	for _, ev := range []Event{
+		Move{Slice: SliceRef{Hash: new(uint64)}, To: []assignment.NodeID{"b"}},
+		SetAlgorithm{Name: "range"},
+		Freeze{Reason: "x"},
+		Register{Node: store.Node{Node: assignment.Node{ID: "c"}, Address: "c:1"}},
+	} {
+		out := c.Step(t0, ev)
+		require.NotNil(t, out.Write, "%T", ev)
+		assert.ErrorIs(t, c.Step(t0, GetStatus{}).Reply.Err, ErrWriteInFlight, "one write in flight at a time")
+		out = c.Step(t0, WriteFailed{Err: store.ErrFenced})
+		require.NotNil(t, out.Reply)
+		assert.ErrorIs(t, out.Reply.Err, store.ErrFenced)
+		assert.Empty(t, out.Publish)
+	}
 	a2, pos2, clock2 := c.Assignment()
 	assert.Same(t, a, a2)
 	assert.Equal(t, pos, pos2)
@@ -132,79 +210,68 @@ func TestUncommittedProposalsChangeNothing(t *testing.T) {
 	assert.Equal(t, meta, c.meta)
 	assert.Equal(t, "weighted-move", c.alg.Name())
 	assert.Len(t, c.nodes, 2)
+	assert.ErrorIs(t, c.Step(t0, WriteCommitted{}).Reply.Err, errNothingInFlight)
 }
 
 func TestNodesExpireAndDeregister(t *testing.T) {
 	c := newCore(t)
 	register(t, c, "a", "b", "c")
-	assert.Nil(t, c.Expire(t0.Add(10*time.Second)), "within the lease")
-	_, err := c.Heartbeat("a", t0.Add(8*time.Second))
-	require.NoError(t, err)
-	require.NoError(t, c.Report(load.Report{Node: "b", At: t0, Window: time.Second}, t0.Add(9*time.Second)))
-	p := c.Expire(t0.Add(15 * time.Second))
-	require.NotNil(t, p)
-	assert.Equal(t, []assignment.NodeID{"c"}, p.DeleteNodes, "a heartbeat or a report renews the lease")
-	c.Commit(p)
-	_, err = c.Heartbeat("c", t0)
-	assert.ErrorIs(t, err, ErrUnknownNode)
+	for _, w := range passAt(t, c, t0.Add(10*time.Second)).writes {
+		assert.Empty(t, w.DeleteNodes, "within the lease")
+	}
+	ok(t, c, t0.Add(8*time.Second), Heartbeat{Node: "a"})
+	require.NoError(t, report(c, t0.Add(9*time.Second), load.Report{Node: "b", Window: time.Second}))
+	s := passAt(t, c, t0.Add(15*time.Second))
+	require.NotEmpty(t, s.writes)
+	assert.Equal(t, []assignment.NodeID{"c"}, s.writes[0].DeleteNodes, "a heartbeat or a report renews the lease")
+	assert.ErrorIs(t, settle(t, c, t0, Heartbeat{Node: "c"}).reply.Err, ErrUnknownNode)
 
-	p, err = c.Deregister("b")
-	require.NoError(t, err)
-	c.Commit(p)
+	ok(t, c, t0.Add(15*time.Second), Deregister{Node: "b"})
 	assert.Len(t, c.nodes, 1)
-	_, err = c.Deregister("b")
-	assert.ErrorIs(t, err, ErrUnknownNode)
+	assert.ErrorIs(t, settle(t, c, t0, Deregister{Node: "b"}).reply.Err, ErrUnknownNode)
 }
 
 func TestRegistrationRenewalsAreNotStored(t *testing.T) {
 	c := newCore(t)
 	n := store.Node{Node: assignment.Node{ID: "a", Capacity: 2}, Address: "x:1", Labels: map[string]string{"zone": "z"}}
-	p, err := c.Register(n, t0)
-	require.NoError(t, err)
-	assert.NotNil(t, p.PutNode)
-	c.Commit(p)
-	p, err = c.Register(n, t0.Add(time.Second))
-	require.NoError(t, err)
-	assert.False(t, p.Persists(), "the same registration only renews the lease")
+	s := ok(t, c, t0, Register{Node: n})
+	require.Len(t, s.writes, 1)
+	assert.NotNil(t, s.writes[0].PutNode)
+	s = ok(t, c, t0.Add(time.Second), Register{Node: n})
+	assert.Empty(t, s.writes, "the same registration only renews the lease")
 	n.Address = "x:2"
-	p, err = c.Register(n, t0)
-	require.NoError(t, err)
-	assert.NotNil(t, p.PutNode, "a changed registration is stored")
+	s = ok(t, c, t0, Register{Node: n})
+	require.Len(t, s.writes, 1)
+	assert.NotNil(t, s.writes[0].PutNode, "a changed registration is stored")
 
 	for _, bad := range []store.Node{
 		{Node: assignment.Node{ID: ""}},
 		{Node: assignment.Node{ID: "a", Capacity: -1}},
 		{Node: assignment.Node{ID: "a"}, Address: string(make([]byte, 300))},
 	} {
-		_, err := c.Register(bad, t0)
-		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorIs(t, settle(t, c, t0, Register{Node: bad}).reply.Err, ErrInvalid)
 	}
 }
 
 func TestDrainFreezeAndAlgorithm(t *testing.T) {
 	c := newCore(t)
 	register(t, c, "a", "b")
-	mustPass(t, c, t0)
-	p, held, err := c.Drain("a", false)
-	require.NoError(t, err)
-	assert.Equal(t, 2, held)
-	c.Commit(p)
-	_, _, err = c.Drain("b", false)
-	assert.ErrorIs(t, err, ErrPrecondition, "draining every node would leave the slices nowhere to go")
-	mustPass(t, c, t0.Add(time.Second))
+	passAt(t, c, t0)
+	s := ok(t, c, t0, Drain{Node: "a"})
+	assert.Equal(t, 2, s.reply.Held)
+	assert.ErrorIs(t, settle(t, c, t0, Drain{Node: "b"}).reply.Err, ErrPrecondition,
+		"draining every node would leave the slices nowhere to go")
+	passAt(t, c, t0.Add(time.Second))
 	assert.Zero(t, c.holds("a"), "a pass moves a draining node's slices")
 
-	c.Commit(c.Freeze("maintenance"))
-	p, err = c.Pass(t0.Add(2 * time.Second))
-	require.NoError(t, err)
-	assert.Nil(t, p, "frozen: no pass")
-	c.Commit(c.Unfreeze())
+	ok(t, c, t0, Freeze{Reason: "maintenance"})
+	s = passAt(t, c, t0.Add(2*time.Second))
+	assert.Empty(t, s.writes, "frozen: no pass")
+	assert.Nil(t, s.pass)
+	ok(t, c, t0, Unfreeze{})
 
-	_, err = c.SetAlgorithm("weighted-move", map[string]string{"hold_passes": "33"})
-	assert.ErrorIs(t, err, ErrInvalid)
-	p, err = c.SetAlgorithm("consistent-hash", map[string]string{"virtual_nodes": "8"})
-	require.NoError(t, err)
-	c.Commit(p)
+	assert.ErrorIs(t, settle(t, c, t0, SetAlgorithm{Name: "weighted-move", Params: map[string]string{"hold_passes": "33"}}).reply.Err, ErrInvalid)
+	ok(t, c, t0, SetAlgorithm{Name: "consistent-hash", Params: map[string]string{"virtual_nodes": "8"}})
 	assert.Equal(t, "consistent-hash", c.alg.Name())
 	assert.Equal(t, "consistent-hash", c.meta.Algorithm)
 }
@@ -219,9 +286,9 @@ func TestANewLeaderContinues(t *testing.T) {
 		Assignment: a, History: hist,
 		Nodes: []store.Node{{Node: assignment.Node{ID: "a"}}, {Node: assignment.Node{ID: "b"}}},
 	}
-	c, first, err := NewCore(CoreConfig{}, 8, st, true, 450, t0)
+	c, err := NewCore(CoreConfig{})
 	require.NoError(t, err)
-	c.Commit(first)
+	lead(t, c, 8, st, true, 450)
 	got, pos, clock := c.Assignment()
 	assert.Same(t, a, got)
 	assert.Equal(t, quantum.Position{Term: 8, Seq: 0}, pos, "a new term counts from 0")
@@ -229,22 +296,25 @@ func TestANewLeaderContinues(t *testing.T) {
 	assert.Equal(t, uint64(42), c.meta.Pass)
 	assert.Equal(t, hist, c.history)
 	assert.True(t, c.meta.Frozen)
-	assert.Nil(t, c.Expire(t0.Add(5*time.Second)), "loaded nodes get a full lease to find the new leader")
+	assert.Empty(t, passAt(t, c, t0.Add(5*time.Second)).writes, "loaded nodes get a full lease to find the new leader")
 
 	st.Meta.Algorithm = "magic"
-	_, _, err = NewCore(CoreConfig{}, 8, st, true, 450, t0)
-	assert.Error(t, err)
+	out := c.Step(t0, LeadershipGained{Term: 9, State: st, Found: true, Clock: 450})
+	require.NotNil(t, out.Reply)
+	assert.Error(t, out.Reply.Err)
+	assert.Nil(t, out.Write)
+	assert.ErrorIs(t, c.Step(t0, GetStatus{}).Reply.Err, ErrNotLeader)
 }
 
 // TestIdleClusterSpreadsKeySpace: with no load measured at all, passes weigh slices by
 // their share of the hash space, so a node that joins an idle cluster gets slices.
 func TestIdleClusterSpreadsKeySpace(t *testing.T) {
 	// The default constants: slices small enough for moves within the churn budget.
-	c, first, err := NewCore(CoreConfig{NodeTTL: time.Hour, Algorithm: "weighted-move"}, 7, store.State{}, false, 100, t0)
+	c, err := NewCore(CoreConfig{NodeTTL: time.Hour, Algorithm: "weighted-move"})
 	require.NoError(t, err)
-	c.Commit(first)
+	lead(t, c, 7, store.State{}, false, 100)
 	register(t, c, "a")
-	mustPass(t, c, t0)
+	passAt(t, c, t0)
 	register(t, c, "b")
 	held := func() (a, b float64) {
 		m, _, _ := c.Assignment()
@@ -263,11 +333,7 @@ func TestIdleClusterSpreadsKeySpace(t *testing.T) {
 	at := t0
 	for range 40 {
 		at = at.Add(time.Second)
-		p, err := c.Pass(at)
-		require.NoError(t, err)
-		if p != nil {
-			c.Commit(p)
-		}
+		passAt(t, c, at)
 	}
 	onA, onB := held()
 	if c.explain != nil {
@@ -279,38 +345,52 @@ func TestIdleClusterSpreadsKeySpace(t *testing.T) {
 func TestAuditMarksChangesWithTheirCaller(t *testing.T) {
 	c := newCore(t)
 	register(t, c, "a", "b")
-	mustPass(t, c, t0)
+	passAt(t, c, t0)
 	_, pos, clock := c.Assignment()
 
 	// A change without map ops gets a clock-only quantum that says who made it.
-	p := c.Freeze("maintenance")
-	c.Audit(p, "admin: "+p.Summary, "spiffe://sliceplane/admin/alice", t0)
-	require.NotNil(t, p.Quantum)
-	assert.True(t, p.Quantum.ClockOnly())
-	assert.Equal(t, quantum.Position{Term: pos.Term, Seq: pos.Seq + 1}, p.Quantum.Position)
-	assert.Equal(t, clock, p.Quantum.Clock)
-	assert.Equal(t, "spiffe://sliceplane/admin/alice", p.Quantum.By)
-	assert.Equal(t, `admin: freeze balancing: "maintenance"`, p.Quantum.Cause)
 	before, _, _ := c.Assignment()
-	c.Commit(p)
+	s := ok(t, c, t0, Freeze{Caller: Caller{Who: "spiffe://sliceplane/admin/alice"}, Reason: "maintenance"})
+	require.Len(t, s.pubs, 1)
+	q := s.pubs[0].Quantum
+	assert.True(t, q.ClockOnly())
+	assert.Equal(t, quantum.Position{Term: pos.Term, Seq: pos.Seq + 1}, q.Position)
+	assert.Equal(t, clock, q.Clock)
+	assert.Equal(t, "spiffe://sliceplane/admin/alice", q.By)
+	assert.Equal(t, `admin: freeze balancing: "maintenance"`, q.Cause)
 	after, now, _ := c.Assignment()
 	assert.Same(t, before, after, "the map is the same")
-	assert.Equal(t, p.Quantum.Position, now)
+	assert.Equal(t, q.Position, now)
 	assert.True(t, c.Status().Frozen)
+	require.NotNil(t, s.reply.Change)
+	assert.Equal(t, q.Position, s.reply.Change.Position)
 
 	// A change of the map keeps its quantum, and its log entry names the caller too.
 	from := uint64(0)
-	p, err := c.Split(SliceRef{Start: &from}, nil, t0)
-	require.NoError(t, err)
-	c.Audit(p, "admin: "+p.Summary, "spiffe://sliceplane/admin/bob", t0)
-	assert.Len(t, p.Quantum.Ops, 1)
-	assert.Equal(t, "spiffe://sliceplane/admin/bob", p.Quantum.By)
-	assert.Equal(t, "spiffe://sliceplane/admin/bob", p.Entry.By)
-	c.Commit(p)
+	s = ok(t, c, t0, Split{Caller: Caller{Who: "spiffe://sliceplane/admin/bob"}, Slice: SliceRef{Start: &from}})
+	require.Len(t, s.pubs, 1)
+	assert.Len(t, s.pubs[0].Quantum.Ops, 1)
+	assert.Equal(t, "spiffe://sliceplane/admin/bob", s.pubs[0].Quantum.By)
+	assert.Equal(t, "spiffe://sliceplane/admin/bob", s.writes[0].Entry.By)
 
 	// A renewal changes nothing and stays out of the history.
-	p, err = c.Register(store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1"}, t0)
-	require.NoError(t, err)
-	c.Audit(p, "node: "+p.Summary, "spiffe://sliceplane/node/a", t0)
-	assert.Nil(t, p.Quantum)
+	s = ok(t, c, t0, Register{Caller: Caller{Who: "spiffe://sliceplane/node/a"}, Node: store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1"}})
+	assert.Empty(t, s.pubs)
+}
+
+// TestReadsChangeNothing: queries, however often, leave the core as it was; the loads they
+// show are carried over to the map when it changes.
+func TestReadsChangeNothing(t *testing.T) {
+	c := newCore(t)
+	register(t, c, "a", "b")
+	passAt(t, c, t0)
+	passAt(t, c, t0.Add(time.Second))
+	before := *c
+	for _, ev := range []Event{GetStatus{}, ListNodes{}, ListSlices{Limit: 10}, GetExplain{}} {
+		out := c.Step(t0, ev)
+		require.NotNil(t, out.Reply)
+		require.NoError(t, out.Reply.Err)
+		assert.Nil(t, out.Write)
+	}
+	assert.Equal(t, before, *c)
 }

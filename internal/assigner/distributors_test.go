@@ -1,6 +1,7 @@
 package assigner_test
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"testing"
@@ -20,106 +21,102 @@ import (
 
 var distT0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
-// distCore returns the core of term 7 at clock 100, with nodes a and b registered.
-func distCore(t *testing.T) *assigner.Core {
+// distCore returns the core of term 7 at clock 100, with nodes a and b registered, and the
+// hub it publishes to.
+func distCore(t *testing.T) (*assigner.Core, *quantum.Hub) {
 	t.Helper()
-	c, first, err := assigner.NewCore(assigner.CoreConfig{NodeTTL: 10 * time.Second, Algorithm: "weighted-move",
-		Params: map[string]string{"min_slices_per_node": "1", "initial_slices_per_node": "2", "max_slices_per_node": "8"}},
-		7, store.State{}, false, 100, distT0)
+	c, err := assigner.NewCore(assigner.CoreConfig{NodeTTL: 10 * time.Second, Algorithm: "weighted-move",
+		Params: map[string]string{"min_slices_per_node": "1", "initial_slices_per_node": "2", "max_slices_per_node": "8"}})
 	require.NoError(t, err)
-	c.Commit(first)
+	c.Settle(distT0, assigner.LeadershipGained{Term: 7, Clock: 100})
+	h := quantum.NewHub(quantum.HubConfig{}, 7, nil, 100)
 	for _, id := range []assignment.NodeID{"a", "b"} {
-		p, err := c.Register(store.Node{Node: assignment.Node{ID: id}, Address: string(id) + ":1"}, distT0)
-		require.NoError(t, err)
-		c.Commit(p)
+		// Each registration is audited with a clock-only quantum.
+		publishTo(t, h, c, distT0, assigner.Register{Node: store.Node{Node: assignment.Node{ID: id}, Address: string(id) + ":1"}})
 	}
-	return c
+	return c, h
 }
 
-// publishTo commits p and publishes its quantum to h, as the server does: the hub refuses a
-// quantum whose position does not follow the last one or whose clock goes back.
-func publishTo(t *testing.T, h *quantum.Hub, c *assigner.Core, p *assigner.Proposal) {
+// publishTo steps ev, commits every write it leads to and publishes the quanta to h, as the
+// server does: the hub refuses a quantum whose position does not follow the last one or
+// whose clock goes back.
+func publishTo(t *testing.T, h *quantum.Hub, c *assigner.Core, now time.Time, ev assigner.Event) []quantum.Quantum {
 	t.Helper()
-	c.Commit(p)
-	if p.Quantum != nil {
-		require.NoError(t, h.Publish(*p.Quantum, p.After))
+	var qs []quantum.Quantum
+	for _, out := range c.Settle(now, ev) {
+		for _, p := range out.Publish {
+			require.NoError(t, h.Publish(p.Quantum, p.Map))
+			qs = append(qs, p.Quantum)
+		}
 	}
+	return qs
 }
+
+// firstPass is when the core of distCore runs its first pass: a pass interval after it leads.
+var firstPass = distT0.Add(time.Second)
 
 func TestSetDistributorsBeforeTheFirstMapPublishesNothing(t *testing.T) {
-	c := distCore(t)
-	h := quantum.NewHub(quantum.HubConfig{}, 7, nil, 100)
+	c, h := distCore(t)
 	one := quantum.Distributors{"d1": "10.0.0.1:7001"}
 
-	p := c.SetDistributors(one, distT0)
-	require.NotNil(t, p, "the core must remember the set for the first map")
-	assert.Nil(t, p.Quantum, "no map yet: nothing to publish")
-	assert.False(t, p.Persists(), "the set lives in etcd already; the core stores nothing")
-	publishTo(t, h, c, p)
+	_, before, _ := c.Assignment()
+	out := c.Step(distT0, assigner.DistributorsChanged{Distributors: one})
+	assert.Empty(t, out.Publish, "no map yet: nothing to publish")
+	assert.Nil(t, out.Write, "the set lives in etcd already; the core stores nothing")
+	assert.Equal(t, one, c.Distributors(), "the core must remember the set for the first map")
 	_, pos, _ := c.Assignment()
-	assert.Equal(t, quantum.Position{Term: 7}, pos, "no quantum was used up")
-	assert.Nil(t, c.SetDistributors(maps.Clone(one), distT0), "the same set again changes nothing")
+	assert.Equal(t, before, pos, "no quantum was used up")
+	assert.Empty(t, publishTo(t, h, c, distT0, assigner.DistributorsChanged{Distributors: maps.Clone(one)}), "the same set again changes nothing")
 
-	p, err := c.Pass(distT0)
-	require.NoError(t, err)
-	require.NotNil(t, p)
-	require.True(t, p.Quantum.Reinitializing())
-	assert.Equal(t, one, p.Quantum.Distributors, "the first map's quantum carries the set")
-	publishTo(t, h, c, p)
+	qs := publishTo(t, h, c, firstPass, assigner.Tick{})
+	require.Len(t, qs, 1)
+	require.True(t, qs[0].Reinitializing())
+	assert.Equal(t, one, qs[0].Distributors, "the first map's quantum carries the set")
 	assert.Equal(t, one, h.Distributors())
 }
 
 func TestSetDistributorsAfterTheFirstMapIsOneReinitializingQuantum(t *testing.T) {
-	c := distCore(t)
-	h := quantum.NewHub(quantum.HubConfig{}, 7, nil, 100)
-	p, err := c.Pass(distT0)
-	require.NoError(t, err)
-	publishTo(t, h, c, p)
-	first := *p.Quantum
+	c, h := distCore(t)
+	qs := publishTo(t, h, c, firstPass, assigner.Tick{})
+	require.Len(t, qs, 1)
+	first := qs[0]
 	require.NotNil(t, first.Distributors, "the first map carries the set, even empty")
 	assert.Empty(t, first.Distributors)
 	a, _, _ := c.Assignment()
 
-	c.ObserveClock(130)
+	c.Step(firstPass, assigner.ClockObserved{Clock: 130})
 	two := quantum.Distributors{"d1": "10.0.0.1:7001", "d2": "10.0.0.2:7001"}
-	p = c.SetDistributors(two, distT0.Add(time.Second))
-	require.NotNil(t, p)
-	q := p.Quantum
-	require.NotNil(t, q, "a changed set is published")
+	out := c.Step(firstPass, assigner.DistributorsChanged{Distributors: two})
+	require.Len(t, out.Publish, 1, "a changed set is published")
+	assert.Nil(t, out.Write)
+	q := out.Publish[0].Quantum
 	assert.True(t, q.Reinitializing(), "so that every distributor learns its nodes from one step")
 	assert.Same(t, a, q.Snapshot, "the full map, unchanged")
-	assert.Same(t, a, p.After)
+	assert.Same(t, a, out.Publish[0].Map)
 	assert.Empty(t, q.Ops)
 	assert.Equal(t, two, q.Distributors)
 	assert.Equal(t, "distributors", q.Cause)
 	assert.Equal(t, a.Generation(), q.Generation, "the map does not change")
 	assert.Equal(t, quantum.Position{Term: 7, Seq: first.Seq + 1}, q.Position)
 	assert.Equal(t, uint64(130), q.Clock, "stamped with the clock seen so far")
-	assert.Equal(t, distT0.Add(time.Second), q.Time)
-	assert.False(t, p.Persists())
+	assert.Equal(t, firstPass, q.Time)
+	require.NoError(t, h.Publish(q, out.Publish[0].Map))
 
-	// Uncommitted, it changes nothing: the same set is proposed again.
-	_, pos, clock := c.Assignment()
-	assert.Equal(t, first.Position, pos)
-	assert.Equal(t, first.Clock, clock)
-	require.NotNil(t, c.SetDistributors(two, distT0))
-
-	publishTo(t, h, c, p)
 	assert.Equal(t, two, h.Distributors())
-	_, pos, clock = c.Assignment()
+	_, pos, clock := c.Assignment()
 	assert.Equal(t, q.Position, pos)
 	assert.Equal(t, uint64(130), clock)
-	assert.Nil(t, c.SetDistributors(maps.Clone(two), distT0), "an equal set produces nothing")
-	assert.Nil(t, c.ClockQuantum(distT0), "the reinitializing quantum already carries clock 130")
+	later := firstPass.Add(500 * time.Millisecond) // before the next pass
+	assert.Empty(t, publishTo(t, h, c, later, assigner.DistributorsChanged{Distributors: maps.Clone(two)}), "an equal set produces nothing")
+	assert.Empty(t, publishTo(t, h, c, later, assigner.Tick{}), "the reinitializing quantum already carries clock 130")
 
 	// The quanta that follow are ordered after it.
-	c.ObserveClock(140)
-	p = c.ClockQuantum(distT0)
-	require.NotNil(t, p)
-	assert.Equal(t, quantum.Position{Term: 7, Seq: q.Seq + 1}, p.Quantum.Position)
-	assert.Equal(t, uint64(140), p.Quantum.Clock)
-	assert.Nil(t, p.Quantum.Distributors, "only reinitializing quanta carry the set")
-	publishTo(t, h, c, p)
+	c.Step(later, assigner.ClockObserved{Clock: 140})
+	qs = publishTo(t, h, c, later, assigner.Tick{})
+	require.Len(t, qs, 1)
+	assert.Equal(t, quantum.Position{Term: 7, Seq: q.Seq + 1}, qs[0].Position)
+	assert.Equal(t, uint64(140), qs[0].Clock)
+	assert.Nil(t, qs[0].Distributors, "only reinitializing quanta carry the set")
 	assert.Equal(t, two, h.Distributors(), "a quantum without a set keeps the last one")
 
 	// A change of the map follows on the same map the distributors quantum carried.
@@ -128,24 +125,20 @@ func TestSetDistributorsAfterTheFirstMapIsOneReinitializingQuantum(t *testing.T)
 	if s.Holds("a") {
 		to = "b"
 	}
-	mv, err := c.Move(assigner.SliceRef{Hash: new(uint64)}, []assignment.NodeID{to}, distT0)
-	require.NoError(t, err)
-	require.NotNil(t, mv.Quantum)
-	assert.Equal(t, quantum.Position{Term: 7, Seq: q.Seq + 2}, mv.Quantum.Position)
-	assert.Equal(t, uint64(140), mv.Quantum.Clock)
-	assert.Equal(t, a.Generation()+1, mv.Quantum.Generation, "the ops apply to the map the set came with")
-	publishTo(t, h, c, mv)
+	qs = publishTo(t, h, c, later, assigner.Move{Slice: assigner.SliceRef{Hash: new(uint64)}, To: []assignment.NodeID{to}})
+	require.Len(t, qs, 1)
+	assert.Equal(t, quantum.Position{Term: 7, Seq: q.Seq + 2}, qs[0].Position)
+	assert.Equal(t, uint64(140), qs[0].Clock)
+	assert.Equal(t, a.Generation()+1, qs[0].Generation, "the ops apply to the map the set came with")
 
 	// Every distributor leaving is a change too, carried as an empty (not absent) set.
 	_, before, _ := c.Assignment()
-	p = c.SetDistributors(quantum.Distributors{}, distT0)
-	require.NotNil(t, p)
-	require.NotNil(t, p.Quantum)
-	assert.NotNil(t, p.Quantum.Distributors)
-	assert.Empty(t, p.Quantum.Distributors)
-	assert.True(t, before.Less(p.Quantum.Position))
-	assert.GreaterOrEqual(t, p.Quantum.Clock, uint64(140))
-	publishTo(t, h, c, p)
+	qs = publishTo(t, h, c, later, assigner.DistributorsChanged{Distributors: quantum.Distributors{}})
+	require.Len(t, qs, 1)
+	assert.NotNil(t, qs[0].Distributors)
+	assert.Empty(t, qs[0].Distributors)
+	assert.True(t, before.Less(qs[0].Position))
+	assert.GreaterOrEqual(t, qs[0].Clock, uint64(140))
 	assert.Empty(t, h.Distributors())
 	_, _, ok := h.Distributors().For("a")
 	assert.False(t, ok, "no distributor serves any node")
@@ -204,42 +197,13 @@ func TestNodesAreToldWhichDistributorServesThem(t *testing.T) {
 	a.leading(t)
 	ctx := ctxT(t, 60*time.Second)
 
-	heartbeat := func(id string) *pb.Distributor {
-		t.Helper()
-		resp, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: id})
-		require.NoError(t, err)
-		return resp.GetDistributor()
-	}
-	register := func(id string) *pb.Distributor {
-		t.Helper()
-		resp, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}, Address: "127.0.0.1:1"})
-		require.NoError(t, err)
-		return resp.GetDistributor()
-	}
-	want := func(set quantum.Distributors, id string) *pb.Distributor {
-		d, addr, ok := set.For(assignment.NodeID(id))
-		if !ok {
-			return nil
-		}
-		return &pb.Distributor{Id: d, Address: addr}
-	}
-	// assertServed checks that every node's heartbeat names the distributor set.For picks.
 	ids := []string{"node-0", "node-1", "node-2", "node-3", "node-4", "node-5", "node-6", "node-7"}
-	registered := ids[:len(ids)-1]
-	assertServed := func(set quantum.Distributors) {
-		t.Helper()
-		for _, id := range registered {
-			got := heartbeat(id)
-			if w := want(set, id); w == nil {
-				assert.Nil(t, got, "%s: no distributor runs", id)
-			} else {
-				assert.Equal(t, w.GetId(), got.GetId(), id)
-				assert.Equal(t, w.GetAddress(), got.GetAddress(), id)
-			}
-		}
-	}
+	n := &servedNodes{a: a, ctx: ctx, registered: ids[:len(ids)-1]}
+	heartbeat := func(id string) *pb.Distributor { return n.heartbeat(t, id) }
+	register := func(id string) *pb.Distributor { return n.register(t, id) }
+	assertServed := func(set quantum.Distributors) { n.assertServed(t, set) }
 
-	for _, id := range registered {
+	for _, id := range n.registered {
 		assert.Nil(t, register(id), "%s: no distributor runs yet", id)
 	}
 	eventually(t, 10*time.Second, "a map exists", a.hasMap)
@@ -250,7 +214,7 @@ func TestNodesAreToldWhichDistributorServesThem(t *testing.T) {
 	d1 := joinDistributor(t, c, "d1", one["d1"])
 	eventually(t, 10*time.Second, "node-0's heartbeat names d1", func() bool { return heartbeat("node-0").GetId() == "d1" })
 	assertServed(one)
-	registered = ids
+	n.registered = ids
 	got := register(ids[len(ids)-1])
 	assert.Equal(t, "d1", got.GetId(), "a node registering now is told at once")
 	assert.Equal(t, one["d1"], got.GetAddress())
@@ -300,6 +264,50 @@ func TestNodesAreToldWhichDistributorServesThem(t *testing.T) {
 	q = nextSetChange(t, w, pos)
 	assert.Empty(t, distributorsOf(q))
 	assertServed(quantum.Distributors{})
+}
+
+// servedNodes registers nodes and checks which distributor their heartbeats name.
+type servedNodes struct {
+	a          *node
+	ctx        context.Context
+	registered []string
+}
+
+func (n *servedNodes) heartbeat(t *testing.T, id string) *pb.Distributor {
+	t.Helper()
+	resp, err := n.a.nodes.Heartbeat(n.ctx, &pb.HeartbeatRequest{NodeId: id})
+	require.NoError(t, err)
+	return resp.GetDistributor()
+}
+
+func (n *servedNodes) register(t *testing.T, id string) *pb.Distributor {
+	t.Helper()
+	resp, err := n.a.nodes.Register(n.ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}, Address: "127.0.0.1:1"})
+	require.NoError(t, err)
+	return resp.GetDistributor()
+}
+
+// assertServed checks that every registered node's heartbeat names the distributor set.For
+// picks.
+func (n *servedNodes) assertServed(t *testing.T, set quantum.Distributors) {
+	t.Helper()
+	for _, id := range n.registered {
+		got := n.heartbeat(t, id)
+		if w := wantDistributor(set, id); w == nil {
+			assert.Nil(t, got, "%s: no distributor runs", id)
+		} else {
+			assert.Equal(t, w.GetId(), got.GetId(), id)
+			assert.Equal(t, w.GetAddress(), got.GetAddress(), id)
+		}
+	}
+}
+
+func wantDistributor(set quantum.Distributors, id string) *pb.Distributor {
+	d, addr, ok := set.For(assignment.NodeID(id))
+	if !ok {
+		return nil
+	}
+	return &pb.Distributor{Id: d, Address: addr}
 }
 
 func TestANewLeaderKnowsTheDistributorsBeforeItServes(t *testing.T) {

@@ -3,7 +3,6 @@ package assigner
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/sliceplane/sliceplane/internal/balance"
 )
@@ -32,9 +31,10 @@ func BreakPasses(ctx context.Context, s *Server) error {
 	if l == nil {
 		return ErrNotLeader
 	}
-	_, _, err := l.do(ctx, caller{who: "test"}, func(c *Core, _ time.Time) (*Proposal, any, error) {
-		c.alg = brokenAlgorithm{c.alg}
-		return nil, nil, nil
-	})
-	return err
+	return inLoop(ctx, l, func(c *Core) { c.alg = brokenAlgorithm{c.alg} })
+}
+
+// inLoop runs fn on the core in the leader's loop.
+func inLoop(ctx context.Context, l *leadership, fn func(c *Core)) error {
+	return l.send(ctx, request{hook: fn, reply: make(chan result, 1)}).err
 }

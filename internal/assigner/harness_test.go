@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -334,22 +333,6 @@ func assertHealth(t *testing.T, conn *grpc.ClientConn, service string) {
 	resp, err := healthpb.NewHealthClient(conn).Check(ctxT(t, 5*time.Second), &healthpb.HealthCheckRequest{Service: service})
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
-}
-
-func listServices(t *testing.T, conn *grpc.ClientConn) []string {
-	t.Helper()
-	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctxT(t, 5*time.Second))
-	require.NoError(t, err)
-	require.NoError(t, stream.Send(&reflectionpb.ServerReflectionRequest{
-		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
-	resp, err := stream.Recv()
-	require.NoError(t, err)
-	require.NoError(t, stream.CloseSend())
-	var out []string
-	for _, s := range resp.GetListServicesResponse().GetService() {
-		out = append(out, s.GetName())
-	}
-	return out
 }
 
 // recv returns the next message of a watch that carries a quantum, skipping the heartbeats

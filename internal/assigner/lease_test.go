@@ -132,11 +132,9 @@ func startSuspendable(t *testing.T, cut *atomic.Bool) (*Server, *offsetClock, *l
 	var l *leadership
 	require.Eventually(t, func() bool { l = srv.leading.Load(); return l != nil }, 15*time.Second, 10*time.Millisecond)
 	for _, id := range []assignment.NodeID{"a", "b"} {
-		_, _, err := l.do(t.Context(), caller{call: "register", who: "test"}, func(c *Core, now time.Time) (*Proposal, any, error) {
-			p, err := c.Register(store.Node{Node: assignment.Node{ID: id, Capacity: 1}, Address: "127.0.0.1:1"}, now)
-			return p, nil, err
-		})
+		rep, err := l.do(t.Context(), Register{Caller: Caller{Who: "test"}, Node: store.Node{Node: assignment.Node{ID: id, Capacity: 1}, Address: "127.0.0.1:1"}})
 		require.NoError(t, err)
+		require.NoError(t, rep.Err)
 	}
 	return srv, clock, l
 }
@@ -154,17 +152,14 @@ func TestALeaderResumingWithinItsLeaseKeepsTheNodes(t *testing.T) {
 	var cut atomic.Bool
 	srv, clock, l := startSuspendable(t, &cut)
 	// The suspension happens inside the loop, so nothing is in flight across it.
-	_, _, err := l.do(t.Context(), caller{call: "suspend", who: "test"}, func(*Core, time.Time) (*Proposal, any, error) {
-		clock.Advance(10 * time.Second)
-		return nil, nil, nil
-	})
+	err := inLoop(t.Context(), l, func(*Core) { clock.Advance(10 * time.Second) })
 	require.NoError(t, err)
 	resumed := clock.Now()
 	var st Status
 	require.Eventually(t, func() bool {
-		res, _, err := l.do(t.Context(), caller{call: "status", who: "test"}, func(c *Core, _ time.Time) (*Proposal, any, error) { return nil, c.Status(), nil })
+		rep, err := l.do(t.Context(), GetStatus{})
 		require.NoError(t, err)
-		st = res.(Status)
+		st = *rep.Status
 		return st.Nodes < 2 || st.LastPass.After(resumed.Add(5*20*time.Millisecond))
 	}, 10*time.Second, 10*time.Millisecond, "passes run after the suspension")
 	assert.Equal(t, 2, st.Nodes, "no node expired")
@@ -178,12 +173,11 @@ func TestALeaderResumingAfterItsLeaseEmitsAndWritesNothing(t *testing.T) {
 	var cut atomic.Bool
 	srv, clock, l := startSuspendable(t, &cut)
 	var at uint64
-	_, _, err := l.do(t.Context(), caller{call: "suspend", who: "test"}, func(*Core, time.Time) (*Proposal, any, error) {
+	err := inLoop(t.Context(), l, func(*Core) {
 		cut.Store(true)
 		clock.Advance(10 * time.Second)
 		_, p, _ := l.hub.Current()
 		at = p.Seq
-		return nil, nil, nil
 	})
 	require.NoError(t, err)
 	select {

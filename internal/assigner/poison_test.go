@@ -20,11 +20,7 @@ import (
 // passAll runs a pass, commits what it proposes, and fails the test if it fails.
 func passAll(t *testing.T, c *Core, at time.Time) {
 	t.Helper()
-	p, err := c.Pass(at)
-	require.NoError(t, err)
-	if p != nil {
-		c.Commit(p)
-	}
+	require.False(t, passAt(t, c, at).failed)
 }
 
 // onDeparted lists the slices held by a node that is not registered (I1 broken).
@@ -59,7 +55,7 @@ func TestHugeReportsCannotPoisonTheCore(t *testing.T) {
 	}
 	before := c.est
 	for i := range 2 {
-		err := c.Report(huge("b"), t0.Add(time.Duration(i)*time.Second))
+		err := report(c, t0.Add(time.Duration(i)*time.Second), huge("b"))
 		require.Error(t, err, "report %d", i)
 		assert.ErrorIs(t, err, ErrInvalid)
 		assert.ErrorIs(t, err, load.ErrOverCap)
@@ -70,11 +66,8 @@ func TestHugeReportsCannotPoisonTheCore(t *testing.T) {
 	at := t0
 	for range 15 {
 		at = at.Add(time.Second)
-		require.NoError(t, c.Report(load.Report{Node: "a", At: at, Window: time.Second}, at))
-		if p := c.Expire(at); p != nil {
-			c.Commit(p)
-		}
-		passAll(t, c, at)
+		require.NoError(t, report(c, at, load.Report{Node: "a", Window: time.Second}))
+		passAll(t, c, at) // b expires first
 		st := c.Status()
 		require.False(t, math.IsNaN(st.Imbalance) || math.IsInf(st.Imbalance, 0), "imbalance %v", st.Imbalance)
 	}
@@ -84,17 +77,16 @@ func TestHugeReportsCannotPoisonTheCore(t *testing.T) {
 }
 
 func TestReportsAreCappedByCapacityAndWindow(t *testing.T) {
-	c, first, err := NewCore(CoreConfig{MaxLoadRate: 1000, Algorithm: "weighted-move", Params: smallParams}, 7, store.State{}, false, 0, t0)
+	c, err := NewCore(CoreConfig{MaxLoadRate: 1000, Algorithm: "weighted-move", Params: smallParams})
 	require.NoError(t, err)
-	c.Commit(first)
-	p, err := c.Register(store.Node{Node: assignment.Node{ID: "a", Capacity: 2}, Address: "a:1"}, t0)
-	commit(t, c, p, err)
+	lead(t, c, 7, store.State{}, false, 0)
+	ok(t, c, t0, Register{Node: store.Node{Node: assignment.Node{ID: "a", Capacity: 2}, Address: "a:1"}})
 	full := keyspace.Full()
-	report := func(l, keys float64, window time.Duration) error {
-		return c.Report(load.Report{Node: "a", At: t0, Window: window, Samples: []load.Sample{{Range: full, Load: l, Keys: keys}}}, t0)
+	send := func(l, keys float64, window time.Duration) error {
+		return report(c, t0, load.Report{Node: "a", Window: window, Samples: []load.Sample{{Range: full, Load: l, Keys: keys}}})
 	}
 	// 1000 a second × 2 s × capacity 2.
-	require.NoError(t, report(4000, 10, 2*time.Second))
+	require.NoError(t, send(4000, 10, 2*time.Second))
 	for _, tc := range []struct {
 		load, keys float64
 		window     time.Duration
@@ -110,7 +102,7 @@ func TestReportsAreCappedByCapacityAndWindow(t *testing.T) {
 		{1, 0, 2 * time.Hour, "malformed", "window 2h0m0s"},
 		{1, 0, 0, "malformed", "window 0s"},
 	} {
-		err := report(tc.load, tc.keys, tc.window)
+		err := send(tc.load, tc.keys, tc.window)
 		require.Error(t, err, tc.text)
 		assert.ErrorIs(t, err, ErrInvalid)
 		assert.Contains(t, err.Error(), tc.text)
@@ -118,15 +110,15 @@ func TestReportsAreCappedByCapacityAndWindow(t *testing.T) {
 	}
 	// Samples that add up above the cap are refused too: each alone is fine.
 	half := keyspace.Range{Start: 0, End: keyspace.At(1 << 63)}
-	err = c.Report(load.Report{Node: "a", At: t0, Window: time.Second, Samples: []load.Sample{{Range: half, Load: 1500}, {Range: half, Load: 1500}}}, t0)
+	err = report(c, t0, load.Report{Node: "a", Window: time.Second, Samples: []load.Sample{{Range: half, Load: 1500}, {Range: half, Load: 1500}}})
 	assert.ErrorIs(t, err, load.ErrOverCap)
-	err = c.Report(load.Report{Node: "a", At: t0, Window: time.Second, HotKeys: []load.HotKey{{Hash: 1, Load: 3000}}}, t0)
+	err = report(c, t0, load.Report{Node: "a", Window: time.Second, HotKeys: []load.HotKey{{Hash: 1, Load: 3000}}})
 	assert.ErrorIs(t, err, load.ErrOverCap)
 	assert.Contains(t, err.Error(), "hot_keys[0].load")
 
-	_, _, err = NewCore(CoreConfig{MaxLoadRate: math.Inf(1)}, 1, store.State{}, false, 0, t0)
+	_, err = NewCore(CoreConfig{MaxLoadRate: math.Inf(1)})
 	assert.Error(t, err)
-	_, _, err = NewCore(CoreConfig{MaxLoadRate: -1}, 1, store.State{}, false, 0, t0)
+	_, err = NewCore(CoreConfig{MaxLoadRate: -1})
 	assert.Error(t, err)
 }
 
@@ -145,7 +137,7 @@ func TestRegistrationsAreBounded(t *testing.T) {
 		{store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{"k": long}}, "label"},
 		{store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{"": "v"}}, "label"},
 	} {
-		_, err := c.Register(tc.n, t0)
+		err := settleErr(c, t0, Register{Node: tc.n})
 		require.ErrorIs(t, err, ErrInvalid, tc.text)
 		assert.Contains(t, err.Error(), tc.text)
 		assert.Less(t, len(err.Error()), 400, "the error does not echo the input whole")
@@ -168,18 +160,14 @@ func TestAFailedPassStillCleansUp(t *testing.T) {
 	passAll(t, c, t0)
 	c.alg = failing{c.alg}
 	gen := c.a.Generation()
-	p, err := c.Cleanup(t0)
-	require.NoError(t, err)
-	assert.Nil(t, p, "nothing to clean up")
+	s := passAt(t, c, t0)
+	require.True(t, s.failed)
+	assert.Empty(t, s.writes, "nothing to clean up")
 
-	p, err = c.Deregister("c")
-	commit(t, c, p, err)
+	ok(t, c, t0, Deregister{Node: "c"})
 	require.NotEmpty(t, onDeparted(c))
-	_, err = c.Pass(t0.Add(time.Second))
-	require.Error(t, err)
-	c.PassFailed(err, t0.Add(time.Second))
-	p, err = c.Cleanup(t0.Add(time.Second))
-	commit(t, c, p, err)
+	s = passAt(t, c, t0.Add(time.Second))
+	require.True(t, s.failed)
 	assert.Empty(t, onDeparted(c), "I1 holds after the clean-up")
 	assert.Greater(t, c.a.Generation(), gen)
 	require.NoError(t, c.a.Validate(c.registered()))
@@ -190,19 +178,20 @@ func TestAFailedPassStillCleansUp(t *testing.T) {
 		}
 	}
 	assert.InDelta(t, held["a"], held["b"], 1, "the orphans are spread: %v", held)
-	require.NotNil(t, p.Entry)
-	assert.Equal(t, "cleanup", p.Entry.Cause)
+	require.Len(t, s.writes, 1)
+	require.NotNil(t, s.writes[0].Entry)
+	assert.Equal(t, "cleanup", s.writes[0].Entry.Cause)
 
 	st := c.Status()
-	assert.Equal(t, uint64(1), st.PassFailures)
+	assert.Equal(t, uint64(2), st.PassFailures)
 	assert.Contains(t, st.PassError, "something broke")
 	assert.Equal(t, t0.Add(time.Second), st.PassErrorTime)
 
 	c.alg = c.alg.(failing).Algorithm
 	passAll(t, c, t0.Add(2*time.Second))
-	n, why, _ := c.PassFailures()
-	assert.Zero(t, n, "a pass that succeeds ends the run of failures")
-	assert.Contains(t, why, "something broke", "the last failure stays on record")
+	x := c.Explain()
+	assert.Zero(t, x.Failures, "a pass that succeeds ends the run of failures")
+	assert.Contains(t, x.Error, "something broke", "the last failure stays on record")
 }
 
 // TestPinAndUnpinAreIdempotent: pinning a pinned slice and unpinning one that is not pinned
@@ -212,22 +201,19 @@ func TestPinAndUnpinAreIdempotent(t *testing.T) {
 	register(t, c, "a")
 	passAll(t, c, t0)
 	ref := SliceRef{Hash: new(uint64)}
-	p, r, err := c.Pin(ref)
-	commit(t, c, p, err)
-	assert.True(t, p.Persists())
-	p, r2, err := c.Pin(ref)
-	require.NoError(t, err)
-	assert.False(t, p.Persists(), "pinned already: nothing to store")
-	assert.Contains(t, p.Summary, "already pinned")
-	assert.Equal(t, r, r2)
-	c.Commit(p)
+	s := ok(t, c, t0, Pin{Slice: ref})
+	assert.True(t, s.reply.Change.Persisted)
+	s2 := ok(t, c, t0, Pin{Slice: ref})
+	assert.False(t, s2.reply.Change.Persisted, "pinned already: nothing to store")
+	assert.Empty(t, s2.writes)
+	assert.Contains(t, s2.reply.Change.Summary, "already pinned")
+	assert.Equal(t, s.reply.Range, s2.reply.Range)
 	assert.Len(t, c.meta.Pins, 1, "one pin, not two")
 
-	p, _, err = c.Unpin(ref)
-	commit(t, c, p, err)
+	ok(t, c, t0, Unpin{Slice: ref})
 	assert.Empty(t, c.meta.Pins)
-	p, _, err = c.Unpin(ref)
-	require.NoError(t, err, "unpinning what is not pinned is no error")
-	assert.False(t, p.Persists())
-	assert.Contains(t, p.Summary, "not pinned")
+	s = settle(t, c, t0, Unpin{Slice: ref})
+	require.NoError(t, s.reply.Err, "unpinning what is not pinned is no error")
+	assert.False(t, s.reply.Change.Persisted)
+	assert.Contains(t, s.reply.Change.Summary, "not pinned")
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,18 +14,15 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/dial"
-	"github.com/sliceplane/sliceplane/internal/frame"
+	"github.com/sliceplane/sliceplane/internal/grpcserver"
 	"github.com/sliceplane/sliceplane/internal/membership"
-	"github.com/sliceplane/sliceplane/internal/metricsserver"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source"
@@ -76,11 +72,9 @@ type Config struct {
 }
 
 // Validate fills in the defaults of c and rejects a configuration no assigner can run with,
-// plaintext off loopback included (closed by default); New calls it.
+// plaintext off loopback included (closed by default); New calls it. It leaves Client to New,
+// so that a command can check its settings before it starts or reaches etcd.
 func (c *Config) Validate() error {
-	if c.Client == nil {
-		return errors.New("assigner: no etcd client")
-	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:0"
 	}
@@ -90,22 +84,18 @@ func (c *Config) Validate() error {
 	if c.SourcePrefix == "" {
 		c.SourcePrefix = c.Prefix + "data/"
 	}
-	for _, d := range []struct {
-		v   *time.Duration
-		def time.Duration
-	}{{&c.PassInterval, time.Second}, {&c.ClockInterval, 20 * time.Millisecond}, {&c.SessionTTL, 5 * time.Second}} {
-		if *d.v < 0 {
-			return fmt.Errorf("assigner: negative interval %s", *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+	if err := grpcserver.FillDefaults("assigner",
+		grpcserver.Default("--pass-interval", &c.PassInterval, time.Second),
+		grpcserver.Default("--clock-interval", &c.ClockInterval, 20*time.Millisecond),
+		grpcserver.Default("--session-ttl", &c.SessionTTL, 5*time.Second),
+	); err != nil {
+		return err
 	}
 	if c.SessionTTL < time.Second {
-		return fmt.Errorf("assigner: session TTL %s: etcd leases last whole seconds, at least 1 s", c.SessionTTL)
+		return fmt.Errorf("assigner: --session-ttl %s: etcd leases last whole seconds, at least 1 s", c.SessionTTL)
 	}
-	if c.MaxRequestBytes == 0 {
-		c.MaxRequestBytes = 16 << 20
+	if err := grpcserver.FillDefaults("assigner", grpcserver.Default("MaxRequestBytes", &c.MaxRequestBytes, 16<<20)); err != nil {
+		return err
 	}
 	if c.Core.Algorithm == "" {
 		c.Core.Algorithm = "weighted-move"
@@ -122,15 +112,7 @@ func (c *Config) Validate() error {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
-	if err := mtls.CheckListen(c.TLS, c.Insecure, "the assigner's gRPC API", c.Listen); err != nil {
-		return fmt.Errorf("assigner: %w", err)
-	}
-	if c.MetricsListen != "" {
-		if err := mtls.CheckListen(c.TLS, c.Insecure, "the assigner's metrics", c.MetricsListen); err != nil {
-			return fmt.Errorf("assigner: %w", err)
-		}
-	}
-	return nil
+	return grpcserver.CheckListen("assigner", c.TLS, c.Insecure, c.Listen, c.MetricsListen)
 }
 
 // Server is the assigner: it serves the API, campaigns for leadership and, while it leads,
@@ -141,10 +123,8 @@ type Server struct {
 	store   *store.Store
 	source  *source.Etcd
 	metrics *metrics
-	grpc    *grpc.Server
-	health  *health.Server
-	lis     net.Listener
-	scrape  *metricsserver.Server // nil without MetricsListen
+	grpc    *grpcserver.Server
+	health  *health.Server // grpc's
 
 	leading    atomic.Pointer[leadership] // nil unless this server leads
 	leaderAddr atomic.Value               // string: the leader's advertised address, if known
@@ -160,105 +140,50 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", cfg.Listen)
+	if cfg.Client == nil {
+		return nil, errors.New("assigner: no etcd client")
+	}
+	srv, err := grpcserver.New(grpcserver.Config{
+		Name: "assigner", Listen: cfg.Listen, Advertise: cfg.Advertise, MetricsListen: cfg.MetricsListen,
+		MaxRecvBytes: cfg.MaxRequestBytes, Rules: authz.AssignerRules(), Policy: cfg.Policy, TLS: cfg.TLS,
+		Registry: cfg.Registry, Logger: cfg.Logger, Grace: 10 * time.Second,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("assigner: listening on %s: %w", cfg.Listen, err)
+		return nil, err
 	}
-	if cfg.Advertise == "" {
-		cfg.Advertise = lis.Addr().String()
-	}
+	cfg.Advertise = srv.Advertise()
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, lis: lis,
+		cfg: cfg, log: cfg.Logger, grpc: srv, health: srv.Health(),
 		store:   store.New(cfg.Client, cfg.Prefix+"assigner/"),
 		source:  source.NewEtcd(cfg.Client, cfg.SourcePrefix),
 		metrics: newMetrics(cfg.Registry),
-		health:  health.NewServer(),
 		now:     time.Now, keepAlive: etcdKeepAlive,
 	}
 	s.leaderAddr.Store("")
 	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
-	opts := append(dial.ServerOptions(), grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), frame.ServerOption())
-	opts = append(opts, authz.New("assigner", cfg.TLS, cfg.Policy, authz.AssignerRules(), cfg.Registry, cfg.Logger).ServerOptions()...)
-	s.grpc = grpc.NewServer(opts...)
 	api := &api{s: s, fresh: newFreshness(cfg.Registry)}
-	pb.RegisterAssignmentServiceServer(s.grpc, api)
-	pb.RegisterQuantaServiceServer(s.grpc, api)
-	pb.RegisterNodeServiceServer(s.grpc, api)
-	pb.RegisterAdminServiceServer(s.grpc, api)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	pb.RegisterAssignmentServiceServer(srv, api)
+	pb.RegisterQuantaServiceServer(srv, api)
+	pb.RegisterNodeServiceServer(srv, api)
+	pb.RegisterAdminServiceServer(srv, api)
 	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
-	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, cfg.TLS.ServerTLS()); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("assigner: %w", err)
-	}
 	return s, nil
 }
 
 // Addr returns the address the gRPC server listens on.
-func (s *Server) Addr() string { return s.lis.Addr().String() }
+func (s *Server) Addr() string { return s.grpc.Addr() }
 
 // MetricsAddr returns the address of the metrics endpoint, or "".
-func (s *Server) MetricsAddr() string { return s.scrape.Addr() }
+func (s *Server) MetricsAddr() string { return s.grpc.MetricsAddr() }
 
 // Run serves until ctx ends, then stops gracefully: it gives up leadership at once (so a
-// standby takes over without waiting for the lease), ends the streams and lets calls in
-// flight finish.
+// standby takes over without waiting for the lease), which ends the streams, and lets calls
+// in flight finish for up to 10 s.
 func (s *Server) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := s.grpc.Serve(s.lis); err != nil {
-			errs <- fmt.Errorf("assigner: serving gRPC: %w", err)
-		}
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := s.scrape.Serve(ctx); err != nil {
-			errs <- fmt.Errorf("assigner: %w", err)
-		}
-	}()
-	s.log.Info("assigner serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise, "tls", s.cfg.TLS.Mode())
-	for _, ep := range []struct{ what, addr string }{{"grpc", s.Addr()}, {"metrics", s.MetricsAddr()}} {
-		if ep.addr == "" {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mtls.WarnPlaintext(ctx, s.log, s.cfg.TLS, ep.what, ep.addr)
-		}()
-	}
-
-	campaignCtx, stopCampaign := context.WithCancel(ctx)
-	campaignDone := make(chan struct{})
-	go func() {
-		defer close(campaignDone)
-		s.campaign(campaignCtx)
-	}()
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errs:
-	}
-	cancel() // the metrics endpoint stops too
-	stopCampaign()
-	<-campaignDone // leadership is given up and the hub closed: the streams end
-	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		s.grpc.Stop()
-	}
-	wg.Wait()
-	s.log.Info("assigner stopped")
-	return err
+	return s.grpc.Run(ctx, grpcserver.Task{Name: "campaigning", Run: func(ctx context.Context) error {
+		s.campaign(ctx)
+		return nil
+	}})
 }
 
 // campaign runs for leadership again and again until ctx ends, and leads when elected.
@@ -350,57 +275,69 @@ func (s *Server) observe(ctx context.Context, e *concurrency.Election) {
 
 // leadership is the state of this server while it leads.
 type leadership struct {
-	term  uint64
-	lease *leaderLease
-	hub   *quantum.Hub
-	reqs  chan request
-	done  chan struct{} // closed when the leadership ends
-	fence store.Fence
+	term    uint64
+	lease   *leaderLease
+	hub     *quantum.Hub
+	core    *Core // owned by the leader loop
+	log     *slog.Logger
+	reqs    chan request
+	done    chan struct{} // closed when the leadership ends
+	fence   store.Fence
+	encoded encodings // of the quanta published, for the watchers
+	wake    time.Time // when the core wants its next Tick
 
 	snapshotting atomic.Bool
 	background   sync.WaitGroup // snapshots being written
 }
 
-// request runs fn on the core in the leader's loop. fn returns a proposal to persist and
-// commit (or nil) and a result for the caller.
+// request is an event for the core, stepped in the leader's loop; or, for tests only, a
+// function run there instead (a suspension of the process, a broken algorithm).
 type request struct {
-	caller
-	fn    func(c *Core, now time.Time) (*Proposal, any, error)
-	reply chan reply
+	ev    Event
+	hook  func(c *Core)
+	reply chan result
 }
 
-// caller says what a request is and who made it, for the audit trail.
-type caller struct {
-	call string // the API call, as named in the logs and metrics ("drain"); "" for none
-	// who is the authenticated caller (authz.Caller); claims is who the client says it acts
-	// for (UserMetadata), unverified.
-	who, claims string
+// result is the core's reply to a request, or err if the leader could not step it.
+type result struct {
+	Reply
+	err error
 }
 
-type reply struct {
-	result   any
-	proposal *Proposal
-	err      error
+// do steps ev in the leader's loop and returns the core's reply once whatever it changed is
+// persisted. The error says the request could not be stepped (no leader, ctx ended); the
+// core's verdict is the reply's Err.
+func (l *leadership) do(ctx context.Context, ev Event) (Reply, error) {
+	res := l.send(ctx, request{ev: ev, reply: make(chan result, 1)})
+	return res.Reply, res.err
 }
 
-// do runs fn in the leader's loop and returns its result once its proposal is persisted.
-func (l *leadership) do(ctx context.Context, by caller, fn func(c *Core, now time.Time) (*Proposal, any, error)) (any, *Proposal, error) {
-	r := request{caller: by, fn: fn, reply: make(chan reply, 1)}
+func (l *leadership) send(ctx context.Context, r request) result {
 	select {
 	case l.reqs <- r:
 	case <-l.done:
-		return nil, nil, ErrNotLeader
+		return result{err: ErrNotLeader}
 	case <-ctx.Done():
-		return nil, nil, ctx.Err()
+		return result{err: ctx.Err()}
 	}
 	select {
-	case rep := <-r.reply:
-		return rep.result, rep.proposal, rep.err
+	case res := <-r.reply:
+		return res
 	case <-l.done:
-		return nil, nil, ErrNotLeader
+		return result{err: ErrNotLeader}
 	case <-ctx.Done():
-		return nil, nil, ctx.Err()
+		return result{err: ctx.Err()}
 	}
+}
+
+// boot is what a new leader reads before it serves: the stored state, the source's clock
+// and the live distributors.
+type boot struct {
+	st      store.State
+	found   bool
+	clock   uint64
+	dists   quantum.Distributors
+	distRev int64
 }
 
 // lead runs the leader's loop until the session ends, ctx ends or a write is fenced off.
@@ -416,266 +353,295 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 		case <-ctx.Done():
 		}
 	}()
-	fence := store.Fence{Key: e.Key(), Rev: e.Rev()}
-	term := uint64(e.Rev())
-	log := s.log.With("term", term)
-
-	var st store.State
-	var found bool
-	var clock uint64
-	err := s.retry(ctx, lease, "load", func(ctx context.Context) (err error) {
-		if st, found, err = s.store.Load(ctx); err != nil {
-			return fmt.Errorf("loading the state: %w", err)
-		}
-		clock, err = s.source.Clock(ctx)
-		return err
-	})
+	l, b, err := s.begin(ctx, e, lease)
 	if err != nil {
 		return err
 	}
-	core, first, err := NewCore(s.cfg.Core, term, st, found, clock, s.now())
-	if err != nil {
+	s.takeOffice(l, b)
+	defer s.leaveOffice(l, cancel)
+	lease.step(s.now()) // the loop starts: campaigning is no gap
+	if err := s.loop(ctx, l, b); err != nil {
 		return err
 	}
-	if !lease.confirm(ctx) {
+	switch { // ctx ended
+	case isDone(session):
+		return errors.New("the etcd session expired")
+	case !lease.valid():
 		return errLeaseLapsed
 	}
-	if err := s.persist(ctx, lease, fence, first); err != nil {
-		return fmt.Errorf("claiming term %d: %w", term, err)
+	return nil
+}
+
+// takeOffice makes l this server's leadership: the API serves from it from now on.
+func (s *Server) takeOffice(l *leadership, b boot) {
+	s.leading.Store(l)
+	s.metrics.leader.Set(1)
+	s.metrics.term.Set(float64(l.term))
+	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_SERVING)
+	switch {
+	case b.found && b.st.Assignment != nil:
+		l.log.Info("leading", "generation", b.st.Assignment.Generation(), "slices", b.st.Assignment.Len(), "nodes", len(b.st.Nodes), "clock", b.clock)
+	case b.found:
+		l.log.Info("leading, before the first map", "nodes", len(b.st.Nodes), "clock", b.clock)
+	default:
+		l.log.Info("leading a new cluster", "clock", b.clock)
 	}
-	core.Commit(first)
-	a, _, published := core.Assignment()
-	l := &leadership{term: term, fence: fence, lease: lease, hub: quantum.NewHub(quantum.HubConfig{}, term, a, published),
-		reqs: make(chan request), done: make(chan struct{})}
-	// The distributors are known before anything is served: a reinitializing quantum without
-	// them would tell every distributor that it serves no node.
-	var dists quantum.Distributors
-	var distRev int64
-	err = s.retry(ctx, lease, "load_distributors", func(ctx context.Context) (err error) {
-		dists, distRev, err = membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
+	s.observeCore(l.core)
+}
+
+// leaveOffice ends l: the snapshots in flight finish, then the API and the watchers are told.
+func (s *Server) leaveOffice(l *leadership, cancel context.CancelFunc) {
+	cancel()
+	l.background.Wait()
+	l.core.Step(s.now(), LeadershipLost{})
+	s.leading.Store(nil)
+	close(l.done)
+	l.hub.Close()
+	s.metrics.leader.Set(0)
+	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	l.log.Info("no longer leading")
+}
+
+// begin loads the state, starts the core's term and claims it in etcd, and steps in the
+// live distributors: they are known before anything is served, as a reinitializing quantum
+// without them would tell every distributor that it serves no node.
+func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *leaderLease) (*leadership, boot, error) {
+	var b boot
+	err := s.retry(ctx, lease, "load", func(ctx context.Context) (err error) {
+		if b.st, b.found, err = s.store.Load(ctx); err != nil {
+			return fmt.Errorf("loading the state: %w", err)
+		}
+		b.clock, err = s.source.Clock(ctx)
 		return err
 	})
 	if err != nil {
+		return nil, b, err
+	}
+	cfg := s.cfg.Core
+	cfg.PassInterval, cfg.ClockInterval = s.cfg.PassInterval, s.cfg.ClockInterval
+	core, err := NewCore(cfg)
+	if err != nil {
+		return nil, b, err
+	}
+	term := uint64(e.Rev())
+	l := &leadership{term: term, fence: store.Fence{Key: e.Key(), Rev: e.Rev()}, lease: lease, core: core,
+		log: s.log.With("term", term), reqs: make(chan request), done: make(chan struct{})}
+	if !lease.confirm(ctx) {
+		return nil, b, errLeaseLapsed
+	}
+	rep, err := s.run(ctx, l, s.now(), LeadershipGained{Term: term, State: b.st, Found: b.found, Clock: b.clock})
+	if err == nil {
+		err = rep.Err
+	}
+	if err != nil {
+		return nil, b, fmt.Errorf("claiming term %d: %w", term, err)
+	}
+	a, _, published := core.Assignment()
+	l.hub = quantum.NewHub(quantum.HubConfig{}, term, a, published)
+	err = s.retry(ctx, lease, "load_distributors", func(ctx context.Context) (err error) {
+		b.dists, b.distRev, err = membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
 		return err
+	})
+	if err != nil {
+		return nil, b, err
 	}
-	if p := core.SetDistributors(dists, s.now()); p != nil {
-		if err := s.apply(ctx, l, core, p); err != nil {
-			return err
-		}
+	if _, err := s.run(ctx, l, s.now(), DistributorsChanged{Distributors: b.dists}); err != nil {
+		return nil, b, err
 	}
-	s.leading.Store(l)
-	s.metrics.leader.Set(1)
-	s.metrics.term.Set(float64(term))
-	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_SERVING)
-	switch {
-	case found && st.Assignment != nil:
-		log.Info("leading", "generation", st.Assignment.Generation(), "slices", st.Assignment.Len(), "nodes", len(st.Nodes), "clock", clock)
-	case found:
-		log.Info("leading, before the first map", "nodes", len(st.Nodes), "clock", clock)
-	default:
-		log.Info("leading a new cluster", "clock", clock)
-	}
-	defer func() {
-		cancel()
-		l.background.Wait()
-		s.leading.Store(nil)
-		close(l.done)
-		l.hub.Close()
-		s.metrics.leader.Set(0)
-		s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
-		log.Info("no longer leading")
-	}()
+	return l, b, nil
+}
 
+// loop steps the core with what arrives: requests, its timer, the distributors and the
+// source's clock. It returns when ctx ends (nil) or leadership is lost.
+func (s *Server) loop(ctx context.Context, l *leadership, b boot) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	clocks := s.source.Watch(watchCtx, clock)
-	distributors := membership.Watch(watchCtx, s.cfg.Client, s.cfg.Prefix, dists, distRev)
-	pass := time.NewTicker(s.cfg.PassInterval)
-	defer pass.Stop()
-	tick := time.NewTicker(s.cfg.ClockInterval)
-	defer tick.Stop()
-	s.observeCore(core)
-	lease.step(s.now()) // the loop starts: campaigning is no gap
-
+	clocks := s.source.Watch(watchCtx, b.clock)
+	distributors := membership.Watch(watchCtx, s.cfg.Client, s.cfg.Prefix, b.dists, b.distRev)
+	timer := time.NewTimer(l.untilWake(s.now()))
+	defer timer.Stop()
 	for {
-		var p *Proposal
-		var cause string
-		var computed time.Duration // of a pass, before persistence
-		var start time.Time
+		var err error
 		select {
 		case <-ctx.Done():
-			if isDone(session) {
-				return errors.New("the etcd session expired")
-			}
-			if !lease.valid() {
-				return errLeaseLapsed
-			}
 			return nil
 		case r := <-l.reqs:
-			if err := s.handle(ctx, l, core, r, log); err != nil {
-				return err
-			}
-			continue
-		case <-pass.C:
-			if start, err = s.steady(ctx, l, core, log); err != nil {
-				return err
-			}
-			if p = core.Expire(start); p != nil {
-				log.Info("nodes expired", "what", p.Summary)
-				if err := s.apply(ctx, l, core, p); err != nil {
-					return err
-				}
-			}
-			if p, err = core.Pass(start); err != nil {
-				if err := s.passFailed(ctx, l, core, err, start); err != nil {
-					return err
-				}
-				continue
-			}
-			cause, computed = "pass", s.now().Sub(start)
-		case <-tick.C:
-			// Clock quanta are not written to etcd, so no fence guards them: steady checks
-			// the lease on this process's clock, and apply again right before publishing.
-			if start, err = s.steady(ctx, l, core, log); err != nil {
-				return err
-			}
-			p, cause = core.ClockQuantum(start), "clock"
+			err = s.handle(ctx, l, r)
+		case <-timer.C:
+			err = s.observed(ctx, l, Tick{})
 		case d, ok := <-distributors:
 			if !ok {
 				return errors.New("the watch of the distributors ended")
 			}
-			if start, err = s.steady(ctx, l, core, log); err != nil {
-				return err
-			}
-			if p = core.SetDistributors(d, start); p != nil {
-				log.Info("distributors changed", "distributors", d)
-			}
-			cause = "distributors"
-		case b, ok := <-clocks:
-			switch {
-			case !ok:
+			err = s.observed(ctx, l, DistributorsChanged{Distributors: d})
+		case batch, ok := <-clocks:
+			if !ok {
 				return errors.New("the source watch ended")
-			case b.Err != nil:
-				log.Warn("the source watch failed; restarting it", "err", b.Err)
-				var now uint64
-				err := s.retry(ctx, lease, "clock", func(ctx context.Context) (err error) {
-					now, err = s.source.Clock(ctx)
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				core.ObserveClock(now)
-				clocks = s.source.Watch(watchCtx, now)
-			case len(b.Changes) > 0:
-				// Progress marks (asked for by a distributor sharing this etcd client) would
-				// do too, but a clock quantum for them would invite the next request.
-				core.ObserveClock(b.Clock)
 			}
-			continue
+			clocks, err = s.sourceMoved(ctx, watchCtx, l, clocks, batch)
 		}
-		if p == nil {
-			continue
-		}
-		if err := s.apply(ctx, l, core, p); err != nil {
+		if err != nil {
 			return err
 		}
-		if cause == "pass" {
-			took := s.now().Sub(start)
-			s.metrics.passDuration.Observe(took.Seconds())
-			log.Debug("pass", "took", took, "computed", computed, "summary", p.Summary)
-			if x, ok := core.Explain(); ok && p.Quantum != nil {
-				s.metrics.passChurn.Observe(x.Churn.Total())
-			}
-			s.observeCore(core)
-		}
+		timer.Reset(l.untilWake(s.now()))
 	}
 }
 
-// handle runs a request in the leader's loop and replies to it. It returns an error only when
-// leadership is lost.
-func (s *Server) handle(ctx context.Context, l *leadership, core *Core, r request, log *slog.Logger) error {
-	start, err := s.steady(ctx, l, core, log)
+// untilWake returns how long the loop may wait for the core's next Tick: until its wake, but
+// never long on the lease's scale, so that a long gap between iterations (steady) means the
+// process was away, not that the core had nothing to do.
+func (l *leadership) untilWake(now time.Time) time.Duration {
+	if l.wake.IsZero() { // the core wants no tick
+		return l.lease.ttl / 4
+	}
+	return min(l.wake.Sub(now), l.lease.ttl/4)
+}
+
+// observed steps an event of the leader's own (time passed, the distributors changed) once
+// the lease is certainly valid.
+func (s *Server) observed(ctx context.Context, l *leadership, ev Event) error {
+	// Clock quanta are not written to etcd, so no fence guards them: steady checks the lease
+	// on this process's clock, and publishing does again.
+	start, err := s.steady(ctx, l)
 	if err != nil {
-		r.reply <- reply{err: ErrNotLeader}
 		return err
 	}
-	prop, result, err := r.fn(core, start)
-	if err == nil && prop != nil {
-		if audited(r.call) {
-			core.Audit(prop, auditCause(r.call, prop.Summary), r.who, start)
-		}
-		err = s.apply(ctx, l, core, prop)
-	}
+	_, err = s.run(ctx, l, start, ev)
+	return err
+}
+
+// sourceMoved steps the clock the source reached, restarting its watch if it failed; it
+// returns the watch to read from then.
+func (s *Server) sourceMoved(ctx, watchCtx context.Context, l *leadership, clocks <-chan source.Batch, b source.Batch) (<-chan source.Batch, error) {
 	switch {
-	case audited(r.call):
-		s.audit(log, r.caller, prop, core, err)
-	case prop != nil && prop.Summary != "" && err == nil:
-		log.Info("change", "call", r.call, "what", prop.Summary, "seq", core.seq)
+	case b.Err != nil:
+		l.log.Warn("the source watch failed; restarting it", "err", b.Err)
+		var now uint64
+		err := s.retry(ctx, l.lease, "clock", func(ctx context.Context) (err error) {
+			now, err = s.source.Clock(ctx)
+			return err
+		})
+		if err != nil {
+			return clocks, err
+		}
+		l.wake = l.core.Step(s.now(), ClockObserved{Clock: now}).Wake
+		return s.source.Watch(watchCtx, now), nil
+	case len(b.Changes) > 0:
+		// Progress marks (asked for by a distributor sharing this etcd client) would do too,
+		// but a clock quantum for them would invite the next request.
+		l.wake = l.core.Step(s.now(), ClockObserved{Clock: b.Clock}).Wake
 	}
-	r.reply <- reply{result: result, proposal: prop, err: err}
+	return clocks, nil
+}
+
+// handle steps a request in the leader's loop and replies to it. It returns an error only
+// when leadership is lost.
+func (s *Server) handle(ctx context.Context, l *leadership, r request) error {
+	start, err := s.steady(ctx, l)
+	if err != nil {
+		r.reply <- result{err: ErrNotLeader}
+		return err
+	}
+	if r.hook != nil {
+		r.hook(l.core)
+		r.reply <- result{}
+		return nil
+	}
+	rep, err := s.run(ctx, l, start, r.ev)
+	if err != nil && rep.Err == nil {
+		rep.Err = err // persisted but not published: the leader is stepping down
+	}
+	r.reply <- result{Reply: rep}
 	if errors.Is(err, store.ErrFenced) {
 		return err
 	}
 	return nil
 }
 
-// auditCause is the cause of the quantum of a call's change: the admin calls' causes start
-// with "admin: " and the nodes' with "node: ", and both go on with what changed.
-func auditCause(call, summary string) string {
-	if isAdmin(call) {
-		return "admin: " + summary
+// run steps ev at now and carries out the output: each write persisted with the fence and
+// its outcome stepped in turn, quanta published, logs and metrics. It returns the reply to
+// ev, and an error if a write or a publication failed (the change is dropped or, once
+// persisted, unpublished: leadership is lost either way).
+func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev Event) (Reply, error) {
+	var reply *Reply
+	var failure error
+	begun := time.Now()
+	out := l.core.Step(now, ev)
+	computed := time.Since(begun) // the pass's decision, before persistence
+	for {
+		if reply == nil {
+			reply = out.Reply
+		}
+		if err := s.emit(ctx, l, out, now, computed); err != nil && failure == nil {
+			failure = err
+		}
+		if out.Write == nil || failure != nil {
+			break
+		}
+		err := errLeaseLapsed
+		if l.lease.confirm(ctx) {
+			err = s.persist(ctx, l.lease, l.fence, out.Write)
+		}
+		if err != nil {
+			failure, out = err, l.core.Step(s.now(), WriteFailed{Err: err})
+			continue
+		}
+		out = l.core.Step(s.now(), WriteCommitted{})
 	}
-	return "node: " + summary
+	if reply == nil {
+		reply = &Reply{}
+	}
+	return *reply, failure
 }
 
-// audit logs the outcome of an audited call: who (the authenticated identity, and what the
-// client claims), what, and whether it was done. A registration that renews one, changing
-// nothing, is left out: nodes re-register as often as they like.
-func (s *Server) audit(log *slog.Logger, by caller, p *Proposal, core *Core, err error) {
-	changed := p != nil && (p.Persists() || p.Quantum != nil)
-	if err == nil && !changed && by.call == "register" {
-		return
+// emit does what an output asks besides writing: logs, publications, a snapshot, metrics.
+func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time.Time, computed time.Duration) error {
+	l.wake = out.Wake
+	for _, r := range out.Log {
+		l.log.Log(ctx, r.Level, r.Msg, r.Attrs...)
 	}
-	attrs := []any{"method", by.call, "by", by.who}
-	if by.claims != "" {
-		attrs = append(attrs, "claims", by.claims)
+	if out.PassFailed {
+		s.metrics.passFailures.Inc()
 	}
-	var what string
-	if p != nil {
-		what = p.Summary
+	for _, p := range out.Publish {
+		if err := s.publish(ctx, l, p); err != nil {
+			return err
+		}
 	}
-	switch {
-	case err != nil:
-		attrs = append(attrs, "what", what, "result", "refused", "err", err)
-	case changed:
-		attrs = append(attrs, "what", what, "result", "ok", "seq", core.seq)
-	default:
-		attrs = append(attrs, "what", what, "result", "unchanged")
+	if sn := out.Snapshot; sn != nil {
+		l.snapshot(ctx, s, sn.Index, sn.Map)
 	}
-	log.Info("audit", attrs...)
+	if p := out.Pass; p != nil {
+		took := s.now().Sub(start)
+		s.metrics.passDuration.Observe(took.Seconds())
+		l.log.Debug("pass", "took", took, "computed", computed, "summary", p.Summary)
+		if p.Changed && p.Explanation != nil {
+			s.metrics.passChurn.Observe(p.Explanation.Churn.Total())
+		}
+	}
+	if out.Pass != nil || out.PassFailed {
+		s.observeCore(l.core)
+	}
+	return nil
 }
 
-// passFailed counts a failed pass and runs the clean-up of departed nodes without the
-// algorithm, so that no slice stays on a node that left (I1) whatever made the pass fail. It
-// returns an error only when leadership is lost.
-func (s *Server) passFailed(ctx context.Context, l *leadership, core *Core, err error, now time.Time) error {
-	s.metrics.passFailures.Inc()
-	core.PassFailed(err, now)
-	s.log.Error("balancing pass failed; cleaning up departed nodes without the algorithm", "term", l.term, "err", err)
-	p, err := core.Cleanup(now)
+// publish sends a committed quantum to the watchers, encoded once for all of them.
+func (s *Server) publish(ctx context.Context, l *leadership, p Publication) error {
+	if !l.lease.confirm(ctx) {
+		return errLeaseLapsed // persisting took the rest of the lease
+	}
+	q := p.Quantum
+	q.Time = time.Now() // when it is emitted, which watchers can measure their lag from
+	data, err := encodeQuantum(q)
 	if err != nil {
-		s.log.Error("clean-up failed", "term", l.term, "err", err)
-		return nil
+		return fmt.Errorf("assigner: encoding %s: %w", q.Position, err)
 	}
-	if p == nil {
-		return nil
+	l.encoded.put(q.Position, data)
+	if err := l.hub.Publish(q, p.Map); err != nil {
+		return fmt.Errorf("assigner: publishing %s: %w", q.Position, err)
 	}
-	if err := s.apply(ctx, l, core, p); err != nil {
-		return err
-	}
-	s.log.Info("change", "call", "cleanup", "what", p.Summary, "seq", core.seq, "term", l.term)
-	s.observeCore(core)
+	s.metrics.quanta.WithLabelValues(quantumCause(q.Cause)).Inc()
+	s.metrics.clock.Set(float64(q.Clock))
 	return nil
 }
 
@@ -684,19 +650,19 @@ func (s *Server) passFailed(ctx context.Context, l *leadership, core *Core, err 
 // was suspended or starved) it renews the lease first, and gives every node a fresh lease, as
 // a new leader does: their heartbeats may have been waiting unread, and expiring them for
 // this process's absence would move every slice.
-func (s *Server) steady(ctx context.Context, l *leadership, core *Core, log *slog.Logger) (time.Time, error) {
+func (s *Server) steady(ctx context.Context, l *leadership) (time.Time, error) {
 	now := s.now()
 	gap, long := l.lease.step(now)
 	if long {
 		_ = l.lease.renew(ctx) // whatever the lease's count says now, renew it before acting
 	}
 	if !l.lease.confirm(ctx) {
-		log.Warn("the leader lease lapsed; stepping down", "gap", gap)
+		l.log.Warn("the leader lease lapsed; stepping down", "gap", gap)
 		return now, errLeaseLapsed
 	}
 	if long {
-		core.RefreshNodes(now)
-		log.Warn("the leader loop stalled; every node gets a fresh lease", "gap", gap)
+		l.wake = l.core.Step(now, LoopStalled{Gap: gap}).Wake
+		l.log.Warn("the leader loop stalled; every node gets a fresh lease", "gap", gap)
 	}
 	return now, nil
 }
@@ -708,38 +674,6 @@ func isDone(s *concurrency.Session) bool {
 	default:
 		return false
 	}
-}
-
-// apply persists a proposal, commits it and publishes its quantum. A proposal that cannot be
-// persisted changes nothing; a fenced write means leadership is lost.
-func (s *Server) apply(ctx context.Context, l *leadership, core *Core, p *Proposal) error {
-	if !l.lease.confirm(ctx) {
-		return errLeaseLapsed
-	}
-	if err := s.persist(ctx, l.lease, l.fence, p); err != nil {
-		return err
-	}
-	core.Commit(p)
-	if q := p.Quantum; q != nil {
-		if !l.lease.confirm(ctx) {
-			return errLeaseLapsed // persisting took the rest of the lease
-		}
-		q.Time = time.Now() // when it is emitted, which watchers can measure their lag from
-		data, err := encodeQuantum(*q)
-		if err != nil {
-			return fmt.Errorf("assigner: encoding %s: %w", q.Position, err)
-		}
-		q.Payload = data
-		if err := l.hub.Publish(*q, p.After); err != nil {
-			return fmt.Errorf("assigner: publishing %s: %w", q.Position, err)
-		}
-		s.metrics.quanta.WithLabelValues(quantumCause(q.Cause)).Inc()
-		s.metrics.clock.Set(float64(q.Clock))
-	}
-	if p.Snapshot {
-		l.snapshot(ctx, s, p.Meta.LastIndex, p.After)
-	}
-	return nil
 }
 
 // snapshot writes a snapshot in the background, one at a time: it is compaction, not needed
@@ -775,9 +709,9 @@ func quantumCause(cause string) string {
 	return cause
 }
 
-// persist writes what a proposal asks, in order, each write retried through an etcd
+// persist writes what a write asks, in order, each write retried through an etcd
 // election while the lease lasts (the store's writes may run again: see the store package).
-func (s *Server) persist(ctx context.Context, lease *leaderLease, f store.Fence, p *Proposal) error {
+func (s *Server) persist(ctx context.Context, lease *leaderLease, f store.Fence, p *Write) error {
 	if p.PutNode != nil {
 		if err := s.retry(ctx, lease, "put_node", func(ctx context.Context) error { return s.store.PutNode(ctx, f, *p.PutNode) }); err != nil {
 			return err
@@ -792,7 +726,7 @@ func (s *Server) persist(ctx context.Context, lease *leaderLease, f store.Fence,
 	var write func(context.Context) error
 	switch {
 	case p.Init:
-		what, write = "init", func(ctx context.Context) error { return s.store.Init(ctx, f, p.Meta, p.After) }
+		what, write = "init", func(ctx context.Context) error { return s.store.Init(ctx, f, p.Meta, p.Map) }
 	case p.Entry != nil:
 		what, write = "append", func(ctx context.Context) error { return s.store.Append(ctx, f, p.Meta, *p.Entry) }
 	case p.SaveMeta:

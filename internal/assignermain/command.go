@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
 
@@ -40,7 +41,12 @@ type options struct {
 	nodeTTL       time.Duration
 	sessionTTL    time.Duration
 	halfLife      time.Duration
+	forecast      string
+	peakHalfLife  time.Duration
+	trendHalfLife time.Duration
+	signal        time.Duration
 	maxLoadRate   float64
+	zoneLabel     string
 	algorithm     string
 	params        []string
 	logLevel      string
@@ -50,8 +56,10 @@ type options struct {
 }
 
 // NewCommand returns the assigner command.
-func NewCommand() *cobra.Command {
-	o := &options{}
+func NewCommand() *cobra.Command { return newCommand(&options{}) }
+
+// newCommand returns the assigner command, setting o from its flags.
+func newCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "assigner",
 		Short: "Run a Sliceplane assigner: keep the slice map balanced and stream its changes",
@@ -82,6 +90,9 @@ on the command line win.`,
   # Tune the algorithm.
   assigner --algorithm weighted-move --param max_churn=0.05 --param dead_band=0.05
 
+  # Spread every slice's replicas over the zones nodes register (client NodeConfig Labels).
+  assigner --zone-label zone
+
   # Mutual TLS on every link, with extra roles from a policy file.
   assigner --listen :7070 --tls-cert certs/assigner-a1.crt --tls-key certs/assigner-a1.key \
     --tls-ca certs/ca.crt --authz-policy policy.yaml`,
@@ -97,6 +108,18 @@ on the command line win.`,
 		SilenceUsage: true,
 	}
 	f := cmd.Flags()
+	o.addServingFlags(f)
+	o.addBalancingFlags(f)
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	o.tls.AddFlags(f, true)
+	f.StringVar(&o.policy, "authz-policy", "", "YAML file granting identities roles beyond their kind's (needs TLS)")
+	return cmd
+}
+
+// addServingFlags registers where the assigner serves, stores its state and how it times
+// leadership, passes and node leases.
+func (o *options) addServingFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.config, "config", "", "YAML file of flag values (keys are flag names)")
 	f.StringVar(&o.listen, "listen", "127.0.0.1:7070", "gRPC address to serve on")
 	f.StringVar(&o.advertise, "advertise", "", "address clients should dial to reach this assigner (default: the bound address)")
@@ -109,19 +132,30 @@ on the command line win.`,
 	f.DurationVar(&o.clockInterval, "clock-interval", 20*time.Millisecond, "shortest time between clock-only quanta while the source changes")
 	f.DurationVar(&o.nodeTTL, "node-ttl", 10*time.Second, "time a node stays in the map without a heartbeat or load report")
 	f.DurationVar(&o.sessionTTL, "session-ttl", 5*time.Second, "leader lease: how long standbys wait for a dead leader (whole seconds)")
-	f.DurationVar(&o.halfLife, "load-half-life", 10*time.Second, "how fast old load measurements fade")
+}
+
+// addBalancingFlags registers how load reports are folded into a forecast and how passes
+// balance it.
+func (o *options) addBalancingFlags(f *pflag.FlagSet) {
+	f.DurationVar(&o.halfLife, "load-half-life", 10*time.Second, "how fast old load measurements fade: after it, a slice's smoothed load has moved halfway to what reports say")
+	f.StringVar(&o.forecast, "load-forecast", string(load.ForecastAdaptive), "how the load a pass balances is forecast from the reports: "+
+		"adaptive (smoothed with --load-half-life, following faster while reports keep missing on one side; see --load-signal-half-life), "+
+		"ewma (smoothed with --load-half-life), peak (ewma or the decayed peak, whichever is higher; see --load-peak-half-life), "+
+		"holt (ewma plus a trend; see --load-trend-half-life)")
+	f.DurationVar(&o.peakHalfLife, "load-peak-half-life", 0, "--load-forecast peak: how fast a slice's peak fades (0: --load-half-life)")
+	f.DurationVar(&o.trendHalfLife, "load-trend-half-life", 0, "--load-forecast holt: how fast the trend follows the load's slope (0: --load-half-life)")
+	f.DurationVar(&o.signal, "load-signal-half-life", time.Second, "--load-forecast adaptive: how fast the tracking signal follows the forecast's errors")
 	f.Float64Var(&o.maxLoadRate, "max-load-rate", load.DefaultRate,
 		"most load a node may report per second of its report's window and per unit of its capacity (0 counts as 1), "+
 			"in the application's load unit; a report above it, or with a load or key count that is not a finite number >= 0, "+
 			"is refused whole (InvalidArgument). The default, 1e9, is a thousand times the requests a second one storage node serves; "+
 			"raise it only for a load unit finer than requests")
+	f.StringVar(&o.zoneLabel, "zone-label", "",
+		"node label whose value is the node's zone (e.g. zone, or topology.kubernetes.io/zone): passes spread each slice's "+
+			"replicas over distinct zones, so that losing one zone leaves every replicated slice a live replica; "+
+			"empty ignores zones. Nodes without the label count as one zone")
 	f.StringVar(&o.algorithm, "algorithm", "weighted-move", "balancing algorithm when none is stored: "+strings.Join(balance.Names(), ", "))
 	f.StringArrayVar(&o.params, "param", nil, "algorithm constant NAME=VALUE (repeatable); see slicectl sim --help")
-	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
-	o.tls.AddFlags(f, true)
-	f.StringVar(&o.policy, "authz-policy", "", "YAML file granting identities roles beyond their kind's (needs TLS)")
-	return cmd
 }
 
 // security loads the TLS files and the policy, saying which flag is wrong, before anything
@@ -139,18 +173,16 @@ func (o *options) security() (*mtls.Source, *authz.Policy, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("assigner: %w", err)
 	}
-	for _, l := range []struct{ flag, what, addr string }{{"--listen", "the gRPC API", o.listen}, {"--metrics-listen", "the metrics", o.metrics}} {
-		if l.addr == "" {
-			continue
-		}
-		if err := mtls.CheckListen(src, o.tls.Insecure, l.what, l.addr); err != nil {
-			return nil, nil, fmt.Errorf("assigner: %s: %w", l.flag, err)
-		}
-	}
 	if err := mtls.CheckEndpoints(src, o.endpoints); err != nil {
 		return nil, nil, fmt.Errorf("assigner: %w", err)
 	}
 	return src, policy, nil
+}
+
+// estimator is the load estimator's configuration, from the --load-* flags.
+func (o *options) estimator() load.EstimatorConfig {
+	return load.EstimatorConfig{HalfLife: o.halfLife, Forecast: load.Forecast(o.forecast),
+		PeakHalfLife: o.peakHalfLife, TrendHalfLife: o.trendHalfLife, SignalHalfLife: o.signal}
 }
 
 func (o *options) logger() (*slog.Logger, error) {
@@ -166,16 +198,17 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := balance.New(o.algorithm, params); err != nil { // before starting anything
-		return err
-	}
-	core := assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
-		Estimator: load.EstimatorConfig{HalfLife: o.halfLife}, MaxLoadRate: o.maxLoadRate}
-	if err := core.Validate(); err != nil {
-		return fmt.Errorf("--max-load-rate: %w", err)
-	}
 	src, policy, err := o.security()
 	if err != nil {
+		return err
+	}
+	cfg := assigner.Config{
+		Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics, Prefix: o.prefix,
+		PassInterval: o.passInterval, ClockInterval: o.clockInterval, SessionTTL: o.sessionTTL,
+		Core:   o.coreConfig(params),
+		Logger: log, TLS: src, Policy: policy, Insecure: o.tls.Insecure,
+	}
+	if err := cfg.Validate(); err != nil { // before starting anything
 		return err
 	}
 	endpoints := o.endpoints
@@ -187,21 +220,23 @@ func (o *options) run(ctx context.Context) error {
 		defer etcd.Close()
 		endpoints = []string{etcd.Endpoint()}
 	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Context: ctx,
+	cfg.Client, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Context: ctx,
 		Logger: etcdlog.New(log, zapcore.WarnLevel, nil), TLS: src.ClientTLS()})
 	if err != nil {
 		return fmt.Errorf("assigner: connecting to etcd %v: %w", endpoints, err)
 	}
-	defer client.Close()
-	srv, err := assigner.New(assigner.Config{
-		Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics, Client: client, Prefix: o.prefix,
-		PassInterval: o.passInterval, ClockInterval: o.clockInterval, SessionTTL: o.sessionTTL,
-		Core: core, Logger: log, TLS: src, Policy: policy, Insecure: o.tls.Insecure,
-	})
+	defer cfg.Client.Close()
+	srv, err := assigner.New(cfg)
 	if err != nil {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// coreConfig returns the core's settings from the flags.
+func (o *options) coreConfig(params map[string]string) assigner.CoreConfig {
+	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
+		Estimator: o.estimator(), MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's

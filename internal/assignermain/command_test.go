@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/flagfile"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
 
@@ -109,6 +110,10 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		{[]string{"--max-load-rate", "-1"}, "max load rate -1"},
 		{[]string{"--max-load-rate", "+Inf"}, "max load rate +Inf"},
 		{[]string{"--param", "dead_band=1e308"}, "dead_band=1e+308: want 0..10"},
+		{[]string{"--zone-label", strings.Repeat("z", 64)}, "zone label"},
+		{[]string{"--load-forecast", "magic"}, `forecast "magic"; want one of [ewma peak holt adaptive]`},
+		{[]string{"--load-half-life", "-1s"}, "half-life -1s"},
+		{[]string{"--load-signal-half-life", "-2s"}, "signal half-life -2s"},
 	} {
 		cmd := NewCommand()
 		cmd.SetArgs(c.args)
@@ -117,6 +122,17 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		require.Error(t, err, "%v", c.args)
 		assert.Contains(t, err.Error(), c.want, "%v", c.args)
 	}
+}
+
+func TestEstimatorSettingsFromTheConfigFile(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "assigner.yaml")
+	require.NoError(t, os.WriteFile(config, []byte("load-forecast: crystal-ball\nload-peak-half-life: 2s\n"), 0o644))
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--config", config})
+	cmd.SetErr(&bytes.Buffer{})
+	err := cmd.ExecuteContext(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `forecast "crystal-ball"`, "the config file's keys reach the estimator")
 }
 
 func TestMutualTLSFromTheConfigFile(t *testing.T) {
@@ -220,8 +236,8 @@ func TestBadSecuritySettingsAreRefusedBeforeAnythingStarts(t *testing.T) {
 		{append([]string{"--authz-policy", "/no/policy.yaml"}, tlsFlags...), "--authz-policy: authz: bad policy: open /no/policy.yaml"},
 		{[]string{"--authz-policy", goodPolicy}, "--authz-policy needs --tls-cert, --tls-key and --tls-ca"},
 		{append([]string{"--etcd-endpoints", "http://127.0.0.1:2379"}, tlsFlags...), "--etcd-endpoints http://127.0.0.1:2379: with TLS the etcd client speaks https only"},
-		{[]string{"--listen", "0.0.0.0:7070"}, "--listen: mtls: bad TLS configuration: refusing to serve the gRPC API on 0.0.0.0:7070 without TLS"},
-		{[]string{"--metrics-listen", ":7071"}, "--metrics-listen: mtls: bad TLS configuration: refusing to serve the metrics on :7071 without TLS"},
+		{[]string{"--listen", "0.0.0.0:7070"}, "--listen: mtls: bad TLS configuration: refusing to serve the assigner's gRPC API on 0.0.0.0:7070 without TLS"},
+		{[]string{"--metrics-listen", ":7071"}, "--metrics-listen: mtls: bad TLS configuration: refusing to serve the assigner's metrics on :7071 without TLS"},
 		{[]string{"--embedded-etcd-listen", "0.0.0.0:2379"}, "refusing to serve the embedded etcd on 0.0.0.0:2379 without TLS"},
 	} {
 		cmd := NewCommand()
@@ -233,4 +249,17 @@ func TestBadSecuritySettingsAreRefusedBeforeAnythingStarts(t *testing.T) {
 	}
 	_, err := os.Stat(filepath.Join(data, "member"))
 	assert.True(t, os.IsNotExist(err), "no etcd was started: %v", err)
+}
+
+func TestZoneLabelReachesTheCore(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "assigner.yaml")
+	require.NoError(t, os.WriteFile(config, []byte("zone-label: topology.kubernetes.io/zone\n"), 0o644))
+	o := &options{}
+	cmd := newCommand(o)
+	require.NoError(t, flagfile.Load(cmd.Flags(), config))
+	assert.Equal(t, "topology.kubernetes.io/zone", o.coreConfig(nil).ZoneLabel)
+
+	o = &options{}
+	require.NoError(t, newCommand(o).ParseFlags(nil))
+	assert.Empty(t, o.coreConfig(nil).ZoneLabel, "zones are ignored by default")
 }

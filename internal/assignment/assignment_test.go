@@ -356,3 +356,14 @@ func TestErrorsAreDistinct(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendIndicesKeepsOnlyMembersInOrder(t *testing.T) {
+	ns := MustNodeSet(Node{ID: "b"}, Node{ID: "a"}, Node{ID: "c"})
+	ia, _ := ns.Index("a")
+	ic, _ := ns.Index("c")
+	buf := make([]int, 0, 4)
+	got := ns.AppendIndices(buf, []NodeID{"c", "gone", "a"})
+	assert.Equal(t, []int{ic, ia}, got)
+	assert.Empty(t, ns.AppendIndices(nil, []NodeID{"gone"}))
+	assert.Equal(t, []int{7, ia}, ns.AppendIndices([]int{7}, []NodeID{"a"}), "it appends")
+}

@@ -97,6 +97,18 @@ func (s *NodeSet) Index(id NodeID) (int, bool) {
 	return i, ok
 }
 
+// AppendIndices appends to dst the index of each of ids that the set holds, in the order of
+// ids, and returns the extended slice: the live replicas of a slice, without allocating when
+// dst has room.
+func (s *NodeSet) AppendIndices(dst []int, ids []NodeID) []int {
+	for _, id := range ids {
+		if i, ok := s.index[id]; ok {
+			dst = append(dst, i)
+		}
+	}
+	return dst
+}
+
 // Has reports whether the set holds id.
 func (s *NodeSet) Has(id NodeID) bool {
 	_, ok := s.index[id]

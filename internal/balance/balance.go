@@ -69,6 +69,14 @@ type Input struct {
 	// Pinned ranges are left where they are: a slice overlapping one is not moved, merged,
 	// split or given or relieved of replicas, unless clean-up must move it off a departed node.
 	Pinned []keyspace.Range
+	// Zones names the zone (a failure domain: a zone, a rack) of each live node, so that a
+	// slice's replicas are spread over distinct zones; nil means placement ignores zones. A
+	// live node missing from it is in the zone "", like any other name. It is a map beside
+	// Nodes rather than a field of assignment.Node because a zone is not part of a node's
+	// identity: it is read from whichever label the driver is configured with, may change
+	// with that setting, and is not stored with the map. A pass maps it onto node indices
+	// once.
+	Zones map[assignment.NodeID]string
 }
 
 // pinned reports whether r overlaps a pinned range.
@@ -99,12 +107,14 @@ type Explanation struct {
 	// ImbalanceAfter is the same for the output map, as predicted from the same loads.
 	ImbalanceBefore, ImbalanceAfter float64
 	// ChurnBudget is the share of keys the pass may copy to new nodes, clean-up aside
-	// (0 for algorithms that do not limit churn).
+	// (0 for algorithms that do not limit churn). Weighted-Move's depends on the map: its
+	// emergency budget when the map is severely imbalanced, else its ordinary one.
 	ChurnBudget float64
 	// Churn is the share of keys each step copied to nodes that did not hold them.
 	Churn Churn
-	// Counts of what the pass did.
-	Splits, Merges, Moves, ReplicasAdded, ReplicasRemoved, Reassigned int
+	// Counts of what the pass did. Spreads are moves made to spread a slice's replicas
+	// over distinct zones (Input.Zones), not for load.
+	Splits, Merges, Moves, ReplicasAdded, ReplicasRemoved, Reassigned, Spreads int
 	// Stop says why the move step ended.
 	Stop string
 	// Candidates lists moves the pass weighed: the ones it made, then the best ones it
@@ -122,7 +132,7 @@ func (c Churn) Total() float64 { return c.Cleanup + c.Merge + c.Move }
 
 // Candidate is one move the pass weighed.
 type Candidate struct {
-	Action string // move, replicate, dereplicate
+	Action string // move, replicate, dereplicate, spread
 	Slice  keyspace.Range
 	// From is the node that gives the slice up (none for a replicate); To the nodes that
 	// gain it (one for a move, one or more for a replicate, none for a dereplicate).

@@ -23,7 +23,8 @@ import (
 //
 // and review the diff. Commands (every argument must be used, or the test fails):
 //
-//	nodes                  input: one node per line, "ID [cap=C]"; replaces the live node set
+//	nodes                  input: one node per line, "ID [cap=C] [zone=Z]"; replaces the live
+//	                       node set; with a zone on any node, passes spread replicas over zones
 //	uniform n=N nodes=a,b  N equal slices dealt to the listed nodes in turn
 //	slices                 input: one slice per line, "START REPLICAS"; START is 0x-hex, decimal
 //	                       or i/n (the i-th of n equal boundaries); REPLICAS is a,b
@@ -35,6 +36,7 @@ import (
 //	rebalance [algorithm=A] [k=v ...]  one pass: prints its ops and explanation, applies them;
 //	                       loads and key counts follow the slices they were measured on
 //	explain                the candidates the last pass weighed
+//	zones                  each multi-replica slice's zones, and those short of distinct zones
 //	show                   the slices and the nodes
 //
 // The algorithm defaults to weighted-move; other arguments are its parameters.
@@ -63,6 +65,7 @@ type harness struct {
 	pass    uint64
 	history []balance.Move
 	pins    []keyspace.Range
+	zones   map[assignment.NodeID]string
 	last    balance.Explanation
 }
 
@@ -87,179 +90,225 @@ func params(d *datadriven.TestData) map[string]string {
 	return out
 }
 
+// commands maps each script command to its handler.
+var commands = map[string]func(*harness, *datadriven.TestData) (string, error){
+	"nodes":     (*harness).cmdNodes,
+	"uniform":   (*harness).cmdUniform,
+	"slices":    (*harness).cmdSlices,
+	"load":      (*harness).cmdLoadOrKeys,
+	"keys":      (*harness).cmdLoadOrKeys,
+	"hot":       (*harness).cmdHot,
+	"pin":       (*harness).cmdPin,
+	"initial":   (*harness).cmdInitial,
+	"rebalance": (*harness).cmdRebalance,
+	"explain":   (*harness).cmdExplain,
+	"show":      (*harness).cmdShow,
+	"zones":     func(h *harness, _ *datadriven.TestData) (string, error) { return h.showZones(), nil },
+}
+
 func (h *harness) run(d *datadriven.TestData) (string, error) {
-	switch d.Cmd {
-	case "nodes":
-		var ns []assignment.Node
-		for _, line := range lines(d.Input) {
-			f := strings.Fields(line)
-			n := assignment.Node{ID: assignment.NodeID(f[0])}
-			for _, kv := range f[1:] {
-				v, ok := strings.CutPrefix(kv, "cap=")
-				if !ok {
-					return "", fmt.Errorf("bad node attribute %q", kv)
-				}
-				c, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					return "", err
-				}
-				n.Capacity = c
-			}
-			ns = append(ns, n)
-		}
-		set, err := assignment.NewNodeSet(ns)
-		if err != nil {
-			return "", err
-		}
-		h.nodes = set
-		return "ok\n", nil
-	case "uniform":
-		n, err := strconv.Atoi(take(d, "n", ""))
-		if err != nil {
-			return "", err
-		}
-		owners := strings.Split(take(d, "nodes", ""), ",")
-		a, err := assignment.Uniform(n, func(i int) []assignment.NodeID {
-			return []assignment.NodeID{assignment.NodeID(owners[i%len(owners)])}
-		})
-		if err != nil {
-			return "", err
-		}
-		h.setAssignment(a)
-		return h.show(), nil
-	case "slices":
-		var starts []uint64
-		var reps [][]assignment.NodeID
-		for _, line := range lines(d.Input) {
-			f := strings.Fields(line)
-			p, err := point(f[0])
-			if err != nil {
-				return "", err
-			}
-			starts = append(starts, p)
-			reps = append(reps, nodeList(f[1]))
-		}
-		var ss []assignment.Slice
-		for i, s := range starts {
-			end := keyspace.End
-			if i+1 < len(starts) {
-				end = keyspace.At(starts[i+1])
-			}
-			ss = append(ss, assignment.Slice{Range: keyspace.Range{Start: s, End: end}, Replicas: reps[i]})
-		}
-		a, err := assignment.New(0, ss)
-		if err != nil {
-			return "", err
-		}
-		h.setAssignment(a)
-		return h.show(), nil
-	case "load", "keys":
-		xs, err := numbers(d.Input, h.a.Len())
-		if err != nil {
-			return "", err
-		}
-		if d.Cmd == "load" {
-			h.loads = xs
-		} else {
-			h.keys = xs
-		}
-		return h.show(), nil
-	case "hot":
-		h.hot = make([][]balance.HotKey, h.a.Len())
-		for _, line := range lines(d.Input) {
-			f := strings.Fields(line)
-			i, err := strconv.Atoi(f[0])
-			if err != nil {
-				return "", err
-			}
-			for _, kv := range f[1:] {
-				hs, ls, _ := strings.Cut(kv, ":")
-				hash, err := point(hs)
-				if err != nil {
-					return "", err
-				}
-				l, err := strconv.ParseFloat(ls, 64)
-				if err != nil {
-					return "", err
-				}
-				h.hot[i] = append(h.hot[i], balance.HotKey{Hash: hash, Load: l})
-			}
-		}
-		return "ok\n", nil
-	case "pin":
-		h.pins = nil
-		for _, f := range strings.Fields(d.Input) {
-			i, err := strconv.Atoi(f)
-			if err != nil {
-				return "", err
-			}
-			h.pins = append(h.pins, h.a.Slice(i).Range)
-		}
-		return "ok\n", nil
-	case "initial":
-		alg, err := balance.New(take(d, "algorithm", "weighted-move"), params(d))
-		if err != nil {
-			return "", err
-		}
-		a, err := alg.Initial(balance.Input{Nodes: h.nodes})
-		if err != nil {
-			return "", err
-		}
-		h.setAssignment(a)
-		return h.show(), nil
-	case "rebalance":
-		alg, err := balance.New(take(d, "algorithm", "weighted-move"), params(d))
-		if err != nil {
-			return "", err
-		}
-		res, err := alg.Rebalance(balance.Input{
-			Assignment: h.a, Nodes: h.nodes, Load: h.loads, Keys: h.keys, HotKeys: h.hot,
-			Pass: h.pass, History: h.history, Pinned: h.pins,
-		})
-		if err != nil {
-			return "", err
-		}
-		next, err := h.a.Apply(res.Ops)
-		if err != nil {
-			return "", fmt.Errorf("ops do not apply: %w", err)
-		}
-		if err := next.Validate(h.nodes); err != nil {
-			return "", fmt.Errorf("result breaks an invariant: %w", err)
-		}
-		var b strings.Builder
-		for _, op := range res.Ops {
-			fmt.Fprintln(&b, op)
-		}
-		x := res.Explanation
-		fmt.Fprintf(&b, "imbalance %.3f -> %.3f; churn %.4f (cleanup %.4f merge %.4f move %.4f, budget %.4f)\n",
-			x.ImbalanceBefore, x.ImbalanceAfter, x.Churn.Total(), x.Churn.Cleanup, x.Churn.Merge, x.Churn.Move, x.ChurnBudget)
-		fmt.Fprintf(&b, "splits %d merges %d moves %d replicas +%d -%d reassigned %d\n",
-			x.Splits, x.Merges, x.Moves, x.ReplicasAdded, x.ReplicasRemoved, x.Reassigned)
-		fmt.Fprintf(&b, "stop: %s\n", x.Stop)
-		if h.loads, err = load.Reproject(h.a, h.loads, next); err != nil {
-			return "", err
-		}
-		if h.keys, err = load.Reproject(h.a, h.keys, next); err != nil {
-			return "", err
-		}
-		h.hot = nil
-		h.a, h.history, h.last = next, res.History, x
-		h.pass++
-		b.WriteString(h.show())
-		return b.String(), nil
-	case "explain":
-		var b strings.Builder
-		w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "action\tslice\tfrom\tto\tgain\tcost\tchosen\treason")
-		for _, c := range h.last.Candidates {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.3f\t%.4f\t%v\t%s\n", c.Action, c.Slice, c.From, assignment.FormatReplicas(c.To), c.Gain, c.Cost, c.Chosen, c.Reason)
-		}
-		w.Flush()
-		return b.String(), nil
-	case "show":
-		return h.show(), nil
+	cmd, ok := commands[d.Cmd]
+	if !ok {
+		return "", fmt.Errorf("unknown command %q", d.Cmd)
 	}
-	return "", fmt.Errorf("unknown command %q", d.Cmd)
+	return cmd(h, d)
+}
+
+func (h *harness) cmdNodes(d *datadriven.TestData) (string, error) {
+	var ns []assignment.Node
+	h.zones = nil
+	for _, line := range lines(d.Input) {
+		f := strings.Fields(line)
+		n := assignment.Node{ID: assignment.NodeID(f[0])}
+		for _, kv := range f[1:] {
+			if z, ok := strings.CutPrefix(kv, "zone="); ok {
+				h.setZone(n.ID, z)
+				continue
+			}
+			v, ok := strings.CutPrefix(kv, "cap=")
+			if !ok {
+				return "", fmt.Errorf("bad node attribute %q", kv)
+			}
+			c, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return "", err
+			}
+			n.Capacity = c
+		}
+		ns = append(ns, n)
+	}
+	set, err := assignment.NewNodeSet(ns)
+	if err != nil {
+		return "", err
+	}
+	h.nodes = set
+	return "ok\n", nil
+}
+
+func (h *harness) cmdUniform(d *datadriven.TestData) (string, error) {
+	n, err := strconv.Atoi(take(d, "n", ""))
+	if err != nil {
+		return "", err
+	}
+	owners := strings.Split(take(d, "nodes", ""), ",")
+	a, err := assignment.Uniform(n, func(i int) []assignment.NodeID {
+		return []assignment.NodeID{assignment.NodeID(owners[i%len(owners)])}
+	})
+	if err != nil {
+		return "", err
+	}
+	h.setAssignment(a)
+	return h.show(), nil
+}
+
+func (h *harness) cmdSlices(d *datadriven.TestData) (string, error) {
+	var starts []uint64
+	var reps [][]assignment.NodeID
+	for _, line := range lines(d.Input) {
+		f := strings.Fields(line)
+		p, err := point(f[0])
+		if err != nil {
+			return "", err
+		}
+		starts = append(starts, p)
+		reps = append(reps, nodeList(f[1]))
+	}
+	var ss []assignment.Slice
+	for i, s := range starts {
+		end := keyspace.End
+		if i+1 < len(starts) {
+			end = keyspace.At(starts[i+1])
+		}
+		ss = append(ss, assignment.Slice{Range: keyspace.Range{Start: s, End: end}, Replicas: reps[i]})
+	}
+	a, err := assignment.New(0, ss)
+	if err != nil {
+		return "", err
+	}
+	h.setAssignment(a)
+	return h.show(), nil
+}
+
+func (h *harness) cmdLoadOrKeys(d *datadriven.TestData) (string, error) {
+	xs, err := numbers(d.Input, h.a.Len())
+	if err != nil {
+		return "", err
+	}
+	if d.Cmd == "load" {
+		h.loads = xs
+	} else {
+		h.keys = xs
+	}
+	return h.show(), nil
+}
+
+func (h *harness) cmdHot(d *datadriven.TestData) (string, error) {
+	h.hot = make([][]balance.HotKey, h.a.Len())
+	for _, line := range lines(d.Input) {
+		f := strings.Fields(line)
+		i, err := strconv.Atoi(f[0])
+		if err != nil {
+			return "", err
+		}
+		for _, kv := range f[1:] {
+			hs, ls, _ := strings.Cut(kv, ":")
+			hash, err := point(hs)
+			if err != nil {
+				return "", err
+			}
+			l, err := strconv.ParseFloat(ls, 64)
+			if err != nil {
+				return "", err
+			}
+			h.hot[i] = append(h.hot[i], balance.HotKey{Hash: hash, Load: l})
+		}
+	}
+	return "ok\n", nil
+}
+
+func (h *harness) cmdPin(d *datadriven.TestData) (string, error) {
+	h.pins = nil
+	for _, f := range strings.Fields(d.Input) {
+		i, err := strconv.Atoi(f)
+		if err != nil {
+			return "", err
+		}
+		h.pins = append(h.pins, h.a.Slice(i).Range)
+	}
+	return "ok\n", nil
+}
+
+func (h *harness) cmdInitial(d *datadriven.TestData) (string, error) {
+	alg, err := balance.New(take(d, "algorithm", "weighted-move"), params(d))
+	if err != nil {
+		return "", err
+	}
+	a, err := alg.Initial(balance.Input{Nodes: h.nodes})
+	if err != nil {
+		return "", err
+	}
+	h.setAssignment(a)
+	return h.show(), nil
+}
+
+func (h *harness) cmdRebalance(d *datadriven.TestData) (string, error) {
+	alg, err := balance.New(take(d, "algorithm", "weighted-move"), params(d))
+	if err != nil {
+		return "", err
+	}
+	res, err := alg.Rebalance(balance.Input{
+		Assignment: h.a, Nodes: h.nodes, Load: h.loads, Keys: h.keys, HotKeys: h.hot,
+		Pass: h.pass, History: h.history, Pinned: h.pins, Zones: h.zones,
+	})
+	if err != nil {
+		return "", err
+	}
+	next, err := h.a.Apply(res.Ops)
+	if err != nil {
+		return "", fmt.Errorf("ops do not apply: %w", err)
+	}
+	if err := next.Validate(h.nodes); err != nil {
+		return "", fmt.Errorf("result breaks an invariant: %w", err)
+	}
+	var b strings.Builder
+	for _, op := range res.Ops {
+		fmt.Fprintln(&b, op)
+	}
+	x := res.Explanation
+	fmt.Fprintf(&b, "imbalance %.3f -> %.3f; churn %.4f (cleanup %.4f merge %.4f move %.4f, budget %.4f)\n",
+		x.ImbalanceBefore, x.ImbalanceAfter, x.Churn.Total(), x.Churn.Cleanup, x.Churn.Merge, x.Churn.Move, x.ChurnBudget)
+	fmt.Fprintf(&b, "splits %d merges %d moves %d replicas +%d -%d reassigned %d\n",
+		x.Splits, x.Merges, x.Moves, x.ReplicasAdded, x.ReplicasRemoved, x.Reassigned)
+	if x.Spreads > 0 {
+		fmt.Fprintf(&b, "spreads %d\n", x.Spreads)
+	}
+	fmt.Fprintf(&b, "stop: %s\n", x.Stop)
+	if h.loads, err = load.Reproject(h.a, h.loads, next); err != nil {
+		return "", err
+	}
+	if h.keys, err = load.Reproject(h.a, h.keys, next); err != nil {
+		return "", err
+	}
+	h.hot = nil
+	h.a, h.history, h.last = next, res.History, x
+	h.pass++
+	b.WriteString(h.show())
+	return b.String(), nil
+}
+
+func (h *harness) cmdExplain(d *datadriven.TestData) (string, error) {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "action\tslice\tfrom\tto\tgain\tcost\tchosen\treason")
+	for _, c := range h.last.Candidates {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.3f\t%.4f\t%v\t%s\n", c.Action, c.Slice, c.From, assignment.FormatReplicas(c.To), c.Gain, c.Cost, c.Chosen, c.Reason)
+	}
+	w.Flush()
+	return b.String(), nil
+}
+
+func (h *harness) cmdShow(d *datadriven.TestData) (string, error) {
+	return h.show(), nil
 }
 
 func (h *harness) setAssignment(a *assignment.Assignment) {

@@ -46,6 +46,14 @@ type WeightedMoveConfig struct {
 	// HotKeyShare: a split cuts a key into a slice of its own when that key carries at least
 	// this share of its slice's load, since only then can replication spread it.
 	HotKeyShare float64
+	// SevereImbalance: when max/mean node load (by capacity, after clean-up) exceeds this, a
+	// pass may copy up to EmergencyChurn of the keys instead of MaxChurn: a map that far off
+	// (a new hot key on one node, a node that joined empty) costs more in overload than the
+	// extra copying does.
+	SevereImbalance float64
+	// EmergencyChurn is the budget of a pass above SevereImbalance, merges included and
+	// clean-up excluded, like MaxChurn; below MaxChurn it is MaxChurn.
+	EmergencyChurn float64
 }
 
 // DefaultWeightedMoveConfig returns Slicer's constants.
@@ -63,6 +71,8 @@ func DefaultWeightedMoveConfig() WeightedMoveConfig {
 		DereplicateBelow:     0.25,
 		HoldPasses:           4,
 		HotKeyShare:          0.5,
+		SevereImbalance:      1.3,
+		EmergencyChurn:       0.3,
 	}
 }
 
@@ -81,6 +91,8 @@ func (c *WeightedMoveConfig) params() []Param {
 		intParam("max_replicas", "most replicas per slice (0: number of nodes)", &c.MaxReplicas),
 		intParam("hold_passes", "passes during which a move is not undone", &c.HoldPasses),
 		floatParam("hot_key_share", "cut a key into its own slice when it carries this share of its slice's load", &c.HotKeyShare),
+		floatParam("severe_imbalance", "above this max/mean node load a pass may spend emergency_churn", &c.SevereImbalance),
+		floatParam("emergency_churn", "share of keys a pass may copy above severe_imbalance, merges included", &c.EmergencyChurn),
 	}
 }
 
@@ -123,23 +135,30 @@ func (c WeightedMoveConfig) Validate() error {
 	check(c.MaxReplicas >= 0, "max_replicas=%d: want >= 0", c.MaxReplicas)
 	check(c.HoldPasses >= 0, "hold_passes=%d: want >= 0", c.HoldPasses)
 	check(c.HotKeyShare > 0 && c.HotKeyShare <= 1, "hot_key_share=%v: want 0 < x <= 1", c.HotKeyShare)
-	for _, f := range []float64{c.MaxChurn, c.MergeChurn, c.SplitAbove, c.MergeBelow, c.DeadBand, c.ReplicateAbove, c.DereplicateBelow, c.HotKeyShare} {
+	check(c.SevereImbalance >= 1 && c.SevereImbalance <= MaxFactor, "severe_imbalance=%v: want 1..%v", c.SevereImbalance, MaxFactor)
+	check(c.EmergencyChurn >= 0 && c.EmergencyChurn <= 1, "emergency_churn=%v: want 0..1", c.EmergencyChurn)
+	for _, f := range []float64{c.MaxChurn, c.MergeChurn, c.SplitAbove, c.MergeBelow, c.DeadBand, c.ReplicateAbove, c.DereplicateBelow, c.HotKeyShare, c.SevereImbalance, c.EmergencyChurn} {
 		check(!math.IsNaN(f) && !math.IsInf(f, 0), "%v is not a finite number", f)
 	}
 	return errors.Join(errs...)
 }
 
-// WeightedMove is Slicer's balancing algorithm. Each pass runs four steps:
+// WeightedMove is Slicer's balancing algorithm. Each pass runs five steps:
 //
-//  1. clean-up: slices of departed nodes go to the least loaded live nodes;
+//  1. clean-up: slices of departed nodes go to the least loaded live nodes; what it copies is
+//     not charged to the budget of the steps after it, which balance as if it were free;
 //  2. merge: adjacent cold slices merge, within a small churn budget;
-//  3. move: replicas that cooled are dropped first (it costs nothing); then, since only
+//  3. hot keys: a key that alone needs replicas is cut into a slice of its own now, so that
+//     the move step can replicate it in this same pass (wm_split.go);
+//  4. move: the pass's budget is MaxChurn, or EmergencyChurn when the map is severely
+//     imbalanced; replicas that cooled are dropped first (it costs nothing), and slices whose
+//     replicas are short of zones are spread (wm_zones.go); then, since only
 //     the hottest node's slices can lower the imbalance, moves off it are taken in order of
 //     gain per key copied until the churn budget is spent: a slice to the coldest node, a
 //     replica dropped, or replicas added (several at once when one alone cannot help); when
 //     no single move helps, a compound move first sheds a cool node's small slices to make
 //     room (wm_move.go);
-//  4. split: hot slices split in two, or cut out a key that dominates them, so that the next
+//  5. split: hot slices split in two, or cut out a key that dominates them, so that the next
 //     pass has finer pieces to move; split halves do not move in the pass that made them.
 //
 // The steps live in wm_pass.go (state, clean-up, merge), wm_move.go and wm_split.go.
@@ -160,7 +179,7 @@ func (*WeightedMove) Name() string { return "weighted-move" }
 func (w *WeightedMove) Config() WeightedMoveConfig { return w.cfg }
 
 // Initial implements Algorithm: equal slices, dealt to the nodes in turn, so that every node
-// holds slices from all over the space.
+// holds slices from all over the space. Each has one replica, so zones constrain nothing yet.
 func (w *WeightedMove) Initial(in Input) (*assignment.Assignment, error) {
 	if err := in.validate(false); err != nil {
 		return nil, err
@@ -179,6 +198,8 @@ func (w *WeightedMove) Rebalance(in Input) (Result, error) {
 	p := newWMPass(w.cfg, in)
 	p.cleanup()
 	p.merge()
+	p.cutHotKeys()
+	p.setBudget()
 	p.move()
 	p.split()
 	return p.result(), nil

@@ -35,6 +35,7 @@ func (p *wmPass) move() {
 		}
 	}
 	p.dropCooledReplicas()
+	p.spread()
 	p.x.Stop = p.moveOffHottest()
 	p.x.ImbalanceAfter = load.Imbalance(p.utilization())
 	for _, s := range p.sl {
@@ -70,40 +71,30 @@ func (p *wmPass) dropCooledReplicas() {
 		}
 		need := max(1, int(math.Ceil(s.load/(p.cfg.ReplicateAbove*mean))))
 		keep := make([]bool, r)
-		kept := 0
 		for k, n := range s.reps {
 			if _, blocked := p.blocker(s.r, n, -1); blocked {
-				keep[k], kept = true, kept+1
+				keep[k] = true
 			}
 		}
-		byCold := make([]int, r)
-		for k := range byCold {
-			byCold[k] = k
-		}
-		slices.SortStableFunc(byCold, func(x, y int) int { return cmp.Compare(p.u(s.reps[x]), p.u(s.reps[y])) })
-		for _, k := range byCold {
-			if kept < need && !keep[k] {
-				keep[k], kept = true, kept+1
-			}
-		}
-		if kept == r {
-			continue
-		}
-		newShare := s.load / float64(kept)
+		p.keepersBySpread(s, keep, need)
+		kept := 0
+		var drop, stay []int32
 		fits := true
-		for k, n := range s.reps {
-			if keep[k] && (p.raw[n]-s.load/float64(r)+newShare)/p.cap[n] > top {
-				fits = false
-			}
-		}
-		if !fits {
-			continue
-		}
-		var drop []int32
 		for k, n := range s.reps {
 			if !keep[k] {
 				drop = append(drop, n)
+				continue
 			}
+			kept++
+			stay = append(stay, n)
+		}
+		for _, n := range stay {
+			if (p.raw[n]-s.load/float64(r)+s.load/float64(kept))/p.cap[n] > top {
+				fits = false
+			}
+		}
+		if kept == r || !fits || p.zoneDeficit(stay, -1) > p.zoneDeficit(s.reps, -1) {
+			continue
 		}
 		for _, n := range drop {
 			p.apply(cand{kind: dereplicate, slice: i, from: n})
@@ -194,13 +185,15 @@ func (o *coolOrder) less(a, b int32) int {
 	return cmp.Compare(a, b)
 }
 
-// update puts back in place the nodes whose loads changed.
+// update puts back in place the nodes whose loads changed. All of them leave the order before
+// any is put back: a binary search among nodes still at their old places could land anywhere.
 func (o *coolOrder) update(changed []int32) {
+	o.nodes = slices.DeleteFunc(o.nodes, func(n int32) bool { return slices.Contains(changed, n) })
 	for _, n := range changed {
-		k := slices.Index(o.nodes, n)
-		o.nodes = slices.Delete(o.nodes, k, k+1)
-		at, _ := slices.BinarySearchFunc(o.nodes, n, o.less)
-		o.nodes = slices.Insert(o.nodes, at, n)
+		at, found := slices.BinarySearchFunc(o.nodes, n, o.less)
+		if !found { // a node listed twice is put back once
+			o.nodes = slices.Insert(o.nodes, at, n)
+		}
 	}
 }
 
@@ -227,7 +220,7 @@ func (p *wmPass) appendCandidates(round []cand, i int, h int32, mean float64, or
 		return append(round, cand{kind: move, slice: i, from: h, reason: reasonPinned})
 	}
 	r := len(s.reps)
-	if r > 1 && s.change.allows(dereplicate) {
+	if r > 1 && s.change.allows(dereplicate) && p.zoneDeficit(s.reps, h) <= p.zoneDeficit(s.reps, -1) {
 		round = append(round, p.evaluate(cand{kind: dereplicate, slice: i, from: h}, p.u(h), mean))
 	}
 	canReplicate := s.change.allows(replicate) && r < p.cfg.MaxReplicas && s.load/float64(r) > p.cfg.ReplicateAbove*mean
@@ -235,15 +228,26 @@ func (p *wmPass) appendCandidates(round []cand, i int, h int32, mean float64, or
 	if canReplicate {
 		k = min(maxReplicasAtOnce, p.cfg.MaxReplicas-r)
 	}
-	cold := order.coldest(k, s.reps) // one list per slice: candidates keep sub-slices of it
-	if len(cold) > 0 && s.change.allows(move) {
-		round = append(round, p.evaluate(cand{kind: move, slice: i, from: h, to: cold[:1]}, p.u(h), mean))
+	// Without zones one list serves both kinds, and candidates keep sub-slices of it; with
+	// zones a move and added replicas each go where the slice's zones allow.
+	var moveTo, addTo []int32
+	if p.z.on() {
+		moveTo = order.pick(1, s.reps, h)
+		if canReplicate {
+			addTo = order.pick(k, s.reps, -1)
+		}
+	} else {
+		moveTo = order.coldest(k, s.reps)
+		addTo = moveTo
 	}
-	if canReplicate && len(cold) > 0 {
+	if len(moveTo) > 0 && s.change.allows(move) {
+		round = append(round, p.evaluate(cand{kind: move, slice: i, from: h, to: moveTo[:1]}, p.u(h), mean))
+	}
+	if canReplicate && len(addTo) > 0 {
 		// The fewest replicas that cool the hottest node; failing that, one.
-		c := p.evaluate(cand{kind: replicate, slice: i, from: -1, to: cold[:1]}, p.u(h), mean)
-		for k := 2; c.reason == reasonNoCooler && k <= len(cold); k++ {
-			if more := p.evaluate(cand{kind: replicate, slice: i, from: -1, to: cold[:k]}, p.u(h), mean); more.reason != reasonNoCooler {
+		c := p.evaluate(cand{kind: replicate, slice: i, from: -1, to: addTo[:1]}, p.u(h), mean)
+		for k := 2; c.reason == reasonNoCooler && k <= len(addTo); k++ {
+			if more := p.evaluate(cand{kind: replicate, slice: i, from: -1, to: addTo[:k]}, p.u(h), mean); more.reason != reasonNoCooler {
 				c = more
 			}
 		}
@@ -270,7 +274,7 @@ func (p *wmPass) whyStuck(h int32, round []cand) string {
 	p.explainRejected(round)
 	if slices.ContainsFunc(round, func(c cand) bool { return c.reason == reasonBudget }) {
 		return fmt.Sprintf("the churn budget left (%.2f%% of keys) cannot pay for any move that helps",
-			100*max(0, p.cfg.MaxChurn-p.spent.Total()/p.keys))
+			100*max(0, p.budget-p.balancing())/p.keys)
 	}
 	return fmt.Sprintf("no move off %s lowers its load without another node taking its place", p.ids[h])
 }
@@ -309,12 +313,16 @@ func (p *wmPass) bestWithRoom(h int32, round []cand, order []int32, mean float64
 	var targets []cand
 	for _, c := range tried[:min(len(tried), roomSlices)] {
 		reps := p.sl[c.slice].reps
+		from := int32(-1)
+		if c.kind == move {
+			from = h
+		}
 		k := 0
 		for _, n := range order {
 			if k == roomTargets {
 				break
 			}
-			if _, held := slices.BinarySearch(reps, n); !held {
+			if _, held := slices.BinarySearch(reps, n); !held && p.zoneFits(reps, from, n) {
 				alt := c
 				alt.to = []int32{n}
 				targets = append(targets, alt)
@@ -390,7 +398,8 @@ func (p *wmPass) withRoom(c cand, h int32, level, top, mean float64, order []int
 		sj := sl.load / float64(len(sl.reps))
 		to := int32(-1)
 		for _, n := range receivers {
-			if _, held := slices.BinarySearch(sl.reps, n); held || (p.raw[n]+delta[n]+sj)/p.cap[n] > level {
+			if _, held := slices.BinarySearch(sl.reps, n); held || (p.raw[n]+delta[n]+sj)/p.cap[n] > level ||
+				!p.zoneFits(sl.reps, t, n) {
 				continue
 			}
 			if _, blocked := p.blocker(sl.r, t, n); !blocked && (to < 0 || u(n) < u(to)) {
@@ -405,7 +414,7 @@ func (p *wmPass) withRoom(c cand, h int32, level, top, mean float64, order []int
 		cost += sl.keys
 		sheds = append(sheds, cand{kind: move, slice: int(j), from: t, to: []int32{to}, cost: sl.keys})
 	}
-	if u(t) > level || p.spent.Total()+cost > p.cfg.MaxChurn*p.keys {
+	if u(t) > level || p.balancing()+cost > p.budget {
 		return cand{}, nil, false
 	}
 	c.newMax = 0
@@ -501,6 +510,9 @@ func (p *wmPass) evaluate(c cand, top, mean float64) cand {
 			if m, b := p.blocker(s.r, -1, n); b && !c.blocked {
 				prev, c.blocked = m, true
 			}
+			if m, b := p.movedAwayFrom(s, n); b && !c.blocked {
+				prev, c.blocked = m, true
+			}
 		}
 		c.cost = s.keys * float64(len(c.to))
 	case dereplicate:
@@ -526,12 +538,29 @@ func (p *wmPass) evaluate(c cand, top, mean float64) cand {
 		c.reason = reasonOneKey
 	case c.kind == move && newU(c.to[0], share) > newU(c.from, -share) && c.gain <= p.cfg.DeadBand:
 		c.reason = reasonSwap
-	case c.cost > 0 && p.spent.Total()+c.cost > p.cfg.MaxChurn*p.keys:
+	case c.cost > 0 && p.balancing()+c.cost > p.budget:
 		c.reason = reasonBudget
 	case c.blocked:
 		c.reason = fmt.Sprintf("would undo a move of pass %d", prev.Pass)
 	}
 	return c
+}
+
+// movedAwayFrom returns the move of this pass that took slice s from node n to one of its
+// holders, if any: a replica back on n would copy to n what it held at the start of the pass,
+// which buys nothing and which the pass's churn count would charge for nothing.
+func (p *wmPass) movedAwayFrom(s *wmSlice, n int32) (Move, bool) {
+	if s.change != placed { // only a slice that moved in this pass and may still grow
+		return Move{}, false
+	}
+	for _, m := range s.reps {
+		for _, k := range p.undo[[2]int32{n, m}] {
+			if prev := p.history[k]; prev.Pass == p.in.Pass && prev.Range.Overlaps(s.r) {
+				return prev, true
+			}
+		}
+	}
+	return Move{}, false
 }
 
 // oneKey reports whether a slice holds a single key: its range is one point, or its key
@@ -546,17 +575,29 @@ func (p *wmPass) apply(c cand) []int32 {
 	changed := slices.Clone(s.reps)
 	p.place(s, -1)
 	switch c.kind {
-	case move:
+	case move, spread:
 		s.reps = insertSorted(removeSorted(s.reps, c.from), c.to[0])
 		s.change = moved
-		p.x.Moves++
+		if p.oneKey(s) {
+			// A key worth moving whole early in the pass may become the hottest load once
+			// others have cooled, and no split can cut it: it may still gain replicas, but
+			// keeps the copy it was moved to.
+			s.change = placed
+		}
+		if c.kind == spread {
+			p.x.Spreads++
+		} else {
+			p.x.Moves++
+		}
 		p.remember(Move{Range: s.r, From: p.ids[c.from], To: p.ids[c.to[0]], Pass: p.in.Pass})
 	case replicate:
 		for _, n := range c.to {
 			s.reps = insertSorted(s.reps, n)
 			p.remember(Move{Range: s.r, To: p.ids[n], Pass: p.in.Pass})
 		}
-		s.change = resized
+		if s.change != placed {
+			s.change = resized
+		}
 		p.x.ReplicasAdded += len(c.to)
 	case dereplicate:
 		s.reps = removeSorted(s.reps, c.from)

@@ -15,9 +15,10 @@ const (
 	dereplicate = iota
 	move
 	replicate
+	spread // a move that spreads a slice's replicas over more zones (wm_zones.go)
 )
 
-var actionNames = [...]string{dereplicate: "dereplicate", move: "move", replicate: "replicate"}
+var actionNames = [...]string{dereplicate: "dereplicate", move: "move", replicate: "replicate", spread: "spread"}
 
 // maxExplained bounds the candidates an explanation lists.
 const maxExplained = 32
@@ -43,10 +44,18 @@ const (
 	unchanged change = iota
 	moved            // moved whole, by the move step, a merge or clean-up
 	resized          // replicas added or dropped
+	cutAround        // what is left around a hot key cut out in this pass: it stays put
+	placed           // a single key moved in this pass (or the hot key cut from a moved slice): it may only gain replicas
 )
 
 // allows reports whether a slice in state c may take a candidate of the given kind.
 func (c change) allows(kind int) bool {
+	switch c {
+	case cutAround:
+		return false
+	case placed:
+		return kind == replicate
+	}
 	if kind == move {
 		return c == unchanged
 	}
@@ -57,6 +66,7 @@ func (c change) allows(kind int) bool {
 type wmPass struct {
 	cfg     WeightedMoveConfig
 	in      Input
+	z       zoneMap
 	ids     []assignment.NodeID
 	cap     []float64
 	raw     []float64 // per node: the sum of its shares of slice loads
@@ -64,10 +74,12 @@ type wmPass struct {
 	count   []int     // slices per node
 	on      [][]int32 // per node, the slices it holds, ascending; built by the move step
 	sl      []wmSlice
-	load    float64 // total
-	keys    float64 // total, the unit of churn
-	known   bool    // key counts are real, not shares of the space
-	spent   Churn   // in keys
+	load    float64   // total
+	keys    float64   // total, the unit of churn
+	known   bool      // key counts are real, not shares of the space
+	inKeys  []float64 // key count of each slice of the input map
+	spent   Churn     // in keys
+	budget  float64   // in keys, for merges and moves; clean-up is not charged to it
 	ops     []assignment.Op
 	history []Move
 	undo    map[[2]int32][]int // history indices by (from, to) node index, -1 for none
@@ -80,7 +92,7 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 	}
 	n := in.Nodes.Len()
 	p := &wmPass{
-		cfg: cfg, in: in, ids: in.Nodes.IDs(),
+		cfg: cfg, in: in, z: newZoneMap(in), ids: in.Nodes.IDs(),
 		cap: make([]float64, n), raw: make([]float64, n), count: make([]int, n),
 		sl:   make([]wmSlice, in.Assignment.Len()),
 		undo: make(map[[2]int32][]int),
@@ -90,7 +102,7 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 	}
 	loads := in.sliceLoads()
 	keys, total, known := in.keyCounts()
-	p.keys, p.known = total, known
+	p.keys, p.known, p.inKeys = total, known, keys
 	for i, s := range in.Assignment.All() {
 		p.sl[i] = wmSlice{r: s.Range, load: loads[i], keys: keys[i], pinned: in.pinned(s.Range)}
 		if i < len(in.HotKeys) {
@@ -113,6 +125,36 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 }
 
 func (p *wmPass) u(n int32) float64 { return p.raw[n] / p.cap[n] }
+
+// keysIn counts the keys of range r as the churn of a pass counts them (PlacementsAdded):
+// each input slice's keys spread evenly over its range.
+func (p *wmPass) keysIn(r keyspace.Range) float64 {
+	var n float64
+	for i, _ := p.in.Assignment.Lookup(r.Start); i < p.in.Assignment.Len(); i++ {
+		s := p.in.Assignment.Slice(i)
+		o, ok := s.Range.Intersect(r)
+		if !ok {
+			break
+		}
+		n += p.inKeys[i] * o.Width() / s.Range.Width()
+	}
+	return n
+}
+
+// balancing returns the keys the merge and move steps have copied: what the budget limits.
+func (p *wmPass) balancing() float64 { return p.spent.Merge + p.spent.Move }
+
+// setBudget sets the budget of the move step from the imbalance that clean-up, merges and
+// hot-key cuts left: EmergencyChurn above SevereImbalance, else MaxChurn. Clean-up has
+// already copied what it must; a pass that also lost a node still balances in full.
+func (p *wmPass) setBudget() {
+	share := p.cfg.MaxChurn
+	if mean := p.meanU(); mean > 0 && p.maxU()/mean > p.cfg.SevereImbalance {
+		share = max(share, p.cfg.EmergencyChurn)
+	}
+	p.budget = share * p.keys
+	p.x.ChurnBudget = share
+}
 
 // relevant reports whether move m still blocks its undoing in pass pass. A pass's own moves
 // always do, whatever HoldPasses says.
@@ -169,9 +211,14 @@ func (p *wmPass) maxU() float64 {
 
 // cleanup drops replicas on departed nodes and gives every slice left without one to the
 // least loaded live node, heaviest slices first (the classic greedy for balanced packing).
+// With zones, a slice that kept a replica gets back those its load still needs (refill).
 func (p *wmPass) cleanup() {
 	var orphans []int
 	changed := make([]bool, len(p.sl))
+	var had []int // the replicas of a slice that lost some, for refill
+	if p.z.on() {
+		had = make([]int, len(p.sl))
+	}
 	total := 0
 	for _, s := range p.in.Assignment.All() {
 		total += len(s.Replicas)
@@ -186,6 +233,9 @@ func (p *wmPass) cleanup() {
 		}
 		p.sl[i].reps = backing[start:len(backing):len(backing)]
 		changed[i] = len(p.sl[i].reps) != len(s.Replicas)
+		if changed[i] && had != nil {
+			had[i] = len(s.Replicas)
+		}
 		if len(p.sl[i].reps) == 0 {
 			orphans = append(orphans, i)
 			continue
@@ -205,6 +255,7 @@ func (p *wmPass) cleanup() {
 		p.place(&p.sl[i], +1)
 		p.spent.Cleanup += p.sl[i].keys
 	}
+	p.refill(had)
 	for i, s := range p.sl {
 		if changed[i] {
 			p.ops = append(p.ops, assignment.Assign{Slice: s.r.Start, Replicas: p.names(s.reps)})

@@ -116,3 +116,130 @@ func loadMedian(r keyspace.Range, total float64, hot []HotKey) (uint64, bool) {
 	}
 	return at(prev + (half-cum)/rest*width)
 }
+
+// cutHotKeys gives every key that needs replicas of its own (it carries at least HotKeyShare
+// of its slice's load, and more than ReplicateAbove times the mean node load) a slice of its
+// own before the move step, so that the key is replicated in the pass that first sees it
+// rather than one pass later. Cutting copies nothing. Only the key's slice is new in kind:
+// the pieces around it are ordinary slices and may move like any other.
+func (p *wmPass) cutHotKeys() {
+	mean := p.meanU()
+	if mean <= 0 {
+		return
+	}
+	var out []wmSlice
+	for i := range p.sl {
+		s := &p.sl[i]
+		k, ok := p.keyToCut(s, mean)
+		if !ok {
+			if out != nil {
+				out = append(out, *s)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]wmSlice, 0, len(p.sl)+2), p.sl[:i]...)
+		}
+		pieces := p.cut(s, k)
+		for _, n := range s.reps {
+			p.count[n] += len(pieces) - 1
+		}
+		p.x.Splits += len(pieces) - 1
+		out = append(out, pieces...)
+	}
+	if out != nil {
+		p.sl = out
+	}
+}
+
+// keyToCut returns the key of s to cut out now, if any.
+func (p *wmPass) keyToCut(s *wmSlice, mean float64) (HotKey, bool) {
+	if s.pinned || s.load <= 0 || p.oneKey(s) || s.change == moved && len(s.reps) >= p.cfg.MaxReplicas ||
+		slices.ContainsFunc(s.reps, func(n int32) bool { return p.count[n] >= p.cfg.MaxSlicesPerNode }) {
+		return HotKey{}, false
+	}
+	var top HotKey
+	for _, k := range s.hot {
+		if s.r.Contains(k.Hash) && k.Load > top.Load {
+			top = k
+		}
+	}
+	if top.Load <= 0 || top.Load < p.cfg.HotKeyShare*s.load || top.Load <= p.cfg.ReplicateAbove*mean {
+		return HotKey{}, false
+	}
+	return top, true
+}
+
+// cut splits s around key k into up to three slices on the same replicas, emitting the
+// splits. The key's slice carries the key's load; the rest of the load follows the other hot
+// keys to their pieces and is otherwise spread over the pieces by width; keys are counted as
+// the churn of a pass counts them. The
+// pieces around the key stay where they are in this pass, as the halves of any split do.
+func (p *wmPass) cut(s *wmSlice, k HotKey) []wmSlice {
+	var pieces []wmSlice
+	piece := func(r keyspace.Range) wmSlice {
+		return wmSlice{r: r, reps: s.reps, pinned: s.pinned, change: s.change}
+	}
+	if k.Hash > s.r.Start {
+		pieces = append(pieces, piece(keyspace.Range{Start: s.r.Start, End: keyspace.At(k.Hash)}))
+		p.ops = append(p.ops, assignment.Split{Slice: s.r.Start, At: k.Hash})
+	}
+	key := len(pieces)
+	pieces = append(pieces, piece(keyspace.Range{Start: k.Hash, End: s.r.End}))
+	if k.Hash < math.MaxUint64 && s.r.End.After(k.Hash+1) {
+		pieces[key].r.End = keyspace.At(k.Hash + 1)
+		pieces = append(pieces, piece(keyspace.Range{Start: k.Hash + 1, End: s.r.End}))
+		p.ops = append(p.ops, assignment.Split{Slice: k.Hash, At: k.Hash + 1})
+	}
+	for j := range pieces {
+		pieces[j].change = cutAround
+	}
+	pieces[key].change = s.change
+	if s.change == moved {
+		// Clean-up or a merge placed it: the key may still gain replicas, but neither move
+		// nor lose the copy just made.
+		pieces[key].change = placed
+	}
+	pieces[key].load, pieces[key].hot = k.Load, []HotKey{k}
+	for j := range pieces {
+		pieces[j].keys = p.keysIn(pieces[j].r)
+	}
+	spread, restWidth := s.load-k.Load, 0.0
+	for _, h := range s.hot {
+		if h.Hash != k.Hash && s.r.Contains(h.Hash) {
+			spread -= h.Load
+		}
+	}
+	spread = max(spread, 0)
+	for j := range pieces {
+		if j != key {
+			restWidth += pieces[j].r.Width()
+		}
+	}
+	for j := range pieces {
+		if j == key {
+			continue
+		}
+		share := pieces[j].r.Width() / restWidth
+		pieces[j].load = spread * share
+		for _, h := range s.hot {
+			if h.Hash != k.Hash && pieces[j].r.Contains(h.Hash) {
+				pieces[j].load += h.Load
+				pieces[j].hot = append(pieces[j].hot, h)
+			}
+		}
+	}
+	// Hot keys may claim more than the slice's load (their estimates are noisier): the nodes
+	// then carry the pieces' sum, so that taking a piece off later leaves no residue.
+	var sum float64
+	for _, pc := range pieces {
+		sum += pc.load
+	}
+	if d := sum - s.load; d != 0 {
+		p.load += d
+		for _, n := range s.reps {
+			p.addLoad(n, d/float64(len(s.reps)))
+		}
+	}
+	return pieces
+}

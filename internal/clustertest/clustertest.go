@@ -2,10 +2,15 @@
 // etcd, assigners, distributors and nodes, each with its own etcd client or gRPC
 // connections as separate processes would have. Tests stop and restart the parts, write
 // data, and wait for the nodes to converge.
+//
+// New ties a Cluster to a test, which fails when a part does and closes the cluster when it
+// ends. Start runs one for code that has no test, such as runnable examples, and Close
+// stops it.
 package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +22,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -51,7 +57,8 @@ type Options struct {
 
 // Cluster is a running Sliceplane.
 type Cluster struct {
-	t    testing.TB
+	t    reporter
+	own  *standalone // nil for a cluster of New: its test closes it
 	opts Options
 	Etcd *embedetcd.Server
 	// Source is the data source, on its own etcd client.
@@ -96,26 +103,81 @@ type Node struct {
 // Stop stops the node (its store keeps what it applied).
 func (n *Node) Stop() { n.stop() }
 
-// New starts an embedded etcd and one assigner.
+// New starts an embedded etcd and one assigner for test t, and stops them when it ends.
 func New(t testing.TB, opts Options) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, opts: opts, Etcd: etcdtest.Start(t), distributors: map[string]*Part{}, nodes: map[string]*Node{}}
+	c := &Cluster{t: t, opts: opts, Etcd: etcdtest.Start(t)}
+	if opts.TLS {
+		c.PKI = mtlstest.New(t)
+	}
+	c.init()
+	return c
+}
+
+// Start starts an embedded etcd and one assigner, as New does, outside any test; Close
+// stops them. Ctx bounds the etcd's start. It does not run Options.TLS, whose certificates
+// live in a test's directory. The other methods of the Cluster panic where a test's cluster
+// would fail the test.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if opts.TLS {
+		return nil, errors.New("clustertest: Start runs no TLS; use New")
+	}
+	own := &standalone{}
+	c = &Cluster{t: own, own: own, opts: opts}
+	defer func() {
+		if err == nil {
+			err = own.recover(recover())
+		}
+		if err != nil {
+			c, err = nil, errors.Join(err, own.close())
+		}
+	}()
+	dir, err := os.MkdirTemp("", "clustertest-")
+	if err != nil {
+		return nil, fmt.Errorf("clustertest: %w", err)
+	}
+	own.Cleanup(func() { os.RemoveAll(dir) })
+	c.Etcd, err = embedetcd.Start(ctx, embedetcd.Options{Dir: dir, Fast: true, LogLevel: "fatal"})
+	if err != nil {
+		return nil, fmt.Errorf("clustertest: %w", err)
+	}
+	own.Cleanup(c.Etcd.Close)
+	c.init()
+	return c, nil
+}
+
+// Close stops a cluster of Start, every part it started and its etcd, and returns the
+// errors the parts ended with. The test of a cluster of New closes it: Close does nothing.
+func (c *Cluster) Close() error {
+	if c.own == nil {
+		return nil
+	}
+	return c.own.close()
+}
+
+// init starts what New and Start share once the etcd serves: the source and an assigner.
+func (c *Cluster) init() {
+	c.distributors, c.nodes = map[string]*Part{}, map[string]*Node{}
 	c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("SLICEPLANE_TEST_LOG") != "" {
 		c.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	c.Source = source.NewEtcd(c.client(), "/sliceplane/data/")
-	if opts.TLS {
-		c.PKI = mtlstest.New(t)
-	}
 	c.StartAssigner()
-	return c
 }
 
-// client returns a new etcd client, closed when the test ends.
-func (c *Cluster) client() *clientv3.Client { return etcdtest.Client(c.t, c.Etcd) }
+// client returns a new etcd client, closed with the cluster.
+func (c *Cluster) client() *clientv3.Client {
+	c.t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		c.t.Fatalf("clustertest: etcd client: %v", err)
+	}
+	c.t.Cleanup(func() { cli.Close() })
+	return cli
+}
 
-// run runs fn until the returned stop is called (or the test ends), reporting its error.
+// run runs fn until the returned stop is called (or the cluster closes), reporting its error.
 func (c *Cluster) run(what string, fn func(ctx context.Context) error) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -243,7 +305,7 @@ func (c *Cluster) Nodes() map[string]*Node {
 	return maps.Clone(c.nodes)
 }
 
-// Conn returns the cluster's connection to the leading assigner, closed when the test ends.
+// Conn returns the cluster's connection to the leading assigner, closed with the cluster.
 // It follows the assigners started before its first use.
 func (c *Cluster) Conn() *grpc.ClientConn {
 	c.t.Helper()
@@ -319,5 +381,73 @@ func (c *Cluster) WaitClock(ctx context.Context, clock uint64) error {
 		case <-ctx.Done():
 			return fmt.Errorf("clustertest: nodes did not reach clock %d: %v: %w", clock, behind, ctx.Err())
 		}
+	}
+}
+
+// reporter is what a Cluster needs of testing.TB: a test's, or a standalone for Start.
+type reporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(fn func())
+}
+
+// standalone reports for a cluster of Start: it keeps the errors and the cleanups for Close,
+// and turns a fatal failure into a panic, which Start recovers into its error.
+type standalone struct {
+	mu       sync.Mutex
+	errs     []error
+	cleanups []func()
+}
+
+// fatal is the panic value of standalone.Fatalf; a panic that nothing recovers prints it.
+type fatal struct{ err error }
+
+func (f fatal) Error() string { return f.err.Error() }
+
+func (s *standalone) Helper() {}
+
+func (s *standalone) Errorf(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.errs = append(s.errs, fmt.Errorf(format, args...))
+}
+
+func (s *standalone) Fatalf(format string, args ...any) { panic(fatal{fmt.Errorf(format, args...)}) }
+
+func (s *standalone) Cleanup(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleanups = append(s.cleanups, fn)
+}
+
+// recover returns the error of a Fatalf panic r (nil for none), and panics again with any
+// other value.
+func (s *standalone) recover(r any) error {
+	if r == nil {
+		return nil
+	}
+	if f, ok := r.(fatal); ok {
+		return f.err
+	}
+	panic(r)
+}
+
+// close runs the cleanups, the last registered first as a test does, and returns the errors
+// reported.
+func (s *standalone) close() error {
+	for {
+		s.mu.Lock()
+		n := len(s.cleanups)
+		if n == 0 {
+			errs := s.errs
+			s.errs = nil
+			s.mu.Unlock()
+			return errors.Join(errs...)
+		}
+		fn := s.cleanups[n-1]
+		s.cleanups = s.cleanups[:n-1]
+		s.mu.Unlock()
+		fn() // unlocked: stopping a part reports its error
 	}
 }

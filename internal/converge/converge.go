@@ -123,7 +123,7 @@ func checkNode(ctx context.Context, r *Report, id assignment.NodeID, node client
 	if err != nil {
 		return fmt.Errorf("converge: the slices of %s: %w", id, err)
 	}
-	if got := keyspace.NewSet(held...); !got.Equal(cover) {
+	if got := setOf(held); !got.Equal(cover) {
 		r.add(Problem{Node: id, Kind: "slices", Detail: fmt.Sprintf("holds %s, must hold %s", got, cover)})
 	}
 	seen := map[string]bool{}
@@ -175,4 +175,16 @@ func differ(want source.Item, got client.Item) string {
 		}
 	}
 	return ""
+}
+
+// setOf returns the points of the slices a node lists.
+func setOf(held []client.Range) keyspace.Set {
+	rs := make([]keyspace.Range, len(held))
+	for i, h := range held {
+		rs[i] = keyspace.Range{Start: h.Start, End: keyspace.End}
+		if !h.End.IsEnd() {
+			rs[i].End = keyspace.At(h.End.Point())
+		}
+	}
+	return keyspace.NewSet(rs...)
 }

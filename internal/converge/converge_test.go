@@ -121,11 +121,20 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// clientRange returns the client's form of a range of the map.
+func clientRange(r keyspace.Range) client.Range {
+	out := client.Range{Start: r.Start, End: client.EndOfSpace()}
+	if !r.End.IsEnd() {
+		out.End = client.BoundAt(r.End.Point())
+	}
+	return out
+}
+
 // fill returns the operations that make a node hold exactly ranges rs and their items.
 func (f *fixture) fill(rs ...keyspace.Range) []client.Op {
 	ops := []client.Op{{Kind: client.OpReset}}
 	for _, r := range rs {
-		ops = append(ops, client.Op{Kind: client.OpAddSlice, Range: r})
+		ops = append(ops, client.Op{Kind: client.OpAddSlice, Range: clientRange(r)})
 	}
 	for _, it := range f.items {
 		k := f.k[it.name]
@@ -238,184 +247,189 @@ func assertReport(t *testing.T, f *fixture, r converge.Report, items, copies int
 	}
 }
 
+type checkCase struct {
+	name     string
+	mutate   func(t *testing.T, f *fixture)
+	want     counts
+	problems []problem
+}
+
+// checkCases mutate the fixture's converged cluster, and give what Check must then report.
+var checkCases = []checkCase{
+	{name: "converged", mutate: func(*testing.T, *fixture) {}},
+	{
+		name: "slices cut differently, same points",
+		mutate: func(t *testing.T, f *fixture) {
+			merged := keyspace.Range{Start: f.s[1].Start, End: f.s[2].End}
+			f.apply(t, n3, f.fill(merged)...)
+		},
+	},
+	{
+		name: "node outside the map holding nothing",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n4)
+		},
+	},
+	{
+		name:     "missing on one replica",
+		mutate:   func(t *testing.T, f *fixture) { f.apply(t, n2, f.del("a1")) },
+		want:     counts{Missing: 1},
+		problems: []problem{{n2, "missing", "a1", "in the source and in its slices"}},
+	},
+	{
+		name: "missing on every replica",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n2, f.del("b0"))
+			f.apply(t, n3, f.del("b0"))
+		},
+		want:     counts{Missing: 2},
+		problems: []problem{{n2, "missing", "b0", ""}, {n3, "missing", "b0", ""}},
+	},
+	{
+		name:     "leaked to a node outside its slice",
+		mutate:   func(t *testing.T, f *fixture) { f.apply(t, n1, f.put("c0", "c")) },
+		want:     counts{Leaked: 1},
+		problems: []problem{{n1, "leaked", "c0", "is not in its slices"}},
+	},
+	{
+		name: "deleted item kept",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n1, f.put("d", "gone"))
+			f.apply(t, n2, f.put("d", "gone"))
+		},
+		want:     counts{Leaked: 2},
+		problems: []problem{{n1, "leaked", "d", ""}, {n2, "leaked", "d", ""}},
+	},
+	{
+		name:     "item written after the clock held early",
+		mutate:   func(t *testing.T, f *fixture) { f.apply(t, n3, f.put("late", "late")) },
+		want:     counts{Leaked: 1},
+		problems: []problem{{n3, "leaked", "late", ""}},
+	},
+	{
+		name:     "stale value",
+		mutate:   func(t *testing.T, f *fixture) { f.apply(t, n1, f.put("a0", "v1")) },
+		want:     counts{Stale: 1},
+		problems: []problem{{n1, "stale", "a0", `value "v1", the source "v2"`}},
+	},
+	{
+		name:     "newer value than at the clock",
+		mutate:   func(t *testing.T, f *fixture) { f.apply(t, n2, f.put("a0", "v3")) },
+		want:     counts{Stale: 1},
+		problems: []problem{{n2, "stale", "a0", `value "v3", the source "v2"`}},
+	},
+	{
+		name:     "value where the source has only fragments",
+		mutate:   func(t *testing.T, f *fixture) { f.apply(t, n3, f.put("b1", "")) },
+		want:     counts{Stale: 1},
+		problems: []problem{{n3, "stale", "b1", "has value true, the source false"}},
+	},
+	{
+		name: "value lost, fragments kept",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n2, f.del("a1"), f.putFrag("a1", "f1", "F1"), f.putFrag("a1", "f2", "F2"))
+		},
+		want:     counts{Stale: 1},
+		problems: []problem{{n2, "stale", "a1", "has value false, the source true"}},
+	},
+	{
+		name:     "stale fragment",
+		mutate:   func(t *testing.T, f *fixture) { f.apply(t, n1, f.putFrag("a1", "f1", "old")) },
+		want:     counts{Stale: 1},
+		problems: []problem{{n1, "stale", "a1", `fragment "f1" is "old", the source "F1"`}},
+	},
+	{
+		name:     "missing fragment",
+		mutate:   func(t *testing.T, f *fixture) { f.apply(t, n2, f.delFrag("a1", "f2")) },
+		want:     counts{Stale: 1},
+		problems: []problem{{n2, "stale", "a1", "1 fragments, the source 2"}},
+	},
+	{
+		name:     "extra fragment, deleted in the source",
+		mutate:   func(t *testing.T, f *fixture) { f.apply(t, n1, f.putFrag("a1", "f3", "F3")) },
+		want:     counts{Stale: 1},
+		problems: []problem{{n1, "stale", "a1", "3 fragments, the source 2"}},
+	},
+	{
+		name: "wrong fragment",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n1, f.delFrag("a1", "f2"), f.putFrag("a1", "f9", "F2"))
+		},
+		want:     counts{Stale: 1},
+		problems: []problem{{n1, "stale", "a1", `fragment "f2" missing`}},
+	},
+	{
+		name: "extra fragment on a fragment-only item",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n2, f.putFrag("b1", "g", "gg"))
+			f.apply(t, n3, f.putFrag("b1", "g", "gg"))
+		},
+		want:     counts{Stale: 2},
+		problems: []problem{{n2, "stale", "b1", "2 fragments, the source 1"}, {n3, "stale", "b1", "2 fragments, the source 1"}},
+	},
+	{
+		name: "slice it must not hold",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n1, client.Op{Kind: client.OpAddSlice, Range: clientRange(f.s[2])})
+		},
+		want:     counts{Slices: 1},
+		problems: []problem{{n1, "slices", "", "must hold"}},
+	},
+	{
+		name: "slice it must not hold, with its items",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n2, client.Op{Kind: client.OpAddSlice, Range: clientRange(f.s[2])}, f.put("c0", "c"))
+		},
+		want:     counts{Slices: 1, Leaked: 1},
+		problems: []problem{{n2, "slices", "", "must hold"}, {n2, "leaked", "c0", ""}},
+	},
+	{
+		name: "slice dropped with its items",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n3, client.Op{Kind: client.OpDropSlice, Range: clientRange(f.s[1])})
+		},
+		want: counts{Slices: 1, Missing: 2},
+		problems: []problem{
+			{n3, "slices", "", fmt.Sprintf("holds %s, must hold %s", keyspace.NewSet(third(2)), keyspace.NewSet(third(1), third(2)))},
+			{n3, "missing", "b0", ""}, {n3, "missing", "b1", ""},
+		},
+	},
+	{
+		name: "slice held, items not yet",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n1, client.Op{Kind: client.OpReset}, client.Op{Kind: client.OpAddSlice, Range: clientRange(f.s[0])})
+		},
+		want:     counts{Missing: 2},
+		problems: []problem{{n1, "missing", "a0", ""}, {n1, "missing", "a1", ""}},
+	},
+	{
+		name: "node outside the map holding data",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n4, f.fill(f.s[2])...)
+		},
+		want:     counts{Slices: 1, Leaked: 1},
+		problems: []problem{{n4, "slices", "", "must hold {}"}, {n4, "leaked", "c0", ""}},
+	},
+	{
+		name: "several problems on several nodes",
+		mutate: func(t *testing.T, f *fixture) {
+			f.apply(t, n1, f.put("a0", "v1"), f.put("d", "gone"))
+			f.apply(t, n2, f.del("a1"), f.delFrag("b1", "f"))
+			f.apply(t, n3, client.Op{Kind: client.OpDropSlice, Range: clientRange(f.s[2])})
+		},
+		want: counts{Missing: 3, Leaked: 1, Stale: 1, Slices: 1},
+		problems: []problem{
+			{n1, "stale", "a0", ""}, {n1, "leaked", "d", ""},
+			{n2, "missing", "a1", ""}, {n2, "missing", "b1", ""},
+			{n3, "slices", "", ""}, {n3, "missing", "c0", ""},
+		},
+	},
+}
+
 func TestCheck(t *testing.T) {
 	// As of the fixture's clock: a0, a1, b0, b1 on two nodes each, c0 on one.
 	const items, copies = 5, 9
-	for _, tc := range []struct {
-		name     string
-		mutate   func(t *testing.T, f *fixture)
-		want     counts
-		problems []problem
-	}{
-		{name: "converged", mutate: func(*testing.T, *fixture) {}},
-		{
-			name: "slices cut differently, same points",
-			mutate: func(t *testing.T, f *fixture) {
-				merged := keyspace.Range{Start: f.s[1].Start, End: f.s[2].End}
-				f.apply(t, n3, f.fill(merged)...)
-			},
-		},
-		{
-			name: "node outside the map holding nothing",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n4)
-			},
-		},
-		{
-			name:     "missing on one replica",
-			mutate:   func(t *testing.T, f *fixture) { f.apply(t, n2, f.del("a1")) },
-			want:     counts{Missing: 1},
-			problems: []problem{{n2, "missing", "a1", "in the source and in its slices"}},
-		},
-		{
-			name: "missing on every replica",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n2, f.del("b0"))
-				f.apply(t, n3, f.del("b0"))
-			},
-			want:     counts{Missing: 2},
-			problems: []problem{{n2, "missing", "b0", ""}, {n3, "missing", "b0", ""}},
-		},
-		{
-			name:     "leaked to a node outside its slice",
-			mutate:   func(t *testing.T, f *fixture) { f.apply(t, n1, f.put("c0", "c")) },
-			want:     counts{Leaked: 1},
-			problems: []problem{{n1, "leaked", "c0", "is not in its slices"}},
-		},
-		{
-			name: "deleted item kept",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n1, f.put("d", "gone"))
-				f.apply(t, n2, f.put("d", "gone"))
-			},
-			want:     counts{Leaked: 2},
-			problems: []problem{{n1, "leaked", "d", ""}, {n2, "leaked", "d", ""}},
-		},
-		{
-			name:     "item written after the clock held early",
-			mutate:   func(t *testing.T, f *fixture) { f.apply(t, n3, f.put("late", "late")) },
-			want:     counts{Leaked: 1},
-			problems: []problem{{n3, "leaked", "late", ""}},
-		},
-		{
-			name:     "stale value",
-			mutate:   func(t *testing.T, f *fixture) { f.apply(t, n1, f.put("a0", "v1")) },
-			want:     counts{Stale: 1},
-			problems: []problem{{n1, "stale", "a0", `value "v1", the source "v2"`}},
-		},
-		{
-			name:     "newer value than at the clock",
-			mutate:   func(t *testing.T, f *fixture) { f.apply(t, n2, f.put("a0", "v3")) },
-			want:     counts{Stale: 1},
-			problems: []problem{{n2, "stale", "a0", `value "v3", the source "v2"`}},
-		},
-		{
-			name:     "value where the source has only fragments",
-			mutate:   func(t *testing.T, f *fixture) { f.apply(t, n3, f.put("b1", "")) },
-			want:     counts{Stale: 1},
-			problems: []problem{{n3, "stale", "b1", "has value true, the source false"}},
-		},
-		{
-			name: "value lost, fragments kept",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n2, f.del("a1"), f.putFrag("a1", "f1", "F1"), f.putFrag("a1", "f2", "F2"))
-			},
-			want:     counts{Stale: 1},
-			problems: []problem{{n2, "stale", "a1", "has value false, the source true"}},
-		},
-		{
-			name:     "stale fragment",
-			mutate:   func(t *testing.T, f *fixture) { f.apply(t, n1, f.putFrag("a1", "f1", "old")) },
-			want:     counts{Stale: 1},
-			problems: []problem{{n1, "stale", "a1", `fragment "f1" is "old", the source "F1"`}},
-		},
-		{
-			name:     "missing fragment",
-			mutate:   func(t *testing.T, f *fixture) { f.apply(t, n2, f.delFrag("a1", "f2")) },
-			want:     counts{Stale: 1},
-			problems: []problem{{n2, "stale", "a1", "1 fragments, the source 2"}},
-		},
-		{
-			name:     "extra fragment, deleted in the source",
-			mutate:   func(t *testing.T, f *fixture) { f.apply(t, n1, f.putFrag("a1", "f3", "F3")) },
-			want:     counts{Stale: 1},
-			problems: []problem{{n1, "stale", "a1", "3 fragments, the source 2"}},
-		},
-		{
-			name: "wrong fragment",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n1, f.delFrag("a1", "f2"), f.putFrag("a1", "f9", "F2"))
-			},
-			want:     counts{Stale: 1},
-			problems: []problem{{n1, "stale", "a1", `fragment "f2" missing`}},
-		},
-		{
-			name: "extra fragment on a fragment-only item",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n2, f.putFrag("b1", "g", "gg"))
-				f.apply(t, n3, f.putFrag("b1", "g", "gg"))
-			},
-			want:     counts{Stale: 2},
-			problems: []problem{{n2, "stale", "b1", "2 fragments, the source 1"}, {n3, "stale", "b1", "2 fragments, the source 1"}},
-		},
-		{
-			name: "slice it must not hold",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n1, client.Op{Kind: client.OpAddSlice, Range: f.s[2]})
-			},
-			want:     counts{Slices: 1},
-			problems: []problem{{n1, "slices", "", "must hold"}},
-		},
-		{
-			name: "slice it must not hold, with its items",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n2, client.Op{Kind: client.OpAddSlice, Range: f.s[2]}, f.put("c0", "c"))
-			},
-			want:     counts{Slices: 1, Leaked: 1},
-			problems: []problem{{n2, "slices", "", "must hold"}, {n2, "leaked", "c0", ""}},
-		},
-		{
-			name: "slice dropped with its items",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n3, client.Op{Kind: client.OpDropSlice, Range: f.s[1]})
-			},
-			want: counts{Slices: 1, Missing: 2},
-			problems: []problem{
-				{n3, "slices", "", fmt.Sprintf("holds %s, must hold %s", keyspace.NewSet(third(2)), keyspace.NewSet(third(1), third(2)))},
-				{n3, "missing", "b0", ""}, {n3, "missing", "b1", ""},
-			},
-		},
-		{
-			name: "slice held, items not yet",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n1, client.Op{Kind: client.OpReset}, client.Op{Kind: client.OpAddSlice, Range: f.s[0]})
-			},
-			want:     counts{Missing: 2},
-			problems: []problem{{n1, "missing", "a0", ""}, {n1, "missing", "a1", ""}},
-		},
-		{
-			name: "node outside the map holding data",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n4, f.fill(f.s[2])...)
-			},
-			want:     counts{Slices: 1, Leaked: 1},
-			problems: []problem{{n4, "slices", "", "must hold {}"}, {n4, "leaked", "c0", ""}},
-		},
-		{
-			name: "several problems on several nodes",
-			mutate: func(t *testing.T, f *fixture) {
-				f.apply(t, n1, f.put("a0", "v1"), f.put("d", "gone"))
-				f.apply(t, n2, f.del("a1"), f.delFrag("b1", "f"))
-				f.apply(t, n3, client.Op{Kind: client.OpDropSlice, Range: f.s[2]})
-			},
-			want: counts{Missing: 3, Leaked: 1, Stale: 1, Slices: 1},
-			problems: []problem{
-				{n1, "stale", "a0", ""}, {n1, "leaked", "d", ""},
-				{n2, "missing", "a1", ""}, {n2, "missing", "b1", ""},
-				{n3, "slices", "", ""}, {n3, "missing", "c0", ""},
-			},
-		},
-	} {
+	for _, tc := range checkCases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			tc.mutate(t, f)
@@ -470,7 +484,7 @@ func TestCheckListsTheFirstProblems(t *testing.T) {
 	for _, id := range []assignment.NodeID{n1, n2} {
 		s := memstore.New()
 		require.NoError(t, client.Apply(t.Context(), s, client.Delta{Epoch: 1, To: 1, Ops: []client.Op{
-			{Kind: client.OpAddSlice, Range: keyspace.Full()},
+			{Kind: client.OpAddSlice, Range: client.FullRange()},
 		}}))
 		nodes[id] = s
 	}

@@ -156,7 +156,7 @@ func (ps *pullStream) ack(c *pb.Cursor, observeLag func(time.Duration)) {
 // wake, if not nil, is closed when the queue has more.
 func (p *puller) step(ctx context.Context, stream pb.DistributorService_PullServer, id assignment.NodeID, ps *pullStream) (wake <-chan struct{}, again bool, err error) {
 	s := p.s
-	routerClock := s.router.pub.Load()
+	routerClock := s.app.clock.Load()
 	ops, c, w, st := ps.att.q.take(ps.att.Stream, ps.att.Epoch, ps.next, s.cfg.MaxDeltaOps, s.cfg.MaxDeltaBytes, routerClock)
 	switch st {
 	case takeReplaced:

@@ -35,9 +35,10 @@ type block struct {
 }
 
 // queue is the stream of operations for one node within one epoch: the ones ready to send
-// (numbered from base), then blocks waiting for scans. The router appends; the node's Pull
-// handler takes deltas and trims what the node acknowledged. Both hold mu only to copy slice
-// headers, so neither waits long for the other.
+// (numbered from base), then blocks waiting for scans. The router's actions append (see
+// applier); the node's Pull handler takes deltas and trims what the node acknowledged. Both
+// hold mu only to copy slice headers, so neither waits long for the other. Only the loop
+// that applies the actions changes epoch, so it may read it without the lock.
 type queue struct {
 	mu     sync.Mutex
 	epoch  uint64 // 0: none; the node needs a snapshot
@@ -48,7 +49,7 @@ type queue struct {
 	baseSlices []keyspace.Range
 	bytes      int // of every op held
 	// changes and blocked are the bytes of the ops that are not scanned, ready and behind a
-	// scan: what congestion control bounds (see Router.push).
+	// scan: what congestion control bounds (see applier).
 	changes, blocked int
 	wake             chan struct{}
 	// acked, if set, hears (without waiting) of every acknowledgement: a scan waiting for
@@ -65,10 +66,6 @@ func (q *queue) signal() {
 	close(q.wake)
 	q.wake = make(chan struct{})
 }
-
-// active reports whether the router should queue operations for the node. Only the router
-// changes epoch, so it may read it without the lock.
-func (q *queue) active() bool { return q.epoch != 0 }
 
 // account counts op o in (sign 1) or out (-1) of the ready ops, or of the blocked ones.
 func (q *queue) account(o op, sign int, blocked bool) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
@@ -37,42 +36,95 @@ type RouterConfig struct {
 	ID string
 	// MaxQueueBytes bounds what a node's queue holds of changes the node has not
 	// acknowledged; beyond it the node's queue is dropped and the node catches up by a
-	// snapshot. Default 64 MiB.
+	// snapshot. Default 64 MiB. The queues apply it (see applier), since only they see
+	// what nodes acknowledge.
 	MaxQueueBytes int
 	// ScanAheadBytes bounds the scanned items a node's queue holds that the node has not
 	// acknowledged: a snapshot is read only as fast as the node takes it, so it never has to
-	// fit in memory. Default 8 MiB.
+	// fit in memory. Default 8 MiB. The scanner applies it (see applier.scanReady).
 	ScanAheadBytes int
 	// NewEpoch returns a new epoch: nonzero, and unlike any other this distributor or any
 	// earlier run of it gave out. Default: random.
 	NewEpoch func() uint64
 }
 
-// blockedFactor is how much more than MaxQueueBytes of changes may wait behind scans.
-const blockedFactor = 4
-
-// ScanRequest asks for the items of a range as of a clock, for a node.
+// ScanRequest asks for the items of a range as of a clock, for a node. The node's queue
+// waits for them from the point of the Scan action that carries the request.
 type ScanRequest struct {
 	ID    uint64
 	Node  assignment.NodeID
 	Range keyspace.Range
 	Clock uint64
-	// q is the node's queue, which a scan reading on asks for room (see queue.scanRoom), and
-	// ahead the room it has.
-	q     *queue
-	ahead int
+}
+
+// ActionKind says what an Action does.
+type ActionKind uint8
+
+const (
+	// Open: the router serves Node from now on. Its queue is empty and has no epoch: the
+	// node needs a snapshot.
+	Open ActionKind = iota + 1
+	// Enqueue appends Op to Node's queue, after everything queued before, scans included.
+	Enqueue
+	// Scan asks for the items of Scan.Range at Scan.Clock: what Node's queue gets after it
+	// waits for them. Scan.ID is higher than any before.
+	Scan
+	// Fill delivers Items, the next items scan ScanID read for Node, in order; Done says
+	// they are the scan's last.
+	Fill
+	// Restart drops everything Node's queue holds and begins Epoch: a new one, whose stream
+	// the following Enqueues make, or 0 for none (the node must start over with a snapshot).
+	Restart
+	// Close: Node is no longer served here; its queue ends, and so do its streams.
+	Close
+	// Publish makes Clock the router's clock for the Pull handlers: every change up to it is
+	// in the queues.
+	Publish
+)
+
+var actionNames = [...]string{Open: "open", Enqueue: "enqueue", Scan: "scan", Fill: "fill",
+	Restart: "restart", Close: "close", Publish: "publish"}
+
+func (k ActionKind) String() string {
+	if int(k) < len(actionNames) && actionNames[k] != "" {
+		return actionNames[k]
+	}
+	return fmt.Sprintf("ActionKind(%d)", uint8(k))
+}
+
+// Action is what the router asks of whoever holds the nodes' queues. It is a plain value,
+// one struct for every kind (the fields a kind does not use are zero) so that a list of
+// them is one allocation: a batch of changes makes one Enqueue per replica. It is kept
+// small for the same reason: what only Scan uses is behind a pointer.
+type Action struct {
+	Kind ActionKind
+	Done bool // Fill: the scan's last items
+	// slot is Node's number among the nodes served, which no two of them share at once:
+	// the applier finds a node's queue by it without a map lookup per operation.
+	slot   int32
+	Node   assignment.NodeID // every kind but Publish
+	Epoch  uint64            // Restart
+	Clock  uint64            // Publish
+	ScanID uint64            // Fill
+	Scan   *ScanRequest      // Scan
+	Op     op                // Enqueue
+	Items  []op              // Fill
 }
 
 // node is what the router knows of a node it serves.
 type node struct {
-	id    assignment.NodeID
-	q     *queue
+	id   assignment.NodeID
+	slot int32 // see Action.slot
+	// epoch is the epoch of the node's queue, as the router's actions set it: 0 while the
+	// node waits for a snapshot, when nothing is queued for it.
+	epoch uint64
 	cover keyspace.Set     // the points the node holds, by the map
 	list  []keyspace.Range // the map's slices the node holds, in order
 	scans map[uint64]bool  // the scans running for the node's current epoch
 }
 
-// Stats counts what the router did.
+// Stats counts what the router did. Ops counts the operations routed (snapshots' aside),
+// those a queue did not take because it had just overflowed included.
 type Stats struct {
 	Quanta, Changes, Ops uint64
 	Snapshots, Overflows uint64
@@ -83,9 +135,24 @@ type Stats struct {
 // quantum's clock (scanned by the caller); for a slice it loses, "drop slice"; for every
 // change, the change, to every replica that holds it.
 //
-// The router is deterministic and does no I/O: scans are requests the caller runs and
-// answers with ScanDone. It is not safe for concurrent use, except that the queues it fills
-// are read by Pull handlers.
+// The router is passive and deterministic: events in, actions out. Every method that
+// changes what nodes are sent returns the actions that do it, which the caller applies in
+// order (see applier); the same events give the same actions. The router does no I/O and
+// holds no queue: scans are Scan actions the caller runs and answers with ScanItems and
+// ScanDone, and what only the queues can know, since nodes acknowledge to them directly, comes
+// back as events: a queue that outgrew its bound (Overflowed), and whether a queue still
+// holds its whole epoch (Attach).
+//
+// Order: the actions of one call are to be applied in the order given, and the same events
+// give the same list. A node's Enqueue, Scan and Fill actions follow its stream, after the
+// Restart that begins its epoch. A quantum gives the Closes of the nodes no longer served,
+// then the Opens of new ones, then each node's operations, every group in the sorted order
+// of node IDs; a batch of changes gives, change after change, an Enqueue per replica in the
+// order of the slice's replicas; a rebase gives its Restarts in node order. Scan IDs rise in
+// the order of the Scan actions. A Publish, where there is one, is last.
+//
+// The list a method returns is the caller's to apply, and to clear if it likes, until the
+// router's next call, which reuses it. The router is not safe for concurrent use.
 type Router struct {
 	cfg      RouterConfig
 	a        *assignment.Assignment
@@ -93,13 +160,13 @@ type Router struct {
 	clock    uint64
 	pos      quantum.Position // of the last quantum applied
 	started  bool             // a quantum was applied: pos means something
-	pub      atomic.Uint64    // clock, published to the Pull handlers
 	nodes    map[assignment.NodeID]*node
 	scanning map[uint64]*node
 	nextScan uint64
-	requests []ScanRequest
+	acts     []Action // of the current call
+	slots    int32    // the slots given out
+	free     []int32  // the slots of nodes no longer served, to give out again
 	stats    Stats
-	acked    chan struct{}
 }
 
 // NewRouter returns a router with no map yet.
@@ -113,13 +180,8 @@ func NewRouter(cfg RouterConfig) *Router {
 	if cfg.NewEpoch == nil {
 		cfg.NewEpoch = randomEpoch
 	}
-	return &Router{cfg: cfg, nodes: map[assignment.NodeID]*node{}, scanning: map[uint64]*node{},
-		acked: make(chan struct{}, 1)}
+	return &Router{cfg: cfg, nodes: map[assignment.NodeID]*node{}, scanning: map[uint64]*node{}}
 }
-
-// Acked receives after nodes acknowledged operations: scans waiting for room (see
-// ScanReady) may read on.
-func (r *Router) Acked() <-chan struct{} { return r.acked }
 
 // Clock returns the router's clock: every change up to it has been routed.
 func (r *Router) Clock() uint64 { return r.clock }
@@ -127,11 +189,25 @@ func (r *Router) Clock() uint64 { return r.clock }
 // Stats returns what the router did so far.
 func (r *Router) Stats() Stats { return r.stats }
 
-// TakeScans returns the scans asked for since the last call.
-func (r *Router) TakeScans() []ScanRequest {
-	out := r.requests
-	r.requests = nil
-	return out
+// begin starts the action list of a call. A long list is let go, so that its memory is
+// not held for good; a short one is reused as it is.
+func (r *Router) begin() {
+	if cap(r.acts) > maxKeptActions {
+		r.acts = nil
+	}
+	r.acts = r.acts[:0]
+}
+
+// maxKeptActions is the longest action list the router keeps for its next call.
+const maxKeptActions = 4096
+
+// publish emits the router's clock, last.
+func (r *Router) publish() { r.acts = append(r.acts, Action{Kind: Publish, Clock: r.clock}) }
+
+// act emits an action for node n.
+func (r *Router) act(n *node, a Action) {
+	a.Node, a.slot = n.id, n.slot
+	r.acts = append(r.acts, a)
 }
 
 // serves reports whether this distributor serves node id.
@@ -145,20 +221,21 @@ func (r *Router) serves(id assignment.NodeID) bool {
 // Like the routers of the client library, it refuses, without applying it, a quantum from a
 // term older than one it applied (a deposed leader's, which may undo the new leader's
 // changes) and operations that do not follow its position within a term.
-func (r *Router) Quantum(q quantum.Quantum) error {
+func (r *Router) Quantum(q quantum.Quantum) ([]Action, error) {
+	r.begin()
 	if err := r.admit(q); err != nil {
-		return err
+		return nil, err
 	}
 	next := r.a
 	switch {
 	case q.Snapshot != nil:
 		next = q.Snapshot
 	case len(q.Ops) > 0 && r.a == nil:
-		return fmt.Errorf("distributor: quantum %s changes a map this distributor never had", q.Position)
+		return nil, fmt.Errorf("distributor: quantum %s changes a map this distributor never had", q.Position)
 	case len(q.Ops) > 0:
 		var err error
 		if next, err = r.a.Apply(q.Ops); err != nil {
-			return fmt.Errorf("distributor: quantum %s does not apply to generation %d: %w", q.Position, r.a.Generation(), err)
+			return nil, fmt.Errorf("distributor: quantum %s does not apply to generation %d: %w", q.Position, r.a.Generation(), err)
 		}
 	}
 	r.stats.Quanta++
@@ -172,8 +249,8 @@ func (r *Router) Quantum(q quantum.Quantum) error {
 		r.a = next
 		r.remap()
 	}
-	r.pub.Store(r.clock)
-	return nil
+	r.publish()
+	return r.acts, nil
 }
 
 // admit checks that q may follow the quanta applied so far.
@@ -199,7 +276,7 @@ func (r *Router) admit(q quantum.Quantum) error {
 func (r *Router) Position() quantum.Position { return r.pos }
 
 // remap works out what every served node holds under the current map and distributors, and
-// queues the difference.
+// emits the difference.
 func (r *Router) remap() {
 	lists := map[assignment.NodeID][]keyspace.Range{}
 	served := map[assignment.NodeID]bool{}
@@ -215,18 +292,19 @@ func (r *Router) remap() {
 			}
 		}
 	}
-	// Maps are walked in sorted order: the order of the scans asked for, and so their IDs,
+	// Maps are walked in sorted order: the order of the actions, and so the scans' IDs,
 	// must not depend on Go's map order.
 	for _, id := range sortedIDs(r.nodes) {
 		if n := r.nodes[id]; !r.serves(id) {
-			n.q.close()
+			r.act(n, Action{Kind: Close})
+			r.free = append(r.free, n.slot)
 			delete(r.nodes, id)
 			r.forgetScans(n)
 		}
 	}
 	for _, id := range sortedIDs(lists) {
 		if r.nodes[id] == nil {
-			r.nodes[id] = r.newNode(id)
+			r.open(id)
 		}
 	}
 	for _, id := range sortedIDs(r.nodes) {
@@ -239,19 +317,27 @@ func sortedIDs[V any](m map[assignment.NodeID]V) []assignment.NodeID {
 	return slices.Sorted(maps.Keys(m))
 }
 
-func (r *Router) newNode(id assignment.NodeID) *node {
-	q := newQueue()
-	q.acked = r.acked
-	return &node{id: id, q: q, scans: map[uint64]bool{}}
+// open starts serving node id, whose queue has no epoch yet.
+func (r *Router) open(id assignment.NodeID) *node {
+	n := &node{id: id, scans: map[uint64]bool{}}
+	if k := len(r.free); k > 0 {
+		n.slot, r.free = r.free[k-1], r.free[:k-1]
+	} else {
+		n.slot = r.slots
+		r.slots++
+	}
+	r.nodes[id] = n
+	r.act(n, Action{Kind: Open})
+	return n
 }
 
-// update makes node n hold the slices of list, queueing the operations that get it there.
+// update makes node n hold the slices of list, emitting the operations that get it there.
 func (r *Router) update(n *node, list []keyspace.Range) {
 	cover := keyspace.NewSet(list...)
 	lost, gained := n.cover.Minus(cover), cover.Minus(n.cover)
 	relisted := !slices.Equal(n.list, list)
 	n.cover, n.list = cover, list
-	if !n.q.active() {
+	if n.epoch == 0 {
 		return // the node's snapshot will hold all of it
 	}
 	for _, rg := range lost.Ranges() {
@@ -273,29 +359,22 @@ func setSlices(list []keyspace.Range) op {
 	return op{data: encodeSetSlices(list), slices: list}
 }
 
-// push queues an operation for a node and applies congestion control: a node whose queue of
-// changes outgrows its bound is dropped to a snapshot, which costs it a rescan but keeps the
-// distributor's memory bounded whatever the node does. Changes queued behind a scan are not
-// the node's fault, and counting them would keep a snapshot from ever finishing while changes
-// flow faster than the bound allows for the scan's time; they get a wider bound, which only a
-// scan that never ends can reach.
+// push queues an operation for a node. Congestion control bounds what the node's queue
+// holds of such operations; the queue, which sees what the node acknowledges, tells of an
+// overflow (see Overflowed).
 func (r *Router) push(n *node, o op) {
 	r.stats.Ops++
-	if ready, blocked := n.q.push(o); ready > r.cfg.MaxQueueBytes || blocked > blockedFactor*r.cfg.MaxQueueBytes {
-		r.stats.Overflows++
-		n.q.restart(0)
-		r.forgetScans(n)
-	}
+	// Built in place, not through act: a change costs little else.
+	r.acts = append(r.acts, Action{Kind: Enqueue, Node: n.id, slot: n.slot, Op: o})
 }
 
 // scan asks for the items of rg at the router's clock, to follow what is queued for n.
 func (r *Router) scan(n *node, rg keyspace.Range) {
 	r.nextScan++
 	id := r.nextScan
-	n.q.pushScan(id)
 	n.scans[id] = true
 	r.scanning[id] = n
-	r.requests = append(r.requests, ScanRequest{ID: id, Node: n.id, Range: rg, Clock: r.clock, q: n.q, ahead: r.cfg.ScanAheadBytes})
+	r.act(n, Action{Kind: Scan, Scan: &ScanRequest{ID: id, Node: n.id, Range: rg, Clock: r.clock}})
 }
 
 func (r *Router) forgetScans(n *node) {
@@ -306,10 +385,11 @@ func (r *Router) forgetScans(n *node) {
 }
 
 // Changes routes a batch of changes, all with one clock, to the nodes that hold them.
-func (r *Router) Changes(b source.Batch, now time.Time) {
+func (r *Router) Changes(b source.Batch, now time.Time) []Action {
+	r.begin()
 	r.clock = max(r.clock, b.Clock)
 	if r.a == nil {
-		return // cannot happen after a Sequencer, which releases no change before a quantum
+		return nil // cannot happen after a Sequencer, which releases no change before a quantum
 	}
 	for _, c := range b.Changes {
 		r.stats.Changes++
@@ -317,7 +397,7 @@ func (r *Router) Changes(b source.Batch, now time.Time) {
 		var data []byte
 		for _, id := range s.Replicas {
 			n := r.nodes[id]
-			if n == nil || !n.q.active() {
+			if n == nil || n.epoch == 0 {
 				continue
 			}
 			if data == nil {
@@ -326,78 +406,86 @@ func (r *Router) Changes(b source.Batch, now time.Time) {
 			r.push(n, op{data: data, seen: now})
 		}
 	}
-	r.pub.Store(r.clock)
+	r.publish()
+	return r.acts
 }
 
-// ScanReady reports whether scan id should read on now: it is the first scan its node's
-// queue waits for, and the node took enough of what was read before. A snapshot thus waits
-// for its node instead of piling up in memory (I5); the node's later changes wait behind it,
-// bounded as ever by congestion control. stale is true for a scan the router no longer
-// awaits (the node's epoch ended): drop it.
-func (r *Router) ScanReady(id uint64) (ready, stale bool) {
-	n := r.scanning[id]
-	if n == nil {
-		return false, true
+// Overflowed is the event of node id's queue outgrowing its bound: a node whose queue of
+// changes outgrows it is dropped to a snapshot, which costs it a rescan but keeps the
+// distributor's memory bounded whatever the node does. Nothing more is applied to the
+// node's queue until the Restart this returns.
+//
+// The queue sees the overflow, not the router: what counts is what the node has not
+// acknowledged, and nodes acknowledge to their queues directly, so that acknowledgements
+// never wait for the router's loop. A count of the router's own would need every
+// acknowledgement stepped in as an event. What the queue holds is the router's doing all
+// the same: given the same acknowledgements, the event comes at the same point.
+func (r *Router) Overflowed(id assignment.NodeID) []Action {
+	r.begin()
+	n := r.nodes[id]
+	if n == nil || n.epoch == 0 {
+		return nil // dropped already
 	}
-	return n.q.scanRoom(id, r.cfg.ScanAheadBytes)
+	r.stats.Overflows++
+	r.drop(n)
+	return r.acts
+}
+
+// drop ends n's epoch: it waits for a snapshot.
+func (r *Router) drop(n *node) {
+	n.epoch = 0
+	r.forgetScans(n)
+	r.act(n, Action{Kind: Restart})
 }
 
 // ScanItems delivers a part of the items scan id read, in order; more parts and then
 // ScanDone follow. Items of the first scan a node waits for go to the node at once.
-func (r *Router) ScanItems(id uint64, items []op) {
+func (r *Router) ScanItems(id uint64, items []op) []Action {
+	r.begin()
 	if n := r.scanning[id]; n != nil {
-		n.q.fill(id, items, false)
+		r.act(n, Action{Kind: Fill, ScanID: id, Items: items})
 	}
+	return r.acts
 }
 
 // ScanDone delivers the last items a scan read, or its error. A scan whose clock the source
 // no longer holds is not an error the node can see: it starts over with a snapshot at a
 // later clock.
-func (r *Router) ScanDone(id uint64, items []op, err error) {
+func (r *Router) ScanDone(id uint64, items []op, err error) []Action {
+	r.begin()
 	n := r.scanning[id]
 	if n == nil {
-		return // the node's epoch ended while the scan ran
+		return nil // the node's epoch ended while the scan ran
 	}
 	delete(r.scanning, id)
 	delete(n.scans, id)
 	if err != nil {
 		r.snapshot(n)
-		return
+		return r.acts
 	}
-	n.q.fill(id, items, true)
+	r.act(n, Action{Kind: Fill, ScanID: id, Items: items, Done: true})
+	return r.acts
 }
 
-// Attached is the start of a Pull stream.
-type Attached struct {
-	q       *queue
-	Stream  uint64
-	Epoch   uint64
-	Index   uint64
-	Resumed bool
-	// Slices is the node's slice list at Index of a resumed stream.
-	Slices []keyspace.Range
-}
-
-// Attach starts a Pull stream for node id, which applied everything before cursor (epoch,
-// index): it continues from there if it can, else it starts a snapshot.
-func (r *Router) Attach(id assignment.NodeID, epoch, index uint64) (Attached, error) {
+// Attach is the start of a Pull stream for node id that could not resume where the node
+// is in its queue. fresh says whether the queue holds its whole current epoch, from its
+// reset on (nothing of it was acknowledged): any node, whatever it holds, can start there.
+// Otherwise the node starts over with a new snapshot.
+func (r *Router) Attach(id assignment.NodeID, fresh bool) ([]Action, error) {
+	r.begin()
 	if !r.serves(id) {
-		return Attached{}, fmt.Errorf("%w: %s", ErrNotServed, id)
+		return nil, fmt.Errorf("%w: %s", ErrNotServed, id)
 	}
 	n := r.nodes[id]
 	if n == nil {
-		n = r.newNode(id) // a node that holds nothing yet
-		r.nodes[id] = n
+		n = r.open(id) // a node that holds nothing yet
 	}
-	if stream, list, ok := n.q.attach(epoch, index); ok {
-		return Attached{q: n.q, Stream: stream, Epoch: epoch, Index: index, Resumed: true, Slices: list}, nil
-	}
-	if !n.q.fresh() {
-		// A snapshot the router started by itself (after a failed scan) and that no stream
-		// took yet serves as well as a new one, and its scans may be done already.
+	// A snapshot the router started by itself (after a failed scan) and that no stream took
+	// yet serves as well as a new one, and its scans may be done already.
+	if !fresh || n.epoch == 0 {
 		r.snapshot(n)
 	}
-	return Attached{q: n.q, Stream: n.q.attachNew(), Epoch: n.q.epoch}, nil
+	return r.acts, nil
 }
 
 // snapshot starts a new epoch for n: reset, then every slice it holds, scanned at the
@@ -405,28 +493,30 @@ func (r *Router) Attach(id assignment.NodeID, epoch, index uint64) (Attached, er
 func (r *Router) snapshot(n *node) {
 	r.stats.Snapshots++
 	r.forgetScans(n)
-	n.q.restart(r.cfg.NewEpoch())
-	n.q.push(op{data: encodeReset(), scanned: true})
+	n.epoch = r.cfg.NewEpoch()
+	r.act(n, Action{Kind: Restart, Epoch: n.epoch})
+	r.act(n, Action{Kind: Enqueue, Op: op{data: encodeReset(), scanned: true}})
 	s := setSlices(n.list)
 	s.scanned = true
-	n.q.push(s)
+	r.act(n, Action{Kind: Enqueue, Op: s})
 	for _, rg := range n.cover.Ranges() {
-		n.q.push(op{data: encodeRangeOp(opAddSlice, rg), scanned: true})
+		r.act(n, Action{Kind: Enqueue, Op: op{data: encodeRangeOp(opAddSlice, rg), scanned: true}})
 		r.scan(n, rg)
 	}
 }
 
 // Rebase restarts every node's stream with a snapshot at clock or later: the source lost
 // changes the router never saw (its watch had to restart at clock).
-func (r *Router) Rebase(clock uint64) {
+func (r *Router) Rebase(clock uint64) []Action {
+	r.begin()
 	r.clock = max(r.clock, clock)
 	for _, id := range sortedIDs(r.nodes) {
-		if n := r.nodes[id]; n.q.active() {
-			n.q.restart(0)
-			r.forgetScans(n)
+		if n := r.nodes[id]; n.epoch != 0 {
+			r.drop(n)
 		}
 	}
-	r.pub.Store(r.clock)
+	r.publish()
+	return r.acts
 }
 
 // Served returns the nodes this distributor serves that hold slices or have pulled.

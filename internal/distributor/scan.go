@@ -21,6 +21,10 @@ type scanJob struct {
 	req   ScanRequest
 	rest  keyspace.Range // what remains to be read
 	start time.Time
+	// q is the node's queue, which a read asks for room (see queue.scanRoom), and ahead the
+	// room it has; both are set when the read starts.
+	q     *queue
+	ahead int
 }
 
 // scanPiece is what a reader hands to the loop: items of job's scan, in order. A final
@@ -32,14 +36,14 @@ type scanPiece struct {
 	final bool
 	rest  *keyspace.Range
 	err   error
-	// filled, for a piece that is not final, is closed once the router holds its items, so
-	// that the reader asks for room knowing of them.
+	// filled, for a piece that is not final, is closed once the node's queue holds its
+	// items, so that the reader asks for room knowing of them.
 	filled chan struct{}
 }
 
 // scanner runs the router's scans against the source in bounded pieces: at most workers
 // read at once, a node's scans one after the other, each only while the node's queue has
-// room for more (Router.ScanReady). A scan that runs out of room stops at a hash and picks
+// room for more (applier.scanReady). A scan that runs out of room stops at a hash and picks
 // up from there later, at the same clock, so waiting for a slow node holds no reader. What a
 // node's snapshot holds in memory is thus at most the scan-ahead bound and two pieces.
 //
@@ -47,7 +51,7 @@ type scanPiece struct {
 // that end with ctx and that wg counts.
 type scanner struct {
 	src     source.Source
-	router  *Router
+	app     *applier
 	log     *slog.Logger
 	metrics *metrics
 	workers int
@@ -58,9 +62,9 @@ type scanner struct {
 	pieces  chan scanPiece
 }
 
-func newScanner(src source.Source, r *Router, workers int, log *slog.Logger, m *metrics) *scanner {
-	return &scanner{src: src, router: r, log: log, metrics: m, workers: workers,
-		piece:   max(1, min(pieceBytes, r.cfg.ScanAheadBytes/8)),
+func newScanner(src source.Source, app *applier, workers int, log *slog.Logger, m *metrics) *scanner {
+	return &scanner{src: src, app: app, log: log, metrics: m, workers: workers,
+		piece:   max(1, min(pieceBytes, app.scanAhead/8)),
 		waiting: map[assignment.NodeID][]*scanJob{}, pieces: make(chan scanPiece)}
 }
 
@@ -76,7 +80,7 @@ func (sc *scanner) add(reqs []ScanRequest) {
 func (sc *scanner) dispatch(ctx context.Context, wg *sync.WaitGroup) {
 	for id, jobs := range sc.waiting {
 		for len(jobs) > 0 && sc.reading < sc.workers {
-			ready, stale := sc.router.ScanReady(jobs[0].req.ID)
+			ready, stale := sc.app.scanReady(jobs[0].req)
 			if !ready && !stale {
 				break
 			}
@@ -84,6 +88,7 @@ func (sc *scanner) dispatch(ctx context.Context, wg *sync.WaitGroup) {
 			jobs[0] = nil
 			jobs = jobs[1:]
 			if ready {
+				job.q, job.ahead = sc.app.queues[job.req.Node], sc.app.scanAhead
 				sc.reading++
 				wg.Add(1)
 				go func() {
@@ -106,14 +111,14 @@ func (sc *scanner) finish(p scanPiece) {
 	id := p.job.req.ID
 	switch {
 	case !p.final:
-		sc.router.ScanItems(id, p.items)
+		sc.app.scanItems(id, p.items)
 		close(p.filled)
 		return
 	case p.err != nil:
 		sc.log.Warn("scan failed; the node starts over with a snapshot", "node", p.job.req.Node, "err", p.err)
-		sc.router.ScanDone(id, nil, p.err)
+		sc.app.scanDone(id, nil, p.err)
 	case p.rest != nil:
-		sc.router.ScanItems(id, p.items)
+		sc.app.scanItems(id, p.items)
 		p.job.rest = *p.rest
 		node := p.job.req.Node
 		// Still the first of its node's scans: it goes back to the front.
@@ -121,7 +126,7 @@ func (sc *scanner) finish(p scanPiece) {
 	default:
 		sc.metrics.scans.WithLabelValues("ok").Inc()
 		sc.metrics.scanLatency.Observe(time.Since(p.job.start).Seconds())
-		sc.router.ScanDone(id, p.items, nil)
+		sc.app.scanDone(id, p.items, nil)
 	}
 	sc.reading--
 }
@@ -142,7 +147,7 @@ func (sc *scanner) read(ctx context.Context, job *scanJob) {
 		err := sc.src.Scan(ctx, job.rest, job.req.Clock, func(it source.Item) error {
 			// A piece ends between hashes, so that the scan can pick up at a hash.
 			if size >= sc.piece && it.Hash != last {
-				if room, _ := job.req.q.scanRoom(job.req.ID, job.req.ahead); !room {
+				if room, _ := job.q.scanRoom(job.req.ID, job.ahead); !room {
 					rest = &keyspace.Range{Start: it.Hash, End: job.rest.End}
 					return errPause
 				}

@@ -43,7 +43,7 @@ import (
 //	                        distributor without a sequencer would
 //	scan d=D [fail] [piece=N]
 //	                        D's pending scans run (or fail as compacted); with piece, each
-//	                        scan the router lets read on (Router.ScanReady) delivers its next
+//	                        scan its queue lets read on (applier.scanReady) delivers its next
 //	                        N ops, the others wait, as the distributor's scanner does
 //	pull node=N             N pulls from its distributor and applies all it can
 //	check                   every node against the source and the map (I3)
@@ -57,7 +57,10 @@ import (
 //	                        D's bound on a node's queue of changes, and on the scanned
 //	                        items it holds ahead of the node
 //
-// Every node named in a map takes part; nodes start with an empty cursor.
+// Every node named in a map takes part; nodes start with an empty cursor. Under what
+// deliver, scan and pull do, indented, are the actions the router returned, list after list,
+// each in order, and the overflows of queues that made it return more. (A Publish is applied
+// after the Restarts that answer its list's overflows.)
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		w := newWorld()
@@ -86,12 +89,68 @@ type world struct {
 type scriptDist struct {
 	seq     *Sequencer
 	router  *Router
-	quanta  int    // quanta heard of
-	clock   uint64 // source changes heard of, up to
+	app     *applier
+	actions strings.Builder // the actions applied and not printed yet
+	quanta  int             // quanta heard of
+	clock   uint64          // source changes heard of, up to
 	pending []ScanRequest
 	// read holds what the scans delivered in pieces have still to deliver.
 	read    map[uint64][]op
 	streams map[assignment.NodeID]*Attached
+}
+
+func newScriptDist(id string, newEpoch func() uint64) *scriptDist {
+	r := NewRouter(RouterConfig{ID: id, NewEpoch: newEpoch})
+	ds := &scriptDist{router: r, app: newApplier(r), streams: map[assignment.NodeID]*Attached{}, read: map[uint64][]op{}}
+	ds.app.trace = func(overflowed assignment.NodeID, acts []Action) {
+		if overflowed != "" {
+			fmt.Fprintf(&ds.actions, "  (%s's queue overflowed)\n", overflowed)
+		}
+		for _, a := range acts {
+			fmt.Fprintf(&ds.actions, "  %s\n", formatAction(a))
+		}
+	}
+	return ds
+}
+
+// flush returns the actions applied since the last call.
+func (ds *scriptDist) flush() string {
+	out := ds.actions.String()
+	ds.actions.Reset()
+	return out
+}
+
+// formatAction describes an action, its operation decoded.
+func formatAction(a Action) string {
+	switch a.Kind {
+	case Enqueue:
+		return fmt.Sprintf("enqueue %s: %s", a.Node, describeOp(a.Op))
+	case Scan:
+		return fmt.Sprintf("scan %s: scan %d of %s at clock %d", a.Node, a.Scan.ID, a.Scan.Range, a.Scan.Clock)
+	case Fill:
+		done := ""
+		if a.Done {
+			done = ", done"
+		}
+		return fmt.Sprintf("fill %s: scan %d, %d ops%s", a.Node, a.ScanID, len(a.Items), done)
+	case Restart:
+		if a.Epoch == 0 {
+			return fmt.Sprintf("restart %s: no epoch", a.Node)
+		}
+		return fmt.Sprintf("restart %s: epoch %d", a.Node, a.Epoch)
+	case Publish:
+		return fmt.Sprintf("publish clock %d", a.Clock)
+	}
+	return fmt.Sprintf("%s %s", a.Kind, a.Node)
+}
+
+// describeOp decodes an operation, as a node does, and describes it.
+func describeOp(o op) string {
+	var resp pb.PullResponse
+	if err := proto.Unmarshal(appendDelta(nil, 1, 0, 1, 0, []op{o}, nil), &resp); err != nil {
+		return "undecodable: " + err.Error()
+	}
+	return describeDeltaOp(resp.GetDelta().GetOps()[0])
 }
 
 func newWorld() *world {
@@ -117,158 +176,201 @@ func intArg(d *datadriven.TestData, key string, def int) (int, error) {
 }
 
 func (w *world) run(d *datadriven.TestData) (string, error) {
-	switch d.Cmd {
-	case "distributors":
-		set := quantum.Distributors{}
-		for _, a := range d.CmdArgs {
-			set[a.Key] = a.Key + ":addr"
-			if w.ds[a.Key] == nil {
-				var epochs uint64
-				prefix := uint64(len(w.ds)+1) * 1000
-				w.ds[a.Key] = &scriptDist{router: NewRouter(RouterConfig{ID: a.Key, NewEpoch: func() uint64 { epochs++; return prefix + epochs }}),
-					streams: map[assignment.NodeID]*Attached{}, read: map[uint64][]op{}}
-			}
-		}
-		w.dists = set
-		if w.a != nil {
-			w.publish(quantum.Quantum{Snapshot: w.a, Distributors: set, Cause: "distributors"})
-		}
-		return w.serving(), nil
-	case "map":
-		var ss []assignment.Slice
-		for line := range strings.Lines(d.Input) {
-			f := strings.Fields(line)
-			if len(f) != 2 {
-				return "", fmt.Errorf("want START REPLICAS: %q", line)
-			}
-			start, err := keyspace.ParsePoint(f[0])
-			if err != nil {
-				return "", err
-			}
-			ss = append(ss, assignment.Slice{Range: keyspace.Range{Start: start}, Replicas: ids(f[1])})
-		}
-		for i := range ss {
-			ss[i].Range.End = keyspace.End
-			if i+1 < len(ss) {
-				ss[i].Range.End = keyspace.At(ss[i+1].Range.Start)
-			}
-		}
-		a, err := assignment.New(uint64(len(w.quanta)+1), ss)
-		if err != nil {
-			return "", err
-		}
-		w.a = a
-		w.addNodes()
-		w.publish(quantum.Quantum{Snapshot: a, Distributors: w.dists, Cause: "map"})
-		return w.serving(), nil
-	case "write":
-		for line := range strings.Lines(d.Input) {
-			f := strings.Fields(line)
-			switch {
-			case len(f) == 3 && f[0] == "put":
-				w.src.Put([]byte(f[1]), []byte(f[2]))
-			case len(f) == 2 && f[0] == "delete":
-				w.src.Delete([]byte(f[1]))
-			case len(f) == 4 && f[0] == "putf":
-				w.src.PutFragment([]byte(f[1]), f[2], []byte(f[3]))
-			case len(f) == 3 && f[0] == "deletef":
-				w.src.DeleteFragment([]byte(f[1]), f[2])
-			default:
-				return "", fmt.Errorf("bad write %q", line)
-			}
-		}
-		clock, _ := w.src.Clock(context.Background())
-		return fmt.Sprintf("clock %d\n", clock), nil
-	case "quantum":
-		var ops []assignment.Op
-		for line := range strings.Lines(d.Input) {
-			op, err := parseOp(line)
-			if err != nil {
-				return "", err
-			}
-			ops = append(ops, op)
-		}
-		next, err := w.a.Apply(ops)
-		if err != nil {
-			return "", err
-		}
-		w.a = next
-		w.addNodes()
-		clock, _ := w.src.Clock(context.Background())
-		if c, ok := arg(d, "clock"); ok {
-			v, err := strconv.ParseUint(c, 10, 64)
-			if err != nil {
-				return "", err
-			}
-			clock = v
-		}
-		w.publishAt(quantum.Quantum{Ops: ops, Cause: "quantum"}, clock)
-		return fmt.Sprintf("quantum %d at clock %d\n", len(w.quanta), clock), nil
-	case "deliver":
-		return w.deliver(d)
-	case "leader":
-		t, err := intArg(d, "term", 1)
-		if err != nil {
-			return "", err
-		}
-		w.term, w.seq = uint64(t), 0
-		w.publish(quantum.Quantum{Snapshot: w.a, Distributors: w.dists, Cause: "reinit"})
-		return fmt.Sprintf("quantum %d: %s\n", len(w.quanta), w.quanta[len(w.quanta)-1].Position), nil
-	case "scan":
-		return w.scan(d)
-	case "pull":
-		name, _ := arg(d, "node")
-		return w.pull(assignment.NodeID(name))
-	case "check":
-		return w.check()
-	case "restart":
-		// The node's process restarts: its stream ends; its data and cursor stay.
-		name, _ := arg(d, "node")
-		for _, ds := range w.ds {
-			delete(ds.streams, assignment.NodeID(name))
-		}
-		return "ok\n", nil
-	case "wipe":
-		// The node restarts with an empty store.
-		name, _ := arg(d, "node")
-		id := assignment.NodeID(name)
-		for _, ds := range w.ds {
-			delete(ds.streams, id)
-		}
-		w.nodes[id] = &modelNode{items: map[string]*modelItem{}}
-		return "ok\n", nil
-	case "limit":
-		name, _ := arg(d, "d")
-		ds := w.ds[name]
-		if ds == nil {
-			return "", fmt.Errorf("no distributor %q", name)
-		}
-		n, err := intArg(d, "bytes", ds.router.cfg.MaxQueueBytes)
-		if err != nil {
-			return "", err
-		}
-		ahead, err := intArg(d, "ahead", ds.router.cfg.ScanAheadBytes)
-		if err != nil {
-			return "", err
-		}
-		ds.router.cfg.MaxQueueBytes, ds.router.cfg.ScanAheadBytes = n, ahead
-		return "ok\n", nil
-	case "show":
-		name, _ := arg(d, "d")
-		ds := w.ds[name]
-		if ds == nil {
-			return "", fmt.Errorf("no distributor %q", name)
-		}
-		var b strings.Builder
-		_, held := ds.seq.Held()
-		fmt.Fprintf(&b, "clock %d, %d bytes of changes held\n", ds.router.Clock(), held)
-		for _, id := range ds.router.Served() {
-			ops, _ := ds.router.nodes[id].q.depth()
-			fmt.Fprintf(&b, "%s: holds %s, %d ops queued\n", id, ds.router.nodes[id].cover, ops)
-		}
-		return b.String(), nil
+	cmds := map[string]func(*datadriven.TestData) (string, error){
+		"distributors": w.cmdDistributors,
+		"map":          w.cmdMap,
+		"write":        w.cmdWrite,
+		"quantum":      w.cmdQuantum,
+		"deliver":      w.deliver,
+		"leader":       w.cmdLeader,
+		"scan":         w.scan,
+		"pull":         w.cmdPull,
+		"check":        w.cmdCheck,
+		"restart":      w.cmdRestart,
+		"wipe":         w.cmdWipe,
+		"limit":        w.cmdLimit,
+		"show":         w.cmdShow,
+	}
+	if cmd := cmds[d.Cmd]; cmd != nil {
+		return cmd(d)
 	}
 	return "", fmt.Errorf("unknown command %q", d.Cmd)
+}
+
+// cmdDistributors runs "distributors": the assigner publishes the distributor set.
+func (w *world) cmdDistributors(d *datadriven.TestData) (string, error) {
+	set := quantum.Distributors{}
+	for _, a := range d.CmdArgs {
+		set[a.Key] = a.Key + ":addr"
+		if w.ds[a.Key] == nil {
+			var epochs uint64
+			prefix := uint64(len(w.ds)+1) * 1000
+			w.ds[a.Key] = newScriptDist(a.Key, func() uint64 { epochs++; return prefix + epochs })
+		}
+	}
+	w.dists = set
+	if w.a != nil {
+		w.publish(quantum.Quantum{Snapshot: w.a, Distributors: set, Cause: "distributors"})
+	}
+	return w.serving(), nil
+}
+
+// cmdMap runs "map": the assigner publishes a map.
+func (w *world) cmdMap(d *datadriven.TestData) (string, error) {
+	var ss []assignment.Slice
+	for line := range strings.Lines(d.Input) {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return "", fmt.Errorf("want START REPLICAS: %q", line)
+		}
+		start, err := keyspace.ParsePoint(f[0])
+		if err != nil {
+			return "", err
+		}
+		ss = append(ss, assignment.Slice{Range: keyspace.Range{Start: start}, Replicas: ids(f[1])})
+	}
+	for i := range ss {
+		ss[i].Range.End = keyspace.End
+		if i+1 < len(ss) {
+			ss[i].Range.End = keyspace.At(ss[i+1].Range.Start)
+		}
+	}
+	a, err := assignment.New(uint64(len(w.quanta)+1), ss)
+	if err != nil {
+		return "", err
+	}
+	w.a = a
+	w.addNodes()
+	w.publish(quantum.Quantum{Snapshot: a, Distributors: w.dists, Cause: "map"})
+	return w.serving(), nil
+}
+
+// cmdWrite runs "write": writes go to the source.
+func (w *world) cmdWrite(d *datadriven.TestData) (string, error) {
+	for line := range strings.Lines(d.Input) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 3 && f[0] == "put":
+			w.src.Put([]byte(f[1]), []byte(f[2]))
+		case len(f) == 2 && f[0] == "delete":
+			w.src.Delete([]byte(f[1]))
+		case len(f) == 4 && f[0] == "putf":
+			w.src.PutFragment([]byte(f[1]), f[2], []byte(f[3]))
+		case len(f) == 3 && f[0] == "deletef":
+			w.src.DeleteFragment([]byte(f[1]), f[2])
+		default:
+			return "", fmt.Errorf("bad write %q", line)
+		}
+	}
+	clock, _ := w.src.Clock(context.Background())
+	return fmt.Sprintf("clock %d\n", clock), nil
+}
+
+// cmdQuantum runs "quantum": the assigner publishes operations.
+func (w *world) cmdQuantum(d *datadriven.TestData) (string, error) {
+	var ops []assignment.Op
+	for line := range strings.Lines(d.Input) {
+		op, err := parseOp(line)
+		if err != nil {
+			return "", err
+		}
+		ops = append(ops, op)
+	}
+	next, err := w.a.Apply(ops)
+	if err != nil {
+		return "", err
+	}
+	w.a = next
+	w.addNodes()
+	clock, _ := w.src.Clock(context.Background())
+	if c, ok := arg(d, "clock"); ok {
+		v, err := strconv.ParseUint(c, 10, 64)
+		if err != nil {
+			return "", err
+		}
+		clock = v
+	}
+	w.publishAt(quantum.Quantum{Ops: ops, Cause: "quantum"}, clock)
+	return fmt.Sprintf("quantum %d at clock %d\n", len(w.quanta), clock), nil
+}
+
+// cmdLeader runs "leader": a leader of a term takes over.
+func (w *world) cmdLeader(d *datadriven.TestData) (string, error) {
+	t, err := intArg(d, "term", 1)
+	if err != nil {
+		return "", err
+	}
+	w.term, w.seq = uint64(t), 0
+	w.publish(quantum.Quantum{Snapshot: w.a, Distributors: w.dists, Cause: "reinit"})
+	return fmt.Sprintf("quantum %d: %s\n", len(w.quanta), w.quanta[len(w.quanta)-1].Position), nil
+}
+
+// cmdPull runs "pull": a node pulls.
+func (w *world) cmdPull(d *datadriven.TestData) (string, error) {
+	name, _ := arg(d, "node")
+	return w.pull(assignment.NodeID(name))
+}
+
+// cmdCheck runs "check": every node is checked.
+func (w *world) cmdCheck(_ *datadriven.TestData) (string, error) {
+	return w.check()
+}
+
+// cmdRestart runs "restart": a node's process restarts (its stream ends; its data and
+// cursor stay).
+func (w *world) cmdRestart(d *datadriven.TestData) (string, error) {
+	name, _ := arg(d, "node")
+	for _, ds := range w.ds {
+		delete(ds.streams, assignment.NodeID(name))
+	}
+	return "ok\n", nil
+}
+
+// cmdWipe runs "wipe": a node restarts with an empty store.
+func (w *world) cmdWipe(d *datadriven.TestData) (string, error) {
+	name, _ := arg(d, "node")
+	id := assignment.NodeID(name)
+	for _, ds := range w.ds {
+		delete(ds.streams, id)
+	}
+	w.nodes[id] = &modelNode{items: map[string]*modelItem{}}
+	return "ok\n", nil
+}
+
+// cmdLimit runs "limit": a distributor's bounds change.
+func (w *world) cmdLimit(d *datadriven.TestData) (string, error) {
+	name, _ := arg(d, "d")
+	ds := w.ds[name]
+	if ds == nil {
+		return "", fmt.Errorf("no distributor %q", name)
+	}
+	n, err := intArg(d, "bytes", ds.app.maxQueueBytes)
+	if err != nil {
+		return "", err
+	}
+	ahead, err := intArg(d, "ahead", ds.app.scanAhead)
+	if err != nil {
+		return "", err
+	}
+	ds.app.maxQueueBytes, ds.app.scanAhead = n, ahead
+	return "ok\n", nil
+}
+
+// cmdShow runs "show": what a distributor holds.
+func (w *world) cmdShow(d *datadriven.TestData) (string, error) {
+	name, _ := arg(d, "d")
+	ds := w.ds[name]
+	if ds == nil {
+		return "", fmt.Errorf("no distributor %q", name)
+	}
+	var b strings.Builder
+	_, held := ds.seq.Held()
+	fmt.Fprintf(&b, "clock %d, %d bytes of changes held\n", ds.router.Clock(), held)
+	for _, id := range ds.router.Served() {
+		ops, _ := ds.app.queues[id].depth()
+		fmt.Fprintf(&b, "%s: holds %s, %d ops queued\n", id, ds.router.nodes[id].cover, ops)
+	}
+	return b.String(), nil
 }
 
 // scan runs a distributor's pending scans, whole or in pieces.
@@ -288,7 +390,7 @@ func (w *world) scan(d *datadriven.TestData) (string, error) {
 	for _, req := range ds.pending {
 		fmt.Fprintf(&b, "scan %d for %s: %s at clock %d: ", req.ID, req.Node, req.Range, req.Clock)
 		if piece > 0 && !fail {
-			switch ready, stale := ds.router.ScanReady(req.ID); {
+			switch ready, stale := ds.app.scanReady(req); {
 			case stale:
 				b.WriteString("no longer awaited\n")
 				delete(ds.read, req.ID)
@@ -311,20 +413,22 @@ func (w *world) scan(d *datadriven.TestData) (string, error) {
 		}
 		if fail {
 			b.WriteString("0 ops\n") // the router hears of the failure
-			ds.router.ScanDone(req.ID, nil, source.ErrCompacted)
+			ds.app.scanDone(req.ID, nil, source.ErrCompacted)
 		} else if piece > 0 && len(items) > piece {
 			fmt.Fprintf(&b, "%d ops, %d to come\n", piece, len(items)-piece)
-			ds.router.ScanItems(req.ID, items[:piece])
+			ds.app.scanItems(req.ID, items[:piece])
+			b.WriteString(ds.flush())
 			ds.read[req.ID] = items[piece:]
 			left = append(left, req)
 			continue
 		} else {
 			fmt.Fprintf(&b, "%d ops\n", len(items))
-			ds.router.ScanDone(req.ID, items, nil)
+			ds.app.scanDone(req.ID, items, nil)
 		}
+		b.WriteString(ds.flush())
 		delete(ds.read, req.ID)
 	}
-	ds.pending = append(left, ds.router.TakeScans()...)
+	ds.pending = append(left, ds.app.takeScans()...)
 	return b.String(), nil
 }
 
@@ -403,18 +507,7 @@ func (w *world) deliver(d *datadriven.TestData) (string, error) {
 	_, naive := arg(d, "naive")
 	_, progress := arg(d, "progress")
 	var b strings.Builder
-	apply := func(ev Event) {
-		if ev.Quantum != nil {
-			if err := ds.router.Quantum(*ev.Quantum); err != nil {
-				fmt.Fprintf(&b, "quantum %s: error: %v\n", ev.Quantum.Position, err)
-				return
-			}
-			fmt.Fprintf(&b, "applied quantum %d (clock %d)\n", ev.Quantum.Seq, ev.Quantum.Clock)
-			return
-		}
-		ds.router.Changes(*ev.Batch, time.Time{})
-		fmt.Fprintf(&b, "routed change %d\n", ev.Batch.Clock)
-	}
+	apply := func(ev Event) { ds.apply(ev, &b) }
 	for range nq {
 		if ds.quanta == len(w.quanta) {
 			return "", fmt.Errorf("%s heard of every quantum", name)
@@ -462,20 +555,42 @@ func (w *world) deliver(d *datadriven.TestData) (string, error) {
 		}
 		apply(ev)
 	}
-	ds.pending = append(ds.pending, ds.router.TakeScans()...)
+	return ds.summary(&b), nil
+}
+
+// apply steps an event into the distributor's router, and describes it and the actions.
+func (ds *scriptDist) apply(ev Event, b *strings.Builder) {
+	if ev.Quantum != nil {
+		if err := ds.app.quantum(*ev.Quantum); err != nil {
+			fmt.Fprintf(b, "quantum %s: error: %v\n", ev.Quantum.Position, err)
+			return
+		}
+		fmt.Fprintf(b, "applied quantum %d (clock %d)\n", ev.Quantum.Seq, ev.Quantum.Clock)
+		b.WriteString(ds.flush())
+		return
+	}
+	ds.app.changes(*ev.Batch, time.Time{})
+	fmt.Fprintf(b, "routed change %d\n", ev.Batch.Clock)
+	b.WriteString(ds.flush())
+}
+
+// summary takes the scans the router asked for, and ends what deliver says with what the
+// distributor holds.
+func (ds *scriptDist) summary(b *strings.Builder) string {
+	ds.pending = append(ds.pending, ds.app.takeScans()...)
 	if wait, ok := ds.seq.Waiting(); ok {
-		fmt.Fprintf(&b, "a quantum waits for the source to reach clock %d\n", wait)
+		fmt.Fprintf(b, "a quantum waits for the source to reach clock %d\n", wait)
 	}
 	if qs, held := ds.seq.Held(); held > 0 {
-		fmt.Fprintf(&b, "%d quanta and %d bytes of changes held\n", qs, held)
+		fmt.Fprintf(b, "%d quanta and %d bytes of changes held\n", qs, held)
 	}
 	if len(ds.pending) > 0 {
-		fmt.Fprintf(&b, "%d scans pending\n", len(ds.pending))
+		fmt.Fprintf(b, "%d scans pending\n", len(ds.pending))
 	}
 	if b.Len() == 0 {
-		return "ok\n", nil
+		return "ok\n"
 	}
-	return b.String(), nil
+	return b.String()
 }
 
 // changes returns the source's changes with clocks in (from, to], one batch each.
@@ -523,21 +638,22 @@ func (w *world) pull(id assignment.NodeID) (string, error) {
 	att := ds.streams[id]
 	var b strings.Builder
 	if att == nil || att.Epoch != n.epoch {
-		a, err := ds.router.Attach(id, n.epoch, n.index)
+		a, err := ds.app.attach(id, n.epoch, n.index)
 		if err != nil {
 			return "", err
 		}
 		att = &a
 		ds.streams[id] = att
-		ds.pending = append(ds.pending, ds.router.TakeScans()...)
+		ds.pending = append(ds.pending, ds.app.takeScans()...)
 		fmt.Fprintf(&b, "attached to %s: epoch %d from %d (resumed %v)\n", name, a.Epoch, a.Index, a.Resumed)
+		b.WriteString(ds.flush())
 	}
 	for {
 		next := n.index
 		if att.Epoch != n.epoch {
 			next = att.Index // a snapshot, from 0
 		}
-		ops, clock, _, st := att.q.take(att.Stream, att.Epoch, next, 1000, 1<<20, ds.router.pub.Load())
+		ops, clock, _, st := att.q.take(att.Stream, att.Epoch, next, 1000, 1<<20, ds.app.clock.Load())
 		if st == takeRestart {
 			delete(ds.streams, id)
 			fmt.Fprintf(&b, "the queue restarted: a snapshot follows\n")
@@ -577,64 +693,91 @@ func (n *modelNode) apply(d *pb.Delta) (string, error) {
 	}
 	var kinds []string
 	for _, o := range d.GetOps() {
-		switch x := o.GetOp().(type) {
-		case *pb.DeltaOp_Reset_:
-			n.cover, n.list, n.items = keyspace.Set{}, nil, map[string]*modelItem{}
-			kinds = append(kinds, "reset")
-		case *pb.DeltaOp_AddSlice:
-			r, err := wire.RangeFromProto(x.AddSlice)
-			if err != nil {
-				return "", err
-			}
-			n.cover = n.cover.Union(keyspace.NewSet(r))
-			kinds = append(kinds, "add "+r.String())
-		case *pb.DeltaOp_DropSlice:
-			r, err := wire.RangeFromProto(x.DropSlice)
-			if err != nil {
-				return "", err
-			}
-			n.cover = n.cover.Minus(keyspace.NewSet(r))
-			for k := range n.items {
-				if r.Contains(keyspace.Hash([]byte(k))) {
-					delete(n.items, k)
-				}
-			}
-			kinds = append(kinds, "drop "+r.String())
-		case *pb.DeltaOp_SetSlices:
-			n.list = nil
-			for _, m := range x.SetSlices.GetRanges() {
-				r, err := wire.RangeFromProto(m)
-				if err != nil {
-					return "", err
-				}
-				n.list = append(n.list, r)
-			}
-			kinds = append(kinds, fmt.Sprintf("slices(%d)", len(n.list)))
-		case *pb.DeltaOp_Put:
-			n.item(x.Put.GetKey()).value, n.item(x.Put.GetKey()).hasValue = x.Put.GetValue(), true
-			kinds = append(kinds, fmt.Sprintf("put %s=%s", x.Put.GetKey(), x.Put.GetValue()))
-		case *pb.DeltaOp_Delete:
-			delete(n.items, string(x.Delete.GetKey()))
-			kinds = append(kinds, fmt.Sprintf("delete %s", x.Delete.GetKey()))
-		case *pb.DeltaOp_PutFragment:
-			c := x.PutFragment
-			n.item(c.GetKey()).frags[c.GetFragment()] = c.GetValue()
-			kinds = append(kinds, fmt.Sprintf("putf %s/%s=%s", c.GetKey(), c.GetFragment(), c.GetValue()))
-		case *pb.DeltaOp_DeleteFragment:
-			c := x.DeleteFragment
-			if it := n.items[string(c.GetKey())]; it != nil {
-				delete(it.frags, c.GetFragment())
-				if !it.hasValue && len(it.frags) == 0 {
-					delete(n.items, string(c.GetKey()))
-				}
-			}
-			kinds = append(kinds, fmt.Sprintf("deletef %s/%s", c.GetKey(), c.GetFragment()))
-		default:
-			return "", fmt.Errorf("empty op")
+		if err := n.applyOp(o); err != nil {
+			return "", err
 		}
+		kinds = append(kinds, describeDeltaOp(o))
 	}
 	n.epoch, n.index, n.clock = d.GetEpoch(), d.GetTo(), d.GetClock()
 	return fmt.Sprintf("delta %d..%d clock %d: %s\n", d.GetFrom(), d.GetTo(), d.GetClock(), strings.Join(kinds, ", ")), nil
+}
+
+// applyOp applies one operation of a delta to the model.
+func (n *modelNode) applyOp(o *pb.DeltaOp) error {
+	switch x := o.GetOp().(type) {
+	case *pb.DeltaOp_Reset_:
+		n.cover, n.list, n.items = keyspace.Set{}, nil, map[string]*modelItem{}
+	case *pb.DeltaOp_AddSlice:
+		r, err := wire.RangeFromProto(x.AddSlice)
+		if err != nil {
+			return err
+		}
+		n.cover = n.cover.Union(keyspace.NewSet(r))
+	case *pb.DeltaOp_DropSlice:
+		r, err := wire.RangeFromProto(x.DropSlice)
+		if err != nil {
+			return err
+		}
+		n.cover = n.cover.Minus(keyspace.NewSet(r))
+		for k := range n.items {
+			if r.Contains(keyspace.Hash([]byte(k))) {
+				delete(n.items, k)
+			}
+		}
+	case *pb.DeltaOp_SetSlices:
+		n.list = nil
+		for _, m := range x.SetSlices.GetRanges() {
+			r, err := wire.RangeFromProto(m)
+			if err != nil {
+				return err
+			}
+			n.list = append(n.list, r)
+		}
+	case *pb.DeltaOp_Put:
+		n.item(x.Put.GetKey()).value, n.item(x.Put.GetKey()).hasValue = x.Put.GetValue(), true
+	case *pb.DeltaOp_Delete:
+		delete(n.items, string(x.Delete.GetKey()))
+	case *pb.DeltaOp_PutFragment:
+		n.item(x.PutFragment.GetKey()).frags[x.PutFragment.GetFragment()] = x.PutFragment.GetValue()
+	case *pb.DeltaOp_DeleteFragment:
+		c := x.DeleteFragment
+		if it := n.items[string(c.GetKey())]; it != nil {
+			delete(it.frags, c.GetFragment())
+			if !it.hasValue && len(it.frags) == 0 {
+				delete(n.items, string(c.GetKey()))
+			}
+		}
+	default:
+		return fmt.Errorf("empty op")
+	}
+	return nil
+}
+
+// describeDeltaOp describes an operation of a delta.
+func describeDeltaOp(o *pb.DeltaOp) string {
+	switch x := o.GetOp().(type) {
+	case *pb.DeltaOp_Reset_:
+		return "reset"
+	case *pb.DeltaOp_AddSlice:
+		r, _ := wire.RangeFromProto(x.AddSlice)
+		return "add " + r.String()
+	case *pb.DeltaOp_DropSlice:
+		r, _ := wire.RangeFromProto(x.DropSlice)
+		return "drop " + r.String()
+	case *pb.DeltaOp_SetSlices:
+		return fmt.Sprintf("slices(%d)", len(x.SetSlices.GetRanges()))
+	case *pb.DeltaOp_Put:
+		return fmt.Sprintf("put %s=%s", x.Put.GetKey(), x.Put.GetValue())
+	case *pb.DeltaOp_Delete:
+		return fmt.Sprintf("delete %s", x.Delete.GetKey())
+	case *pb.DeltaOp_PutFragment:
+		c := x.PutFragment
+		return fmt.Sprintf("putf %s/%s=%s", c.GetKey(), c.GetFragment(), c.GetValue())
+	case *pb.DeltaOp_DeleteFragment:
+		c := x.DeleteFragment
+		return fmt.Sprintf("deletef %s/%s", c.GetKey(), c.GetFragment())
+	}
+	return "empty"
 }
 
 func (n *modelNode) item(key []byte) *modelItem {

@@ -196,188 +196,222 @@ func TestSequencerRebase(t *testing.T) {
 func TestSequencerCausalOrderProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		from := rapid.Uint64Range(0, 50).Draw(t, "from")
+		batches, clock := drawBatches(t, from)
+		quanta := drawQuanta(t, from, clock)
+		final := quanta[len(quanta)-1].Clock
 
-		var batches []source.Batch
-		clock := from
-		for i := range rapid.IntRange(0, 25).Draw(t, "batches") {
-			clock += rapid.Uint64Range(1, 4).Draw(t, fmt.Sprintf("batch %d step", i))
-			b := source.Batch{Clock: clock}
-			for j := range rapid.IntRange(0, 3).Draw(t, fmt.Sprintf("batch %d changes", i)) {
-				b.Changes = append(b.Changes, source.Change{Clock: clock, Key: fmt.Appendf(nil, "k%d.%d", i, j),
-					Value: make([]byte, rapid.IntRange(0, 64).Draw(t, fmt.Sprintf("batch %d change %d size", i, j)))})
-			}
-			batches = append(batches, b)
-		}
-		var quanta []quantum.Quantum
-		qc := rapid.Uint64Range(0, from+5).Draw(t, "first quantum clock")
-		for i := range rapid.IntRange(0, 15).Draw(t, "quanta") {
-			qc += rapid.Uint64Range(0, 6).Draw(t, fmt.Sprintf("quantum %d step", i))
-			quanta = append(quanta, q(uint64(i+1), qc))
-		}
-		// A last quantum at the highest clock, so that every change has one to precede.
-		final := max(clock, qc)
-		quanta = append(quanta, q(uint64(len(quanta)+1), final))
-
-		s := NewSequencer(from)
-		var out []Event
-		qi, bi := 0, 0          // next to add
-		releasedQ := 0          // quanta released so far
-		seen := from            // the model's seen
-		var held []source.Batch // the model's held batches
-		check := func(when string) {
-			// Seen, Held and Waiting against the model.
-			if s.Seen() != seen {
-				t.Fatalf("%s: Seen %d, want %d", when, s.Seen(), seen)
-			}
-			hq, hb := s.Held()
-			wantBytes := 0
-			for _, b := range held {
-				wantBytes += batchBytes(b)
-			}
-			if hq != qi-releasedQ || hb != wantBytes {
-				t.Fatalf("%s: Held %d quanta %d bytes, want %d and %d", when, hq, hb, qi-releasedQ, wantBytes)
-			}
-			wc, waiting := s.Waiting()
-			wantWaiting := releasedQ < qi && seen < quanta[releasedQ].Clock
-			if waiting != wantWaiting || waiting && wc != quanta[releasedQ].Clock {
-				t.Fatalf("%s: Waiting %d %v; seen %d, head quantum %v", when, wc, waiting, seen, quanta[releasedQ:qi])
-			}
-		}
-		next := func(when string) bool {
-			check(when)
-			e, ok := s.Next()
-			if !ok {
-				// Nothing may go: then no quantum is releasable, so if one is held it waits
-				// for the source.
-				if releasedQ < qi {
-					if _, waiting := s.Waiting(); !waiting {
-						t.Fatalf("%s: a quantum is held, not waiting for the source, yet nothing was released", when)
-					}
-					if len(held) > 0 && held[0].Clock <= quanta[releasedQ].Clock {
-						t.Fatalf("%s: the change at %d precedes the head quantum at %d, yet was not released",
-							when, held[0].Clock, quanta[releasedQ].Clock)
-					}
-				}
-				return false
-			}
-			out = append(out, e)
-			switch {
-			case e.Quantum != nil && e.Batch == nil:
-				releasedQ++
-			case e.Batch != nil && e.Quantum == nil:
-				if len(held) == 0 || held[0].Clock != e.Batch.Clock {
-					t.Fatalf("%s: released batch %d; held %v", when, e.Batch.Clock, held)
-				}
-				held = held[1:]
-			default:
-				t.Fatalf("%s: bad event %+v", when, e)
-			}
-			return true
-		}
-		addBatch := func(b source.Batch) {
-			s.AddBatch(b)
-			if b.Clock > seen {
-				seen = b.Clock
-				if len(b.Changes) > 0 {
-					held = append(held, b)
-				}
-			}
-		}
-
-		for step := 0; qi < len(quanta) || bi < len(batches); step++ {
+		m := &sequencerModel{t: t, s: NewSequencer(from), quanta: quanta, seen: from}
+		for step, bi := 0, 0; m.qi < len(quanta) || bi < len(batches); step++ {
 			when := fmt.Sprintf("step %d", step)
 			switch rapid.IntRange(0, 4).Draw(t, "action") {
 			case 0, 1:
-				if qi < len(quanta) {
-					s.AddQuantum(quanta[qi])
-					qi++
+				if m.qi < len(quanta) {
+					m.s.AddQuantum(quanta[m.qi])
+					m.qi++
 				}
 			case 2, 3:
 				if bi < len(batches) {
-					addBatch(batches[bi])
+					m.addBatch(batches[bi])
 					bi++
 				}
 			case 4:
 				if rapid.Bool().Draw(t, "drain all") {
-					for next(when) {
+					for m.next(when) {
 					}
 				} else {
-					next(when)
+					m.next(when)
 				}
 			}
-			if rapid.IntRange(0, 9).Draw(t, "repeat a stale mark") == 0 && seen > 0 {
-				addBatch(source.Batch{Clock: rapid.Uint64Range(0, seen).Draw(t, "stale clock")})
+			if rapid.IntRange(0, 9).Draw(t, "repeat a stale mark") == 0 && m.seen > 0 {
+				m.addBatch(source.Batch{Clock: rapid.Uint64Range(0, m.seen).Draw(t, "stale clock")})
 			}
-			check(when)
+			m.check(when)
 		}
-		addBatch(source.Batch{Clock: final}) // the final progress mark
-		for next("final drain") {
+		m.addBatch(source.Batch{Clock: final}) // the final progress mark
+		for m.next("final drain") {
 		}
 
 		// Everything was released, exactly once.
-		if hq, hb := s.Held(); hq != 0 || hb != 0 {
+		if hq, hb := m.s.Held(); hq != 0 || hb != 0 {
 			t.Fatalf("held after draining: %d quanta, %d bytes", hq, hb)
 		}
-		if _, waiting := s.Waiting(); waiting {
+		if _, waiting := m.s.Waiting(); waiting {
 			t.Fatal("waiting after draining")
 		}
-		pos := map[string]int{}
-		for i, e := range out {
-			k := describe([]Event{e})[0]
-			if _, dup := pos[k]; dup {
-				t.Fatalf("%s released twice: %v", k, describe(out))
-			}
-			pos[k] = i
+		checkCausalRelease(t, batches, quanta, m.out)
+	})
+}
+
+// drawBatches draws batches at increasing clocks after from, some of them empty (progress
+// marks), and returns them with the last clock.
+func drawBatches(t *rapid.T, from uint64) ([]source.Batch, uint64) {
+	var batches []source.Batch
+	clock := from
+	for i := range rapid.IntRange(0, 25).Draw(t, "batches") {
+		clock += rapid.Uint64Range(1, 4).Draw(t, fmt.Sprintf("batch %d step", i))
+		b := source.Batch{Clock: clock}
+		for j := range rapid.IntRange(0, 3).Draw(t, fmt.Sprintf("batch %d changes", i)) {
+			b.Changes = append(b.Changes, source.Change{Clock: clock, Key: fmt.Appendf(nil, "k%d.%d", i, j),
+				Value: make([]byte, rapid.IntRange(0, 64).Draw(t, fmt.Sprintf("batch %d change %d size", i, j)))})
 		}
-		nonEmpty := 0
+		batches = append(batches, b)
+	}
+	return batches, clock
+}
+
+// drawQuanta draws quanta at nondecreasing clocks, ending with one at the highest clock (of
+// quanta and of batches up to clock), so that every change has one to precede.
+func drawQuanta(t *rapid.T, from, clock uint64) []quantum.Quantum {
+	var quanta []quantum.Quantum
+	qc := rapid.Uint64Range(0, from+5).Draw(t, "first quantum clock")
+	for i := range rapid.IntRange(0, 15).Draw(t, "quanta") {
+		qc += rapid.Uint64Range(0, 6).Draw(t, fmt.Sprintf("quantum %d step", i))
+		quanta = append(quanta, q(uint64(i+1), qc))
+	}
+	return append(quanta, q(uint64(len(quanta)+1), max(clock, qc)))
+}
+
+// sequencerModel follows what a Sequencer must hold and release, and checks it against one.
+type sequencerModel struct {
+	t      *rapid.T
+	s      *Sequencer
+	quanta []quantum.Quantum
+	out    []Event
+
+	qi        int            // next quantum to add
+	releasedQ int            // quanta released so far
+	seen      uint64         // the model's seen
+	held      []source.Batch // the model's held batches
+}
+
+// check compares Seen, Held and Waiting against the model.
+func (m *sequencerModel) check(when string) {
+	t, s := m.t, m.s
+	if s.Seen() != m.seen {
+		t.Fatalf("%s: Seen %d, want %d", when, s.Seen(), m.seen)
+	}
+	hq, hb := s.Held()
+	wantBytes := 0
+	for _, b := range m.held {
+		wantBytes += batchBytes(b)
+	}
+	if hq != m.qi-m.releasedQ || hb != wantBytes {
+		t.Fatalf("%s: Held %d quanta %d bytes, want %d and %d", when, hq, hb, m.qi-m.releasedQ, wantBytes)
+	}
+	wc, waiting := s.Waiting()
+	wantWaiting := m.releasedQ < m.qi && m.seen < m.quanta[m.releasedQ].Clock
+	if waiting != wantWaiting || waiting && wc != m.quanta[m.releasedQ].Clock {
+		t.Fatalf("%s: Waiting %d %v; seen %d, head quantum %v", when, wc, waiting, m.seen, m.quanta[m.releasedQ:m.qi])
+	}
+}
+
+// next releases one event, if the sequencer has one to go, and checks it against the model.
+func (m *sequencerModel) next(when string) bool {
+	t := m.t
+	m.check(when)
+	e, ok := m.s.Next()
+	if !ok {
+		// Nothing may go: then no quantum is releasable, so if one is held it waits
+		// for the source.
+		if m.releasedQ < m.qi {
+			if _, waiting := m.s.Waiting(); !waiting {
+				t.Fatalf("%s: a quantum is held, not waiting for the source, yet nothing was released", when)
+			}
+			if len(m.held) > 0 && m.held[0].Clock <= m.quanta[m.releasedQ].Clock {
+				t.Fatalf("%s: the change at %d precedes the head quantum at %d, yet was not released",
+					when, m.held[0].Clock, m.quanta[m.releasedQ].Clock)
+			}
+		}
+		return false
+	}
+	m.out = append(m.out, e)
+	switch {
+	case e.Quantum != nil && e.Batch == nil:
+		m.releasedQ++
+	case e.Batch != nil && e.Quantum == nil:
+		if len(m.held) == 0 || m.held[0].Clock != e.Batch.Clock {
+			t.Fatalf("%s: released batch %d; held %v", when, e.Batch.Clock, m.held)
+		}
+		m.held = m.held[1:]
+	default:
+		t.Fatalf("%s: bad event %+v", when, e)
+	}
+	return true
+}
+
+func (m *sequencerModel) addBatch(b source.Batch) {
+	m.s.AddBatch(b)
+	if b.Clock > m.seen {
+		m.seen = b.Clock
+		if len(b.Changes) > 0 {
+			m.held = append(m.held, b)
+		}
+	}
+}
+
+// checkCausalRelease checks that out holds every quantum and every non-empty batch exactly
+// once, quanta in order and each after the changes up to its clock and before the later ones.
+func checkCausalRelease(t *rapid.T, batches []source.Batch, quanta []quantum.Quantum, out []Event) {
+	pos := map[string]int{}
+	for i, e := range out {
+		k := describe([]Event{e})[0]
+		if _, dup := pos[k]; dup {
+			t.Fatalf("%s released twice: %v", k, describe(out))
+		}
+		pos[k] = i
+	}
+	nonEmpty := 0
+	for _, b := range batches {
+		if len(b.Changes) > 0 {
+			nonEmpty++
+			if _, ok := pos[fmt.Sprintf("b%d", b.Clock)]; !ok {
+				t.Fatalf("batch %d never released: %v", b.Clock, describe(out))
+			}
+		}
+	}
+	if len(out) != len(quanta)+nonEmpty {
+		t.Fatalf("released %d events, want %d quanta and %d batches: %v", len(out), len(quanta), nonEmpty, describe(out))
+	}
+	// Quanta in order, each with its own content.
+	last := -1
+	for _, qu := range quanta {
+		i, ok := pos[fmt.Sprintf("q%d", qu.Seq)]
+		if !ok || i < last {
+			t.Fatalf("quantum %d missing or out of order: %v", qu.Seq, describe(out))
+		}
+		if out[i].Quantum.Clock != qu.Clock {
+			t.Fatalf("quantum %d released with clock %d, added with %d", qu.Seq, out[i].Quantum.Clock, qu.Clock)
+		}
+		last = i
+		// Causality: the changes up to its clock before it, the later ones after.
 		for _, b := range batches {
-			if len(b.Changes) > 0 {
-				nonEmpty++
-				if _, ok := pos[fmt.Sprintf("b%d", b.Clock)]; !ok {
-					t.Fatalf("batch %d never released: %v", b.Clock, describe(out))
-				}
-			}
-		}
-		if len(out) != len(quanta)+nonEmpty {
-			t.Fatalf("released %d events, want %d quanta and %d batches: %v", len(out), len(quanta), nonEmpty, describe(out))
-		}
-		// Quanta in order, each with its own content.
-		last := -1
-		for _, qu := range quanta {
-			i, ok := pos[fmt.Sprintf("q%d", qu.Seq)]
-			if !ok || i < last {
-				t.Fatalf("quantum %d missing or out of order: %v", qu.Seq, describe(out))
-			}
-			if out[i].Quantum.Clock != qu.Clock {
-				t.Fatalf("quantum %d released with clock %d, added with %d", qu.Seq, out[i].Quantum.Clock, qu.Clock)
-			}
-			last = i
-			// Causality: the changes up to its clock before it, the later ones after.
-			for _, b := range batches {
-				if len(b.Changes) == 0 {
-					continue
-				}
-				bp := pos[fmt.Sprintf("b%d", b.Clock)]
-				if b.Clock <= qu.Clock && bp > i || b.Clock > qu.Clock && bp < i {
-					t.Fatalf("batch %d and quantum %d (clock %d) out of causal order: %v", b.Clock, qu.Seq, qu.Clock, describe(out))
-				}
-			}
-		}
-		// Batches in clock order, with their changes intact.
-		var prev uint64
-		for _, e := range out {
-			if e.Batch == nil {
+			if len(b.Changes) == 0 {
 				continue
 			}
-			if e.Batch.Clock <= prev {
-				t.Fatalf("batches out of order: %v", describe(out))
-			}
-			prev = e.Batch.Clock
-			for _, b := range batches {
-				if b.Clock == e.Batch.Clock && len(b.Changes) != len(e.Batch.Changes) {
-					t.Fatalf("batch %d released with %d changes, added with %d", b.Clock, len(e.Batch.Changes), len(b.Changes))
-				}
+			bp := pos[fmt.Sprintf("b%d", b.Clock)]
+			if b.Clock <= qu.Clock && bp > i || b.Clock > qu.Clock && bp < i {
+				t.Fatalf("batch %d and quantum %d (clock %d) out of causal order: %v", b.Clock, qu.Seq, qu.Clock, describe(out))
 			}
 		}
-	})
+	}
+	checkBatchOrder(t, batches, out)
+}
+
+// checkBatchOrder checks that out releases batches in clock order, with their changes intact.
+func checkBatchOrder(t *rapid.T, batches []source.Batch, out []Event) {
+	var prev uint64
+	for _, e := range out {
+		if e.Batch == nil {
+			continue
+		}
+		if e.Batch.Clock <= prev {
+			t.Fatalf("batches out of order: %v", describe(out))
+		}
+		prev = e.Batch.Clock
+		for _, b := range batches {
+			if b.Clock == e.Batch.Clock && len(b.Changes) != len(e.Batch.Changes) {
+				t.Fatalf("batch %d released with %d changes, added with %d", b.Clock, len(e.Batch.Changes), len(b.Changes))
+			}
+		}
+	}
 }

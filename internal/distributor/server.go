@@ -21,17 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/dial"
-	"github.com/sliceplane/sliceplane/internal/frame"
+	"github.com/sliceplane/sliceplane/internal/grpcserver"
 	"github.com/sliceplane/sliceplane/internal/membership"
-	"github.com/sliceplane/sliceplane/internal/metricsserver"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source"
@@ -103,16 +99,25 @@ type Config struct {
 }
 
 // Validate fills in the defaults of c and rejects a configuration no distributor can run
-// with, plaintext off loopback included (closed by default); New calls it.
+// with, plaintext off loopback included (closed by default); New calls it. It leaves Client
+// and the Source that defaults to it to New, so that the command can check its flags, which
+// the errors name, before it reaches etcd.
 func (c *Config) Validate() error {
-	switch {
-	case c.Client == nil:
-		return errors.New("distributor: no etcd client")
-	case len(c.Assigners) == 0:
-		return errors.New("distributor: no assigner address")
+	if len(c.Assigners) == 0 {
+		return errors.New("distributor: --assigners: want at least one address")
+	}
+	for _, a := range c.Assigners {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("distributor: --assigners: %w", err)
+		}
 	}
 	if err := membership.ValidateID(c.ID); err != nil {
-		return fmt.Errorf("distributor: %w", err)
+		return fmt.Errorf("distributor: --id: %w", err)
+	}
+	if c.Advertise != "" {
+		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
+			return fmt.Errorf("distributor: --advertise: %w", err)
+		}
 	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:0"
@@ -120,33 +125,24 @@ func (c *Config) Validate() error {
 	if c.Prefix == "" {
 		c.Prefix = "/sliceplane/"
 	}
-	if c.Source == nil {
-		c.Source = source.NewEtcd(c.Client, c.Prefix+"data/")
+	if err := grpcserver.FillDefaults("distributor",
+		grpcserver.Default("--session-ttl", &c.SessionTTL, 5*time.Second),
+		grpcserver.Default("--clock-interval", &c.ClockInterval, 50*time.Millisecond),
+		grpcserver.Default("PullHeartbeat", &c.PullHeartbeat, dial.StreamHeartbeat),
+		grpcserver.Default("QuantaIdleTimeout", &c.QuantaIdleTimeout, dial.StreamIdleTimeout),
+	); err != nil {
+		return err
 	}
-	for _, d := range []struct {
-		v   *time.Duration
-		def time.Duration
-	}{{&c.SessionTTL, 5 * time.Second}, {&c.ClockInterval, 50 * time.Millisecond},
-		{&c.PullHeartbeat, dial.StreamHeartbeat}, {&c.QuantaIdleTimeout, dial.StreamIdleTimeout}} {
-		if *d.v < 0 {
-			return fmt.Errorf("distributor: negative interval %s", *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	for _, d := range []struct {
-		v   *int
-		def int
-	}{{&c.MaxDeltaOps, 1024}, {&c.MaxDeltaBytes, 1 << 20}, {&c.MaxInFlightBytes, 4 << 20},
-		{&c.MaxQueueBytes, 64 << 20}, {&c.MaxBufferedBytes, 64 << 20}, {&c.ScanWorkers, 4},
-		{&c.MaxScanAheadBytes, 8 << 20}} {
-		if *d.v < 0 {
-			return fmt.Errorf("distributor: negative limit %d", *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+	if err := grpcserver.FillDefaults("distributor",
+		grpcserver.Default("--max-delta-ops", &c.MaxDeltaOps, 1024),
+		grpcserver.Default("--max-delta-bytes", &c.MaxDeltaBytes, 1<<20),
+		grpcserver.Default("--max-in-flight-bytes", &c.MaxInFlightBytes, 4<<20),
+		grpcserver.Default("--max-queue-bytes", &c.MaxQueueBytes, 64<<20),
+		grpcserver.Default("--max-buffered-bytes", &c.MaxBufferedBytes, 64<<20),
+		grpcserver.Default("--scan-workers", &c.ScanWorkers, 4),
+		grpcserver.Default("--max-scan-ahead-bytes", &c.MaxScanAheadBytes, 8<<20),
+	); err != nil {
+		return err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -154,7 +150,12 @@ func (c *Config) Validate() error {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
-	return c.checkListen()
+	if c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0 {
+		// etcd leases last whole seconds: a shorter one would fail to register, over and over,
+		// and a fraction of a second would be dropped without a word.
+		return fmt.Errorf("distributor: --session-ttl %s: want whole seconds, at least 1s", c.SessionTTL)
+	}
+	return grpcserver.CheckListen("distributor", c.TLS, c.Insecure, c.Listen, c.MetricsListen)
 }
 
 // Server is a distributor.
@@ -163,9 +164,8 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	router  *Router
-	grpc    *grpc.Server
-	lis     net.Listener
-	scrape  *metricsserver.Server // nil without MetricsListen
+	app     *applier // applies the router's actions; route owns it, Pull reads its clock
+	grpc    *grpcserver.Server
 	attach  chan attachRequest
 	done    chan struct{}                          // closed when Run's loop ends
 	counted struct{ snapshots, overflows float64 } // of the router's stats, by the metrics
@@ -176,50 +176,36 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", cfg.Listen)
+	if cfg.Client == nil {
+		return nil, errors.New("distributor: no etcd client")
+	}
+	if cfg.Source == nil {
+		cfg.Source = source.NewEtcd(cfg.Client, cfg.Prefix+"data/")
+	}
+	log := cfg.Logger.With("distributor", cfg.ID)
+	// Stopped without grace: Pull streams end only when their nodes go.
+	srv, err := grpcserver.New(grpcserver.Config{
+		Name: "distributor", Listen: cfg.Listen, Advertise: cfg.Advertise, MetricsListen: cfg.MetricsListen,
+		Rules: authz.DistributorRules(), Policy: cfg.Policy, TLS: cfg.TLS, Registry: cfg.Registry, Logger: log,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("distributor: listening on %s: %w", cfg.Listen, err)
+		return nil, err
 	}
-	if cfg.Advertise == "" {
-		cfg.Advertise = lis.Addr().String()
-	}
+	cfg.Advertise = srv.Advertise()
 	s := &Server{
-		cfg: cfg, log: cfg.Logger.With("distributor", cfg.ID), lis: lis,
+		cfg: cfg, log: log, grpc: srv,
 		metrics: newMetrics(cfg.Registry),
 		router: NewRouter(RouterConfig{ID: cfg.ID, MaxQueueBytes: cfg.MaxQueueBytes, ScanAheadBytes: cfg.MaxScanAheadBytes,
 			NewEpoch: cfg.NewEpoch}),
 		attach: make(chan attachRequest),
 		done:   make(chan struct{}),
 	}
+	s.app = newApplier(s.router)
 	if e, ok := cfg.Source.(*source.Etcd); ok {
 		s.observeSource(e)
 	}
-	az := authz.New("distributor", cfg.TLS, cfg.Policy, authz.DistributorRules(), cfg.Registry, s.log)
-	opts := append(append(dial.ServerOptions(), frame.ServerOption()), az.ServerOptions()...)
-	s.grpc = grpc.NewServer(opts...)
-	pb.RegisterDistributorServiceServer(s.grpc, &puller{s: s})
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, hs)
-	reflection.Register(s.grpc)
-	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, cfg.TLS.ServerTLS()); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("distributor: %w", err)
-	}
+	pb.RegisterDistributorServiceServer(srv, &puller{s: s})
 	return s, nil
-}
-
-// checkListen refuses plaintext off loopback without Insecure, on either listener.
-func (c *Config) checkListen() error {
-	if err := mtls.CheckListen(c.TLS, c.Insecure, "the distributor's gRPC", c.Listen); err != nil {
-		return fmt.Errorf("distributor: %w", err)
-	}
-	if c.MetricsListen == "" {
-		return nil
-	}
-	if err := mtls.CheckListen(c.TLS, c.Insecure, "the distributor's metrics", c.MetricsListen); err != nil {
-		return fmt.Errorf("distributor: %w", err)
-	}
-	return nil
 }
 
 // observeSource counts the keys the etcd source skips, and has it log through the
@@ -234,54 +220,15 @@ func (s *Server) observeSource(e *source.Etcd) {
 }
 
 // Addr returns the address the gRPC server listens on.
-func (s *Server) Addr() string { return s.lis.Addr().String() }
+func (s *Server) Addr() string { return s.grpc.Addr() }
 
 // MetricsAddr returns the address of the metrics endpoint, or "".
-func (s *Server) MetricsAddr() string { return s.scrape.Addr() }
+func (s *Server) MetricsAddr() string { return s.grpc.MetricsAddr() }
 
 // Run serves until ctx ends: it registers the distributor, follows quanta and the source,
 // and serves Pull. On return it has left the distributor set and stopped every goroutine.
 func (s *Server) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	spawn := func(name string, fn func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(ctx); err != nil && ctx.Err() == nil {
-				errs <- fmt.Errorf("distributor: %s: %w", name, err)
-			}
-		}()
-	}
-	spawn("serving gRPC", func(context.Context) error { return s.grpc.Serve(s.lis) })
-	spawn("serving metrics", s.scrape.Serve)
-	spawn("routing", s.route)
-	spawn("registering", s.register)
-	spawn("warning of plaintext", func(ctx context.Context) error {
-		mtls.WarnPlaintext(ctx, s.log, s.cfg.TLS, "the distributor's gRPC", s.Addr())
-		return nil
-	})
-	if s.cfg.MetricsListen != "" {
-		spawn("warning of plaintext metrics", func(ctx context.Context) error {
-			mtls.WarnPlaintext(ctx, s.log, s.cfg.TLS, "the distributor's metrics", s.MetricsAddr())
-			return nil
-		})
-	}
-	s.log.Info("distributor serving", "grpc", s.Addr(), "metrics", s.MetricsAddr(), "advertise", s.cfg.Advertise, "tls", s.cfg.TLS.Mode())
-
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errs:
-	}
-	cancel()
-	// The loop is over (or ending): streams see the queues close and end.
-	s.grpc.Stop()
-	wg.Wait()
-	s.log.Info("distributor stopped")
-	return err
+	return s.grpc.Run(ctx, grpcserver.Task{Name: "routing", Run: s.route}, grpcserver.Task{Name: "registering", Run: s.register})
 }
 
 // register keeps the distributor in the set while ctx lasts, registering again whenever its
@@ -368,7 +315,7 @@ func (s *Server) route(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	scans := newScanner(s.cfg.Source, s.router, s.cfg.ScanWorkers, s.log, s.metrics)
+	scans := newScanner(s.cfg.Source, s.app, s.cfg.ScanWorkers, s.log, s.metrics)
 	quanta := &quantaFeed{s: s}
 	quanta.start(ctx, &wg, nil, 0)
 	defer quanta.stop()
@@ -410,12 +357,12 @@ func (s *Server) route(ctx context.Context) error {
 			seq.AddBatch(b)
 		case p := <-scans.pieces:
 			scans.finish(p)
-		case <-s.router.Acked():
+		case <-s.app.Acked():
 			// A node took what a scan read: the scan may read on.
 			scans.dispatch(ctx, &wg)
 			continue
 		case req := <-s.attach:
-			att, err := s.router.Attach(req.node, req.epoch, req.index)
+			att, err := s.app.attach(req.node, req.epoch, req.index)
 			req.reply <- attachReply{att: att, err: err}
 		case <-progress:
 			progress = nil
@@ -428,13 +375,13 @@ func (s *Server) route(ctx context.Context) error {
 			s.observe(seq, latest)
 			continue
 		}
-		scans.add(s.router.TakeScans())
+		scans.add(s.app.takeScans())
 		scans.dispatch(ctx, &wg)
 		if seq == nil {
 			continue
 		}
 		s.deliver(ctx, &wg, seq, quanta)
-		scans.add(s.router.TakeScans())
+		scans.add(s.app.takeScans())
 		scans.dispatch(ctx, &wg)
 		progress = progressTimer(seq, progress)
 		s.pace(ctx, seq, &feed)
@@ -450,7 +397,7 @@ func (s *Server) deliver(ctx context.Context, wg *sync.WaitGroup, seq *Sequencer
 			return
 		}
 		if ev.Quantum != nil {
-			if err := s.router.Quantum(*ev.Quantum); err != nil {
+			if err := s.app.quantum(*ev.Quantum); err != nil {
 				// The stream is broken (a quantum was lost) or comes from a deposed
 				// leader: start over from a reinit, from whoever leads now.
 				reason, wait := "does_not_apply", time.Duration(0)
@@ -466,7 +413,7 @@ func (s *Server) deliver(ctx context.Context, wg *sync.WaitGroup, seq *Sequencer
 			}
 			s.metrics.quanta.Inc()
 		} else {
-			s.router.Changes(*ev.Batch, time.Now())
+			s.app.changes(*ev.Batch, time.Now())
 			s.metrics.changes.Add(float64(len(ev.Batch.Changes)))
 		}
 	}
@@ -513,7 +460,7 @@ func (s *Server) recoverSource(ctx context.Context, seq *Sequencer, feed *source
 		}
 		s.log.Warn("the source lost changes the router had not seen; every node takes a snapshot", "from", from, "clock", clock)
 		seq.Rebase(clock)
-		s.router.Rebase(clock)
+		s.app.rebase(clock)
 		from = clock
 	} else {
 		s.log.Warn("the source watch failed; restarting it", "err", err, "from", from)
@@ -546,8 +493,8 @@ func (s *Server) observe(seq *Sequencer, latest uint64) {
 	s.metrics.queueOps.Reset()
 	s.metrics.queueBytes.Reset()
 	served := 0
-	for id, n := range s.router.nodes {
-		ops, bytes := n.q.depth()
+	for id, q := range s.app.queues {
+		ops, bytes := q.depth()
 		s.metrics.queueOps.WithLabelValues(string(id)).Set(float64(ops))
 		s.metrics.queueBytes.WithLabelValues(string(id)).Set(float64(bytes))
 		served++

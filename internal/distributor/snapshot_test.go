@@ -66,7 +66,7 @@ func (s *genSource) Scan(ctx context.Context, r keyspace.Range, _ uint64, fn fun
 // snapshotRig is a router serving one node that holds the whole key space, attached and
 // waiting for its snapshot, and a node that takes its stream as a Pull handler sends it.
 type snapshotRig struct {
-	r    *Router
+	r    *applier
 	att  Attached
 	gate chan struct{} // the node takes nothing until it is closed
 	took chan int      // the items the node took, once it took them all
@@ -76,10 +76,10 @@ func newSnapshotRig(t testing.TB, items int) *snapshotRig {
 	t.Helper()
 	a, err := assignment.Uniform(1, func(int) []assignment.NodeID { return []assignment.NodeID{"a"} })
 	require.NoError(t, err)
-	r := NewRouter(RouterConfig{ID: "d1"})
-	require.NoError(t, r.Quantum(quantum.Quantum{Position: quantum.Position{Term: 1, Seq: 1}, Clock: 1, Snapshot: a,
+	r := newApplier(NewRouter(RouterConfig{ID: "d1"}))
+	require.NoError(t, r.quantum(quantum.Quantum{Position: quantum.Position{Term: 1, Seq: 1}, Clock: 1, Snapshot: a,
 		Distributors: quantum.Distributors{"d1": "addr"}}))
-	att, err := r.Attach("a", 0, 0)
+	att, err := r.attach("a", 0, 0)
 	require.NoError(t, err)
 	rig := &snapshotRig{r: r, att: att, gate: make(chan struct{}), took: make(chan int, 1)}
 	go rig.node(items + 3) // reset, slice list, add slice, then the items
@@ -91,7 +91,7 @@ func (rig *snapshotRig) node(want int) {
 	<-rig.gate
 	next, items := rig.att.Index, 0
 	for int(next) < want {
-		ops, _, wake, st := rig.att.q.take(rig.att.Stream, rig.att.Epoch, next, 1024, 1<<20, rig.r.pub.Load())
+		ops, _, wake, st := rig.att.q.take(rig.att.Stream, rig.att.Epoch, next, 1024, 1<<20, rig.r.clock.Load())
 		if st != takeOK {
 			panic(fmt.Sprintf("take: %d", st))
 		}
@@ -120,7 +120,7 @@ func (rig *snapshotRig) stream(t testing.TB, src source.Source, pause func(*scan
 	defer wg.Wait()
 	defer cancel()
 	sc := newScanner(src, rig.r, 4, slog.New(slog.NewTextHandler(io.Discard, nil)), newMetrics(prometheus.NewRegistry()))
-	sc.add(rig.r.TakeScans())
+	sc.add(rig.r.takeScans())
 	sc.dispatch(ctx, &wg)
 	for {
 		select {
@@ -130,7 +130,7 @@ func (rig *snapshotRig) stream(t testing.TB, src source.Source, pause func(*scan
 		case n := <-rig.took:
 			return n
 		}
-		sc.add(rig.r.TakeScans())
+		sc.add(rig.r.takeScans())
 		sc.dispatch(ctx, &wg)
 		if pause != nil && sc.reading == 0 && len(sc.waiting) > 0 {
 			pause(sc)
@@ -144,13 +144,13 @@ func (rig *snapshotRig) stream(t testing.TB, src source.Source, pause func(*scan
 func (rig *snapshotRig) whole(t testing.TB, src source.Source) int {
 	t.Helper()
 	close(rig.gate)
-	for _, req := range rig.r.TakeScans() {
+	for _, req := range rig.r.takeScans() {
 		var items []op
 		require.NoError(t, src.Scan(context.Background(), req.Range, req.Clock, func(it source.Item) error {
 			items = encodeItem(it, items)
 			return nil
 		}))
-		rig.r.ScanDone(req.ID, items, nil)
+		rig.r.scanDone(req.ID, items, nil)
 	}
 	return <-rig.took
 }
@@ -167,7 +167,7 @@ func TestSnapshotIsReadAsTheNodeTakesIt(t *testing.T) {
 	})
 	assert.Equal(t, items, n, "the node got every item")
 	// The last piece let in, and the one read when the room ran out, each end after an item.
-	assert.Less(t, held, rig.r.cfg.ScanAheadBytes+2*pieceBytes+2*(opOverhead+1100), "a paused scan holds its bound and two pieces")
+	assert.Less(t, held, rig.r.scanAhead+2*pieceBytes+2*(opOverhead+1100), "a paused scan holds its bound and two pieces")
 	assert.Greater(t, items*1024, 4*held, "the snapshot is far larger than what was held")
 	ops, bytes := rig.att.q.depth()
 	assert.Zero(t, ops)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -140,8 +139,10 @@ on the command line win.`,
 	return cmd
 }
 
-// validate checks every flag before anything starts, so that a typo fails at once with the
-// flag named instead of as a retry loop in the log. It fills in the default ID.
+// validate checks what only the command knows of, before anything starts, so that a typo
+// fails at once with the flag named instead of as a retry loop in the log: the etcd
+// endpoints, the zeros distributor.Config would take for its defaults, and the host name as
+// the default ID. distributor.Config.Validate checks the rest.
 func (o *options) validate() error {
 	if o.id == "" {
 		h, err := hostname()
@@ -152,42 +153,10 @@ func (o *options) validate() error {
 			return usagef("--id is not set and the host name cannot be the ID (%w); set --id", err)
 		}
 		o.id = h
-	} else if err := membership.ValidateID(o.id); err != nil {
-		return usagef("--id: %w", err)
-	}
-	hostPort := func(flag, addr string) error {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return usagef("--%s: %w", flag, err)
-		}
-		return nil
-	}
-	if err := hostPort("listen", o.listen); err != nil {
-		return err
-	}
-	if o.advertise != "" {
-		if err := hostPort("advertise", o.advertise); err != nil {
-			return err
-		}
-	}
-	if o.metrics != "" {
-		if err := hostPort("metrics-listen", o.metrics); err != nil {
-			return err
-		}
-	}
-	for _, a := range o.assigners {
-		if err := hostPort("assigners", a); err != nil {
-			return err
-		}
 	}
 	switch {
-	case len(o.assigners) == 0:
-		return usagef("--assigners: want at least one address")
 	case len(o.endpoints) == 0:
 		return usagef("--etcd-endpoints: want at least one endpoint")
-	case o.sessionTTL < time.Second || o.sessionTTL%time.Second != 0:
-		// etcd leases last whole seconds: a shorter one would fail to register, over and over,
-		// and a fraction of a second would be dropped without a word.
-		return usagef("--session-ttl %s: want whole seconds, at least 1s", o.sessionTTL)
 	case o.clockInterval <= 0:
 		return usagef("--clock-interval %s: want more than 0", o.clockInterval)
 	}
@@ -229,25 +198,26 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: o.endpoints, DialTimeout: 5 * time.Second, Context: ctx,
+	cfg := distributor.Config{
+		ID: o.id, Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics,
+		Assigners: o.assigners, Prefix: o.prefix, SessionTTL: o.sessionTTL,
+		MaxDeltaOps: o.maxDeltaOps, MaxDeltaBytes: int(o.maxDeltaBytes), MaxInFlightBytes: int(o.maxInFlightBytes),
+		MaxQueueBytes: int(o.maxQueueBytes), MaxBufferedBytes: int(o.maxBufferedBytes),
+		ScanWorkers: o.scanWorkers, MaxScanAheadBytes: int(o.maxScanAhead), ClockInterval: o.clockInterval,
+		TLS: src, Policy: policy, Insecure: o.tls.Insecure, Logger: log,
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError(err)
+	}
+	cfg.Client, err = clientv3.New(clientv3.Config{Endpoints: o.endpoints, DialTimeout: 5 * time.Second, Context: ctx,
 		Logger: etcdlog.New(log, zapcore.WarnLevel, nil), TLS: src.ClientTLS()})
 	if err != nil {
 		return fmt.Errorf("distributor: connecting to etcd %v: %w", o.endpoints, err)
 	}
 	// Closed after Run, which revokes the registration's lease through it on the way out.
-	defer client.Close()
-	srv, err := distributor.New(distributor.Config{
-		ID: o.id, Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics,
-		Assigners: o.assigners, Client: client, Prefix: o.prefix, SessionTTL: o.sessionTTL,
-		MaxDeltaOps: o.maxDeltaOps, MaxDeltaBytes: int(o.maxDeltaBytes), MaxInFlightBytes: int(o.maxInFlightBytes),
-		MaxQueueBytes: int(o.maxQueueBytes), MaxBufferedBytes: int(o.maxBufferedBytes),
-		ScanWorkers: o.scanWorkers, MaxScanAheadBytes: int(o.maxScanAhead), ClockInterval: o.clockInterval,
-		TLS: src, Policy: policy, Insecure: o.tls.Insecure, Logger: log,
-	})
+	defer cfg.Client.Close()
+	srv, err := distributor.New(cfg)
 	if err != nil {
-		if errors.Is(err, mtls.ErrConfig) {
-			return usageError(err)
-		}
 		return err
 	}
 	return srv.Run(ctx)
@@ -263,14 +233,6 @@ func (o *options) security() (*mtls.Source, *authz.Policy, error) {
 	if src != nil && src.Identity().Kind != "distributor" {
 		return nil, nil, usagef("--tls-cert names %s; a distributor's certificate must name spiffe://%s/distributor/<id>",
 			src.Identity(), mtls.TrustDomain)
-	}
-	for _, l := range []struct{ what, addr string }{{"the distributor's gRPC (--listen)", o.listen}, {"metrics (--metrics-listen)", o.metrics}} {
-		if l.addr == "" {
-			continue
-		}
-		if err := mtls.CheckListen(src, o.tls.Insecure, l.what, l.addr); err != nil {
-			return nil, nil, usagef("distributor: %w", err)
-		}
 	}
 	if err := mtls.CheckEndpoints(src, o.endpoints); err != nil {
 		return nil, nil, usagef("distributor: %w", err)

@@ -50,9 +50,9 @@ func TestTLSSettingsAreUsageErrors(t *testing.T) {
 		{[]string{"--authz-policy", policy}, "--authz-policy needs --tls-cert"},
 		{append(tlsFlags(d1), "--authz-policy", badPolicy), `unknown role "wizard"`},
 		{append(tlsFlags(d1), "--authz-policy", filepath.Join(dir, "none.yaml")), "--authz-policy: "},
-		{[]string{"--listen", "0.0.0.0:7080"}, "refusing to serve the distributor's gRPC (--listen) on 0.0.0.0:7080 without TLS"},
+		{[]string{"--listen", "0.0.0.0:7080"}, "--listen: mtls: bad TLS configuration: refusing to serve the distributor's gRPC API on 0.0.0.0:7080 without TLS"},
 		{[]string{"--listen", ":7080"}, "refusing to serve"},
-		{[]string{"--metrics-listen", "0.0.0.0:7081"}, "refusing to serve metrics (--metrics-listen)"},
+		{[]string{"--metrics-listen", "0.0.0.0:7081"}, "--metrics-listen: mtls: bad TLS configuration: refusing to serve the distributor's metrics on 0.0.0.0:7081"},
 		{tlsFlags(d1), "--etcd-endpoints http://127.0.0.1:2379: with TLS the etcd client speaks https only"},
 	} {
 		cmd := NewCommand()

@@ -32,15 +32,75 @@ type Report struct {
 	HotKeys []HotKey
 }
 
-// EstimatorConfig tunes how reports become estimates.
+// EstimatorConfig tunes how reports become estimates. The zero value takes every default.
 type EstimatorConfig struct {
-	// HalfLife is how fast old measurements fade: after HalfLife, a slice's estimate has moved
+	// HalfLife is how fast old measurements fade: after HalfLife, a slice's level has moved
 	// halfway to what the reports say. Default 10 s (Dicer's).
 	HalfLife time.Duration
 	// MaxAge ignores reports older than this. Default 6 half-lives.
 	MaxAge time.Duration
 	// MinWindow ignores reports measured over less time than this: too noisy. Default 100 ms.
 	MinWindow time.Duration
+	// Forecast is how the load a pass balances is predicted from the reports so far; see
+	// Forecast. Default ForecastAdaptive, chosen by the figures of docs/BENCHMARKS.md.
+	Forecast Forecast
+	// PeakHalfLife is how fast ForecastPeak forgets a slice's peak. Default HalfLife.
+	PeakHalfLife time.Duration
+	// TrendHalfLife is how fast ForecastHolt's trend follows the level's slope. Default
+	// HalfLife.
+	TrendHalfLife time.Duration
+	// SignalHalfLife is how fast ForecastAdaptive's tracking signal follows the errors.
+	// Default 1 s.
+	SignalHalfLife time.Duration
+}
+
+// Forecast names a way of predicting a slice's load in the next window from its reports.
+// Every forecast is a deterministic function of the reports and the fold times.
+type Forecast string
+
+// The forecasts. Each keeps a level: the reports' exponentially weighted moving average,
+// fading with HalfLife.
+const (
+	// ForecastEWMA predicts the level.
+	ForecastEWMA Forecast = "ewma"
+	// ForecastPeak predicts the larger of the level and the slice's decayed peak: the highest
+	// load reported, fading with PeakHalfLife. It errs on the high side for slices whose load
+	// jumps about, so that a pass does not pile them onto one node.
+	ForecastPeak Forecast = "peak"
+	// ForecastHolt is Holt's linear trend: the level, extrapolated one fold interval ahead
+	// along a trend (the level's slope, smoothed with TrendHalfLife), never below 0.
+	ForecastHolt Forecast = "holt"
+	// ForecastAdaptive is Trigg and Leach's adaptive smoothing: the level moves towards each
+	// report by at least what HalfLife gives, and by more while the reports keep falling on
+	// the same side of it: by |E|/M, the tracking signal, where E and M are the errors and
+	// their absolute values, smoothed with SignalHalfLife. Noise (errors of either sign)
+	// is smoothed away; a load that stepped elsewhere (errors of one sign) is followed within
+	// a few reports.
+	ForecastAdaptive Forecast = "adaptive"
+)
+
+// Forecasts lists the forecasts, for help texts.
+var Forecasts = []Forecast{ForecastEWMA, ForecastPeak, ForecastHolt, ForecastAdaptive}
+
+// ErrBadConfig is wrapped by errors about an unusable EstimatorConfig.
+var ErrBadConfig = errors.New("load: bad estimator config")
+
+// Validate reports whether the configuration is usable. Zero values take defaults; negative
+// durations and unknown forecasts are refused.
+func (c EstimatorConfig) Validate() error {
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"half-life", c.HalfLife}, {"max age", c.MaxAge}, {"min window", c.MinWindow},
+		{"peak half-life", c.PeakHalfLife}, {"trend half-life", c.TrendHalfLife}, {"signal half-life", c.SignalHalfLife}} {
+		if d.d < 0 {
+			return fmt.Errorf("%w: %s %s; want >= 0 (0 takes the default)", ErrBadConfig, d.name, d.d)
+		}
+	}
+	if c.Forecast != "" && !slices.Contains(Forecasts, c.Forecast) {
+		return fmt.Errorf("%w: forecast %q; want one of %v", ErrBadConfig, c.Forecast, Forecasts)
+	}
+	return nil
 }
 
 func (c *EstimatorConfig) fill() {
@@ -52,6 +112,18 @@ func (c *EstimatorConfig) fill() {
 	}
 	if c.MinWindow <= 0 {
 		c.MinWindow = 100 * time.Millisecond
+	}
+	if c.Forecast == "" {
+		c.Forecast = ForecastAdaptive
+	}
+	if c.PeakHalfLife <= 0 {
+		c.PeakHalfLife = c.HalfLife
+	}
+	if c.TrendHalfLife <= 0 {
+		c.TrendHalfLife = c.HalfLife
+	}
+	if c.SignalHalfLife <= 0 {
+		c.SignalHalfLife = time.Second
 	}
 }
 
@@ -68,20 +140,35 @@ var ErrBadReport = errors.New("load: bad report")
 // estimate, which the map attributes to the new holder: moves in flight count where they go,
 // and nothing is counted twice.
 //
+// The load Fold returns is a forecast of each slice's load in the next window (see
+// Forecast), made from the reports so far: it is what a pass balances, and what the next
+// window's reports should be compared with to measure the forecast's error.
+//
 // Estimator is not safe for concurrent use; it reads no clock (times are arguments).
 type Estimator struct {
 	cfg      EstimatorConfig
 	reports  map[assignment.NodeID]Report
 	basis    *assignment.Assignment // the map the estimates are indexed by
-	loads    []float64
+	loads    []float64              // the level of each slice
+	trend    []float64              // ForecastHolt: the level's slope, in load per second
+	peak     []float64              // ForecastPeak: the decayed peak
+	err      []float64              // ForecastAdaptive: the smoothed error
+	absErr   []float64              // ForecastAdaptive: the smoothed absolute error
+	signalAt []time.Time            // ForecastAdaptive: the newest report in the signal
 	keys     []float64
 	hot      [][]HotKey
-	seen     []bool // the slice has had an estimate
+	measured []float64 // the load of the last fresh report, of which the hot keys are part
+	seen     []bool    // the slice has had an estimate
 	lastFold time.Time
+	interval time.Duration // between the last two folds: ForecastHolt's horizon
 }
 
-// NewEstimator returns an estimator with no reports.
+// NewEstimator returns an estimator with no reports. It panics if cfg.Validate fails:
+// configurations come from flags and are validated where they are parsed.
 func NewEstimator(cfg EstimatorConfig) *Estimator {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
 	cfg.fill()
 	return &Estimator{cfg: cfg, reports: map[assignment.NodeID]Report{}}
 }
@@ -122,15 +209,49 @@ type Estimate struct {
 const maxHotKeys = 4
 
 // Fold updates the estimates with the reports and returns them for the slices of a. now is
-// the time of the fold.
+// the time of the fold. The returned Loads are the forecast of each slice's load in the
+// next window; a slice that no fresh report covers keeps its forecast.
 func (e *Estimator) Fold(a *assignment.Assignment, now time.Time) Estimate {
 	e.rebase(a)
+	f := e.gather(a, now)
+	dt := time.Duration(0)
+	if !e.lastFold.IsZero() {
+		dt = now.Sub(e.lastFold)
+	}
+	if dt > 0 {
+		e.interval = dt
+	}
+	e.lastFold = now
+	for i := range a.Len() {
+		if f.reporters[i] == 0 {
+			continue // no fresh report: the slice keeps its estimate
+		}
+		scale := float64(len(a.Slice(i).Replicas)) / float64(f.reporters[i]) // holders that did not report served as much
+		e.update(i, f.share[i]*scale, f.keys[i]/float64(f.reporters[i]), dt, f.newest[i])
+		e.measured[i] = f.share[i] * scale
+		e.hot[i] = e.hot[i][:0]
+		for _, k := range f.hot[i] {
+			e.hot[i] = append(e.hot[i], HotKey{Hash: k.Hash, Load: k.Load * scale})
+		}
+	}
+	return Estimate{Loads: e.forecast(), Keys: slices.Clone(e.keys), HotKeys: slices.Clone(e.hot)}
+}
+
+// fresh is what the fresh reports say about each slice of a map.
+type fresh struct {
+	share     []float64   // sum of the shares reported by holders
+	keys      []float64   // sum of the key counts reported by holders
+	reporters []int32     // holders that reported
+	newest    []time.Time // the end of the newest window reported
+	hot       [][]HotKey  // summed over reporters, unscaled
+}
+
+// gather sums, for each slice of a, what the fresh reports of its holders say.
+func (e *Estimator) gather(a *assignment.Assignment, now time.Time) fresh {
 	n := a.Len()
-	share := make([]float64, n)                                 // sum of the shares reported by holders
-	keys := make([]float64, n)                                  // sum of the key counts reported by holders
-	reporters := make([]int32, n)                               // holders that reported
+	f := fresh{share: make([]float64, n), keys: make([]float64, n), reporters: make([]int32, n), hot: make([][]HotKey, n),
+		newest: make([]time.Time, n)}
 	last := make([]int32, n)                                    // 1 + the last report that counted for the slice
-	hot := make([][]HotKey, n)                                  // summed over reporters, scaled below
 	for ri, node := range slices.Sorted(maps.Keys(e.reports)) { // sorted: Fold is deterministic
 		r := e.reports[node]
 		if now.Sub(r.At) > e.cfg.MaxAge || r.Window < e.cfg.MinWindow {
@@ -149,78 +270,226 @@ func (e *Estimator) Fold(a *assignment.Assignment, now time.Time) Estimate {
 				if !sl.Holds(node) {
 					continue
 				}
-				f := overlap.Width() / width
-				share[i] += s.Load * f
-				keys[i] += s.Keys * f
+				w := overlap.Width() / width
+				f.share[i] += s.Load * w
+				f.keys[i] += s.Keys * w
 				if last[i] != int32(ri)+1 {
-					last[i], reporters[i] = int32(ri)+1, reporters[i]+1
+					last[i], f.reporters[i] = int32(ri)+1, f.reporters[i]+1
+					f.newest[i] = later(f.newest[i], r.At)
 				}
 			}
 		}
 		for _, k := range r.HotKeys {
 			i, sl := a.Lookup(k.Hash)
 			if sl.Holds(node) {
-				hot[i] = addHot(hot[i], k)
+				f.hot[i] = addHot(f.hot[i], k)
 			}
 		}
 	}
-	alpha := 1.0
-	if !e.lastFold.IsZero() {
-		alpha = 1 - math.Exp2(-float64(now.Sub(e.lastFold))/float64(e.cfg.HalfLife))
+	return f
+}
+
+// update moves slice i's state towards a fresh load x and key count k, measured dt after the
+// previous fold, in reports whose newest window ended at newest. A slice's first estimate
+// takes the report as it is; a fold at the time of the last one (or before it) changes nothing.
+func (e *Estimator) update(i int, x, k float64, dt time.Duration, newest time.Time) {
+	if !e.seen[i] {
+		e.loads[i], e.keys[i], e.trend[i], e.peak[i], e.err[i], e.absErr[i], e.seen[i] = x, k, 0, x, 0, 0, true
+		e.signalAt[i] = newest
+		return
 	}
-	e.lastFold = now
-	for i := range n {
-		if reporters[i] == 0 {
-			continue // no fresh report: the slice keeps its estimate
-		}
-		r := float64(len(a.Slice(i).Replicas))
-		scale := r / float64(reporters[i]) // holders that did not report served as much
-		fresh, freshKeys := share[i]*scale, keys[i]/float64(reporters[i])
-		if !e.seen[i] {
-			e.loads[i], e.keys[i], e.seen[i] = fresh, freshKeys, true
-		} else {
-			e.loads[i] += alpha * (fresh - e.loads[i])
-			e.keys[i] += alpha * (freshKeys - e.keys[i])
-		}
-		e.hot[i] = e.hot[i][:0]
-		for _, k := range hot[i] {
-			e.hot[i] = append(e.hot[i], HotKey{Hash: k.Hash, Load: k.Load * scale})
-		}
+	if dt <= 0 {
+		return
 	}
-	return Estimate{Loads: slices.Clone(e.loads), Keys: slices.Clone(e.keys), HotKeys: slices.Clone(e.hot)}
+	alpha := 1 - fade(dt, e.cfg.HalfLife)
+	e.keys[i] += alpha * (k - e.keys[i])
+	switch e.cfg.Forecast {
+	case ForecastEWMA:
+		e.loads[i] += alpha * (x - e.loads[i])
+	case ForecastPeak:
+		e.loads[i] += alpha * (x - e.loads[i])
+		e.peak[i] = max(x, e.peak[i]*fade(dt, e.cfg.PeakHalfLife))
+	case ForecastHolt:
+		// Holt's method for irregular intervals: predict the level along the trend, correct
+		// the prediction towards x, then move the trend towards the level's observed slope.
+		secs := dt.Seconds()
+		prev := e.loads[i]
+		predicted := prev + e.trend[i]*secs
+		e.loads[i] = max(0, predicted+alpha*(x-predicted)) // a load is never negative
+		beta := 1 - fade(dt, e.cfg.TrendHalfLife)
+		e.trend[i] += beta * ((e.loads[i]-prev)/secs - e.trend[i])
+	case ForecastAdaptive:
+		miss := x - e.loads[i]
+		// A report folded again (passes more often than reports, or a late report) is no
+		// new evidence: counting its miss twice would look like errors all on one side.
+		if newest.After(e.signalAt[i]) {
+			phi := 1 - fade(dt, e.cfg.SignalHalfLife)
+			e.err[i] += phi * (miss - e.err[i])
+			e.absErr[i] += phi * (math.Abs(miss) - e.absErr[i])
+			e.signalAt[i] = newest
+		}
+		if e.absErr[i] > 0 {
+			alpha = max(alpha, min(1, math.Abs(e.err[i])/e.absErr[i]))
+		}
+		e.loads[i] += alpha * miss
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// fade is how much of a measurement is left after dt with half-life hl.
+func fade(dt, hl time.Duration) float64 { return math.Exp2(-float64(dt) / float64(hl)) }
+
+// base returns slice i's forecast.
+func (e *Estimator) base(i int) float64 {
+	switch e.cfg.Forecast {
+	case ForecastPeak:
+		return max(e.loads[i], e.peak[i])
+	case ForecastHolt:
+		return max(0, e.loads[i]+e.trend[i]*e.interval.Seconds())
+	}
+	return e.loads[i]
+}
+
+// forecast returns each slice's forecast load for the next window.
+func (e *Estimator) forecast() []float64 {
+	out := make([]float64, len(e.loads))
+	for i := range out {
+		out[i] = e.base(i)
+	}
+	return out
 }
 
 // rebase carries the estimates over to the slices of a, by overlap, when the map changed.
+// Levels, trends, peaks and errors are all loads (or loads per second) of ranges, so they
+// spread by overlap as loads do, except that a split slice's levels and peaks first give
+// each of its hot keys' load to the piece holding the key (see carry): a hot key cut into
+// its own slice would otherwise get only its width's share, and the next pass would balance
+// a slice it believes cold. Trends and errors stay spread by width: they are not measured
+// per key, and pinning them to a key would guess.
 func (e *Estimator) rebase(a *assignment.Assignment) {
 	if e.basis == a {
 		return
 	}
 	if e.basis == nil {
-		e.loads, e.keys = make([]float64, a.Len()), make([]float64, a.Len())
-		e.hot, e.seen = make([][]HotKey, a.Len()), make([]bool, a.Len())
+		n := a.Len()
+		e.loads, e.trend, e.peak, e.keys = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+		e.err, e.absErr, e.measured = make([]float64, n), make([]float64, n), make([]float64, n)
+		e.hot, e.seen, e.signalAt = make([][]HotKey, n), make([]bool, n), make([]time.Time, n)
 		e.basis = a
 		return
 	}
-	loads, err1 := Reproject(e.basis, e.loads, a)
-	keys, err2 := Reproject(e.basis, e.keys, a)
-	if err := errors.Join(err1, err2); err != nil {
+	var errs [6]error
+	moved := make([][]float64, 6)
+	moved[0], errs[0] = e.carry(e.loads, a)
+	moved[1], errs[1] = e.carry(e.peak, a)
+	measured, errM := e.carry(e.measured, a)
+	errs[0] = errors.Join(errs[0], errM)
+	moved[2], errs[2] = Reproject(e.basis, e.keys, a)
+	moved[3], errs[3] = Reproject(e.basis, e.absErr, a)
+	moved[4], errs[4] = reprojectSigned(e.basis, e.trend, a)
+	moved[5], errs[5] = reprojectSigned(e.basis, e.err, a)
+	if err := errors.Join(errs[:]...); err != nil {
 		panic(fmt.Sprintf("load: estimates built from validated reports are invalid: %v", err))
 	}
-	seen := make([]bool, a.Len())
+	seen, signalAt := make([]bool, a.Len()), make([]time.Time, a.Len())
 	hot := make([][]HotKey, a.Len())
 	for i, s := range e.basis.All() {
 		if !e.seen[i] {
 			continue
 		}
 		for j, _ := a.Lookup(s.Range.Start); j < a.Len() && a.Slice(j).Range.Overlaps(s.Range); j++ {
-			seen[j] = true
+			seen[j], signalAt[j] = true, later(signalAt[j], e.signalAt[i])
 		}
 		for _, k := range e.hot[i] {
 			j, _ := a.Lookup(k.Hash)
 			hot[j] = addHot(hot[j], k)
 		}
 	}
-	e.basis, e.loads, e.keys, e.seen, e.hot = a, loads, keys, seen, hot
+	e.basis, e.loads, e.peak, e.keys, e.absErr, e.trend, e.err = a, moved[0], moved[1], moved[2], moved[3], moved[4], moved[5]
+	e.seen, e.hot, e.signalAt, e.measured = seen, hot, signalAt, measured
+}
+
+// carry is Reproject for a load of each slice of e.basis, but a slice that a splits gives
+// each of its hot keys the piece of a holding the key, and spreads only the rest by width.
+// The hot keys were measured in the slice's last fresh report while xs[i] is smoothed, so
+// what the keys take is their share of that report (all of it at most, as sketches
+// overcount) times xs[i]: the slice carries exactly xs[i], and the total is preserved.
+// Slices that a keeps whole, or merges, carry xs[i] as Reproject does.
+func (e *Estimator) carry(xs []float64, a *assignment.Assignment) ([]float64, error) {
+	type pin struct {
+		slice int
+		load  float64
+	}
+	var rest []float64 // allocated only when some split slice has hot keys
+	var pins []pin
+	for i, s := range e.basis.All() {
+		if len(e.hot[i]) == 0 || !finiteNonNegative(xs[i]) {
+			continue // nothing to pin; Reproject refuses invalid values
+		}
+		if _, t := a.Lookup(s.Range.Start); t.Range.End.Compare(s.Range.End) >= 0 {
+			continue // kept whole or merged: its load all goes to one slice
+		}
+		if rest == nil {
+			rest = slices.Clone(xs)
+		}
+		pinned := min(xs[i], hotSum(e.hot[i]))
+		if m := e.measured[i]; m > 0 {
+			pinned = xs[i] * min(1, hotSum(e.hot[i])/m)
+		}
+		rest[i] = xs[i] - pinned
+		pins = append(pins, pin{i, pinned})
+	}
+	if rest == nil {
+		return Reproject(e.basis, xs, a)
+	}
+	out, err := Reproject(e.basis, rest, a)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pins {
+		hot := hotSum(e.hot[p.slice])
+		if hot == 0 {
+			continue // nothing was pinned
+		}
+		for _, k := range e.hot[p.slice] {
+			j, _ := a.Lookup(k.Hash) // within the old slice: hot keys are kept where they fall
+			out[j] += p.load * (k.Load / hot)
+		}
+	}
+	return out, nil
+}
+
+// hotSum returns the total load of hot keys.
+func hotSum(hot []HotKey) float64 {
+	var sum float64
+	for _, k := range hot {
+		sum += k.Load
+	}
+	return sum
+}
+
+// reprojectSigned is Reproject for values of either sign, such as trends: it spreads the
+// rises and the falls separately.
+func reprojectSigned(from *assignment.Assignment, xs []float64, to *assignment.Assignment) ([]float64, error) {
+	up, down := make([]float64, len(xs)), make([]float64, len(xs))
+	for i, x := range xs {
+		up[i], down[i] = max(x, 0), max(-x, 0)
+	}
+	up, err1 := Reproject(from, up, to)
+	down, err2 := Reproject(from, down, to)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	for i := range up {
+		up[i] -= down[i]
+	}
+	return up, nil
 }
 
 // lookupFrom returns the index of the slice holding point p, looking first just after hint.

@@ -35,7 +35,7 @@ func TestEstimatorScalesReplicasAndIgnoresNonHolders(t *testing.T) {
 
 func TestEstimatorDecaysByHalfLife(t *testing.T) {
 	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
-	e := NewEstimator(EstimatorConfig{HalfLife: 10 * time.Second})
+	e := NewEstimator(EstimatorConfig{Forecast: ForecastEWMA, HalfLife: 10 * time.Second})
 	require.NoError(t, e.Add(report("a", t0, Sample{Range: keyspace.Full(), Load: 8})))
 	assert.InDeltaSlice(t, []float64{2, 2, 2, 2}, e.Fold(a, t0).Loads, 1e-9, "the first fold takes the report as it is")
 
@@ -118,4 +118,229 @@ func TestEstimatorRefusesBadReportsWhole(t *testing.T) {
 		assert.ErrorIs(t, e.Add(bad), ErrBadReport)
 	}
 	assert.InDeltaSlice(t, []float64{1, 1, 1, 1}, e.Fold(a, t0).Loads, 1e-9, "the good report still stands")
+}
+
+// feed reports load on the whole space from node a once a second, from t0 on, folding after
+// each report, and returns the forecasts of the first slice.
+func feed(t *testing.T, e *Estimator, a *assignment.Assignment, loads ...float64) []float64 {
+	t.Helper()
+	out := make([]float64, len(loads))
+	for i, l := range loads {
+		at := t0.Add(time.Duration(i) * time.Second)
+		require.NoError(t, e.Add(report("a", at, Sample{Range: keyspace.Full(), Load: 4 * l})))
+		out[i] = e.Fold(a, at).Loads[0]
+	}
+	return out
+}
+
+func repeat(x float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = x
+	}
+	return out
+}
+
+func everyForecast() []EstimatorConfig {
+	var out []EstimatorConfig
+	for _, f := range Forecasts {
+		out = append(out, EstimatorConfig{Forecast: f, HalfLife: 3 * time.Second})
+	}
+	return out
+}
+
+func TestForecastsTrackAConstantLoadExactly(t *testing.T) {
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	for _, cfg := range everyForecast() {
+		got := feed(t, NewEstimator(cfg), a, repeat(5, 20)...)
+		assert.Equal(t, repeat(5, 20), got, "%s: the first report is taken as it is, and nothing moves after", cfg.Forecast)
+	}
+}
+
+func TestForecastsFollowAStepWithinTheirHorizon(t *testing.T) {
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	loads := append(repeat(10, 10), repeat(20, 30)...)
+	// Within 5% of the new load after: EWMA, about 4.3 half-lives (3 s each); Holt
+	// overshoots along its new trend, then settles; the peak and, after a quiet spell, the
+	// adaptive forecast (every error so far on one side), at once.
+	within := map[Forecast]int{ForecastEWMA: 13, ForecastPeak: 0, ForecastHolt: 20, ForecastAdaptive: 0}
+	for _, cfg := range everyForecast() {
+		got := feed(t, NewEstimator(cfg), a, loads...)
+		for i := 10 + within[cfg.Forecast]; i < len(loads); i++ {
+			require.InDelta(t, 20, got[i], 1, "%s: %d s after the step", cfg.Forecast, i-10)
+		}
+		if cfg.Forecast == ForecastEWMA {
+			assert.InDelta(t, 10+10*(1-math.Exp2(-1.0/3)), got[10], 1e-9, "a third of a half-life of the way")
+		}
+	}
+}
+
+func TestForecastAdaptiveSmoothsNoise(t *testing.T) {
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	var loads []float64
+	for i := range 40 {
+		loads = append(loads, 10+float64(i%2*2-1)) // 9, 11, 9, 11...
+	}
+	got := feed(t, NewEstimator(EstimatorConfig{}), a, loads...)
+	for _, f := range got[20:] {
+		assert.InDelta(t, 10, f, 0.5, "alternating errors keep the tracking signal low")
+	}
+}
+
+func TestForecastHoltFollowsARamp(t *testing.T) {
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	var loads []float64
+	for i := range 60 {
+		loads = append(loads, 10+float64(i))
+	}
+	got := feed(t, NewEstimator(EstimatorConfig{Forecast: ForecastHolt, HalfLife: 2 * time.Second}), a, loads...)
+	assert.InDelta(t, 70, got[59], 0.5, "one step ahead of the ramp")
+	ewma := feed(t, NewEstimator(EstimatorConfig{Forecast: ForecastEWMA, HalfLife: 2 * time.Second}), a, loads...)
+	assert.Less(t, ewma[59], 68.0, "an average lags a ramp")
+}
+
+func TestForecastPeakHoldsThePeak(t *testing.T) {
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	loads := []float64{10, 40, 10, 10}
+	got := feed(t, NewEstimator(EstimatorConfig{Forecast: ForecastPeak, HalfLife: 10 * time.Second, PeakHalfLife: time.Second}), a, loads...)
+	level := feed(t, NewEstimator(EstimatorConfig{Forecast: ForecastEWMA, HalfLife: 10 * time.Second}), a, loads...)
+	assert.InDeltaSlice(t, []float64{10, 40, 20}, got[:3], 1e-9, "the peak halves each second")
+	assert.InDelta(t, level[3], got[3], 1e-9, "until the level is higher")
+	assert.Greater(t, level[3], 10.0)
+}
+
+func TestForecastStateFollowsSplits(t *testing.T) {
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	e := NewEstimator(EstimatorConfig{Forecast: ForecastHolt, HalfLife: time.Second})
+	feed(t, e, a, 10, 20, 30, 40) // a trend of +10/s over the whole space: 2.5/s a slice
+	q := keyspace.Equal(4)
+	split, err := a.Apply([]assignment.Op{assignment.Split{Slice: q[1].Start, At: q[1].Start + 1<<61}})
+	require.NoError(t, err)
+	before := e.Fold(a, t0.Add(3*time.Second)).Loads
+	after := e.Fold(split, t0.Add(3*time.Second)).Loads
+	assert.InDelta(t, before[1]/2, after[1], 1e-9, "level and trend both split by overlap")
+	assert.InDelta(t, before[1]/2, after[2], 1e-9)
+}
+
+func TestEstimatorConfigRefusesNonsense(t *testing.T) {
+	require.NoError(t, EstimatorConfig{}.Validate())
+	for _, c := range []struct {
+		cfg  EstimatorConfig
+		says string
+	}{
+		{EstimatorConfig{Forecast: "crystal-ball"}, `forecast "crystal-ball"; want one of [ewma peak holt adaptive]`},
+		{EstimatorConfig{HalfLife: -time.Second}, "half-life -1s"},
+		{EstimatorConfig{MaxAge: -1}, "max age"},
+		{EstimatorConfig{MinWindow: -1}, "min window"},
+		{EstimatorConfig{PeakHalfLife: -1}, "peak half-life"},
+		{EstimatorConfig{TrendHalfLife: -1}, "trend half-life"},
+		{EstimatorConfig{SignalHalfLife: -1}, "signal half-life"},
+	} {
+		err := c.cfg.Validate()
+		require.ErrorIs(t, err, ErrBadConfig)
+		assert.Contains(t, err.Error(), c.says)
+		assert.Panics(t, func() { NewEstimator(c.cfg) })
+	}
+}
+
+func TestForecastsAreDeterministic(t *testing.T) {
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	loads := []float64{3, 9, 1, 0, 7, 7, 2, 30, 4}
+	for _, cfg := range everyForecast() {
+		assert.Equal(t, feed(t, NewEstimator(cfg), a, loads...), feed(t, NewEstimator(cfg), a, loads...), cfg.Forecast)
+	}
+}
+
+func TestForecastAdaptiveCountsAReportOnce(t *testing.T) {
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	cfg := EstimatorConfig{HalfLife: 10 * time.Second}
+	noisy := []float64{9, 11, 9, 11, 9, 11, 9, 11, 9, 11, 9, 11}
+	e := NewEstimator(cfg)
+	got := feed(t, e, a, noisy...)
+	// The last report is folded twice more, half a second apart, before the next one comes:
+	// the level moves towards it by the same share both times, as the signal does not count
+	// it again (were it counted, its one-sided misses would push the share towards 1).
+	level, share := got[len(got)-1], []float64{}
+	at := t0.Add(time.Duration(len(noisy)-1) * time.Second)
+	for range 2 {
+		at = at.Add(500 * time.Millisecond)
+		next := e.Fold(a, at).Loads[0]
+		share = append(share, (next-level)/(11-level))
+		level = next
+	}
+	assert.InDelta(t, share[0], share[1], 1e-9)
+	assert.Less(t, share[0], 0.5)
+	// A fold at the same time as the last one changes nothing.
+	assert.InDelta(t, level, e.Fold(a, at).Loads[0], 1e-12)
+}
+
+// sum is the total of xs.
+func sum(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+func TestEstimatorCarriesHotKeysToTheirPieceOfASplit(t *testing.T) {
+	q := keyspace.Equal(4)
+	for _, cfg := range everyForecast() {
+		t.Run(string(cfg.Forecast), func(t *testing.T) {
+			a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+			e := NewEstimator(cfg)
+			r := report("a", t0, Sample{Range: q[0], Load: 10}, Sample{Range: q[1], Load: 3}, Sample{Range: q[3], Load: 5})
+			r.HotKeys = []HotKey{{Hash: 7, Load: 6}, {Hash: q[1].Start + 5, Load: 1}}
+			require.NoError(t, e.Add(r))
+			before := e.Fold(a, t0).Loads
+			// Cut key 7 into its own slice, and merge slice 1 (with a hot key, kept whole) with 2.
+			cut, err := a.Apply([]assignment.Op{assignment.Split{Slice: 0, At: 7}, assignment.Split{Slice: 7, At: 8},
+				assignment.Merge{Left: q[1].Start}})
+			require.NoError(t, err)
+			e.Forget("a")
+			est := e.Fold(cut, t0.Add(time.Second))
+			rest := 4 / float64(q[0].Width()) // the slice's load less its hot key's, per key
+			assert.InDeltaSlice(t, []float64{7 * rest, 6 + rest, 4 - 8*rest, 3, 5}, est.Loads, 1e-9,
+				"the hot key's piece gets the key's load; the rest spreads by width; merges sum")
+			assert.InDelta(t, sum(before), sum(est.Loads), 1e-9, "the carry preserves the total load")
+			assert.Equal(t, []HotKey{{Hash: 7, Load: 6}}, est.HotKeys[1])
+		})
+	}
+}
+
+func TestEstimatorCarriesNoMoreThanASplitSliceHas(t *testing.T) {
+	q := keyspace.Equal(4)
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	e := NewEstimator(EstimatorConfig{Forecast: ForecastPeak})
+	r := report("a", t0, Sample{Range: q[0], Load: 10})
+	// The hot keys add up to more than the slice (sketches overcount): they share its load.
+	r.HotKeys = []HotKey{{Hash: 7, Load: 9}, {Hash: 1 << 60, Load: 3}}
+	require.NoError(t, e.Add(r))
+	e.Fold(a, t0)
+	split, err := a.Apply([]assignment.Op{assignment.Split{Slice: 0, At: 1 << 59}})
+	require.NoError(t, err)
+	e.Forget("a")
+	est := e.Fold(split, t0.Add(time.Second))
+	assert.InDeltaSlice(t, []float64{7.5, 2.5, 0, 0, 0}, est.Loads, 1e-9)
+	assert.InDelta(t, 10, sum(est.Loads), 1e-9, "the carry preserves the total load")
+}
+
+func TestEstimatorCarriesHotKeysByTheirShareOfTheReport(t *testing.T) {
+	q := keyspace.Equal(4)
+	a := quarters(t, ids("a"), ids("a"), ids("a"), ids("a"))
+	e := NewEstimator(EstimatorConfig{Forecast: ForecastEWMA, HalfLife: 10 * time.Second})
+	for i, at := range []time.Time{t0, t0.Add(10 * time.Second)} {
+		r := report("a", at, Sample{Range: q[0], Load: 10 * float64(i+1)})
+		r.HotKeys = []HotKey{{Hash: 7, Load: 6 * float64(i+1)}}
+		require.NoError(t, e.Add(r))
+		e.Fold(a, at)
+	}
+	// The level is 15, halfway from 10 to 20; the key was 60% of the last report.
+	split, err := a.Apply([]assignment.Op{assignment.Split{Slice: 0, At: 8}})
+	require.NoError(t, err)
+	e.Forget("a")
+	est := e.Fold(split, t0.Add(11*time.Second))
+	rest := 6 / float64(q[0].Width())
+	assert.InDeltaSlice(t, []float64{9 + 8*rest, 6 - 8*rest}, est.Loads[:2], 1e-9)
+	assert.InDelta(t, 15, est.Loads[0]+est.Loads[1], 1e-9, "the carry preserves the total load")
 }

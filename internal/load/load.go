@@ -117,12 +117,7 @@ func NodeLoads(a *assignment.Assignment, sliceLoads []float64, nodes *assignment
 	out := make([]float64, nodes.Len())
 	idx := make([]int, 0, 8)
 	for i, s := range a.All() {
-		idx = idx[:0]
-		for _, id := range s.Replicas {
-			if n, ok := nodes.Index(id); ok {
-				idx = append(idx, n)
-			}
-		}
+		idx = nodes.AppendIndices(idx[:0], s.Replicas)
 		for _, n := range idx {
 			out[n] += sliceLoads[i] / float64(len(idx))
 		}

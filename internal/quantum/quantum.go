@@ -52,9 +52,6 @@ type Quantum struct {
 	// assigner's own.
 	By   string
 	Time time.Time
-	// Payload is the transport's encoding of the quantum, made once by the publisher and
-	// shared by every subscriber, so that fan-out does not encode it per watcher.
-	Payload any
 }
 
 // ClockOnly reports whether the quantum only advances the clock.

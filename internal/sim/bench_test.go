@@ -48,3 +48,25 @@ func BenchmarkSimulator(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSimulatorCore is BenchmarkSimulator on the assigner's core: every epoch, 100 nodes
+// report and the core folds the reports and runs its pass.
+func BenchmarkSimulatorCore(b *testing.B) {
+	for _, keys := range []int{250_000, 1_000_000} {
+		b.Run(fmt.Sprintf("keys=%d/nodes=100/epochs=20", keys), func(b *testing.B) {
+			var final float64
+			for b.Loop() {
+				wl, err := ParseWorkload("zipf:1.1", keys, 20, 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res, err := RunCore(context.Background(), "weighted-move", nil, Scenario{Workload: wl}, Options{Nodes: 100, Epochs: 20})
+				if err != nil {
+					b.Fatal(err)
+				}
+				final = res.Summary.FinalImbalance
+			}
+			b.ReportMetric(final, "final-imbalance")
+		})
+	}
+}

@@ -33,13 +33,13 @@ func (r Report) Write(w io.Writer, format string) error {
 	return fmt.Errorf("sim: unknown format %q (want %s)", format, strings.Join(Formats, ", "))
 }
 
-// writeTable prints the epochs side by side, one pair of columns per algorithm, then a
-// summary line per algorithm.
+// writeTable prints the epochs side by side, one group of columns per run, then a summary
+// line per run.
 func (r Report) writeTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"epoch", "nodes"}
 	for _, run := range r.Runs {
-		head = append(head, run.Algorithm+" imbalance", "churn", "slices")
+		head = append(head, run.Label()+" imbalance", "reported", "forecast err", "churn", "slices", "orphaned", "orphaned load")
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	if len(r.Runs) > 0 {
@@ -47,7 +47,9 @@ func (r Report) writeTable(w io.Writer) error {
 			row := []string{strconv.Itoa(e.Epoch), strconv.Itoa(e.Nodes)}
 			for _, run := range r.Runs {
 				e := run.Epochs[i]
-				row = append(row, fmt.Sprintf("%.3f", e.Imbalance), fmt.Sprintf("%.2f%%", 100*e.Churn), strconv.Itoa(e.Slices))
+				row = append(row, fmt.Sprintf("%.3f", e.Imbalance), fmt.Sprintf("%.3f", e.ReportedImbalance),
+					fmt.Sprintf("%.1f%%", 100*e.ForecastError), fmt.Sprintf("%.2f%%", 100*e.Churn), strconv.Itoa(e.Slices),
+					fmt.Sprintf("%.2f%%", 100*e.Orphaned), fmt.Sprintf("%.2f%%", 100*e.OrphanedLoad))
 			}
 			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 		}
@@ -57,23 +59,26 @@ func (r Report) writeTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "algorithm\tfinal imbalance\tmean imbalance\tmax imbalance\tmax churn\ttotal churn\t")
+	fmt.Fprintln(tw, "algorithm\tengine\tfinal imbalance\tmean imbalance\tmax imbalance\tmean reported\t"+
+		"mean forecast err\tthrashing\tmax churn\ttotal churn\tmax orphaned\tmax orphaned load\t")
 	for _, run := range r.Runs {
 		s := run.Summary
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%.2f%%\t%.2f%%\t\n", run.Algorithm,
-			s.FinalImbalance, s.MeanImbalance, s.MaxImbalance, 100*s.MaxChurn, 100*s.TotalChurn)
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.3f\t%.2f%%\t%.2f%%\t%.2f%%\t%.2f%%\t\n", run.Algorithm, run.Engine,
+			s.FinalImbalance, s.MeanImbalance, s.MaxImbalance, s.MeanReportedImbalance, 100*s.MeanForecastError,
+			s.Thrashing, 100*s.MaxChurn, 100*s.TotalChurn, 100*s.MaxOrphaned,
+			100*s.MaxOrphanedLoad)
 	}
 	return tw.Flush()
 }
 
 func (r Report) writeCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"algorithm", "epoch", "imbalance", "churn", "slices", "nodes"})
+	cw.Write([]string{"algorithm", "engine", "epoch", "imbalance", "reported_imbalance", "forecast_error", "churn", "slices", "nodes", "orphaned", "orphaned_load"})
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	for _, run := range r.Runs {
 		for _, e := range run.Epochs {
-			cw.Write([]string{run.Algorithm, strconv.Itoa(e.Epoch),
-				strconv.FormatFloat(e.Imbalance, 'g', -1, 64), strconv.FormatFloat(e.Churn, 'g', -1, 64),
-				strconv.Itoa(e.Slices), strconv.Itoa(e.Nodes)})
+			cw.Write([]string{run.Algorithm, string(run.Engine), strconv.Itoa(e.Epoch), f(e.Imbalance),
+				f(e.ReportedImbalance), f(e.ForecastError), f(e.Churn), strconv.Itoa(e.Slices), strconv.Itoa(e.Nodes), f(e.Orphaned), f(e.OrphanedLoad)})
 		}
 	}
 	cw.Flush()

@@ -2,11 +2,17 @@
 // reports what a system would have experienced: the imbalance between nodes and the churn of
 // keys copied to new nodes. It is how algorithms are compared and tuned on the same work.
 //
+// Two engines run the passes. RunCore (EngineCore) steps the assigner's own core on simulated
+// time: nodes register, report the load they served each epoch, and the core folds the
+// reports with its estimator and runs its pass, as the service does. Run (EngineAlgorithm)
+// calls the algorithm alone with each epoch's exact loads: the best the algorithm can do.
+//
 // Each epoch: the epoch's events apply (loads change, keys and nodes come and go); the
 // imbalance of the assignment in force is measured under the epoch's loads, a key's load split
-// evenly over its live replicas; then the algorithm runs one pass with those loads, and the
-// pass's churn is the number of key placements it adds (a key copied to a node that did not
-// hold it) over the number of keys.
+// evenly over its live replicas, beside what the balancer believed (its forecast of each
+// node's load, and the imbalance it reported); then one pass runs, and the pass's churn is the
+// number of key placements it adds (a key copied to a node that did not hold it) over the
+// number of keys.
 package sim
 
 import (
@@ -16,6 +22,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
@@ -38,6 +45,18 @@ type Removal struct {
 	Node  assignment.NodeID
 }
 
+// ZoneRemoval takes every live node of a zone away at an epoch.
+type ZoneRemoval struct {
+	Epoch int
+	Zone  string
+}
+
+// ZoneLabel is the node label that carries a node's zone when Options.Zones is set.
+const ZoneLabel = "zone"
+
+// ZoneName returns the name of zone i, as Options.Zones assigns them: z0, z1, ...
+func ZoneName(i int) string { return "z" + strconv.Itoa(i) }
+
 // Options shape a run.
 type Options struct {
 	// Nodes is how many nodes, n0..n(N-1), exist from the start (unless a trace adds nodes
@@ -49,60 +68,109 @@ type Options struct {
 	AddNodeAt []int
 	// RemoveNodeAt lists nodes that leave.
 	RemoveNodeAt []Removal
+	// Zones, if above 0, spreads the nodes the run names (nI) over zones z0..z(Zones-1), nI
+	// in zone z(I%Zones), and balances with zones: the core runs with ZoneLabel, the
+	// algorithm alone is given each node's zone.
+	Zones int
+	// RemoveZoneAt lists zones whose live nodes all leave at once; it needs Zones.
+	RemoveZoneAt []ZoneRemoval
+	// Epoch is the simulated time of an epoch for the core (RunCore): the window of the
+	// nodes' load reports and the core's pass interval. Default DefaultEpoch.
+	Epoch time.Duration
+	// HalfLife is the core's load estimator's half-life (RunCore); default the assigner's.
+	HalfLife time.Duration
 	// Progress, if set, is called after each epoch.
 	Progress func(done, total int)
 }
 
 // Epoch is what one epoch measured.
+//
+// Imbalance is experienced: the map in force measured under the epoch's actual loads.
+// ReportedImbalance is what the balancer believed of that map when the epoch began: the
+// core's Status imbalance (its estimates), or for the algorithm alone the map under the
+// previous epoch's loads. ForecastError is the mean absolute percentage error (as a fraction)
+// of the balancer's per-node load forecast for the epoch against the epoch's actual node
+// loads (see forecastError); at epoch 0 nothing was measured yet, so the forecast is 0 and the
+// error 1.
 type Epoch struct {
-	Epoch     int     `json:"epoch"`
-	Imbalance float64 `json:"imbalance"`
-	Churn     float64 `json:"churn"`
-	Slices    int     `json:"slices"`
-	Nodes     int     `json:"nodes"`
+	Epoch             int     `json:"epoch"`
+	Imbalance         float64 `json:"imbalance"`
+	ReportedImbalance float64 `json:"reported_imbalance"`
+	ForecastError     float64 `json:"forecast_error"`
+	Churn             float64 `json:"churn"`
+	Slices            int     `json:"slices"`
+	Nodes             int     `json:"nodes"`
+	// Orphaned is the share of the key space whose every replica, in the map in force, left
+	// at the start of the epoch: keys no node serves until the epoch's pass places them.
+	// OrphanedLoad is their share of the epoch's load, which replicating hot slices over
+	// zones keeps low where the key space share barely moves.
+	Orphaned     float64 `json:"orphaned"`
+	OrphanedLoad float64 `json:"orphaned_load"`
 }
 
-// Summary condenses a run.
+// Summary condenses a run. MeanForecastError leaves out epoch 0, which no forecast could
+// know. Thrashing is the oscillation score (see thrashing.score).
 type Summary struct {
-	FinalImbalance float64 `json:"final_imbalance"`
-	MeanImbalance  float64 `json:"mean_imbalance"`
-	MaxImbalance   float64 `json:"max_imbalance"`
-	MaxChurn       float64 `json:"max_churn"`
-	TotalChurn     float64 `json:"total_churn"`
+	FinalImbalance        float64 `json:"final_imbalance"`
+	MeanImbalance         float64 `json:"mean_imbalance"`
+	MaxImbalance          float64 `json:"max_imbalance"`
+	MeanReportedImbalance float64 `json:"mean_reported_imbalance"`
+	MeanForecastError     float64 `json:"mean_forecast_error"`
+	Thrashing             float64 `json:"thrashing"`
+	MaxChurn              float64 `json:"max_churn"`
+	TotalChurn            float64 `json:"total_churn"`
+	MaxOrphaned           float64 `json:"max_orphaned"`
+	MaxOrphanedLoad       float64 `json:"max_orphaned_load"`
 }
 
-// Result is one algorithm's run.
+// Result is one algorithm's run, on one engine.
 type Result struct {
 	Algorithm string  `json:"algorithm"`
+	Engine    Engine  `json:"engine"`
 	Epochs    []Epoch `json:"epochs"`
 	Summary   Summary `json:"summary"`
 }
 
-// Run simulates alg on the scenario. It stops early, returning ctx's error, if ctx ends.
+// Label names the run in tables and plots: the algorithm, and the engine unless it is the
+// core.
+func (r Result) Label() string {
+	if r.Engine == "" || r.Engine == EngineCore {
+		return r.Algorithm
+	}
+	return r.Algorithm + " (" + string(r.Engine) + ")"
+}
+
+// Run simulates alg alone on the scenario (EngineAlgorithm): each epoch's pass sees the
+// epoch's exact loads. It stops early, returning ctx's error, if ctx ends.
 func Run(ctx context.Context, alg balance.Algorithm, sc Scenario, opt Options) (Result, error) {
-	if (sc.Workload == nil) == (sc.Trace == nil) {
-		return Result{}, fmt.Errorf("%w: give a workload or a trace, not both or neither", ErrScenario)
+	if err := check(sc, opt); err != nil {
+		return Result{}, err
 	}
-	if opt.Epochs < 1 {
-		return Result{}, fmt.Errorf("%w: %d epochs; want at least 1", ErrScenario, opt.Epochs)
-	}
-	r := &runner{alg: alg, sc: sc, opt: opt, w: newWorld()}
-	if sc.Trace == nil || !sc.Trace.NodesAtStart {
-		if opt.Nodes < 1 {
-			return Result{}, fmt.Errorf("%w: %d nodes; want at least 1", ErrScenario, opt.Nodes)
-		}
-		for range opt.Nodes {
+	r := &runner{alg: alg, sc: sc, opt: opt, w: newWorld(opt.Zones)}
+	r.addInitialNodes()
+	return drive(ctx, Result{Algorithm: alg.Name(), Engine: EngineAlgorithm}, alg.Name(), opt, r.epoch)
+}
+
+// addInitialNodes adds the nodes a run starts with, unless its trace adds them at epoch 0.
+func (r *runner) addInitialNodes() {
+	if r.sc.Trace == nil || !r.sc.Trace.NodesAtStart {
+		for range r.opt.Nodes {
 			r.w.addNode("", 1)
 		}
 	}
-	res := Result{Algorithm: alg.Name()}
+}
+
+// drive runs the epochs of a run through epoch, one engine's, into res; what names the run
+// in errors. It stops early, returning ctx's error, if ctx ends.
+func drive(ctx context.Context, res Result, what string, opt Options, epoch func(int, *thrashing) (Epoch, error)) (Result, error) {
+	th := newThrashing()
 	for e := range opt.Epochs {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
 		}
-		ep, err := r.epoch(e)
+		ep, err := epoch(e, th)
 		if err != nil {
-			return Result{}, fmt.Errorf("%s, epoch %d: %w", alg.Name(), e, err)
+			return Result{}, fmt.Errorf("%s, epoch %d: %w", what, e, err)
 		}
 		res.Epochs = append(res.Epochs, ep)
 		if opt.Progress != nil {
@@ -110,16 +178,23 @@ func Run(ctx context.Context, alg balance.Algorithm, sc Scenario, opt Options) (
 		}
 	}
 	res.Summary = summarize(res.Epochs)
+	res.Summary.Thrashing = th.score()
 	return res, nil
 }
 
 func summarize(es []Epoch) Summary {
 	var s Summary
-	for _, e := range es {
+	for i, e := range es {
 		s.MeanImbalance += e.Imbalance / float64(len(es))
 		s.MaxImbalance = max(s.MaxImbalance, e.Imbalance)
+		s.MeanReportedImbalance += e.ReportedImbalance / float64(len(es))
+		if i > 0 {
+			s.MeanForecastError += e.ForecastError / float64(len(es)-1)
+		}
 		s.MaxChurn = max(s.MaxChurn, e.Churn)
 		s.TotalChurn += e.Churn
+		s.MaxOrphaned = max(s.MaxOrphaned, e.Orphaned)
+		s.MaxOrphanedLoad = max(s.MaxOrphanedLoad, e.OrphanedLoad)
 	}
 	s.FinalImbalance = es[len(es)-1].Imbalance
 	return s
@@ -133,32 +208,55 @@ type runner struct {
 	a       *assignment.Assignment
 	history []balance.Move
 	next    int // the next trace event
+	// forecast is each node's load over its capacity that the last pass expected for the
+	// map it made: that map under the loads the pass saw.
+	forecast map[assignment.NodeID]float64
 }
 
-func (r *runner) epoch(e int) (Epoch, error) {
+// begin applies epoch e's events and returns the live nodes and the sorted key hashes the
+// epoch is measured with.
+func (r *runner) begin(e int) (*assignment.NodeSet, []uint64, error) {
 	if err := r.apply(e); err != nil {
-		return Epoch{}, err
+		return nil, nil, err
 	}
 	nodes, err := r.w.nodeSet()
 	if err != nil {
+		return nil, nil, err
+	}
+	return nodes, r.w.keys.sortedHashes(), nil
+}
+
+func (r *runner) epoch(e int, th *thrashing) (Epoch, error) {
+	nodes, keys, err := r.begin(e)
+	if err != nil {
 		return Epoch{}, err
 	}
-	keys := r.w.keys.sortedHashes()
 	if r.a == nil {
 		if r.a, err = r.alg.Initial(balance.Input{Nodes: nodes, KeyHashes: keys}); err != nil {
 			return Epoch{}, fmt.Errorf("initial assignment: %w", err)
 		}
 	}
 	loads, counts, hot := r.measure(nodes.Len())
+	orphans, orphanLoad := orphaned(r.a, nodes, loads)
+	actual := load.NodeLoads(r.a, loads, nodes)
+	th.add(nodes, actual)
+	forecast := make([]float64, nodes.Len())
+	for i, n := range nodes.Nodes() {
+		forecast[i] = r.forecast[n.ID]
+	}
 	ep := Epoch{
-		Epoch:     e,
-		Imbalance: load.Imbalance(load.NodeLoads(r.a, loads, nodes)),
-		Slices:    r.a.Len(),
-		Nodes:     nodes.Len(),
+		Epoch:             e,
+		Imbalance:         load.Imbalance(actual),
+		ReportedImbalance: load.Imbalance(forecast),
+		ForecastError:     forecastError(forecast, actual),
+		Slices:            r.a.Len(),
+		Nodes:             nodes.Len(),
+		Orphaned:          orphans,
+		OrphanedLoad:      orphanLoad,
 	}
 	res, err := r.alg.Rebalance(balance.Input{
 		Assignment: r.a, Nodes: nodes, Load: loads, Keys: counts, HotKeys: hot,
-		KeyHashes: keys, Pass: uint64(e), History: r.history,
+		KeyHashes: keys, Pass: uint64(e), History: r.history, Zones: r.w.zones(),
 	})
 	if err != nil {
 		return Epoch{}, err
@@ -172,7 +270,18 @@ func (r *runner) epoch(e int) (Epoch, error) {
 	}
 	ep.Churn = churn(r.a, next, keys, nodes)
 	r.a, r.history = next, res.History
+	r.expect(nodes)
 	return ep, nil
+}
+
+// expect records what the pass just made expects of each node: the new map under the loads
+// the pass saw (the keys' loads are still this epoch's).
+func (r *runner) expect(nodes *assignment.NodeSet) {
+	loads, _ := r.served(false)
+	r.forecast = make(map[assignment.NodeID]float64, nodes.Len())
+	for i, l := range load.NodeLoads(r.a, loads, nodes) {
+		r.forecast[nodes.Nodes()[i].ID] = l
+	}
 }
 
 // apply carries out the epoch's node changes from the options, then its events.
@@ -185,6 +294,13 @@ func (r *runner) apply(e int) error {
 	for _, rm := range r.opt.RemoveNodeAt {
 		if rm.Epoch == e {
 			if err := r.w.removeNode(rm.Node); err != nil {
+				return err
+			}
+		}
+	}
+	for _, rz := range r.opt.RemoveZoneAt {
+		if rz.Epoch == e {
+			if err := r.w.removeZone(rz.Zone); err != nil {
 				return err
 			}
 		}
@@ -210,6 +326,7 @@ func (r *runner) apply(e int) error {
 			r.w.keys.remove(ev.Name)
 		case AddNode:
 			r.w.addNode(assignment.NodeID(ev.Name), ev.Value)
+			r.w.labels[assignment.NodeID(ev.Name)] = ev.Labels
 		case RemoveNode:
 			err = r.w.removeNode(assignment.NodeID(ev.Name))
 		}
@@ -238,6 +355,20 @@ func (r *runner) measure(nodes int) (loads, counts []float64, hot [][]balance.Ho
 		total += kt.load[id]
 	}
 	threshold := hotShare * total / float64(nodes)
+	r.eachKey(func(j int, h uint64, l float64) {
+		loads[j] += l
+		counts[j]++
+		if l > 0 && l >= threshold {
+			hot[j] = keepTopN(hot[j], balance.HotKey{Hash: h, Load: l}, hotKeys)
+		}
+	})
+	return loads, counts, hot
+}
+
+// eachKey calls fn for every key, in hash order, with the index of the slice of r.a that
+// holds it and the key's load.
+func (r *runner) eachKey(fn func(slice int, hash uint64, load float64)) {
+	kt := &r.w.keys
 	j, end := 0, r.a.Slice(0).Range.End
 	for k, id := range kt.order {
 		h := kt.sorted[k]
@@ -245,24 +376,8 @@ func (r *runner) measure(nodes int) (loads, counts []float64, hot [][]balance.Ho
 			j++
 			end = r.a.Slice(j).Range.End
 		}
-		l := kt.load[id]
-		loads[j] += l
-		counts[j]++
-		if l > 0 && l >= threshold {
-			hot[j] = keepTop(hot[j], balance.HotKey{Hash: h, Load: l})
-		}
+		fn(j, h, kt.load[id])
 	}
-	return loads, counts, hot
-}
-
-// keepTop adds k to the heaviest-first list top, keeping at most hotKeys entries.
-func keepTop(top []balance.HotKey, k balance.HotKey) []balance.HotKey {
-	i, _ := slices.BinarySearchFunc(top, k.Load, func(x balance.HotKey, l float64) int { return cmp.Compare(l, x.Load) })
-	if i >= hotKeys {
-		return top
-	}
-	top = slices.Insert(top, i, k)
-	return top[:min(len(top), hotKeys)]
 }
 
 // churn returns the key placements the change from one map to the other adds (a key copied to
@@ -294,22 +409,78 @@ func churn(from, to *assignment.Assignment, keys []uint64, live *assignment.Node
 	return float64(added) / float64(len(keys))
 }
 
+// orphaned returns the share of the key space whose slices in a have no replica among the
+// live nodes, and their share of the load, loads being those of a's slices.
+func orphaned(a *assignment.Assignment, live *assignment.NodeSet, loads []float64) (space, load float64) {
+	var total float64
+	for i, s := range a.All() {
+		total += loads[i]
+		if !slices.ContainsFunc(s.Replicas, live.Has) {
+			space += s.Range.Fraction()
+			load += loads[i]
+		}
+	}
+	if total > 0 {
+		load /= total
+	}
+	return space, load
+}
+
 // world is the simulated system: its nodes and its keys.
 type world struct {
 	live    []assignment.NodeID // in order of arrival
 	cap     map[assignment.NodeID]float64
-	set     *assignment.NodeSet // nil when live changed
-	counter int                 // for the names of new nodes
+	labels  map[assignment.NodeID]map[string]string // for the core's zones; nil for most
+	set     *assignment.NodeSet                     // nil when live changed
+	counter int                                     // for the names of new nodes
+	nzones  int                                     // Options.Zones
 	keys    keyTable
 }
 
-func newWorld() *world { return &world{cap: map[assignment.NodeID]float64{}} }
+func newWorld(zones int) *world {
+	return &world{cap: map[assignment.NodeID]float64{}, labels: map[assignment.NodeID]map[string]string{},
+		nzones: zones}
+}
+
+// zones returns each live node's zone for the algorithm, or nil when the run has no zones.
+func (w *world) zones() map[assignment.NodeID]string {
+	if w.nzones == 0 {
+		return nil
+	}
+	out := make(map[assignment.NodeID]string, len(w.live))
+	for _, id := range w.live {
+		out[id] = w.labels[id][ZoneLabel]
+	}
+	return out
+}
+
+// removeZone removes every live node of zone.
+func (w *world) removeZone(zone string) error {
+	var gone []assignment.NodeID
+	for _, id := range w.live {
+		if w.labels[id][ZoneLabel] == zone {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) == 0 {
+		return fmt.Errorf("%w: cannot remove zone %q: it has no live node", ErrScenario, zone)
+	}
+	for _, id := range gone {
+		if err := w.removeNode(id); err != nil {
+			return fmt.Errorf("removing zone %q: %w", zone, err)
+		}
+	}
+	return nil
+}
 
 // addNode adds a node; with no id, the next free nI.
 func (w *world) addNode(id assignment.NodeID, capacity float64) {
 	for id == "" {
 		if c := assignment.NodeID("n" + strconv.Itoa(w.counter)); w.cap[c] == 0 {
 			id = c
+			if w.nzones > 0 {
+				w.labels[id] = map[string]string{ZoneLabel: ZoneName(w.counter % w.nzones)}
+			}
 		}
 		w.counter++
 	}
@@ -332,6 +503,7 @@ func (w *world) removeNode(id assignment.NodeID) error {
 	}
 	w.live = slices.Delete(w.live, i, i+1)
 	delete(w.cap, id)
+	delete(w.labels, id)
 	w.set = nil
 	return nil
 }

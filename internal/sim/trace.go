@@ -29,6 +29,8 @@ type Event struct {
 	Name string
 	// Value is the key's load (SetLoad) or the node's capacity (AddNode).
 	Value float64
+	// Labels are the node's labels (AddNode), which it registers with on the core.
+	Labels map[string]string
 }
 
 // EventKind says what an Event does.
@@ -43,13 +45,14 @@ const (
 )
 
 type traceLine struct {
-	Epoch      *int     `json:"epoch"`
-	Key        *string  `json:"key"`
-	Load       *float64 `json:"load"`
-	DeleteKey  *string  `json:"delete_key"`
-	AddNode    *string  `json:"add_node"`
-	Capacity   *float64 `json:"capacity"`
-	RemoveNode *string  `json:"remove_node"`
+	Epoch      *int              `json:"epoch"`
+	Key        *string           `json:"key"`
+	Load       *float64          `json:"load"`
+	DeleteKey  *string           `json:"delete_key"`
+	AddNode    *string           `json:"add_node"`
+	Capacity   *float64          `json:"capacity"`
+	Labels     map[string]string `json:"labels"`
+	RemoveNode *string           `json:"remove_node"`
 }
 
 // Trace is a parsed, checked trace.
@@ -66,7 +69,9 @@ type Trace struct {
 //
 //	{"epoch":E,"key":"k","load":L}               from epoch E on, key k has load L
 //	{"epoch":E,"delete_key":"k"}                 key k is deleted
-//	{"epoch":E,"add_node":"n1","capacity":1.0}   node n1 joins (capacity optional, default 1)
+//	{"epoch":E,"add_node":"n1","capacity":1.0}   node n1 joins (capacity optional, default 1;
+//	                                             "labels":{"zone":"a"} optional, registered
+//	                                             with the core)
 //	{"epoch":E,"remove_node":"n1"}               node n1 leaves
 //
 // Blank lines are skipped. It checks everything it can before the simulation starts: a line
@@ -135,7 +140,7 @@ func parseLine(b []byte) (Event, error) {
 	}
 	if tl.AddNode != nil {
 		kinds = append(kinds, `"add_node"`)
-		ev.Kind, ev.Name, ev.Value = AddNode, *tl.AddNode, 1
+		ev.Kind, ev.Name, ev.Value, ev.Labels = AddNode, *tl.AddNode, 1, tl.Labels
 		if tl.Capacity != nil {
 			ev.Value = *tl.Capacity
 		}
@@ -153,6 +158,8 @@ func parseLine(b []byte) (Event, error) {
 		return Event{}, errors.New(`"load" goes with "key"`)
 	case tl.Capacity != nil && ev.Kind != AddNode:
 		return Event{}, errors.New(`"capacity" goes with "add_node"`)
+	case tl.Labels != nil && ev.Kind != AddNode:
+		return Event{}, errors.New(`"labels" goes with "add_node"`)
 	}
 	switch ev.Kind {
 	case SetLoad:

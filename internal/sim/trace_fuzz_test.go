@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ func FuzzReadTrace(f *testing.F) {
 		`{"epoch":0,"key":"a","load":2}` + "\n" + `{"epoch":1,"add_node":"big","capacity":2.5}` + "\n" +
 			`{"epoch":2,"delete_key":"a"}` + "\n" + `{"epoch":2,"remove_node":"n0"}` + "\n" + `{"epoch":3,"add_node":"small"}`,
 		`{"epoch":0,"add_node":"x"}`,
+		`{"epoch":0,"add_node":"x","labels":{"zone":"a"}}`,
 		"\n\n  \n",
 		`{"epoch":0,"key":"","load":1e308}`,
 		`{"epoch":0,"key":"a","load":1,"delete_key":"b"}`,
@@ -50,7 +52,7 @@ func FuzzReadTrace(f *testing.F) {
 		}
 		for i, ev := range tr.Events {
 			ev.Line = back.Events[i].Line
-			if ev != back.Events[i] {
+			if !reflect.DeepEqual(ev, back.Events[i]) {
 				t.Fatalf("round trip: event %d %+v became %+v", i, ev, back.Events[i])
 			}
 		}
@@ -102,6 +104,9 @@ func writeEvent(t *testing.T, w *bytes.Buffer, ev Event) {
 		line["delete_key"] = ev.Name
 	case AddNode:
 		line["add_node"], line["capacity"] = ev.Name, ev.Value
+		if ev.Labels != nil {
+			line["labels"] = ev.Labels
+		}
 	case RemoveNode:
 		line["remove_node"] = ev.Name
 	}

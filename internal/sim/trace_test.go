@@ -20,7 +20,7 @@ func TestReadTrace(t *testing.T) {
 {"epoch":1,"add_node":"big","capacity":2.5}
 {"epoch":2,"delete_key":"a"}
 {"epoch":2,"remove_node":"n0"}
-{"epoch":3,"add_node":"small"}
+{"epoch":3,"add_node":"small","labels":{"zone":"b"}}
 `), twoNodes)
 	require.NoError(t, err)
 	assert.Equal(t, 3, tr.LastEpoch)
@@ -31,7 +31,7 @@ func TestReadTrace(t *testing.T) {
 		{Epoch: 1, Line: 5, Kind: AddNode, Name: "big", Value: 2.5},
 		{Epoch: 2, Line: 6, Kind: DeleteKey, Name: "a"},
 		{Epoch: 2, Line: 7, Kind: RemoveNode, Name: "n0"},
-		{Epoch: 3, Line: 8, Kind: AddNode, Name: "small", Value: 1},
+		{Epoch: 3, Line: 8, Kind: AddNode, Name: "small", Value: 1, Labels: map[string]string{"zone": "b"}},
 	}, tr.Events)
 
 	tr, err = ReadTrace(strings.NewReader(`{"epoch":0,"add_node":"x"}`), twoNodes)
@@ -58,6 +58,7 @@ func TestReadTraceRejectsMalformedLines(t *testing.T) {
 		{`{"epoch":0,"key":"a","load":-3}`, `key "a" has load -3`},
 		{`{"epoch":0,"key":"a","load":1e400}`, "not a JSON event"},
 		{`{"epoch":0,"key":"a","load":1,"capacity":2}`, `"capacity" goes with "add_node"`},
+		{`{"epoch":0,"remove_node":"n0","labels":{"zone":"a"}}`, `"labels" goes with "add_node"`},
 		{`{"epoch":0,"delete_key":"a","load":2}`, `"load" goes with "key"`},
 		{`{"epoch":0,"add_node":"x","capacity":0}`, `node "x" has capacity 0`},
 		{`{"epoch":0,"add_node":"x y"}`, "bad node ID"},

@@ -24,7 +24,7 @@ type Workload interface {
 }
 
 // Workloads lists the built-in workload specs, for help texts.
-const Workloads = "uniform | zipf:S | hotspot-shift[:S[:PERIOD]] | flash-crowd[:KEYS[:SHARE]] | diurnal[:PERIOD]"
+const Workloads = "uniform | zipf:S | hotspot-shift[:S[:PERIOD]] | flash-crowd[:KEYS[:SHARE]] | diurnal[:PERIOD] | " + NoisyWorkload
 
 // ParseWorkload builds a built-in workload from its spec:
 //
@@ -38,6 +38,8 @@ const Workloads = "uniform | zipf:S | hotspot-shift[:S[:PERIOD]] | flash-crowd[:
 //	diurnal[:PERIOD]            zipf:0.8 whose load rises and falls with a period of PERIOD
 //	                            epochs (default 24), at a phase set by each key's place in the
 //	                            hash space, as if keys lived in different time zones
+//	noisy[:S[:NOISE[:...]]]     zipf:S with the noise of real traffic: keys appearing and
+//	                            vanishing, bursts, phase changes, counting noise (parseNoisy)
 //
 // Loads are scaled so that the mean key load is about 1. seed picks which keys are popular.
 func ParseWorkload(spec string, keys, epochs int, seed uint64) (Workload, error) {
@@ -60,6 +62,9 @@ func ParseWorkload(spec string, keys, epochs int, seed uint64) (Workload, error)
 			return args[i]
 		}
 		return def
+	}
+	if name == "noisy" {
+		return parseNoisy(workload{spec: spec, keys: keys}, args, seed)
 	}
 	maxArgs := map[string]int{"uniform": 0, "zipf": 1, "hotspot-shift": 2, "flash-crowd": 2, "diurnal": 1}
 	n, known := maxArgs[name]

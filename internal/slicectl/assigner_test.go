@@ -192,562 +192,597 @@ func TestAgainstAnAssigner(t *testing.T) {
 	_, err := e.admin.Freeze(e.ctx(), &pb.FreezeRequest{Reason: "slicectl test"}, grpc.WaitForReady(true))
 	require.NoError(t, err)
 
-	t.Run("status", func(t *testing.T) {
-		st := e.status()
-		out := e.ok("status")
-		assert.Regexp(t, `(?m)^leader\s+yes, at `+e.addr+`$`, out)
-		assert.Regexp(t, fmt.Sprintf(`(?m)^term\s+%d$`, st.GetPosition().GetTerm()), out)
-		assert.Regexp(t, fmt.Sprintf(`(?m)^generation\s+%d$`, st.GetGeneration()), out)
-		assert.Regexp(t, fmt.Sprintf(`(?m)^slices\s+%d$`, st.GetSlices()), out)
-		assert.Regexp(t, `(?m)^nodes\s+4$`, out)
-		assert.Regexp(t, `(?m)^balancing\s+frozen`, out)
-		assert.Regexp(t, `(?m)^algorithm\s+weighted-move \(default constants\)$`, out)
-		assert.Regexp(t, `(?m)^last pass\s+\d{4}-\d\d-\d\d .* ago\)$`, out)
-		assert.Regexp(t, `(?m)^pinned\s+none$`, out)
+	t.Run("status", func(t *testing.T) { ctlStatus(t, e) })
 
-		var got statusOut
-		e.okJSON(&got, "status")
-		assert.True(t, got.Leader)
-		assert.Equal(t, e.addr, got.LeaderAddress)
-		assert.Equal(t, st.GetPosition().GetTerm(), got.Position.Term)
-		assert.GreaterOrEqual(t, got.Position.Seq, st.GetPosition().GetSeq())
-		assert.Equal(t, st.GetGeneration(), got.Generation)
-		assert.Equal(t, st.GetSlices(), got.Slices)
-		assert.Equal(t, uint32(4), got.Nodes)
-		assert.True(t, got.Frozen)
-		assert.Equal(t, "weighted-move", got.Algorithm)
-		assert.Equal(t, map[string]string{}, got.Params)
-		require.NotNil(t, got.LastPass)
-		assert.WithinDuration(t, st.GetLastPass().AsTime(), *got.LastPass, time.Millisecond)
-		assert.Equal(t, []rangeOut{}, got.Pinned)
+	t.Run("nodes", func(t *testing.T) { ctlNodes(t, e) })
 
-		var doc map[string]any
-		require.NoError(t, yaml.Unmarshal([]byte(e.ok("status", "-o", "yaml")), &doc))
-		assert.Equal(t, true, doc["leader"])
-		assert.Equal(t, 4, doc["nodes"])
-		assert.Equal(t, "weighted-move", doc["algorithm"])
-		assert.Equal(t, map[string]any{"term": int(st.GetPosition().GetTerm()), "seq": doc["position"].(map[string]any)["seq"]}, doc["position"])
-	})
+	t.Run("slices", func(t *testing.T) { ctlSlices(t, e) })
 
-	t.Run("nodes", func(t *testing.T) {
-		want := e.nodes()
-		out := e.ok("nodes")
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		require.Len(t, lines, 5, out)
-		assert.Equal(t, []string{"ID", "ADDRESS", "CAPACITY", "SLICES", "LOAD", "DRAINING", "DATA", "LAST", "SEEN"}, strings.Fields(lines[0]))
-		for i, id := range envNodes {
-			f := strings.Fields(lines[i+1])
-			require.GreaterOrEqual(t, len(f), 8, lines[i+1])
-			assert.Equal(t, []string{id, "127.0.0.1:1", "1", fmt.Sprint(want[id].GetSlices()), "0", "no"}, f[:6])
-			assert.Equal(t, "ago", f[len(f)-1])
+	t.Run("lookup", func(t *testing.T) { ctlLookup(t, e) })
+
+	t.Run("quanta", func(t *testing.T) { ctlQuanta(t, e) })
+
+	t.Run("explain", func(t *testing.T) { ctlExplain(t, e) })
+
+	t.Run("move", func(t *testing.T) { ctlMove(t, e) })
+
+	t.Run("split and merge", func(t *testing.T) { ctlSplitAndMerge(t, e) })
+
+	t.Run("pin and unpin", func(t *testing.T) { ctlPinAndUnpin(t, e) })
+
+	t.Run("freeze and unfreeze", func(t *testing.T) { ctlFreezeAndUnfreeze(t, e) })
+
+	t.Run("algorithm", func(t *testing.T) { ctlAlgorithm(t, e) })
+
+	t.Run("quanta follow", func(t *testing.T) { ctlQuantaFollow(t, e) })
+
+	t.Run("completion of node IDs", func(t *testing.T) { ctlCompletionOfNodeIDs(t, e) })
+
+	t.Run("drain", func(t *testing.T) { ctlDrain(t, e) })
+
+	t.Run("standby", func(t *testing.T) { ctlStandby(t, e) })
+}
+
+func ctlStatus(t *testing.T, e *assignerEnv) {
+	st := e.status()
+	out := e.ok("status")
+	assert.Regexp(t, `(?m)^leader\s+yes, at `+e.addr+`$`, out)
+	assert.Regexp(t, fmt.Sprintf(`(?m)^term\s+%d$`, st.GetPosition().GetTerm()), out)
+	assert.Regexp(t, fmt.Sprintf(`(?m)^generation\s+%d$`, st.GetGeneration()), out)
+	assert.Regexp(t, fmt.Sprintf(`(?m)^slices\s+%d$`, st.GetSlices()), out)
+	assert.Regexp(t, `(?m)^nodes\s+4$`, out)
+	assert.Regexp(t, `(?m)^balancing\s+frozen`, out)
+	assert.Regexp(t, `(?m)^algorithm\s+weighted-move \(default constants\)$`, out)
+	assert.Regexp(t, `(?m)^last pass\s+\d{4}-\d\d-\d\d .* ago\)$`, out)
+	assert.Regexp(t, `(?m)^pinned\s+none$`, out)
+
+	var got statusOut
+	e.okJSON(&got, "status")
+	assert.True(t, got.Leader)
+	assert.Equal(t, e.addr, got.LeaderAddress)
+	assert.Equal(t, st.GetPosition().GetTerm(), got.Position.Term)
+	assert.GreaterOrEqual(t, got.Position.Seq, st.GetPosition().GetSeq())
+	assert.Equal(t, st.GetGeneration(), got.Generation)
+	assert.Equal(t, st.GetSlices(), got.Slices)
+	assert.Equal(t, uint32(4), got.Nodes)
+	assert.True(t, got.Frozen)
+	assert.Equal(t, "weighted-move", got.Algorithm)
+	assert.Equal(t, map[string]string{}, got.Params)
+	require.NotNil(t, got.LastPass)
+	assert.WithinDuration(t, st.GetLastPass().AsTime(), *got.LastPass, time.Millisecond)
+	assert.Equal(t, []rangeOut{}, got.Pinned)
+
+	var doc map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(e.ok("status", "-o", "yaml")), &doc))
+	assert.Equal(t, true, doc["leader"])
+	assert.Equal(t, 4, doc["nodes"])
+	assert.Equal(t, "weighted-move", doc["algorithm"])
+	assert.Equal(t, map[string]any{"term": int(st.GetPosition().GetTerm()), "seq": doc["position"].(map[string]any)["seq"]}, doc["position"])
+}
+
+func ctlNodes(t *testing.T, e *assignerEnv) {
+	want := e.nodes()
+	out := e.ok("nodes")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 5, out)
+	assert.Equal(t, []string{"ID", "ADDRESS", "CAPACITY", "SLICES", "LOAD", "DRAINING", "DATA", "LAST", "SEEN"}, strings.Fields(lines[0]))
+	for i, id := range envNodes {
+		f := strings.Fields(lines[i+1])
+		require.GreaterOrEqual(t, len(f), 8, lines[i+1])
+		assert.Equal(t, []string{id, "127.0.0.1:1", "1", fmt.Sprint(want[id].GetSlices()), "0", "no"}, f[:6])
+		assert.Equal(t, "ago", f[len(f)-1])
+	}
+	// The columns line up.
+	col := strings.Index(lines[0], "SLICES")
+	for _, l := range lines[1:] {
+		assert.NotEqual(t, ' ', l[col], "%q", l)
+		assert.Equal(t, byte(' '), l[col-1], "%q", l)
+	}
+
+	var got struct {
+		Nodes []struct {
+			ID, Address string
+			Capacity    float64
+			Labels      map[string]string
+			Slices      uint32
+			Load        float64
+			Draining    bool
+			LastSeen    time.Time `json:"last_seen"`
 		}
-		// The columns line up.
-		col := strings.Index(lines[0], "SLICES")
-		for _, l := range lines[1:] {
-			assert.NotEqual(t, ' ', l[col], "%q", l)
-			assert.Equal(t, byte(' '), l[col-1], "%q", l)
-		}
+	}
+	e.okJSON(&got, "nodes")
+	require.Len(t, got.Nodes, 4)
+	for i, n := range got.Nodes {
+		assert.Equal(t, envNodes[i], n.ID)
+		assert.Equal(t, "127.0.0.1:1", n.Address)
+		assert.Equal(t, 1.0, n.Capacity)
+		assert.Equal(t, want[n.ID].GetSlices(), n.Slices)
+		assert.False(t, n.Draining)
+		assert.WithinDuration(t, time.Now(), n.LastSeen, time.Minute)
+	}
+}
 
-		var got struct {
-			Nodes []struct {
-				ID, Address string
-				Capacity    float64
-				Labels      map[string]string
-				Slices      uint32
-				Load        float64
-				Draining    bool
-				LastSeen    time.Time `json:"last_seen"`
-			}
-		}
-		e.okJSON(&got, "nodes")
-		require.Len(t, got.Nodes, 4)
-		for i, n := range got.Nodes {
-			assert.Equal(t, envNodes[i], n.ID)
-			assert.Equal(t, "127.0.0.1:1", n.Address)
-			assert.Equal(t, 1.0, n.Capacity)
-			assert.Equal(t, want[n.ID].GetSlices(), n.Slices)
-			assert.False(t, n.Draining)
-			assert.WithinDuration(t, time.Now(), n.LastSeen, time.Minute)
-		}
-	})
-
-	t.Run("slices", func(t *testing.T) {
-		node, _ := e.busiest()
-		want := e.slices(node)
-		var got struct {
-			Total  uint32
-			Slices []struct {
-				Start, End string
-				Replicas   []string
-				Load, Keys float64
-				Pinned     bool
-			}
-		}
-		e.okJSON(&got, "slices", "--node", node)
-		assert.Equal(t, want.GetTotal(), got.Total)
-		require.Len(t, got.Slices, len(want.GetSlices()))
-		for i, s := range got.Slices {
-			assert.Equal(t, formatRange(rangeOf(want.GetSlices()[i].GetRange())), rangeOut{s.Start, s.End})
-			assert.Contains(t, s.Replicas, node)
-		}
-
-		all := e.status().GetSlices()
-		e.okJSON(&got, "slices", "--sort", "load", "--limit", "5")
-		assert.Equal(t, all, got.Total)
-		assert.Len(t, got.Slices, 5)
-
-		out := e.ok("slices", "--limit", "3")
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		require.Len(t, lines, 5, out)
-		assert.Equal(t, []string{"START", "END", "REPLICAS", "LOAD", "KEYS", "PINNED"}, strings.Fields(lines[0]))
-		assert.Equal(t, []string{"0x0000000000000000"}, strings.Fields(lines[1])[:1], "key order, from the start of the space")
-		assert.Equal(t, fmt.Sprintf("3 of %d slices (--limit)", all), lines[4])
-
-		_, _, err := e.ctl("slices", "--node", "nope")
-		require.ErrorIs(t, err, ErrRefused)
-		assert.EqualError(t, err, "refused: unknown node: nope is not registered")
-	})
-
-	t.Run("lookup", func(t *testing.T) {
-		h := keyspace.Hash([]byte("user:1"))
-		want := e.lookup(h)
-		var got struct {
-			Key, Hash  string
-			Slice      rangeOut
+func ctlSlices(t *testing.T, e *assignerEnv) {
+	node, _ := e.busiest()
+	want := e.slices(node)
+	var got struct {
+		Total  uint32
+		Slices []struct {
+			Start, End string
 			Replicas   []string
-			Generation uint64
+			Load, Keys float64
+			Pinned     bool
 		}
-		e.okJSON(&got, "lookup", "user:1")
-		assert.Equal(t, "user:1", got.Key)
-		assert.Equal(t, keyspace.FormatPoint(h), got.Hash)
-		assert.Equal(t, formatRange(rangeOf(want.GetSlice())), got.Slice)
-		assert.Equal(t, want.GetReplicas(), got.Replicas)
-		assert.Equal(t, want.GetGeneration(), got.Generation)
+	}
+	e.okJSON(&got, "slices", "--node", node)
+	assert.Equal(t, want.GetTotal(), got.Total)
+	require.Len(t, got.Slices, len(want.GetSlices()))
+	for i, s := range got.Slices {
+		assert.Equal(t, formatRange(rangeOf(want.GetSlices()[i].GetRange())), rangeOut{s.Start, s.End})
+		assert.Contains(t, s.Replicas, node)
+	}
 
-		out := e.ok("lookup", "--hash", "0x8000000000000000")
-		mid := e.lookup(1 << 63)
-		assert.Regexp(t, `(?m)^hash\s+0x8000000000000000$`, out)
-		assert.Regexp(t, `(?m)^slice\s+`+regexpQuote(showRange(mid.GetSlice()))+`$`, out)
-		assert.Regexp(t, `(?m)^replicas\s+`+strings.Join(mid.GetReplicas(), ",")+`$`, out)
-		assert.NotContains(t, out, "key")
-	})
+	all := e.status().GetSlices()
+	e.okJSON(&got, "slices", "--sort", "load", "--limit", "5")
+	assert.Equal(t, all, got.Total)
+	assert.Len(t, got.Slices, 5)
 
-	t.Run("quanta", func(t *testing.T) {
-		resp, err := e.admin.ListQuanta(e.ctx(), &pb.ListQuantaRequest{Limit: 0}, grpc.WaitForReady(true))
-		require.NoError(t, err)
-		want := resp.GetQuanta()
-		require.NotEmpty(t, want)
-		got := quantaLines(t, e.ok("quanta", "--limit", "0", "-o", "json"))
-		require.Len(t, got, len(want))
-		for i, q := range got {
-			assert.Equal(t, posOut{want[i].GetPosition().GetTerm(), want[i].GetPosition().GetSeq()}, q.Position)
-			assert.Equal(t, want[i].GetCause(), q.Cause)
-			assert.Equal(t, want[i].GetBy(), q.By)
-			assert.Equal(t, want[i].GetGeneration(), q.Generation)
-			assert.Len(t, q.Ops, len(want[i].GetOps()))
-		}
-		// The nodes' registrations come first: the first map waits for them.
-		first := slices.IndexFunc(got, func(q quantumOut) bool { return q.By == "" })
-		require.GreaterOrEqual(t, first, 0, "the assigner's own quanta are listed")
-		assert.Equal(t, "initial", got[first].Cause, "the first map is in the history")
-		assert.True(t, got[first].Reinitializing)
-		for _, q := range got[:first] {
-			assert.True(t, strings.HasPrefix(q.Cause, "node: "), q.Cause)
-			assert.True(t, strings.HasPrefix(q.By, "plaintext:127.0.0.1:"), "the caller's address, without TLS: %s", q.By)
-		}
+	out := e.ok("slices", "--limit", "3")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 5, out)
+	assert.Equal(t, []string{"START", "END", "REPLICAS", "LOAD", "KEYS", "PINNED"}, strings.Fields(lines[0]))
+	assert.Equal(t, []string{"0x0000000000000000"}, strings.Fields(lines[1])[:1], "key order, from the start of the space")
+	assert.Equal(t, fmt.Sprintf("3 of %d slices (--limit)", all), lines[4])
 
-		out := e.ok("quanta", "--limit", "2")
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		require.Len(t, lines, min(3, len(want)+1), out)
-		assert.Equal(t, []string{"POSITION", "CLOCK", "GENERATION", "TIME", "OPS", "BY", "CAUSE"}, strings.Fields(lines[0]))
-		last := want[len(want)-1]
-		assert.Equal(t, []string{showPosition(last.GetPosition()), fmt.Sprint(last.GetClock()), fmt.Sprint(last.GetGeneration())},
-			strings.Fields(lines[len(lines)-1])[:3])
-	})
+	_, _, err := e.ctl("slices", "--node", "nope")
+	require.ErrorIs(t, err, ErrRefused)
+	assert.EqualError(t, err, "refused: unknown node: nope is not registered")
+}
 
-	t.Run("explain", func(t *testing.T) {
-		x, err := e.admin.Explain(e.ctx(), &pb.ExplainRequest{}, grpc.WaitForReady(true))
-		require.NoError(t, err)
-		require.True(t, x.GetPassed(), "passes ran before the freeze")
-		var got struct {
-			Passed, Frozen        bool
-			Algorithm, Stop       string
-			ImbalanceBefore       float64 `json:"imbalance_before"`
-			ImbalanceAfter        float64 `json:"imbalance_after"`
-			ChurnBudget           float64 `json:"churn_budget"`
-			Churn                 struct{ Cleanup, Merge, Move float64 }
-			Splits, Merges, Moves uint32
-			ReplicasAdded         uint32 `json:"replicas_added"`
-			Candidates            []struct{ Action, Reason string }
-			Position              posOut
-		}
-		e.okJSON(&got, "explain")
-		assert.True(t, got.Passed)
-		assert.True(t, got.Frozen)
-		assert.Equal(t, x.GetAlgorithm(), got.Algorithm)
-		assert.Equal(t, x.GetStop(), got.Stop)
-		assert.NotEmpty(t, got.Stop, "a pass says why it stopped")
-		assert.Equal(t, x.GetImbalanceBefore(), got.ImbalanceBefore)
-		assert.Equal(t, x.GetChurnBudget(), got.ChurnBudget)
-		assert.Equal(t, x.GetMoves(), got.Moves)
-		assert.Len(t, got.Candidates, len(x.GetCandidates()))
+func ctlLookup(t *testing.T, e *assignerEnv) {
+	h := keyspace.Hash([]byte("user:1"))
+	want := e.lookup(h)
+	var got struct {
+		Key, Hash  string
+		Slice      rangeOut
+		Replicas   []string
+		Generation uint64
+	}
+	e.okJSON(&got, "lookup", "user:1")
+	assert.Equal(t, "user:1", got.Key)
+	assert.Equal(t, keyspace.FormatPoint(h), got.Hash)
+	assert.Equal(t, formatRange(rangeOf(want.GetSlice())), got.Slice)
+	assert.Equal(t, want.GetReplicas(), got.Replicas)
+	assert.Equal(t, want.GetGeneration(), got.Generation)
 
-		out := e.ok("explain")
-		assert.Contains(t, out, "balancing is frozen: no pass runs until slicectl unfreeze")
-		assert.Regexp(t, `(?m)^algorithm\s+weighted-move$`, out)
-		assert.Regexp(t, `(?m)^stopped\s+`+regexp.QuoteMeta(x.GetStop())+`$`, out)
-		assert.Regexp(t, `(?m)^churn\s+[0-9.]+% of keys \(clean-up [0-9.]+%, merge [0-9.]+%, move [0-9.]+%; budget 9%\)$`, out)
-		assert.Regexp(t, fmt.Sprintf(`(?m)^did\s+%d splits, %d merges, %d moves`, x.GetSplits(), x.GetMerges(), x.GetMoves()), out)
-	})
+	out := e.ok("lookup", "--hash", "0x8000000000000000")
+	mid := e.lookup(1 << 63)
+	assert.Regexp(t, `(?m)^hash\s+0x8000000000000000$`, out)
+	assert.Regexp(t, `(?m)^slice\s+`+regexpQuote(showRange(mid.GetSlice()))+`$`, out)
+	assert.Regexp(t, `(?m)^replicas\s+`+strings.Join(mid.GetReplicas(), ",")+`$`, out)
+	assert.NotContains(t, out, "key")
+}
 
-	t.Run("move", func(t *testing.T) {
-		from, to := e.busiest()
-		r := e.sliceOn(from)
-		gen := e.status().GetGeneration()
-		start := keyspace.FormatPoint(r.Start)
+func ctlQuanta(t *testing.T, e *assignerEnv) {
+	resp, err := e.admin.ListQuanta(e.ctx(), &pb.ListQuantaRequest{Limit: 0}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	want := resp.GetQuanta()
+	require.NotEmpty(t, want)
+	got := quantaLines(t, e.ok("quanta", "--limit", "0", "-o", "json"))
+	require.Len(t, got, len(want))
+	for i, q := range got {
+		assert.Equal(t, posOut{want[i].GetPosition().GetTerm(), want[i].GetPosition().GetSeq()}, q.Position)
+		assert.Equal(t, want[i].GetCause(), q.Cause)
+		assert.Equal(t, want[i].GetBy(), q.By)
+		assert.Equal(t, want[i].GetGeneration(), q.Generation)
+		assert.Len(t, q.Ops, len(want[i].GetOps()))
+	}
+	// The nodes' registrations come first: the first map waits for them.
+	first := slices.IndexFunc(got, func(q quantumOut) bool { return q.By == "" })
+	require.GreaterOrEqual(t, first, 0, "the assigner's own quanta are listed")
+	assert.Equal(t, "initial", got[first].Cause, "the first map is in the history")
+	assert.True(t, got[first].Reinitializing)
+	for _, q := range got[:first] {
+		assert.True(t, strings.HasPrefix(q.Cause, "node: "), q.Cause)
+		assert.True(t, strings.HasPrefix(q.By, "plaintext:127.0.0.1:"), "the caller's address, without TLS: %s", q.By)
+	}
 
-		out := e.ok("move", start, "--to", to)
-		assert.Equal(t, fmt.Sprintf(`move %s from %s to %s
+	out := e.ok("quanta", "--limit", "2")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, min(3, len(want)+1), out)
+	assert.Equal(t, []string{"POSITION", "CLOCK", "GENERATION", "TIME", "OPS", "BY", "CAUSE"}, strings.Fields(lines[0]))
+	last := want[len(want)-1]
+	assert.Equal(t, []string{showPosition(last.GetPosition()), fmt.Sprint(last.GetClock()), fmt.Sprint(last.GetGeneration())},
+		strings.Fields(lines[len(lines)-1])[:3])
+}
+
+func ctlExplain(t *testing.T, e *assignerEnv) {
+	x, err := e.admin.Explain(e.ctx(), &pb.ExplainRequest{}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	require.True(t, x.GetPassed(), "passes ran before the freeze")
+	var got struct {
+		Passed, Frozen        bool
+		Algorithm, Stop       string
+		ImbalanceBefore       float64 `json:"imbalance_before"`
+		ImbalanceAfter        float64 `json:"imbalance_after"`
+		ChurnBudget           float64 `json:"churn_budget"`
+		Churn                 struct{ Cleanup, Merge, Move float64 }
+		Splits, Merges, Moves uint32
+		ReplicasAdded         uint32 `json:"replicas_added"`
+		Candidates            []struct{ Action, Reason string }
+		Position              posOut
+	}
+	e.okJSON(&got, "explain")
+	assert.True(t, got.Passed)
+	assert.True(t, got.Frozen)
+	assert.Equal(t, x.GetAlgorithm(), got.Algorithm)
+	assert.Equal(t, x.GetStop(), got.Stop)
+	assert.NotEmpty(t, got.Stop, "a pass says why it stopped")
+	assert.Equal(t, x.GetImbalanceBefore(), got.ImbalanceBefore)
+	assert.Equal(t, x.GetChurnBudget(), got.ChurnBudget)
+	assert.Equal(t, x.GetMoves(), got.Moves)
+	assert.Len(t, got.Candidates, len(x.GetCandidates()))
+
+	out := e.ok("explain")
+	assert.Contains(t, out, "balancing is frozen: no pass runs until slicectl unfreeze")
+	assert.Regexp(t, `(?m)^algorithm\s+weighted-move$`, out)
+	assert.Regexp(t, `(?m)^stopped\s+`+regexp.QuoteMeta(x.GetStop())+`$`, out)
+	assert.Regexp(t, `(?m)^churn\s+[0-9.]+% of keys \(clean-up [0-9.]+%, merge [0-9.]+%, move [0-9.]+%; budget 9%\)$`, out)
+	assert.Regexp(t, fmt.Sprintf(`(?m)^did\s+%d splits, %d merges, %d moves`, x.GetSplits(), x.GetMerges(), x.GetMoves()), out)
+}
+
+func ctlMove(t *testing.T, e *assignerEnv) {
+	from, to := e.busiest()
+	r := e.sliceOn(from)
+	gen := e.status().GetGeneration()
+	start := keyspace.FormatPoint(r.Start)
+
+	out := e.ok("move", start, "--to", to)
+	assert.Equal(t, fmt.Sprintf(`move %s from %s to %s
   quantum %s, generation %d, 1 operation:
     assign the slice at %s to %s
 `, r, from, to, showPosition(e.status().GetPosition()), gen+1, start, to), out)
-		assert.Equal(t, []string{to}, e.lookup(r.Start).GetReplicas())
+	assert.Equal(t, []string{to}, e.lookup(r.Start).GetReplicas())
 
-		// To two nodes, by a key in the slice, as JSON.
-		var ch changeOut
-		e.okJSON(&ch, "move", "hash:"+keyspace.FormatPoint(r.Start+1), "--to", from+","+to)
-		replicas := []string{from, to}
-		slices.Sort(replicas)
-		assert.Equal(t, fmt.Sprintf("move %s from %s to %s", r, to, strings.Join(replicas, ",")), ch.Summary)
-		assert.Equal(t, gen+2, ch.Generation)
-		assert.Equal(t, []opOut{{Op: "assign", Slice: start, Replicas: replicas}}, ch.Ops)
-		assert.Equal(t, replicas, e.lookup(r.Start).GetReplicas())
-		st := e.status()
-		assert.Equal(t, posOut{st.GetPosition().GetTerm(), st.GetPosition().GetSeq()}, ch.Position)
+	// To two nodes, by a key in the slice, as JSON.
+	var ch changeOut
+	e.okJSON(&ch, "move", "hash:"+keyspace.FormatPoint(r.Start+1), "--to", from+","+to)
+	replicas := []string{from, to}
+	slices.Sort(replicas)
+	assert.Equal(t, fmt.Sprintf("move %s from %s to %s", r, to, strings.Join(replicas, ",")), ch.Summary)
+	assert.Equal(t, gen+2, ch.Generation)
+	assert.Equal(t, []opOut{{Op: "assign", Slice: start, Replicas: replicas}}, ch.Ops)
+	assert.Equal(t, replicas, e.lookup(r.Start).GetReplicas())
+	st := e.status()
+	assert.Equal(t, posOut{st.GetPosition().GetTerm(), st.GetPosition().GetSeq()}, ch.Position)
 
-		// Where it is already: nothing changes.
-		out = e.ok("move", start, "--to", to+","+from)
-		assert.Contains(t, out, "is already held by")
-		assert.Contains(t, out, fmt.Sprintf("nothing changed: the map stays at generation %d", gen+2))
-		e.ok("move", start, "--to", from) // back
+	// Where it is already: nothing changes.
+	out = e.ok("move", start, "--to", to+","+from)
+	assert.Contains(t, out, "is already held by")
+	assert.Contains(t, out, fmt.Sprintf("nothing changed: the map stays at generation %d", gen+2))
+	e.ok("move", start, "--to", from) // back
 
-		// Refusals change nothing and say why.
-		gen = e.status().GetGeneration()
-		for _, c := range []struct {
-			args []string
-			want string
-		}{
-			{[]string{"move", start, "--to", "nope"}, "refused: unknown node: nope is not registered"},
-			{[]string{"move", keyspace.FormatPoint(r.Start + 1), "--to", to}, "refused: invalid request: no slice starts at " + keyspace.FormatPoint(r.Start+1)},
-			{[]string{"move", start, "--to", to + "," + to}, "refused: invalid request: node " + to + " is listed twice"},
-		} {
-			out, _, err := e.ctl(c.args...)
-			require.Error(t, err, c.args)
-			assert.ErrorIs(t, err, ErrRefused)
-			assert.NotErrorIs(t, err, ErrUsage)
-			assert.Contains(t, err.Error(), c.want)
-			assert.Empty(t, out)
-		}
-		assert.Equal(t, gen, e.status().GetGeneration(), "a refused move changes nothing")
-		assert.Equal(t, []string{from}, e.lookup(r.Start).GetReplicas())
-	})
-
-	t.Run("split and merge", func(t *testing.T) {
-		node, _ := e.busiest()
-		r := e.sliceOn(node)
-		mid, _ := r.Midpoint()
-		before := e.status()
-
-		out := e.ok("split", keyspace.FormatPoint(r.Start))
-		assert.Contains(t, out, fmt.Sprintf("split %s at %s\n", r, keyspace.FormatPoint(mid)))
-		assert.Contains(t, out, fmt.Sprintf("    split the slice at %s at %s\n", keyspace.FormatPoint(r.Start), keyspace.FormatPoint(mid)))
-		st := e.status()
-		assert.Equal(t, before.GetSlices()+1, st.GetSlices())
-		assert.Equal(t, before.GetGeneration()+1, st.GetGeneration())
-		assert.Equal(t, mid, e.lookup(mid).GetSlice().GetStart())
-		assert.Equal(t, r.Start, e.lookup(r.Start).GetSlice().GetStart())
-
-		// Merge the halves back, naming them by hash and by start.
-		var ch changeOut
-		e.okJSON(&ch, "merge", "hash:"+keyspace.FormatPoint(r.Start), keyspace.FormatPoint(mid))
-		assert.Equal(t, []opOut{{Op: "merge", Left: keyspace.FormatPoint(r.Start)}}, ch.Ops)
-		assert.Equal(t, before.GetSlices(), e.status().GetSlices())
-		assert.Equal(t, formatRange(r), formatRange(rangeOf(e.lookup(mid).GetSlice())))
-
-		// Split at a key: without SLICE, the slice holding it.
-		h := keyspace.Hash([]byte("user:9"))
-		e.okJSON(&ch, "split", "--at", "user:9")
-		require.Len(t, ch.Ops, 1)
-		assert.Equal(t, "split", ch.Ops[0].Op)
-		assert.Equal(t, keyspace.FormatPoint(h), ch.Ops[0].At)
-		assert.Equal(t, h, e.lookup(h).GetSlice().GetStart())
-
-		// Refusals.
-		gen := e.status().GetGeneration()
-		for _, c := range []struct {
-			args []string
-			want string
-		}{
-			{[]string{"merge", keyspace.FormatPoint(r.Start), "hash:0xffffffffffffffff"}, "refused: not possible now: "},
-			{[]string{"split", keyspace.FormatPoint(r.Start), "--at-hash", keyspace.FormatPoint(r.Start)}, "refused: invalid request: keyspace: split point"},
-		} {
-			_, _, err := e.ctl(c.args...)
-			require.ErrorIs(t, err, ErrRefused, c.args)
-			assert.Contains(t, err.Error(), c.want)
-		}
-		assert.Equal(t, gen, e.status().GetGeneration())
-	})
-
-	t.Run("pin and unpin", func(t *testing.T) {
-		h := keyspace.Hash([]byte("user:5"))
-		r := rangeOf(e.lookup(h).GetSlice())
-		var got struct {
-			Summary string
-			Range   rangeOut
-			Pinned  bool
-		}
-		e.okJSON(&got, "pin", "key:user:5")
-		assert.True(t, got.Pinned)
-		assert.Equal(t, formatRange(r), got.Range)
-		st := e.status()
-		require.Len(t, st.GetPinned(), 1)
-		assert.Equal(t, r, rangeOf(st.GetPinned()[0]))
-		assert.Regexp(t, `(?m)^pinned\s+`+regexpQuote(r.String())+`$`, e.ok("status"))
-		var sl struct {
-			Slices []struct {
-				Start  string
-				Pinned bool
-			}
-		}
-		e.okJSON(&sl, "slices")
-		for _, s := range sl.Slices {
-			assert.Equal(t, s.Start == keyspace.FormatPoint(r.Start), s.Pinned, s.Start)
-		}
-
-		assert.Equal(t, fmt.Sprintf("unpinned %s: balancing passes may move it again\n", r), e.ok("unpin", keyspace.FormatPoint(r.Start)))
-		assert.Empty(t, e.status().GetPinned())
-		// Both are idempotent: each says nothing changed, and nothing does.
-		assert.Equal(t, fmt.Sprintf("%s is not pinned: nothing changed\n", r), e.ok("unpin", keyspace.FormatPoint(r.Start)))
-		e.ok("pin", "key:user:5")
-		var again struct{ Changed bool }
-		e.okJSON(&again, "pin", "key:user:5")
-		assert.False(t, again.Changed)
-		assert.Equal(t, fmt.Sprintf("%s is already pinned: nothing changed\n", r), e.ok("pin", "key:user:5"))
-		assert.Len(t, e.status().GetPinned(), 1)
-		e.ok("unpin", keyspace.FormatPoint(r.Start))
-		assert.Empty(t, e.status().GetPinned())
-	})
-
-	t.Run("freeze and unfreeze", func(t *testing.T) {
-		assert.Equal(t, "balancing resumed\n", e.ok("unfreeze"))
-		assert.False(t, e.status().GetFrozen())
-		var got struct {
-			Summary   string
-			Frozen    bool
-			WasFrozen bool `json:"was_frozen"`
-			Reason    string
-		}
-		e.okJSON(&got, "freeze", "--reason", "maintenance")
-		assert.Equal(t, "balancing frozen: maintenance", got.Summary)
-		assert.True(t, got.Frozen)
-		assert.False(t, got.WasFrozen)
-		assert.True(t, e.status().GetFrozen())
-		assert.Equal(t, "balancing frozen (it was frozen already)\n", e.ok("freeze"))
-	})
-
-	t.Run("algorithm", func(t *testing.T) {
-		out := e.ok("algorithm", "set", "weighted-move", "--param", "max_churn=0.05", "--param", "dead_band=0.2")
-		assert.Equal(t, "algorithm weighted-move dead_band=0.2 max_churn=0.05 (was weighted-move (default constants))\n", out)
-		assert.Equal(t, map[string]string{"max_churn": "0.05", "dead_band": "0.2"}, e.status().GetParams())
-
-		var show struct {
-			Algorithm string
-			Params    map[string]string
-			Constants []struct {
-				Name, Value, Default string
-				Set                  bool
-			}
-		}
-		e.okJSON(&show, "algorithm", "show")
-		assert.Equal(t, "weighted-move", show.Algorithm)
-		assert.Equal(t, map[string]string{"max_churn": "0.05", "dead_band": "0.2"}, show.Params)
-		seen := 0
-		for _, c := range show.Constants {
-			switch c.Name {
-			case "max_churn":
-				assert.Equal(t, "0.05", c.Value)
-				assert.True(t, c.Set)
-				seen++
-			case "min_slices_per_node":
-				assert.Equal(t, c.Default, c.Value)
-				assert.False(t, c.Set)
-				seen++
-			}
-		}
-		assert.Equal(t, 2, seen, "%+v", show.Constants)
-		assert.Regexp(t, `(?m)^max_churn\s+0\.05\s+\S+\s+set\s+`, e.ok("algorithm", "show"))
-
-		e.ok("algorithm", "set", "weighted-move", "--keep-params", "--param", "max_churn=0.02")
-		assert.Equal(t, map[string]string{"max_churn": "0.02", "dead_band": "0.2"}, e.status().GetParams())
-
-		for _, c := range []struct {
-			args []string
-			want string
-		}{
-			{[]string{"algorithm", "set", "weighted-move", "--param", "bogus=1"}, `refused: invalid request: balance: bad parameter: weighted-move has no parameter "bogus"`},
-			{[]string{"algorithm", "set", "nope"}, "refused: invalid request: balance: unknown algorithm"},
-		} {
-			_, _, err := e.ctl(c.args...)
-			require.ErrorIs(t, err, ErrRefused, c.args)
-			assert.Contains(t, err.Error(), c.want)
-		}
-		st := e.status()
-		assert.Equal(t, "weighted-move", st.GetAlgorithm(), "a refusal changes nothing")
-		assert.Equal(t, map[string]string{"max_churn": "0.02", "dead_band": "0.2"}, st.GetParams())
-
-		e.ok("algorithm", "set", "weighted-move")
-		assert.Empty(t, e.status().GetParams())
-	})
-
-	t.Run("quanta follow", func(t *testing.T) {
-		out := &syncBuffer{}
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		done := make(chan error, 1)
-		go func() {
-			done <- Execute(ctx, []string{"--assigner", e.addr, "quanta", "--follow", "--limit", "1", "-o", "json"}, out, &syncBuffer{})
-		}()
-		waitFor(t, 10*time.Second, "the history's last quantum", func() bool { return strings.Count(out.String(), "\n") >= 1 })
-		listed := quantaLines(t, out.String())
-		require.Len(t, listed, 1)
-
-		h := keyspace.Hash([]byte("follow"))
-		_, err := e.admin.Split(e.ctx(), &pb.SplitRequest{At: &pb.SplitRequest_AtHash{AtHash: h}}, grpc.WaitForReady(true))
-		require.NoError(t, err)
-		// (The last quantum listed may be a split too: wait for the line after it.)
-		waitFor(t, 10*time.Second, "the split's quantum", func() bool { return strings.Count(out.String(), "\n") >= 2 })
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err, "interrupting --follow is how it ends")
-		case <-time.After(10 * time.Second):
-			t.Fatal("quanta --follow did not stop when its context ended")
-		}
-		got := quantaLines(t, out.String())
-		require.Len(t, got, 2, out.String())
-		q := got[1]
-		assert.Equal(t, listed[0].Position.Term, q.Position.Term)
-		assert.Greater(t, q.Position.Seq, listed[0].Position.Seq)
-		assert.True(t, strings.HasPrefix(q.Cause, "admin: split"), q.Cause)
-		require.Len(t, q.Ops, 1)
-		assert.Equal(t, opOut{Op: "split", Slice: q.Ops[0].Slice, At: keyspace.FormatPoint(h)}, q.Ops[0])
-		assert.Equal(t, e.status().GetGeneration(), q.Generation)
-	})
-
-	t.Run("completion of node IDs", func(t *testing.T) {
-		out := e.ok("__complete", "drain", "")
-		for _, id := range envNodes {
-			assert.Contains(t, out, id+"\n")
-		}
-		assert.Contains(t, out, ":4\n", "no file completion")
-	})
-
-	t.Run("drain", func(t *testing.T) {
-		node, _ := e.busiest()
-		held := e.nodes()[node].GetSlices()
-		require.NotZero(t, held)
-
-		out, _, err := e.ctl("drain", "nope")
-		require.ErrorIs(t, err, ErrRefused)
-		assert.Equal(t, "refused: unknown node: nope is not registered", err.Error())
+	// Refusals change nothing and say why.
+	gen = e.status().GetGeneration()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"move", start, "--to", "nope"}, "refused: unknown node: nope is not registered"},
+		{[]string{"move", keyspace.FormatPoint(r.Start + 1), "--to", to}, "refused: invalid request: no slice starts at " + keyspace.FormatPoint(r.Start+1)},
+		{[]string{"move", start, "--to", to + "," + to}, "refused: invalid request: node " + to + " is listed twice"},
+	} {
+		out, _, err := e.ctl(c.args...)
+		require.Error(t, err, c.args)
+		assert.ErrorIs(t, err, ErrRefused)
+		assert.NotErrorIs(t, err, ErrUsage)
+		assert.Contains(t, err.Error(), c.want)
 		assert.Empty(t, out)
+	}
+	assert.Equal(t, gen, e.status().GetGeneration(), "a refused move changes nothing")
+	assert.Equal(t, []string{from}, e.lookup(r.Start).GetReplicas())
+}
 
-		// While balancing is frozen, nothing moves: drain says so, and gives up waiting.
-		start := time.Now()
-		out, errOut, err := e.ctl("drain", node, "--wait-timeout", "300ms")
-		require.Error(t, err)
-		assert.Less(t, time.Since(start), 5*time.Second)
-		assert.Equal(t, fmt.Sprintf("%s still holds %d slices after --wait-timeout 300ms; the drain goes on (slicectl nodes shows it)", node, held), err.Error())
-		assert.Contains(t, errOut, "slicectl: balancing is frozen: the drain of "+node+" makes no progress until slicectl unfreeze\n")
-		assert.Empty(t, out)
-		assert.True(t, e.nodes()[node].GetDraining())
-		assert.Equal(t, held, e.nodes()[node].GetSlices())
+func ctlSplitAndMerge(t *testing.T, e *assignerEnv) {
+	node, _ := e.busiest()
+	r := e.sliceOn(node)
+	mid, _ := r.Midpoint()
+	before := e.status()
 
-		// A drain that waits: it shows its progress on stderr, and returns once passes (resumed
-		// while it waits) have moved every slice off the node.
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		stdout, stderr := &syncBuffer{}, &syncBuffer{}
-		done := make(chan error, 1)
-		go func() {
-			done <- Execute(ctx, []string{"--assigner", e.addr, "drain", node, "-o", "json"}, stdout, stderr)
-		}()
-		waitFor(t, 10*time.Second, "drain waiting", func() bool {
-			return strings.Contains(stderr.String(), fmt.Sprintf("draining %s: %d slices to move\n", node, held))
-		})
-		assert.Empty(t, stdout.String(), "still waiting")
-		e.ok("unfreeze") // passes move the slices off
-		select {
-		case err := <-done:
-			require.NoError(t, err, stderr.String())
-		case <-ctx.Done():
-			t.Fatalf("drain did not return: %s", stderr.String())
+	out := e.ok("split", keyspace.FormatPoint(r.Start))
+	assert.Contains(t, out, fmt.Sprintf("split %s at %s\n", r, keyspace.FormatPoint(mid)))
+	assert.Contains(t, out, fmt.Sprintf("    split the slice at %s at %s\n", keyspace.FormatPoint(r.Start), keyspace.FormatPoint(mid)))
+	st := e.status()
+	assert.Equal(t, before.GetSlices()+1, st.GetSlices())
+	assert.Equal(t, before.GetGeneration()+1, st.GetGeneration())
+	assert.Equal(t, mid, e.lookup(mid).GetSlice().GetStart())
+	assert.Equal(t, r.Start, e.lookup(r.Start).GetSlice().GetStart())
+
+	// Merge the halves back, naming them by hash and by start.
+	var ch changeOut
+	e.okJSON(&ch, "merge", "hash:"+keyspace.FormatPoint(r.Start), keyspace.FormatPoint(mid))
+	assert.Equal(t, []opOut{{Op: "merge", Left: keyspace.FormatPoint(r.Start)}}, ch.Ops)
+	assert.Equal(t, before.GetSlices(), e.status().GetSlices())
+	assert.Equal(t, formatRange(r), formatRange(rangeOf(e.lookup(mid).GetSlice())))
+
+	// Split at a key: without SLICE, the slice holding it.
+	h := keyspace.Hash([]byte("user:9"))
+	e.okJSON(&ch, "split", "--at", "user:9")
+	require.Len(t, ch.Ops, 1)
+	assert.Equal(t, "split", ch.Ops[0].Op)
+	assert.Equal(t, keyspace.FormatPoint(h), ch.Ops[0].At)
+	assert.Equal(t, h, e.lookup(h).GetSlice().GetStart())
+
+	// Refusals.
+	gen := e.status().GetGeneration()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"merge", keyspace.FormatPoint(r.Start), "hash:0xffffffffffffffff"}, "refused: not possible now: "},
+		{[]string{"split", keyspace.FormatPoint(r.Start), "--at-hash", keyspace.FormatPoint(r.Start)}, "refused: invalid request: keyspace: split point"},
+	} {
+		_, _, err := e.ctl(c.args...)
+		require.ErrorIs(t, err, ErrRefused, c.args)
+		assert.Contains(t, err.Error(), c.want)
+	}
+	assert.Equal(t, gen, e.status().GetGeneration())
+}
+
+func ctlPinAndUnpin(t *testing.T, e *assignerEnv) {
+	h := keyspace.Hash([]byte("user:5"))
+	r := rangeOf(e.lookup(h).GetSlice())
+	var got struct {
+		Summary string
+		Range   rangeOut
+		Pinned  bool
+	}
+	e.okJSON(&got, "pin", "key:user:5")
+	assert.True(t, got.Pinned)
+	assert.Equal(t, formatRange(r), got.Range)
+	st := e.status()
+	require.Len(t, st.GetPinned(), 1)
+	assert.Equal(t, r, rangeOf(st.GetPinned()[0]))
+	assert.Regexp(t, `(?m)^pinned\s+`+regexpQuote(r.String())+`$`, e.ok("status"))
+	var sl struct {
+		Slices []struct {
+			Start  string
+			Pinned bool
 		}
-		var got struct {
-			Node              string
-			Draining, Drained bool
-			Slices            uint32
-		}
-		require.NoError(t, json.Unmarshal([]byte(stdout.String()), &got), stdout.String())
-		assert.Equal(t, node, got.Node)
-		assert.True(t, got.Draining)
-		assert.True(t, got.Drained)
-		assert.Zero(t, got.Slices)
-		assert.Contains(t, stderr.String(), fmt.Sprintf("%d of %d slices moved, 0 left\n", held, held))
-		ni := e.nodes()[node]
-		assert.Zero(t, ni.GetSlices(), "the node holds nothing once drain returns")
-		assert.True(t, ni.GetDraining())
-		var total uint32
-		for _, n := range e.nodes() {
-			total += n.GetSlices()
-		}
-		assert.Equal(t, e.status().GetSlices(), total, "every slice has a home")
+	}
+	e.okJSON(&sl, "slices")
+	for _, s := range sl.Slices {
+		assert.Equal(t, s.Start == keyspace.FormatPoint(r.Start), s.Pinned, s.Start)
+	}
 
-		// Again: already draining, and empty.
-		assert.Equal(t, node+" is drained: it holds no slice and may leave\n", e.ok("drain", node))
+	assert.Equal(t, fmt.Sprintf("unpinned %s: balancing passes may move it again\n", r), e.ok("unpin", keyspace.FormatPoint(r.Start)))
+	assert.Empty(t, e.status().GetPinned())
+	// Both are idempotent: each says nothing changed, and nothing does.
+	assert.Equal(t, fmt.Sprintf("%s is not pinned: nothing changed\n", r), e.ok("unpin", keyspace.FormatPoint(r.Start)))
+	e.ok("pin", "key:user:5")
+	var again struct{ Changed bool }
+	e.okJSON(&again, "pin", "key:user:5")
+	assert.False(t, again.Changed)
+	assert.Equal(t, fmt.Sprintf("%s is already pinned: nothing changed\n", r), e.ok("pin", "key:user:5"))
+	assert.Len(t, e.status().GetPinned(), 1)
+	e.ok("unpin", keyspace.FormatPoint(r.Start))
+	assert.Empty(t, e.status().GetPinned())
+}
 
-		assert.Equal(t, fmt.Sprintf("stopped draining %s: it holds 0 slices and may take more\n", node), e.ok("drain", node, "--cancel"))
-		assert.False(t, e.nodes()[node].GetDraining())
-		_, _, err = e.ctl("drain", node, "--cancel")
-		require.ErrorIs(t, err, ErrRefused)
-		assert.Contains(t, err.Error(), "is not draining")
+func ctlFreezeAndUnfreeze(t *testing.T, e *assignerEnv) {
+	assert.Equal(t, "balancing resumed\n", e.ok("unfreeze"))
+	assert.False(t, e.status().GetFrozen())
+	var got struct {
+		Summary   string
+		Frozen    bool
+		WasFrozen bool `json:"was_frozen"`
+		Reason    string
+	}
+	e.okJSON(&got, "freeze", "--reason", "maintenance")
+	assert.Equal(t, "balancing frozen: maintenance", got.Summary)
+	assert.True(t, got.Frozen)
+	assert.False(t, got.WasFrozen)
+	assert.True(t, e.status().GetFrozen())
+	assert.Equal(t, "balancing frozen (it was frozen already)\n", e.ok("freeze"))
+}
 
-		// --no-wait returns with the drain under way; cancel it.
-		other := envNodes[0]
-		if other == node {
-			other = envNodes[1]
+func ctlAlgorithm(t *testing.T, e *assignerEnv) {
+	out := e.ok("algorithm", "set", "weighted-move", "--param", "max_churn=0.05", "--param", "dead_band=0.2")
+	assert.Equal(t, "algorithm weighted-move dead_band=0.2 max_churn=0.05 (was weighted-move (default constants))\n", out)
+	assert.Equal(t, map[string]string{"max_churn": "0.05", "dead_band": "0.2"}, e.status().GetParams())
+
+	var show struct {
+		Algorithm string
+		Params    map[string]string
+		Constants []struct {
+			Name, Value, Default string
+			Set                  bool
 		}
-		out = e.ok("drain", other, "--no-wait")
-		assert.Regexp(t, `^draining `+other+`: it holds \d+ slices, which balancing passes move off\n$`, out)
-		assert.True(t, e.nodes()[other].GetDraining())
-		e.ok("drain", other, "--cancel")
-		assert.False(t, e.nodes()[other].GetDraining())
+	}
+	e.okJSON(&show, "algorithm", "show")
+	assert.Equal(t, "weighted-move", show.Algorithm)
+	assert.Equal(t, map[string]string{"max_churn": "0.05", "dead_band": "0.2"}, show.Params)
+	seen := 0
+	for _, c := range show.Constants {
+		switch c.Name {
+		case "max_churn":
+			assert.Equal(t, "0.05", c.Value)
+			assert.True(t, c.Set)
+			seen++
+		case "min_slices_per_node":
+			assert.Equal(t, c.Default, c.Value)
+			assert.False(t, c.Set)
+			seen++
+		}
+	}
+	assert.Equal(t, 2, seen, "%+v", show.Constants)
+	assert.Regexp(t, `(?m)^max_churn\s+0\.05\s+\S+\s+set\s+`, e.ok("algorithm", "show"))
+
+	e.ok("algorithm", "set", "weighted-move", "--keep-params", "--param", "max_churn=0.02")
+	assert.Equal(t, map[string]string{"max_churn": "0.02", "dead_band": "0.2"}, e.status().GetParams())
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"algorithm", "set", "weighted-move", "--param", "bogus=1"}, `refused: invalid request: balance: bad parameter: weighted-move has no parameter "bogus"`},
+		{[]string{"algorithm", "set", "nope"}, "refused: invalid request: balance: unknown algorithm"},
+	} {
+		_, _, err := e.ctl(c.args...)
+		require.ErrorIs(t, err, ErrRefused, c.args)
+		assert.Contains(t, err.Error(), c.want)
+	}
+	st := e.status()
+	assert.Equal(t, "weighted-move", st.GetAlgorithm(), "a refusal changes nothing")
+	assert.Equal(t, map[string]string{"max_churn": "0.02", "dead_band": "0.2"}, st.GetParams())
+
+	e.ok("algorithm", "set", "weighted-move")
+	assert.Empty(t, e.status().GetParams())
+}
+
+func ctlQuantaFollow(t *testing.T, e *assignerEnv) {
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Execute(ctx, []string{"--assigner", e.addr, "quanta", "--follow", "--limit", "1", "-o", "json"}, out, &syncBuffer{})
+	}()
+	waitFor(t, 10*time.Second, "the history's last quantum", func() bool { return strings.Count(out.String(), "\n") >= 1 })
+	listed := quantaLines(t, out.String())
+	require.Len(t, listed, 1)
+
+	h := keyspace.Hash([]byte("follow"))
+	_, err := e.admin.Split(e.ctx(), &pb.SplitRequest{At: &pb.SplitRequest_AtHash{AtHash: h}}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	// (The last quantum listed may be a split too: wait for the line after it.)
+	waitFor(t, 10*time.Second, "the split's quantum", func() bool { return strings.Count(out.String(), "\n") >= 2 })
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "interrupting --follow is how it ends")
+	case <-time.After(10 * time.Second):
+		t.Fatal("quanta --follow did not stop when its context ended")
+	}
+	got := quantaLines(t, out.String())
+	require.Len(t, got, 2, out.String())
+	q := got[1]
+	assert.Equal(t, listed[0].Position.Term, q.Position.Term)
+	assert.Greater(t, q.Position.Seq, listed[0].Position.Seq)
+	assert.True(t, strings.HasPrefix(q.Cause, "admin: split"), q.Cause)
+	require.Len(t, q.Ops, 1)
+	assert.Equal(t, opOut{Op: "split", Slice: q.Ops[0].Slice, At: keyspace.FormatPoint(h)}, q.Ops[0])
+	assert.Equal(t, e.status().GetGeneration(), q.Generation)
+}
+
+func ctlCompletionOfNodeIDs(t *testing.T, e *assignerEnv) {
+	out := e.ok("__complete", "drain", "")
+	for _, id := range envNodes {
+		assert.Contains(t, out, id+"\n")
+	}
+	assert.Contains(t, out, ":4\n", "no file completion")
+}
+
+func ctlDrain(t *testing.T, e *assignerEnv) {
+	node, _ := e.busiest()
+	held := e.nodes()[node].GetSlices()
+	require.NotZero(t, held)
+
+	out, _, err := e.ctl("drain", "nope")
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Equal(t, "refused: unknown node: nope is not registered", err.Error())
+	assert.Empty(t, out)
+
+	// While balancing is frozen, nothing moves: drain says so, and gives up waiting.
+	start := time.Now()
+	out, errOut, err := e.ctl("drain", node, "--wait-timeout", "300ms")
+	require.Error(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, fmt.Sprintf("%s still holds %d slices after --wait-timeout 300ms; the drain goes on (slicectl nodes shows it)", node, held), err.Error())
+	assert.Contains(t, errOut, "slicectl: balancing is frozen: the drain of "+node+" makes no progress until slicectl unfreeze\n")
+	assert.Empty(t, out)
+	assert.True(t, e.nodes()[node].GetDraining())
+	assert.Equal(t, held, e.nodes()[node].GetSlices())
+
+	// A drain that waits: it shows its progress on stderr, and returns once passes (resumed
+	// while it waits) have moved every slice off the node.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Execute(ctx, []string{"--assigner", e.addr, "drain", node, "-o", "json"}, stdout, stderr)
+	}()
+	waitFor(t, 10*time.Second, "drain waiting", func() bool {
+		return strings.Contains(stderr.String(), fmt.Sprintf("draining %s: %d slices to move\n", node, held))
 	})
+	assert.Empty(t, stdout.String(), "still waiting")
+	e.ok("unfreeze") // passes move the slices off
+	select {
+	case err := <-done:
+		require.NoError(t, err, stderr.String())
+	case <-ctx.Done():
+		t.Fatalf("drain did not return: %s", stderr.String())
+	}
+	var got struct {
+		Node              string
+		Draining, Drained bool
+		Slices            uint32
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &got), stdout.String())
+	assert.Equal(t, node, got.Node)
+	assert.True(t, got.Draining)
+	assert.True(t, got.Drained)
+	assert.Zero(t, got.Slices)
+	assert.Contains(t, stderr.String(), fmt.Sprintf("%d of %d slices moved, 0 left\n", held, held))
+	ni := e.nodes()[node]
+	assert.Zero(t, ni.GetSlices(), "the node holds nothing once drain returns")
+	assert.True(t, ni.GetDraining())
+	var total uint32
+	for _, n := range e.nodes() {
+		total += n.GetSlices()
+	}
+	assert.Equal(t, e.status().GetSlices(), total, "every slice has a home")
 
-	t.Run("standby", func(t *testing.T) {
-		standby := e.c.StartAssigner().Addr
-		var st statusOut
-		e.okJSON(&st, "--assigner", standby+","+e.addr, "status")
-		assert.True(t, st.Leader)
-		assert.Equal(t, e.addr, st.LeaderAddress, "the leader answers, wherever it is in the list")
+	// Again: already draining, and empty.
+	assert.Equal(t, node+" is drained: it holds no slice and may leave\n", e.ok("drain", node))
 
-		start := time.Now()
-		_, _, err := run(t, "--assigner", standby, "--timeout", "500ms", "status")
-		require.ErrorIs(t, err, ErrUnreachable)
-		assert.Less(t, time.Since(start), 5*time.Second)
-		assert.Contains(t, err.Error(), "assigner "+standby+" unreachable as the leader: it answers, but does not lead (gave up after --timeout 500ms)")
-		assert.Contains(t, err.Error(), standby+" says the leader is at "+e.addr)
-	})
+	assert.Equal(t, fmt.Sprintf("stopped draining %s: it holds 0 slices and may take more\n", node), e.ok("drain", node, "--cancel"))
+	assert.False(t, e.nodes()[node].GetDraining())
+	_, _, err = e.ctl("drain", node, "--cancel")
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Contains(t, err.Error(), "is not draining")
+
+	drainWithoutWaiting(t, e, node)
+}
+
+// drainWithoutWaiting checks that --no-wait returns with the drain under way, on a node other
+// than the one drained already.
+func drainWithoutWaiting(t *testing.T, e *assignerEnv, node string) {
+	other := envNodes[0]
+	if other == node {
+		other = envNodes[1]
+	}
+	out := e.ok("drain", other, "--no-wait")
+	assert.Regexp(t, `^draining `+other+`: it holds \d+ slices, which balancing passes move off\n$`, out)
+	assert.True(t, e.nodes()[other].GetDraining())
+	e.ok("drain", other, "--cancel")
+	assert.False(t, e.nodes()[other].GetDraining())
+}
+
+func ctlStandby(t *testing.T, e *assignerEnv) {
+	standby := e.c.StartAssigner().Addr
+	var st statusOut
+	e.okJSON(&st, "--assigner", standby+","+e.addr, "status")
+	assert.True(t, st.Leader)
+	assert.Equal(t, e.addr, st.LeaderAddress, "the leader answers, wherever it is in the list")
+
+	start := time.Now()
+	_, _, err := run(t, "--assigner", standby, "--timeout", "500ms", "status")
+	require.ErrorIs(t, err, ErrUnreachable)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Contains(t, err.Error(), "assigner "+standby+" unreachable as the leader: it answers, but does not lead (gave up after --timeout 500ms)")
+	assert.Contains(t, err.Error(), standby+" says the leader is at "+e.addr)
 }
 
 // quantaLines decodes the JSON Lines of quanta.

@@ -120,7 +120,14 @@ func TestDataPutGetDelete(t *testing.T) {
 	assert.Less(t, c1, c2)
 	assert.Less(t, c2, c3)
 
-	out = e.ok("get", "user:1")
+	checkGetFormats(t, e)
+	checkPutFromFileAndStdin(t, e, c3)
+	checkDataDelete(t, e)
+}
+
+// checkGetFormats reads back user:1, with a value and two fragments, in each output format.
+func checkGetFormats(t *testing.T, e *dataEnv) {
+	out := e.ok("get", "user:1")
 	assert.Equal(t, `key        "user:1"
 hash       `+keyspace.FormatPoint(keyspace.Hash([]byte("user:1")))+`
 value      "alice" (5 bytes)
@@ -157,12 +164,16 @@ fragments  2
 	assert.Equal(t, "alice", doc.Value)
 	require.Len(t, doc.Fragments, 2)
 	assert.Equal(t, "hi", doc.Fragments[0].Value)
+}
 
+// checkPutFromFileAndStdin puts values from a file, from stdin (whose clock follows after), and
+// as fragments alone or empty.
+func checkPutFromFileAndStdin(t *testing.T, e *dataEnv, after uint64) {
 	// The value from a file, then from stdin.
 	file := filepath.Join(t.TempDir(), "v.json")
 	require.NoError(t, os.WriteFile(file, []byte(`{"name":"Bob"}`+"\n"), 0o644))
 	e.ok("put", "user:2", "--file", file)
-	it, _ = e.item("user:2")
+	it, _ := e.item("user:2")
 	assert.Equal(t, []byte(`{"name":"Bob"}`+"\n"), it.Value, "a file is taken byte for byte")
 
 	var stdout bytes.Buffer
@@ -177,23 +188,27 @@ fragments  2
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &change))
 	assert.Equal(t, "put", change.Op)
 	assert.Equal(t, "user:3", change.Key)
-	assert.Greater(t, change.Clock, c3)
+	assert.Greater(t, change.Clock, after)
 	it, _ = e.item("user:3")
 	assert.Equal(t, []byte("from stdin"), it.Value)
 
 	// An item of fragments alone, and an empty value, which is still a value.
 	e.ok("put", "user:4", "x", "--fragment", "f")
 	assert.Contains(t, e.ok("get", "user:4"), "value      none (fragments only)\n")
-	got = jsonLines(t, e.ok("get", "user:4", "-o", "json"))[0]
+	got := jsonLines(t, e.ok("get", "user:4", "-o", "json"))[0]
 	assert.Nil(t, got.Value)
 	assert.Nil(t, got.ValueBase64)
 	e.ok("put", "empty", "")
 	assert.Contains(t, e.ok("get", "empty"), `value      "" (0 bytes)`)
+}
 
+// checkDataDelete deletes a fragment, then user:1 whole, then checks that deleting or getting
+// what is missing fails without changing anything.
+func checkDataDelete(t *testing.T, e *dataEnv) {
 	// Deleting a fragment keeps the rest; deleting the item takes the fragments too.
-	out = e.ok("delete", "user:1", "--fragment", "msg/1")
+	out := e.ok("delete", "user:1", "--fragment", "msg/1")
 	assert.Regexp(t, `^deleted "user:1" fragment "msg/1" at clock \d+\n$`, out)
-	it, ok = e.item("user:1")
+	it, ok := e.item("user:1")
 	require.True(t, ok)
 	assert.Equal(t, []source.Fragment{{ID: "msg/2", Value: []byte("hello")}}, it.Fragments)
 	out = e.ok("delete", "user:1")

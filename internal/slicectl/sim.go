@@ -28,42 +28,100 @@ type simOptions struct {
 	seed       uint64
 	addAt      []int
 	removeAt   []string
+	zones      int
+	removeZone []string
 	format     string
 	plot       string
+	engines    []string
+	epoch      time.Duration
+	halfLife   time.Duration
 }
 
-func newSimCommand(g *globalOptions) *cobra.Command {
-	o := &simOptions{}
-	cmd := &cobra.Command{
-		Use:   "sim",
-		Short: "Run balancing algorithms offline against a workload and compare them",
-		Long: `sim runs one or more balancing algorithms over the same workload, one balancing
+// simAlgorithm is an algorithm to simulate: built for the algorithm engine, by name and
+// constants for the core, which builds its own.
+type simAlgorithm struct {
+	alg    balance.Algorithm
+	params map[string]string
+}
+
+// simLong is sim's help text; the algorithms' constants follow it (paramsHelp).
+var simLong = `sim runs one or more balancing algorithms over the same workload, one balancing
 pass per epoch, and reports what a system would have experienced.
+
+Engines (--engine, repeatable to compare them in one run):
+  core       (default) the assigner's own core on simulated time: each epoch is
+             --epoch of time; nodes that join register, nodes that leave
+             deregister; at the end of the epoch every node reports the load it
+             served per slice and its 16 heaviest keys, the core folds the reports
+             with its load estimator (--half-life) and runs its pass. What it shows
+             is what the service does.
+  algorithm  the algorithm alone, called with each epoch's exact loads, as if the
+             assigner knew them: the best the algorithm can do.
 
 Each epoch, the epoch's events apply (loads change, keys and nodes come and go);
 the imbalance (max / mean node load) of the assignment in force is measured under
-the epoch's loads, a key's load split evenly over its replicas; then the algorithm
-runs one pass with those loads, and its churn is the number of key placements it
-adds (a key copied to a node that did not hold it) over the number of keys.
+the epoch's loads, a key's load split evenly over its replicas; then the pass runs,
+and its churn is the number of key placements it adds (a key copied to a node that
+did not hold it) over the number of keys.
+
+Columns:
+  imbalance       experienced: the map in force under the epoch's actual loads
+  reported        what the balancer believed of that map when the epoch began: the
+                  core's status imbalance (its estimates); for the algorithm alone,
+                  the map under the previous epoch's loads
+  forecast err    mean absolute percentage error, over the nodes that served load,
+                  of the balancer's forecast of each node's load for the epoch
+                  against what the node served (100% at epoch 0: nothing measured)
+  churn, slices   as above; the map in force
+  orphaned        the share of the key space whose every replica, in the map in
+                  force, left at the start of the epoch (--remove-node-at,
+                  --remove-zone): keys no node serves until the epoch's pass
+  orphaned load   those keys' share of the epoch's load
+Zones (--zones N): nodes nI carry the label zone=z(I%N), those that join later
+too, and the core balances with zone label "zone" (the algorithm alone is given
+each node's zone), spreading a slice's replicas over zones. --remove-zone E:zK
+removes every live node of zone zK at the start of epoch E.
+Summary: mean forecast err leaves out epoch 0; max orphaned (load) is the
+largest orphaned share of an epoch; thrashing is the oscillation score, the mean
+over nodes of the trend-discounted total variation (2 x min(rise, fall)) of the
+node's load relative to the epoch's mean, per epoch: 0 when loads only converge,
+0.2 for a node swinging between 1.0 and 1.2 of the mean every epoch.
 
 Algorithms: ` + strings.Join(balance.Names(), ", ") + `, or all.
 Workloads:  ` + sim.Workloads + `
 Traces (--trace) are JSON Lines sorted by epoch, one event per line:
   {"epoch":E,"key":"k","load":L}               from epoch E on, key k has load L
   {"epoch":E,"delete_key":"k"}                 key k is deleted
-  {"epoch":E,"add_node":"n1","capacity":1.0}   node n1 joins (capacity optional)
+  {"epoch":E,"add_node":"n1","capacity":1.0}   node n1 joins (capacity optional;
+                                               "labels":{"zone":"a"} optional, which
+                                               it registers with on the core)
   {"epoch":E,"remove_node":"n1"}               node n1 leaves
-If a trace adds no node at epoch 0, --nodes nodes n0..n(N-1) exist from the start.`,
-		Example: `  # Compare every algorithm on a Zipf workload and draw the result.
+If a trace adds no node at epoch 0, --nodes nodes n0..n(N-1) exist from the start.`
+
+const simExample = `  # Compare every algorithm on a Zipf workload and draw the result.
   slicectl sim --algorithm all --workload zipf:1.1 --plot out.svg
 
   # Weighted-Move with a smaller churn budget, 1M keys, a node joining at epoch 5.
   slicectl sim --workload hotspot-shift:1.1:10 --keys 1000000 --nodes 100 \
       --param max_churn=0.05 --add-node-at 5
 
+  # The assigner's core and the algorithm alone, side by side.
+  slicectl sim --workload hotspot-shift:1.1:10 --engine core,algorithm
+
+  # Three zones, one of them lost at epoch 10.
+  slicectl sim --workload zipf:1.1 --nodes 30 --zones 3 --remove-zone 10:z1
+
   # Replay a trace and write the per-epoch figures as JSON.
-  slicectl sim --trace load.jsonl --algorithm weighted-move --algorithm consistent-hash --format json`,
-		Args: noArgs,
+  slicectl sim --trace load.jsonl --algorithm weighted-move --algorithm consistent-hash --format json`
+
+func newSimCommand(g *globalOptions) *cobra.Command {
+	o := &simOptions{}
+	cmd := &cobra.Command{
+		Use:     "sim",
+		Short:   "Run balancing algorithms offline against a workload and compare them",
+		Long:    simLong,
+		Example: simExample,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("output") { // the global -o, which sim honours too
 				if cmd.Flags().Changed("format") && o.format != g.output {
@@ -85,8 +143,13 @@ If a trace adds no node at epoch 0, --nodes nodes n0..n(N-1) exist from the star
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload's randomness (and of the random algorithm)")
 	f.IntSliceVar(&o.addAt, "add-node-at", nil, "epoch at which a new node joins (repeatable)")
 	f.StringArrayVar(&o.removeAt, "remove-node-at", nil, "EPOCH[:NODE] at which a node leaves; default the newest (repeatable)")
+	f.IntVar(&o.zones, "zones", 0, "spread nodes nI over zones z0..z(N-1), nI in z(I%N), and balance with zones (0: none)")
+	f.StringArrayVar(&o.removeZone, "remove-zone", nil, "EPOCH:ZONE at which every live node of the zone leaves; needs --zones (repeatable)")
 	f.StringVar(&o.format, "format", "table", "output format: "+strings.Join(sim.Formats, ", ")+" (the global --output/-o does the same)")
-	f.StringVar(&o.plot, "plot", "", "also draw imbalance and churn per epoch into this .svg or .png file")
+	f.StringVar(&o.plot, "plot", "", "also draw imbalance, churn and forecast error per epoch into this .svg or .png file")
+	f.StringArrayVar(&o.engines, "engine", []string{string(sim.EngineCore)}, "what runs the passes: core or algorithm (repeatable, or comma-separated)")
+	f.DurationVar(&o.epoch, "epoch", sim.DefaultEpoch, "simulated time of an epoch for the core: the nodes' report window and the pass interval")
+	f.DurationVar(&o.halfLife, "half-life", 0, "half-life of the core's load estimator (default the assigner's, 10s)")
 	cmd.SetHelpTemplate(cmd.HelpTemplate() + paramsHelp())
 	return cmd
 }
@@ -110,6 +173,10 @@ func (o *simOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return usageError(err)
 	}
+	engines, err := o.parseEngines()
+	if err != nil {
+		return usageError(err)
+	}
 	if !slices.Contains(sim.Formats, o.format) {
 		return usageError(fmt.Errorf("--format %q: want %s", o.format, strings.Join(sim.Formats, ", ")))
 	}
@@ -128,22 +195,10 @@ func (o *simOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 
-	progress := newProgress(cmd.ErrOrStderr())
-	var report sim.Report
-	for _, alg := range algs {
-		opt.Progress = func(done, total int) { progress.report(alg.Name(), done, total) }
-		if sc.Workload != nil { // a workload holds per-run state; give every algorithm a fresh one
-			if sc.Workload, err = sim.ParseWorkload(o.workload, o.keys, opt.Epochs, o.seed); err != nil {
-				return usageError(err)
-			}
-		}
-		res, err := sim.Run(cmd.Context(), alg, sc, opt)
-		if err != nil {
-			return err
-		}
-		report.Runs = append(report.Runs, res)
+	report, err := o.simulate(cmd, algs, engines, sc, opt)
+	if err != nil {
+		return err
 	}
-	progress.done()
 
 	if o.plot != "" {
 		var img bytes.Buffer
@@ -157,8 +212,57 @@ func (o *simOptions) run(cmd *cobra.Command) error {
 	return report.Write(cmd.OutOrStdout(), o.format)
 }
 
+// simulate runs every algorithm on every engine, each on a fresh copy of the work.
+func (o *simOptions) simulate(cmd *cobra.Command, algs []simAlgorithm, engines []sim.Engine, sc sim.Scenario,
+	opt sim.Options) (sim.Report, error) {
+	progress := newProgress(cmd.ErrOrStderr())
+	var report sim.Report
+	for _, a := range algs {
+		for _, engine := range engines {
+			label := a.alg.Name() + " (" + string(engine) + ")"
+			opt.Progress = func(done, total int) { progress.report(label, done, total) }
+			if sc.Workload != nil { // a workload holds per-run state; give every run a fresh one
+				var err error
+				if sc.Workload, err = sim.ParseWorkload(o.workload, o.keys, opt.Epochs, o.seed); err != nil {
+					return report, usageError(err)
+				}
+			}
+			var res sim.Result
+			var err error
+			if engine == sim.EngineCore {
+				res, err = sim.RunCore(cmd.Context(), a.alg.Name(), a.params, sc, opt)
+			} else {
+				res, err = sim.Run(cmd.Context(), a.alg, sc, opt)
+			}
+			if err != nil {
+				return report, err
+			}
+			report.Runs = append(report.Runs, res)
+		}
+	}
+	progress.done()
+	return report, nil
+}
+
+// parseEngines resolves --engine, in the order given.
+func (o *simOptions) parseEngines() ([]sim.Engine, error) {
+	var out []sim.Engine
+	for _, e := range o.engines {
+		for _, name := range strings.Split(e, ",") {
+			engine := sim.Engine(name)
+			if !slices.Contains(sim.Engines, engine) {
+				return nil, fmt.Errorf("--engine %q: want core or algorithm", name)
+			}
+			if !slices.Contains(out, engine) {
+				out = append(out, engine)
+			}
+		}
+	}
+	return out, nil
+}
+
 // build resolves the algorithm names and parameters.
-func (o *simOptions) build() ([]balance.Algorithm, error) {
+func (o *simOptions) build() ([]simAlgorithm, error) {
 	var names []string
 	for _, a := range o.algorithms {
 		for _, name := range strings.Split(a, ",") {
@@ -204,7 +308,7 @@ func (o *simOptions) build() ([]balance.Algorithm, error) {
 			return nil, fmt.Errorf("--param %q: no selected algorithm has that parameter (see slicectl sim --help)", p)
 		}
 	}
-	algs := make([]balance.Algorithm, len(names))
+	algs := make([]simAlgorithm, len(names))
 	for i, name := range names {
 		if _, set := params[name]["seed"]; !set && name == "random" {
 			params[name]["seed"] = strconv.FormatUint(o.seed, 10)
@@ -213,14 +317,18 @@ func (o *simOptions) build() ([]balance.Algorithm, error) {
 		if err != nil {
 			return nil, err
 		}
-		algs[i] = alg
+		algs[i] = simAlgorithm{alg: alg, params: params[name]}
 	}
 	return algs, nil
 }
 
 func (o *simOptions) options(cmd *cobra.Command) (sim.Options, error) {
-	opt := sim.Options{Nodes: o.nodes, Epochs: o.epochs, AddNodeAt: o.addAt}
+	opt := sim.Options{Nodes: o.nodes, Epochs: o.epochs, AddNodeAt: o.addAt, Epoch: o.epoch, HalfLife: o.halfLife}
 	switch {
+	case o.epoch < 100*time.Millisecond:
+		return opt, fmt.Errorf("--epoch %s: want at least 100ms, the shortest load report the assigner counts", o.epoch)
+	case o.halfLife < 0:
+		return opt, fmt.Errorf("--half-life %s: want a duration >= 0", o.halfLife)
 	case o.nodes < 1:
 		return opt, fmt.Errorf("--nodes %d: want at least 1", o.nodes)
 	case cmd.Flags().Changed("epochs") && o.epochs < 1:
@@ -248,7 +356,36 @@ func (o *simOptions) options(cmd *cobra.Command) (sim.Options, error) {
 		}
 		opt.RemoveNodeAt = append(opt.RemoveNodeAt, sim.Removal{Epoch: e, Node: assignment.NodeID(node)})
 	}
-	return opt, nil
+	zones, err := o.zoneRemovals(cmd)
+	opt.Zones, opt.RemoveZoneAt = o.zones, zones
+	return opt, err
+}
+
+// zoneRemovals parses --remove-zone against --zones and --epochs. With a trace and no
+// --epochs, the trace sets the number of epochs later, and the simulator checks the epoch.
+func (o *simOptions) zoneRemovals(cmd *cobra.Command) ([]sim.ZoneRemoval, error) {
+	if o.zones < 0 {
+		return nil, fmt.Errorf("--zones %d: want 0 (none) or more", o.zones)
+	}
+	var out []sim.ZoneRemoval
+	for _, r := range o.removeZone {
+		epoch, zone, ok := strings.Cut(r, ":")
+		e, err := strconv.Atoi(epoch)
+		switch {
+		case !ok || err != nil || e < 0:
+			return nil, fmt.Errorf("--remove-zone %q: want EPOCH:ZONE with EPOCH >= 0", r)
+		case o.zones == 0:
+			return nil, fmt.Errorf("--remove-zone %q: needs --zones", r)
+		case (o.trace == "" || cmd.Flags().Changed("epochs")) && e >= o.epochs:
+			return nil, fmt.Errorf("--remove-zone %q: epoch %d is past the last, %d", r, e, o.epochs-1)
+		}
+		i, err := strconv.Atoi(strings.TrimPrefix(zone, "z"))
+		if !strings.HasPrefix(zone, "z") || err != nil || i < 0 || i >= o.zones || sim.ZoneName(i) != zone {
+			return nil, fmt.Errorf("--remove-zone %q: zone %q: want one of z0..z%d", r, zone, o.zones-1)
+		}
+		out = append(out, sim.ZoneRemoval{Epoch: e, Zone: zone})
+	}
+	return out, nil
 }
 
 // scenario loads the trace or parses the workload, and describes it for the plot's title.

@@ -85,6 +85,53 @@ func TestSimTraceAndNodeChanges(t *testing.T) {
 	assert.Contains(t, errOut, "running only 2 epochs")
 }
 
+// TestSimRunsTheCoreByDefaultAndComparesEngines runs sim end to end: by default on the
+// assigner's core, and with --engine on both, the core and the algorithm alone, per algorithm.
+func TestSimRunsTheCoreByDefaultAndComparesEngines(t *testing.T) {
+	type simRun struct {
+		Algorithm string `json:"algorithm"`
+		Engine    string `json:"engine"`
+		Epochs    []struct {
+			Imbalance         float64 `json:"imbalance"`
+			ReportedImbalance float64 `json:"reported_imbalance"`
+			ForecastError     float64 `json:"forecast_error"`
+		} `json:"epochs"`
+		Summary struct {
+			FinalImbalance    float64 `json:"final_imbalance"`
+			MeanForecastError float64 `json:"mean_forecast_error"`
+			Thrashing         float64 `json:"thrashing"`
+		} `json:"summary"`
+	}
+	args := []string{"sim", "--workload", "zipf:1.1", "--keys", "20000", "--nodes", "10", "--epochs", "8", "-o", "json"}
+	out, _, err := run(t, args...)
+	require.NoError(t, err)
+	var def struct{ Runs []simRun }
+	require.NoError(t, json.Unmarshal([]byte(out), &def))
+	require.Len(t, def.Runs, 1)
+	core := def.Runs[0]
+	assert.Equal(t, "core", core.Engine, "the core is the default engine")
+	assert.Less(t, core.Summary.FinalImbalance, 1.1)
+	assert.Equal(t, 1.0, core.Epochs[0].ForecastError)
+	assert.Less(t, core.Summary.MeanForecastError, 0.1)
+
+	out, _, err = run(t, append(args, "--engine", "core,algorithm", "--epoch", "2s", "--half-life", "4s")...)
+	require.NoError(t, err)
+	var both struct{ Runs []simRun }
+	require.NoError(t, json.Unmarshal([]byte(out), &both))
+	require.Len(t, both.Runs, 2)
+	assert.Equal(t, []string{"core", "algorithm"}, []string{both.Runs[0].Engine, both.Runs[1].Engine})
+	for _, r := range both.Runs {
+		assert.Equal(t, "weighted-move", r.Algorithm)
+		assert.Len(t, r.Epochs, 8)
+		assert.Less(t, r.Summary.FinalImbalance, 1.1, r.Engine)
+	}
+
+	out, _, err = run(t, "sim", "--keys", "1000", "--nodes", "4", "--epochs", "3", "--engine", "algorithm", "--engine", "core")
+	require.NoError(t, err)
+	assert.Contains(t, out, "weighted-move (algorithm) imbalance")
+	assert.Regexp(t, `(?m)^\s*weighted-move\s+core\s`, out)
+}
+
 func TestSimRejectsBadInput(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.jsonl")
@@ -108,10 +155,21 @@ func TestSimRejectsBadInput(t *testing.T) {
 		{[]string{"--remove-node-at", "x"}, `--remove-node-at "x"`, true},
 		{[]string{"--remove-node-at", "1:a b"}, "bad node ID", true},
 		{[]string{"--add-node-at", "-1"}, "--add-node-at -1", true},
+		{[]string{"--remove-zone", "1:z0"}, `--remove-zone "1:z0": needs --zones`, true},
+		{[]string{"--zones", "3", "--remove-zone", "1:z3"}, `zone "z3": want one of z0..z2`, true},
+		{[]string{"--zones", "3", "--remove-zone", "1:zone1"}, `want one of z0..z2`, true},
+		{[]string{"--zones", "3", "--remove-zone", "1:z01"}, `want one of z0..z2`, true},
+		{[]string{"--zones", "3", "--remove-zone", "3:z0"}, "epoch 3 is past the last, 2", true},
+		{[]string{"--zones", "3", "--remove-zone", "z0"}, "want EPOCH:ZONE", true},
+		{[]string{"--zones", "-1"}, "--zones -1", true},
+		{[]string{"--nodes", "1", "--zones", "1", "--remove-zone", "1:z0"}, "last live node", false},
 		{[]string{"--trace", bad, "--workload", "uniform"}, "give one or the other", true},
 		{[]string{"--trace", bad}, `line 2: key "a" has no "load"`, false},
 		{[]string{"--trace", filepath.Join(dir, "missing.jsonl")}, "opening the trace", false},
 		{[]string{"--nodes", "1", "--remove-node-at", "1"}, "last live node", false},
+		{[]string{"--engine", "magic"}, `--engine "magic"`, true},
+		{[]string{"--epoch", "10ms"}, "--epoch 10ms", true},
+		{[]string{"--half-life", "-1s"}, "--half-life -1s", true},
 		{[]string{"--bogus"}, "unknown flag", true},
 		{[]string{"extra-arg"}, "unknown command", true},
 	}
@@ -133,9 +191,51 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 func TestSimHelpListsParameters(t *testing.T) {
 	out, _, err := run(t, "sim", "--help")
 	require.NoError(t, err)
-	for _, s := range []string{"max_churn", "virtual_nodes", "threshold", "--workload", "Example"} {
+	for _, s := range []string{"max_churn", "virtual_nodes", "threshold", "--workload", "Example", "--engine",
+		"forecast err", "thrashing", "reported"} {
 		assert.Contains(t, out, s)
 	}
 }
 
 func errorsIsUsage(err error) bool { return errors.Is(err, ErrUsage) }
+
+// TestSimLosesAZone removes a zone on both engines: the nodes of z1 leave at once, the
+// replicated hot slices keep a live replica, and the run recovers.
+func TestSimLosesAZone(t *testing.T) {
+	out, _, err := run(t, "sim", "--workload", "zipf:1.1", "--keys", "20000", "--nodes", "9", "--epochs", "10",
+		"--zones", "3", "--remove-zone", "5:z1", "--engine", "core,algorithm", "--format", "json")
+	require.NoError(t, err)
+	var r struct {
+		Runs []struct {
+			Engine string `json:"engine"`
+			Epochs []struct {
+				Imbalance float64 `json:"imbalance"`
+				Nodes     int     `json:"nodes"`
+				Orphaned  float64 `json:"orphaned"`
+				OrphLoad  float64 `json:"orphaned_load"`
+			} `json:"epochs"`
+		} `json:"runs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Runs, 2)
+	for _, run := range r.Runs {
+		eps := run.Epochs
+		require.Len(t, eps, 10)
+		assert.Equal(t, 9, eps[4].Nodes, run.Engine)
+		assert.Equal(t, 6, eps[5].Nodes, "%s: z1's three nodes left at epoch 5", run.Engine)
+		for e, ep := range eps {
+			if e != 5 {
+				assert.Zero(t, ep.Orphaned, "%s, epoch %d", run.Engine, e)
+			}
+		}
+		assert.Less(t, eps[5].Orphaned, 1.0/3, "%s: replicated slices are not orphaned", run.Engine)
+		assert.Less(t, eps[5].OrphLoad, eps[5].Orphaned, "%s: the hot slices, replicated, kept a replica", run.Engine)
+		assert.Less(t, eps[9].Imbalance, 1.2, "%s: the run recovers", run.Engine)
+	}
+
+	help, _, err := run(t, "sim", "--help")
+	require.NoError(t, err)
+	for _, s := range []string{"--zones", "--remove-zone", "orphaned"} {
+		assert.Contains(t, help, s)
+	}
+}

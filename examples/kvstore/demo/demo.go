@@ -343,6 +343,8 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 	}
 	d.say("wrote %d items in %s; reading %.0f keys/s with Zipf 1.1 popularity; the hot keys move every %s",
 		d.cfg.Keys, time.Since(filled).Round(time.Millisecond), d.cfg.ReadRate, period)
+	d.say("imbalance: max/mean of the reads each node served; the assigner's estimate: its forecast of the same for")
+	d.say("  the map in force. They differ by the noise of a few seconds of reads, and after the hot keys move until passes catch up")
 	if d.cfg.Duration == 0 {
 		d.say("Ctrl-C stops the load, checks that nothing was lost, and stops every process")
 	}

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sliceplane/sliceplane/client"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
@@ -47,20 +46,22 @@ type Slice struct {
 
 // SliceOf returns r in the API's form.
 func SliceOf(r client.Range) Slice {
-	return Slice{Start: keyspace.FormatPoint(r.Start), End: r.End.String()}
+	return Slice{Start: client.BoundAt(r.Start).String(), End: r.End.String()}
 }
 
 // Range parses s.
 func (s Slice) Range() (client.Range, error) {
-	start, err := keyspace.ParsePoint(s.Start)
-	if err != nil {
+	var start, end client.Bound
+	if err := start.UnmarshalText([]byte(s.Start)); err != nil {
 		return client.Range{}, err
 	}
-	end, err := keyspace.ParseBound(s.End)
-	if err != nil {
+	if start.IsEnd() {
+		return client.Range{}, fmt.Errorf("slice starts at the end of the space")
+	}
+	if err := end.UnmarshalText([]byte(s.End)); err != nil {
 		return client.Range{}, err
 	}
-	r := client.Range{Start: start, End: end}
+	r := client.Range{Start: start.Point(), End: end}
 	if !r.Valid() {
 		return client.Range{}, fmt.Errorf("empty slice %s", r)
 	}

@@ -101,8 +101,15 @@ func TestNodesServeTheirKeysAndNameTheOwnersOfOthers(t *testing.T) {
 		t.Fatalf("checked %d items, want %d and the fence", r.Items, items)
 	}
 
-	// Every key is served by the nodes that hold its slice in the frozen map (a hot slice may
-	// have a replica on each); a node that does not hold it answers 421 naming its holders.
+	checkKeysServedByTheirHolders(t, ctx, c, nodes, items)
+	checkRoutedReads(t, ctx, c, items)
+	checkStateAndMetrics(t, ctx, nodes[0])
+}
+
+// checkKeysServedByTheirHolders checks that every key is served by the nodes that hold its
+// slice in the frozen map (a hot slice may have a replica on each); a node that does not hold
+// it answers 421 naming its holders.
+func checkKeysServedByTheirHolders(t *testing.T, ctx context.Context, c *clustertest.Cluster, nodes []*kvclient.Node, items int) {
 	frozen, _, err := c.Assignment(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +148,11 @@ func TestNodesServeTheirKeysAndNameTheOwnersOfOthers(t *testing.T) {
 		}
 	}
 
-	// Through a router, every read lands on the owner at once: the map is still.
+}
+
+// checkRoutedReads checks that, through a router, every read lands on the owner at once: the
+// map is still.
+func checkRoutedReads(t *testing.T, ctx context.Context, c *clustertest.Cluster, items int) {
 	router, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners()})
 	if err != nil {
 		t.Fatal(err)
@@ -175,8 +186,12 @@ func TestNodesServeTheirKeysAndNameTheOwnersOfOthers(t *testing.T) {
 		}
 	}
 
-	// A key the owner does not hold is 404, not an error; the state names the node.
-	st, err := nodes[0].State(ctx)
+}
+
+// checkStateAndMetrics checks that a key k1 owns but does not hold is 404, not an error, that
+// its state names it, and that it serves metrics.
+func checkStateAndMetrics(t *testing.T, ctx context.Context, k1 *kvclient.Node) {
+	st, err := k1.State(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,13 +200,13 @@ func TestNodesServeTheirKeysAndNameTheOwnersOfOthers(t *testing.T) {
 	}
 	for i := 0; ; i++ {
 		key := fmt.Appendf(nil, "absent-%d", i)
-		if _, _, err := nodes[0].Get(ctx, key); errors.Is(err, kvclient.ErrNotFound) {
+		if _, _, err := k1.Get(ctx, key); errors.Is(err, kvclient.ErrNotFound) {
 			break
 		} else if i > 100 {
 			t.Fatalf("no absent key owned by k1 in 100 tries; last: %v", err)
 		}
 	}
-	resp, err := http.Get(nodes[0].URL() + "/metrics")
+	resp, err := http.Get(k1.URL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

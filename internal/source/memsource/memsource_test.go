@@ -423,23 +423,26 @@ func TestProgress(t *testing.T) {
 	})
 }
 
-func TestCompact(t *testing.T) {
-	newSource := func() *memsource.Source {
-		s := memsource.New()
-		for i := range 5 {
-			s.Put(fmt.Appendf(nil, "k%d", i), nil)
-		}
-		return s
+// fiveKeys is a source with k0 to k4 written, at clocks 1 to 5.
+func fiveKeys() *memsource.Source {
+	s := memsource.New()
+	for i := range 5 {
+		s.Put(fmt.Appendf(nil, "k%d", i), nil)
 	}
-	scanErr := func(s *memsource.Source, at uint64) error {
-		return s.Scan(t.Context(), keyspace.Full(), at, func(source.Item) error { return nil })
-	}
+	return s
+}
 
+// scanErr is the error of a scan of the whole space at clock at.
+func scanErr(t *testing.T, s *memsource.Source, at uint64) error {
+	return s.Scan(t.Context(), keyspace.Full(), at, func(source.Item) error { return nil })
+}
+
+func TestCompact(t *testing.T) {
 	t.Run("scan", func(t *testing.T) {
-		s := newSource()
+		s := fiveKeys()
 		s.Compact(3)
 		for at := range uint64(3) {
-			assert.ErrorIs(t, scanErr(s, at), source.ErrCompacted, "scan at %d", at)
+			assert.ErrorIs(t, scanErr(t, s, at), source.ErrCompacted, "scan at %d", at)
 		}
 		assert.Len(t, scan(t, s, keyspace.Full(), 3), 3, "the state at the compaction clock stays")
 		assert.Len(t, scan(t, s, keyspace.Full(), 5), 5)
@@ -447,10 +450,10 @@ func TestCompact(t *testing.T) {
 		assert.ErrorIs(t, err, source.ErrCompacted)
 
 		s.Compact(1) // compaction never goes back
-		assert.ErrorIs(t, scanErr(s, 2), source.ErrCompacted)
+		assert.ErrorIs(t, scanErr(t, s, 2), source.ErrCompacted)
 
 		s.Compact(100) // only up to the clock
-		assert.ErrorIs(t, scanErr(s, 4), source.ErrCompacted)
+		assert.ErrorIs(t, scanErr(t, s, 4), source.ErrCompacted)
 		assert.Len(t, scan(t, s, keyspace.Full(), 5), 5)
 		// Writes go on after a compaction.
 		assert.Equal(t, uint64(6), s.Put([]byte("k5"), nil))
@@ -458,7 +461,7 @@ func TestCompact(t *testing.T) {
 	})
 
 	t.Run("watch", func(t *testing.T) {
-		s := newSource()
+		s := fiveKeys()
 		s.Compact(3)
 		for _, from := range []uint64{0, 2} {
 			w := s.Watch(t.Context(), from)
@@ -482,7 +485,7 @@ func TestCompact(t *testing.T) {
 	})
 
 	t.Run("watch overtaken", func(t *testing.T) {
-		s := newSource()
+		s := fiveKeys()
 		w := s.Watch(t.Context(), 0)
 		assert.Equal(t, uint64(1), recv(t, w).Clock)
 		s.Compact(4)

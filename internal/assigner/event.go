@@ -1,0 +1,226 @@
+package assigner
+
+import (
+	"time"
+
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/store"
+)
+
+// Event is what Core.Step takes: one of the closed set of types in this file. Events are plain
+// data, so that a script or a simulator can write any interleaving down, failovers included.
+type Event interface{ event() }
+
+// Caller says who made a request, for the audit trail.
+type Caller struct {
+	// Who is the authenticated caller (authz.Caller); Claims is who the client says it acts
+	// for (UserMetadata), unverified.
+	Who, Claims string
+}
+
+// Requests of nodes.
+type (
+	// Register adds or updates a node and renews its lease.
+	Register struct {
+		Caller
+		Node store.Node
+	}
+	// Heartbeat renews a node's lease.
+	Heartbeat struct {
+		Caller
+		Node assignment.NodeID
+	}
+	// ReportLoad counts a node's load report (its At is set to the step's time); it renews the
+	// node's lease too.
+	ReportLoad struct {
+		Caller
+		Report load.Report
+	}
+	// Deregister takes a node out at once.
+	Deregister struct {
+		Caller
+		Node assignment.NodeID
+	}
+)
+
+// Admin requests.
+type (
+	// Move gives a slice a new replica set.
+	Move struct {
+		Caller
+		Slice SliceRef
+		To    []assignment.NodeID
+	}
+	// Split cuts a slice at At, by default its middle.
+	Split struct {
+		Caller
+		Slice SliceRef
+		At    *uint64
+	}
+	// Merge joins two adjacent slices.
+	Merge struct {
+		Caller
+		Left, Right SliceRef
+	}
+	// Pin keeps a slice's range where it is.
+	Pin struct {
+		Caller
+		Slice SliceRef
+	}
+	// Unpin removes the pins that overlap a slice.
+	Unpin struct {
+		Caller
+		Slice SliceRef
+	}
+	// Drain empties a node, or with Cancel stops doing so.
+	Drain struct {
+		Caller
+		Node   assignment.NodeID
+		Cancel bool
+	}
+	// Freeze stops balancing passes.
+	Freeze struct {
+		Caller
+		Reason string
+	}
+	// Unfreeze resumes balancing passes.
+	Unfreeze struct{ Caller }
+	// SetAlgorithm changes the balancing algorithm or its constants.
+	SetAlgorithm struct {
+		Caller
+		Name   string
+		Params map[string]string
+	}
+)
+
+// Read queries: they never change the core (Core's Status, Nodes, Slices and Explain answer
+// the same outside Step).
+type (
+	GetStatus  struct{ Caller }
+	ListNodes  struct{ Caller }
+	ListSlices struct {
+		Caller
+		Node   assignment.NodeID // "" for every node's
+		ByLoad bool
+		Limit  int
+	}
+	GetExplain struct{ Caller }
+)
+
+// What the driver observes.
+type (
+	// Tick says time passed: the core runs what is due (expiry and a pass every
+	// PassInterval, a clock-only quantum at most every ClockInterval). The driver steps it at
+	// Output.Wake; stepping it at other times is harmless.
+	Tick struct{}
+	// ClockObserved says the source reached Clock.
+	ClockObserved struct{ Clock uint64 }
+	// DistributorsChanged gives the set of live distributors.
+	DistributorsChanged struct{ Distributors quantum.Distributors }
+	// WriteCommitted says Output.Write was persisted.
+	WriteCommitted struct{}
+	// WriteFailed says Output.Write could not be persisted: the change is dropped.
+	WriteFailed struct{ Err error }
+	// LeadershipGained starts term Term from the stored state (Found false if none) at the
+	// source's Clock. Its output writes the term's claim.
+	LeadershipGained struct {
+		Term  uint64
+		State store.State
+		Found bool
+		Clock uint64
+	}
+	// LeadershipLost ends the term: the core answers nothing but LeadershipGained after it.
+	LeadershipLost struct{}
+	// LoopStalled says the driver was away for Gap (suspended or starved): every node gets a
+	// full lease from now, as under a new leader, since heartbeats may have waited unread.
+	LoopStalled struct{ Gap time.Duration }
+)
+
+func (Register) event()            {}
+func (Heartbeat) event()           {}
+func (ReportLoad) event()          {}
+func (Deregister) event()          {}
+func (Move) event()                {}
+func (Split) event()               {}
+func (Merge) event()               {}
+func (Pin) event()                 {}
+func (Unpin) event()               {}
+func (Drain) event()               {}
+func (Freeze) event()              {}
+func (Unfreeze) event()            {}
+func (SetAlgorithm) event()        {}
+func (GetStatus) event()           {}
+func (ListNodes) event()           {}
+func (ListSlices) event()          {}
+func (GetExplain) event()          {}
+func (Tick) event()                {}
+func (ClockObserved) event()       {}
+func (DistributorsChanged) event() {}
+func (WriteCommitted) event()      {}
+func (WriteFailed) event()         {}
+func (LeadershipGained) event()    {}
+func (LeadershipLost) event()      {}
+func (LoopStalled) event()         {}
+
+// Call names a request as the logs, metrics and audit trail do ("drain"), or returns "" for
+// an event that is no one's call (and for load reports, too frequent to name).
+func Call(ev Event) string {
+	switch ev.(type) {
+	case Register:
+		return "register"
+	case Heartbeat:
+		return "heartbeat"
+	case Deregister:
+		return "deregister"
+	case Move:
+		return "move"
+	case Split:
+		return "split"
+	case Merge:
+		return "merge"
+	case Pin:
+		return "pin"
+	case Unpin:
+		return "unpin"
+	case Drain:
+		return "drain"
+	case Freeze:
+		return "freeze"
+	case Unfreeze:
+		return "unfreeze"
+	case SetAlgorithm:
+		return "set_algorithm"
+	case GetStatus:
+		return "status"
+	case ListNodes:
+		return "list_nodes"
+	case ListSlices:
+		return "list_slices"
+	case GetExplain:
+		return "explain"
+	}
+	return ""
+}
+
+// requestEvent is an event someone asked for: Caller, embedded, provides it.
+type requestEvent interface {
+	Event
+	caller() Caller
+}
+
+func (c Caller) caller() Caller { return c }
+
+// IsAdmin reports whether a call is an admin change.
+func IsAdmin(call string) bool {
+	switch call {
+	case "move", "split", "merge", "pin", "unpin", "drain", "freeze", "unfreeze", "set_algorithm":
+		return true
+	}
+	return false
+}
+
+// audited reports whether a call changes the cluster on someone's behalf, and so goes into
+// the audit trail: every admin change, and nodes joining and leaving.
+func audited(call string) bool { return IsAdmin(call) || call == "register" || call == "deregister" }
