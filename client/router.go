@@ -445,12 +445,15 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 	)
 	for i, s := range a.All() {
 		starts[i] = s.Range.Start
+		// Reads go to the replicas that serve the slice: one still loading it has not all
+		// its data yet (make-before-break, I7).
+		serving := s.Serving()
 		// Neighbouring slices are often held by the same nodes: a split keeps them.
-		if prevSeen && slices.Equal(s.Replicas, prev) {
+		if prevSeen && slices.Equal(serving, prev) {
 			out[i] = prevSet
 			continue
 		}
-		key = setKey(key[:0], s.Replicas)
+		key = setKey(key[:0], serving)
 		set, ok := byKey[string(key)] // no allocation: the compiler does not copy key to look up
 		if !ok {
 			old, had := r.sets[string(key)]
@@ -458,19 +461,19 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 			case had && !nodesChanged:
 				set = old
 			default:
-				set = r.newReplicaSet(s.Replicas)
+				set = r.newReplicaSet(serving)
 				if had {
 					set.turn.Store(old.turn.Load())
 				}
 			}
 			byKey[string(key)] = set
-			for _, rep := range s.Replicas {
+			for _, rep := range serving {
 				if _, known := r.nodes[rep]; !known {
 					unknown = true
 				}
 			}
 		}
-		out[i], prev, prevSet, prevSeen = set, s.Replicas, set, true
+		out[i], prev, prevSet, prevSeen = set, serving, set, true
 	}
 	r.sets = byKey
 	return starts, out, unknown

@@ -28,6 +28,7 @@ var (
 	ErrDuplicateNode    = errors.New("assignment: duplicate node")
 	ErrNoSlice          = errors.New("assignment: no such slice")
 	ErrBadOp            = errors.New("assignment: bad operation")
+	ErrBadHandoff       = errors.New("assignment: bad handoff")
 )
 
 // maxReported bounds how many problems one error lists, so that a badly broken map of 150k
@@ -40,6 +41,13 @@ type Slice struct {
 	// Replicas lists the nodes holding the slice, sorted by ID, without duplicates. Slices
 	// handed out by an Assignment share this array with it: do not modify it.
 	Replicas []NodeID
+	// Loading lists the replicas still receiving the slice's data (make-before-break, I7):
+	// they hold it but do not serve it yet. Leaving lists replicas that serve it until no
+	// replica is loading, then drop it. Both are sorted subsets of Replicas, disjoint, and
+	// empty unless a handoff is under way; Since is the generation at which it began (0:
+	// none). See handoff.go.
+	Loading, Leaving []NodeID
+	Since            uint64
 }
 
 // Holds reports whether node id is one of the slice's replicas.
@@ -49,7 +57,13 @@ func (s Slice) Holds(id NodeID) bool {
 }
 
 // String formats the slice as its range and replica set.
-func (s Slice) String() string { return s.Range.String() + " " + FormatReplicas(s.Replicas) }
+func (s Slice) String() string {
+	out := s.Range.String() + " " + FormatReplicas(s.Replicas)
+	if s.InHandoff() {
+		out += fmt.Sprintf(" loading=%s leaving=%s since=%d", FormatReplicas(s.Loading), FormatReplicas(s.Leaving), s.Since)
+	}
+	return out
+}
 
 // FormatReplicas writes a replica set as a,b,c.
 func FormatReplicas(ids []NodeID) string {
@@ -74,7 +88,7 @@ type Assignment struct {
 func New(generation uint64, in []Slice) (*Assignment, error) {
 	ss := make([]Slice, len(in))
 	for i, s := range in {
-		ss[i] = Slice{Range: s.Range, Replicas: normalize(s.Replicas)}
+		ss[i] = s.normalized()
 	}
 	byStart := func(a, b Slice) int { return cmp.Compare(a.Range.Start, b.Range.Start) }
 	if !slices.IsSortedFunc(ss, byStart) {
@@ -83,7 +97,7 @@ func New(generation uint64, in []Slice) (*Assignment, error) {
 	var p problems
 	checkPartition(ss, &p)
 	for _, s := range ss {
-		if err := checkReplicas(s.Replicas); err != nil {
+		if err := s.check(); err != nil {
 			p.add(fmt.Errorf("slice %s: %w", s.Range, err))
 		}
 	}
@@ -211,7 +225,7 @@ func (a *Assignment) Validate(nodes *NodeSet) error {
 // Equal reports whether a and b map the space identically (generations are not compared).
 func (a *Assignment) Equal(b *Assignment) bool {
 	return slices.EqualFunc(a.slices, b.slices, func(x, y Slice) bool {
-		return x.Range == y.Range && slices.Equal(x.Replicas, y.Replicas)
+		return x.Range == y.Range && x.sameHolders(y)
 	})
 }
 

@@ -34,11 +34,11 @@ func TestNewValidatesPartition(t *testing.T) {
 	}{
 		{
 			name:   "ok, unsorted input",
-			slices: []Slice{{rEnd(100), ids("b")}, {r(0, 100), ids("a")}},
+			slices: []Slice{{Range: rEnd(100), Replicas: ids("b")}, {Range: r(0, 100), Replicas: ids("a")}},
 		},
 		{
 			name:   "gap at start, in the middle and at the end",
-			slices: []Slice{{r(10, 20), ids("a")}, {r(30, 40), ids("a")}},
+			slices: []Slice{{Range: r(10, 20), Replicas: ids("a")}, {Range: r(30, 40), Replicas: ids("a")}},
 			want:   []error{ErrGap},
 			text: []string{
 				"[0x0000000000000000, 0x000000000000000a) is not covered",
@@ -48,18 +48,18 @@ func TestNewValidatesPartition(t *testing.T) {
 		},
 		{
 			name:   "overlap",
-			slices: []Slice{{r(0, 20), ids("a")}, {rEnd(10), ids("b")}},
+			slices: []Slice{{Range: r(0, 20), Replicas: ids("a")}, {Range: rEnd(10), Replicas: ids("b")}},
 			want:   []error{ErrOverlap},
 			text:   []string{"starts before 0x0000000000000014"},
 		},
 		{
 			name:   "empty range",
-			slices: []Slice{{r(0, 0), ids("a")}, {rEnd(0), ids("a")}},
+			slices: []Slice{{Range: r(0, 0), Replicas: ids("a")}, {Range: rEnd(0), Replicas: ids("a")}},
 			want:   []error{ErrEmptyRange},
 		},
 		{
 			name:   "empty, duplicate and malformed replicas, all reported",
-			slices: []Slice{{r(0, 10), nil}, {r(10, 20), ids("a", "a")}, {rEnd(20), ids("bad id")}},
+			slices: []Slice{{Range: r(0, 10)}, {Range: r(10, 20), Replicas: ids("a", "a")}, {Range: rEnd(20), Replicas: ids("bad id")}},
 			want:   []error{ErrNoReplicas, ErrDuplicateReplica, ErrBadNodeID},
 		},
 	}
@@ -145,7 +145,7 @@ func TestLookupAndFind(t *testing.T) {
 }
 
 func TestApply(t *testing.T) {
-	a, err := New(7, []Slice{{r(0, 100), ids("a")}, {rEnd(100), ids("b")}})
+	a, err := New(7, []Slice{{Range: r(0, 100), Replicas: ids("a")}, {Range: rEnd(100), Replicas: ids("b")}})
 	require.NoError(t, err)
 
 	b, err := a.Apply([]Op{
@@ -156,7 +156,7 @@ func TestApply(t *testing.T) {
 		Merge{Left: 75},
 	})
 	require.NoError(t, err)
-	want, err := New(8, []Slice{{r(0, 50), ids("a")}, {r(50, 75), ids("a")}, {rEnd(75), ids("b", "c")}})
+	want, err := New(8, []Slice{{Range: r(0, 50), Replicas: ids("a")}, {Range: r(50, 75), Replicas: ids("a")}, {Range: rEnd(75), Replicas: ids("b", "c")}})
 	require.NoError(t, err)
 	assert.True(t, b.Equal(want), "got\n%s", b)
 	assert.Equal(t, uint64(8), b.Generation())
@@ -168,7 +168,7 @@ func TestApply(t *testing.T) {
 }
 
 func TestApplyRejectsBadOps(t *testing.T) {
-	a, err := New(0, []Slice{{r(0, 100), ids("a")}, {r(100, 200), ids("b")}, {rEnd(200), ids("b")}})
+	a, err := New(0, []Slice{{Range: r(0, 100), Replicas: ids("a")}, {Range: r(100, 200), Replicas: ids("b")}, {Range: rEnd(200), Replicas: ids("b")}})
 	require.NoError(t, err)
 	cases := []struct {
 		op   Op

@@ -29,10 +29,14 @@ type Merge struct {
 	Left uint64
 }
 
-// Assign gives the slice starting at Slice a new replica set.
+// Assign gives the slice starting at Slice a new replica set, at once: with no Loading
+// node, no handoff is under way (see Handoff for make-before-break). Loading, Leaving and
+// Since set the handoff state exactly, as a resolved Handoff does (see Slice).
 type Assign struct {
-	Slice    uint64
-	Replicas []NodeID
+	Slice            uint64
+	Replicas         []NodeID
+	Loading, Leaving []NodeID
+	Since            uint64
 }
 
 func (o Split) String() string {
@@ -42,30 +46,48 @@ func (o Split) String() string {
 func (o Merge) String() string { return "merge " + keyspace.FormatPoint(o.Left) + " with next" }
 
 func (o Assign) String() string {
-	return "assign " + keyspace.FormatPoint(o.Slice) + " to " + FormatReplicas(o.Replicas)
+	out := "assign " + keyspace.FormatPoint(o.Slice) + " to " + FormatReplicas(o.Replicas)
+	if len(o.Loading) > 0 {
+		out += fmt.Sprintf(" loading=%s leaving=%s since=%d", FormatReplicas(o.Loading), FormatReplicas(o.Leaving), o.Since)
+	}
+	return out
 }
 
 // Apply returns the assignment that results from applying ops in order, at the next
 // generation. If any operation is invalid it returns an error naming it and a is unchanged
 // (assignments are immutable). Applying no operations returns a itself.
 func (a *Assignment) Apply(ops []Op) (*Assignment, error) {
+	next, _, err := a.Resolve(ops)
+	return next, err
+}
+
+// Resolve is Apply that also returns the operations with every Handoff replaced by the
+// Assign it amounts to, so that applying those to a gives the same map: what quanta and the
+// log carry, since a Handoff's effect depends on the state it finds.
+func (a *Assignment) Resolve(ops []Op) (*Assignment, []Op, error) {
 	if len(ops) == 0 {
-		return a, nil
+		return a, ops, nil
 	}
 	e := newEditor(a)
+	e.resolved = make([]Op, 0, len(ops))
 	for i, op := range ops {
 		if err := op.apply(e); err != nil {
-			return nil, fmt.Errorf("op %d (%s): %w", i, op, err)
+			return nil, nil, fmt.Errorf("op %d (%s): %w", i, op, err)
+		}
+		if _, ok := op.(Handoff); !ok {
+			e.resolved = append(e.resolved, op)
 		}
 	}
-	return &Assignment{generation: a.generation + 1, slices: e.result()}, nil
+	return &Assignment{generation: e.generation, slices: e.result()}, e.resolved, nil
 }
 
 // editor applies operations to a copy of an assignment's slices in O(log n) each: the slices
 // form a linked list, found by binary search among the original starts or, for slices that
 // splits created, by a map. Rebuilding the sorted array happens once, at the end.
 type editor struct {
-	cells []cell
+	generation uint64 // of the map being made
+	resolved   []Op   // the operations so far, each Handoff as the Assign it made
+	cells      []cell
 	base  int              // cells[:base] are the original slices, sorted by start
 	added map[uint64]int32 // start -> cell of slices created by splits
 }
@@ -77,7 +99,7 @@ type cell struct {
 }
 
 func newEditor(a *Assignment) *editor {
-	e := &editor{cells: make([]cell, len(a.slices)), base: len(a.slices)}
+	e := &editor{generation: a.generation + 1, cells: make([]cell, len(a.slices)), base: len(a.slices)}
 	for i, s := range a.slices {
 		e.cells[i] = cell{s: s, next: int32(i + 1)}
 	}
@@ -119,7 +141,9 @@ func (o Split) apply(e *editor) error {
 		e.added = make(map[uint64]int32)
 	}
 	j := int32(len(e.cells))
-	e.cells = append(e.cells, cell{s: Slice{Range: hi, Replicas: c.s.Replicas}, next: c.next})
+	piece := c.s // the half keeps the replica set and any handoff under way
+	piece.Range = hi
+	e.cells = append(e.cells, cell{s: piece, next: c.next})
 	c = &e.cells[i] // append may have moved the array
 	c.s.Range, c.next = lo, j
 	e.added[hi.Start] = j
@@ -136,8 +160,8 @@ func (o Merge) apply(e *editor) error {
 		return fmt.Errorf("%w: slice %s is the last one and has no right neighbour", ErrBadOp, left.s.Range)
 	}
 	right := &e.cells[left.next]
-	if !slices.Equal(left.s.Replicas, right.s.Replicas) {
-		return fmt.Errorf("%w: slices %s (%s) and %s (%s) have different replica sets; assign one first",
+	if !left.s.sameHolders(right.s) {
+		return fmt.Errorf("%w: slices %s (%s) and %s (%s) have different replica sets or handoffs; assign one first",
 			ErrBadOp, left.s.Range, FormatReplicas(left.s.Replicas), right.s.Range, FormatReplicas(right.s.Replicas))
 	}
 	left.s.Range.End = right.s.Range.End
@@ -152,11 +176,16 @@ func (o Assign) apply(e *editor) error {
 	if err != nil {
 		return err
 	}
-	reps := normalize(o.Replicas)
-	if err := checkReplicas(reps); err != nil {
+	return e.assign(i, o)
+}
+
+// assign gives cell i the replica set and handoff state of o, once they check out.
+func (e *editor) assign(i int32, o Assign) error {
+	s := Slice{Range: e.cells[i].s.Range, Replicas: o.Replicas, Loading: o.Loading, Leaving: o.Leaving, Since: o.Since}.normalized()
+	if err := s.check(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadOp, err)
 	}
-	e.cells[i].s.Replicas = reps
+	e.cells[i].s = s
 	return nil
 }
 
@@ -169,8 +198,8 @@ func Diff(from, to *Assignment) []Op {
 	piece := uint64(0)
 	for {
 		fs, ts := from.slices[i], to.slices[j]
-		if !slices.Equal(fs.Replicas, ts.Replicas) {
-			assigns = append(assigns, Assign{Slice: piece, Replicas: ts.Replicas})
+		if !fs.sameHolders(ts) {
+			assigns = append(assigns, Assign{Slice: piece, Replicas: ts.Replicas, Loading: ts.Loading, Leaving: ts.Leaving, Since: ts.Since})
 		}
 		// The piece ends at the nearer of the two slice ends.
 		switch fs.Range.End.Compare(ts.Range.End) {

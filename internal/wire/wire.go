@@ -60,7 +60,7 @@ func AssignmentToProto(a *assignment.Assignment) *pb.Assignment {
 	}
 	for i, s := range a.All() {
 		m.Starts[i] = s.Range.Start
-		m.Replicas[i] = replicaSet(s.Replicas)
+		m.Replicas[i] = replicaSet(s.Replicas, s.Loading, s.Leaving, s.Since)
 	}
 	return m
 }
@@ -89,7 +89,8 @@ func AssignmentFromProto(m *pb.Assignment) (*assignment.Assignment, error) {
 			}
 			end = keyspace.At(starts[i+1])
 		}
-		ss[i] = assignment.Slice{Range: keyspace.Range{Start: start, End: end}, Replicas: nodeIDs(reps[i].GetNodes())}
+		ss[i] = assignment.Slice{Range: keyspace.Range{Start: start, End: end}, Replicas: nodeIDs(reps[i].GetNodes()),
+			Loading: optNodeIDs(reps[i].GetLoading()), Leaving: optNodeIDs(reps[i].GetLeaving()), Since: reps[i].GetSince()}
 	}
 	a, err := assignment.New(m.GetGeneration(), ss)
 	if err != nil {
@@ -108,7 +109,7 @@ func OpsToProto(ops []assignment.Op) []*pb.Op {
 		case assignment.Merge:
 			out[i] = &pb.Op{Op: &pb.Op_Merge{Merge: &pb.Merge{Left: o.Left}}}
 		case assignment.Assign:
-			out[i] = &pb.Op{Op: &pb.Op_Assign{Assign: &pb.Assign{Slice: o.Slice, Replicas: replicaSet(o.Replicas)}}}
+			out[i] = &pb.Op{Op: &pb.Op_Assign{Assign: &pb.Assign{Slice: o.Slice, Replicas: replicaSet(o.Replicas, o.Loading, o.Leaving, o.Since)}}}
 		default:
 			panic(fmt.Sprintf("wire: unknown operation type %T", op)) // the set of operations is closed
 		}
@@ -127,7 +128,8 @@ func OpsFromProto(ms []*pb.Op) ([]assignment.Op, error) {
 		case *pb.Op_Merge:
 			out[i] = assignment.Merge{Left: o.Merge.GetLeft()}
 		case *pb.Op_Assign:
-			reps := nodeIDs(o.Assign.GetReplicas().GetNodes())
+			rs := o.Assign.GetReplicas()
+			reps := nodeIDs(rs.GetNodes())
 			if len(reps) == 0 {
 				return nil, fmt.Errorf("%w: op %d assigns slice %s to no node", ErrInvalid, i, keyspace.FormatPoint(o.Assign.GetSlice()))
 			}
@@ -136,7 +138,8 @@ func OpsFromProto(ms []*pb.Op) ([]assignment.Op, error) {
 					return nil, fmt.Errorf("%w: op %d: %w", ErrInvalid, i, err)
 				}
 			}
-			out[i] = assignment.Assign{Slice: o.Assign.GetSlice(), Replicas: reps}
+			out[i] = assignment.Assign{Slice: o.Assign.GetSlice(), Replicas: reps,
+				Loading: optNodeIDs(rs.GetLoading()), Leaving: optNodeIDs(rs.GetLeaving()), Since: rs.GetSince()}
 		default:
 			return nil, fmt.Errorf("%w: op %d is empty", ErrInvalid, i)
 		}
@@ -161,12 +164,27 @@ func NodeFromProto(m *pb.Node) (assignment.Node, error) {
 	return n, nil
 }
 
-func replicaSet(ids []assignment.NodeID) *pb.ReplicaSet {
-	nodes := make([]string, len(ids))
-	for i, id := range ids {
-		nodes[i] = string(id)
+func replicaSet(ids, loading, leaving []assignment.NodeID, since uint64) *pb.ReplicaSet {
+	return &pb.ReplicaSet{Nodes: nodeStrings(ids), Loading: nodeStrings(loading), Leaving: nodeStrings(leaving), Since: since}
+}
+
+func nodeStrings(ids []assignment.NodeID) []string {
+	if len(ids) == 0 {
+		return nil
 	}
-	return &pb.ReplicaSet{Nodes: nodes}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
+	}
+	return out
+}
+
+// optNodeIDs is nodeIDs keeping an empty list nil, as a slice with no handoff has it.
+func optNodeIDs(nodes []string) []assignment.NodeID {
+	if len(nodes) == 0 {
+		return nil
+	}
+	return nodeIDs(nodes)
 }
 
 func nodeIDs(nodes []string) []assignment.NodeID {

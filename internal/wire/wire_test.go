@@ -39,10 +39,23 @@ func TestAssignmentRoundTrip(t *testing.T) {
 	})
 }
 
+func TestAHandoffTravels(t *testing.T) {
+	a, err := assignment.New(3, []assignment.Slice{{Range: keyspace.Full(), Replicas: []assignment.NodeID{"a"}}})
+	require.NoError(t, err)
+	b, err := a.Apply([]assignment.Op{assignment.Handoff{Slice: 0, Replicas: []assignment.NodeID{"b"}}})
+	require.NoError(t, err)
+	got, err := AssignmentFromProto(AssignmentToProto(b))
+	require.NoError(t, err)
+	require.True(t, got.Equal(b), "got\n%s\nwant\n%s", got, b)
+	require.Equal(t, []assignment.NodeID{"b"}, got.Slice(0).Loading)
+}
+
 func TestOpsRoundTrip(t *testing.T) {
 	ops := []assignment.Op{
 		assignment.Split{Slice: 0, At: 1 << 62},
 		assignment.Assign{Slice: 1 << 62, Replicas: []assignment.NodeID{"a", "b"}},
+		assignment.Assign{Slice: 1 << 62, Replicas: []assignment.NodeID{"a", "b"},
+			Loading: []assignment.NodeID{"b"}, Leaving: []assignment.NodeID{"a"}, Since: 9},
 		assignment.Merge{Left: 0},
 	}
 	got, err := OpsFromProto(OpsToProto(ops))

@@ -941,7 +941,13 @@ type HeartbeatRequest struct {
 	// distributor within its stall timeout (or never did since it started).
 	Stale bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
 	// silence is how long the node has not heard from its distributor; unset if it never did.
-	Silence       *durationpb.Duration `protobuf:"bytes,3,opt,name=silence,proto3" json:"silence,omitempty"`
+	Silence *durationpb.Duration `protobuf:"bytes,3,opt,name=silence,proto3" json:"silence,omitempty"`
+	// generation is the map generation of the last delta the node applied (0: none yet).
+	Generation uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// loading lists the ranges the node holds whose data has not all arrived yet; a slice the
+	// node is loading becomes serving once generation reaches its handoff's and no part of it
+	// is listed here.
+	Loading       []*Range `protobuf:"bytes,5,rep,name=loading,proto3" json:"loading,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -993,6 +999,20 @@ func (x *HeartbeatRequest) GetStale() bool {
 func (x *HeartbeatRequest) GetSilence() *durationpb.Duration {
 	if x != nil {
 		return x.Silence
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetLoading() []*Range {
+	if x != nil {
+		return x.Loading
 	}
 	return nil
 }
@@ -3451,11 +3471,15 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"}\n" +
 	"\x10RegisterResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
-	"\vdistributor\x18\x02 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"v\n" +
+	"\vdistributor\x18\x02 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"\xc6\x01\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\x123\n" +
-	"\asilence\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\asilence\"\x9a\x01\n" +
+	"\asilence\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\asilence\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x12.\n" +
+	"\aloading\x18\x05 \x03(\v2\x14.sliceplane.v1.RangeR\aloading\"\x9a\x01\n" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\x12<\n" +
@@ -3760,90 +3784,91 @@ var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	64, // 15: sliceplane.v1.RegisterResponse.ttl:type_name -> google.protobuf.Duration
 	4,  // 16: sliceplane.v1.RegisterResponse.distributor:type_name -> sliceplane.v1.Distributor
 	64, // 17: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
-	64, // 18: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	4,  // 19: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
-	64, // 20: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
-	19, // 21: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
-	1,  // 22: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
-	60, // 23: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
-	1,  // 24: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
-	57, // 25: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
-	62, // 26: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
-	0,  // 27: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
-	62, // 28: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	63, // 29: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	58, // 30: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	62, // 31: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	64, // 32: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
-	27, // 33: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 34: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	30, // 35: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 36: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	22, // 37: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	23, // 38: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	22, // 39: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	23, // 40: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	22, // 41: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	22, // 42: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	23, // 43: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	22, // 44: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 45: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	22, // 46: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 47: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	59, // 48: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 49: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 50: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	53, // 51: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	62, // 52: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	5,  // 53: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 54: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 55: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 56: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 57: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 58: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 59: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	20, // 60: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	24, // 61: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	26, // 62: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	29, // 63: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	32, // 64: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	34, // 65: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	36, // 66: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	38, // 67: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	40, // 68: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	42, // 69: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	44, // 70: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	46, // 71: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	48, // 72: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	50, // 73: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	52, // 74: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 75: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 76: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 77: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 78: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 79: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 80: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	18, // 81: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	21, // 82: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	25, // 83: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	28, // 84: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	31, // 85: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	33, // 86: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	35, // 87: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	37, // 88: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	39, // 89: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	41, // 90: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	43, // 91: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	45, // 92: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	47, // 93: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	49, // 94: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	51, // 95: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	54, // 96: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	75, // [75:97] is the sub-list for method output_type
-	53, // [53:75] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	0,  // 18: sliceplane.v1.HeartbeatRequest.loading:type_name -> sliceplane.v1.Range
+	64, // 19: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	4,  // 20: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
+	64, // 21: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
+	19, // 22: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
+	1,  // 23: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
+	60, // 24: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
+	1,  // 25: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
+	57, // 26: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
+	62, // 27: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
+	0,  // 28: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
+	62, // 29: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	63, // 30: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	58, // 31: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	62, // 32: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	64, // 33: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	27, // 34: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 35: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	30, // 36: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 37: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	22, // 38: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	23, // 39: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	22, // 40: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	23, // 41: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	22, // 42: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	22, // 43: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	23, // 44: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	22, // 45: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 46: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	22, // 47: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 48: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	59, // 49: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 50: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 51: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	53, // 52: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	62, // 53: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	5,  // 54: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 55: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 56: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 57: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 58: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 59: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 60: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	20, // 61: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	24, // 62: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	26, // 63: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	29, // 64: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	32, // 65: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	34, // 66: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	36, // 67: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	38, // 68: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	40, // 69: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	42, // 70: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	44, // 71: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	46, // 72: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	48, // 73: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	50, // 74: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	52, // 75: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 76: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 77: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 78: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 79: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 80: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 81: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	18, // 82: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	21, // 83: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	25, // 84: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	28, // 85: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	31, // 86: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	33, // 87: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	35, // 88: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	37, // 89: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	39, // 90: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	41, // 91: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	43, // 92: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	45, // 93: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	47, // 94: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	49, // 95: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	51, // 96: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	54, // 97: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	76, // [76:98] is the sub-list for method output_type
+	54, // [54:76] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }

@@ -80,9 +80,22 @@ func (x *Node) GetCapacity() float64 {
 }
 
 // ReplicaSet lists the nodes holding a slice, sorted by ID, without duplicates.
+// ReplicaSet lists the nodes holding a slice. A slice in handoff (make-before-break) has
+// nodes still loading its data beside nodes that serve it and will drop it: routers send
+// reads to the serving ones only, distributors deliver the data to all of them.
 type ReplicaSet struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []string               `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []string               `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// loading lists the nodes of nodes that are receiving the slice's data and do not serve it
+	// yet; each becomes serving once it reports the slice loaded.
+	Loading []string `protobuf:"bytes,2,rep,name=loading,proto3" json:"loading,omitempty"`
+	// leaving lists the nodes of nodes that serve the slice until no node is loading it, then
+	// drop it.
+	Leaving []string `protobuf:"bytes,3,rep,name=leaving,proto3" json:"leaving,omitempty"`
+	// since is the map generation at which the handoff began; 0 when none is under way. A
+	// loading node is loaded once it has applied that generation's operations and holds no
+	// part of the slice still loading.
+	Since         uint64 `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -122,6 +135,27 @@ func (x *ReplicaSet) GetNodes() []string {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *ReplicaSet) GetLoading() []string {
+	if x != nil {
+		return x.Loading
+	}
+	return nil
+}
+
+func (x *ReplicaSet) GetLeaving() []string {
+	if x != nil {
+		return x.Leaving
+	}
+	return nil
+}
+
+func (x *ReplicaSet) GetSince() uint64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
 }
 
 // Assignment maps every point of the hash space to a replica set. It is stored and sent as
@@ -449,10 +483,13 @@ const file_sliceplane_v1_assignment_proto_rawDesc = "" +
 	"\x1esliceplane/v1/assignment.proto\x12\rsliceplane.v1\"2\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
-	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\"\"\n" +
+	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\"l\n" +
 	"\n" +
 	"ReplicaSet\x12\x14\n" +
-	"\x05nodes\x18\x01 \x03(\tR\x05nodes\"{\n" +
+	"\x05nodes\x18\x01 \x03(\tR\x05nodes\x12\x18\n" +
+	"\aloading\x18\x02 \x03(\tR\aloading\x12\x18\n" +
+	"\aleaving\x18\x03 \x03(\tR\aleaving\x12\x14\n" +
+	"\x05since\x18\x04 \x01(\x04R\x05since\"{\n" +
 	"\n" +
 	"Assignment\x12\x1e\n" +
 	"\n" +

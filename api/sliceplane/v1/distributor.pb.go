@@ -273,7 +273,10 @@ type Delta struct {
 	// slices, when set, lists the slices the node holds before the delta's operations (as a
 	// set_slices operation would): the first delta of a stream that resumes mid-epoch carries
 	// it, since a node that restarted has forgotten them.
-	Slices        *SliceList `protobuf:"bytes,6,opt,name=slices,proto3" json:"slices,omitempty"`
+	Slices *SliceList `protobuf:"bytes,6,opt,name=slices,proto3" json:"slices,omitempty"`
+	// generation is the generation of the distributor's map when the delta's last operation
+	// was queued: once the node applied the delta, it has seen every slice that map gave it.
+	Generation    uint64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,6 +353,13 @@ func (x *Delta) GetSlices() *SliceList {
 	return nil
 }
 
+func (x *Delta) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type SliceList struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ranges        []*Range               `protobuf:"bytes,1,rep,name=ranges,proto3" json:"ranges,omitempty"`
@@ -407,6 +417,7 @@ type DeltaOp struct {
 	//	*DeltaOp_PutFragment
 	//	*DeltaOp_DeleteFragment
 	//	*DeltaOp_SetSlices
+	//	*DeltaOp_SliceLoaded
 	Op            isDeltaOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -521,6 +532,15 @@ func (x *DeltaOp) GetSetSlices() *SliceList {
 	return nil
 }
 
+func (x *DeltaOp) GetSliceLoaded() *Range {
+	if x != nil {
+		if x, ok := x.Op.(*DeltaOp_SliceLoaded); ok {
+			return x.SliceLoaded
+		}
+	}
+	return nil
+}
+
 type isDeltaOp_Op interface {
 	isDeltaOp_Op()
 }
@@ -567,6 +587,12 @@ type DeltaOp_SetSlices struct {
 	SetSlices *SliceList `protobuf:"bytes,8,opt,name=set_slices,json=setSlices,proto3,oneof"`
 }
 
+type DeltaOp_SliceLoaded struct {
+	// slice_loaded says that the node holds every item of a range it added (the scan's items
+	// and the changes since): it may serve the range from here on.
+	SliceLoaded *Range `protobuf:"bytes,9,opt,name=slice_loaded,json=sliceLoaded,proto3,oneof"`
+}
+
 func (*DeltaOp_Reset_) isDeltaOp_Op() {}
 
 func (*DeltaOp_AddSlice) isDeltaOp_Op() {}
@@ -582,6 +608,8 @@ func (*DeltaOp_PutFragment) isDeltaOp_Op() {}
 func (*DeltaOp_DeleteFragment) isDeltaOp_Op() {}
 
 func (*DeltaOp_SetSlices) isDeltaOp_Op() {}
+
+func (*DeltaOp_SliceLoaded) isDeltaOp_Op() {}
 
 type Reset struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -696,16 +724,19 @@ const file_sliceplane_v1_distributor_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
 	"\x06cursor\x18\x02 \x01(\v2\x15.sliceplane.v1.CursorR\x06cursor\":\n" +
 	"\fPullResponse\x12*\n" +
-	"\x05delta\x18\x01 \x01(\v2\x14.sliceplane.v1.DeltaR\x05delta\"\xb3\x01\n" +
+	"\x05delta\x18\x01 \x01(\v2\x14.sliceplane.v1.DeltaR\x05delta\"\xd3\x01\n" +
 	"\x05Delta\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x06R\x05epoch\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x14\n" +
 	"\x05clock\x18\x04 \x01(\x04R\x05clock\x12(\n" +
 	"\x03ops\x18\x05 \x03(\v2\x16.sliceplane.v1.DeltaOpR\x03ops\x120\n" +
-	"\x06slices\x18\x06 \x01(\v2\x18.sliceplane.v1.SliceListR\x06slices\"9\n" +
+	"\x06slices\x18\x06 \x01(\v2\x18.sliceplane.v1.SliceListR\x06slices\x12\x1e\n" +
+	"\n" +
+	"generation\x18\a \x01(\x04R\n" +
+	"generation\"9\n" +
 	"\tSliceList\x12,\n" +
-	"\x06ranges\x18\x01 \x03(\v2\x14.sliceplane.v1.RangeR\x06ranges\"\xce\x03\n" +
+	"\x06ranges\x18\x01 \x03(\v2\x14.sliceplane.v1.RangeR\x06ranges\"\x89\x04\n" +
 	"\aDeltaOp\x12,\n" +
 	"\x05reset\x18\x01 \x01(\v2\x14.sliceplane.v1.ResetH\x00R\x05reset\x123\n" +
 	"\tadd_slice\x18\x02 \x01(\v2\x14.sliceplane.v1.RangeH\x00R\baddSlice\x125\n" +
@@ -716,7 +747,8 @@ const file_sliceplane_v1_distributor_proto_rawDesc = "" +
 	"\fput_fragment\x18\x06 \x01(\v2\x19.sliceplane.v1.ItemChangeH\x00R\vputFragment\x12D\n" +
 	"\x0fdelete_fragment\x18\a \x01(\v2\x19.sliceplane.v1.ItemChangeH\x00R\x0edeleteFragment\x129\n" +
 	"\n" +
-	"set_slices\x18\b \x01(\v2\x18.sliceplane.v1.SliceListH\x00R\tsetSlicesB\x04\n" +
+	"set_slices\x18\b \x01(\v2\x18.sliceplane.v1.SliceListH\x00R\tsetSlices\x129\n" +
+	"\fslice_loaded\x18\t \x01(\v2\x14.sliceplane.v1.RangeH\x00R\vsliceLoadedB\x04\n" +
 	"\x02op\"\a\n" +
 	"\x05Reset\"P\n" +
 	"\n" +
@@ -768,13 +800,14 @@ var file_sliceplane_v1_distributor_proto_depIdxs = []int32{
 	8,  // 12: sliceplane.v1.DeltaOp.put_fragment:type_name -> sliceplane.v1.ItemChange
 	8,  // 13: sliceplane.v1.DeltaOp.delete_fragment:type_name -> sliceplane.v1.ItemChange
 	5,  // 14: sliceplane.v1.DeltaOp.set_slices:type_name -> sliceplane.v1.SliceList
-	1,  // 15: sliceplane.v1.DistributorService.Pull:input_type -> sliceplane.v1.PullRequest
-	3,  // 16: sliceplane.v1.DistributorService.Pull:output_type -> sliceplane.v1.PullResponse
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	9,  // 15: sliceplane.v1.DeltaOp.slice_loaded:type_name -> sliceplane.v1.Range
+	1,  // 16: sliceplane.v1.DistributorService.Pull:input_type -> sliceplane.v1.PullRequest
+	3,  // 17: sliceplane.v1.DistributorService.Pull:output_type -> sliceplane.v1.PullResponse
+	17, // [17:18] is the sub-list for method output_type
+	16, // [16:17] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_distributor_proto_init() }
@@ -796,6 +829,7 @@ func file_sliceplane_v1_distributor_proto_init() {
 		(*DeltaOp_PutFragment)(nil),
 		(*DeltaOp_DeleteFragment)(nil),
 		(*DeltaOp_SetSlices)(nil),
+		(*DeltaOp_SliceLoaded)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1,0 +1,122 @@
+package assignment
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// TestAHandoffKeepsTheOldHolderServing walks one move make-before-break: the gaining node
+// loads, the losing one serves and leaves, and the Assign that ends the handoff drops it.
+func TestAHandoffKeepsTheOldHolderServing(t *testing.T) {
+	a, err := New(4, []Slice{{Range: r(0, 100), Replicas: ids("a")}, {Range: rEnd(100), Replicas: ids("b")}})
+	require.NoError(t, err)
+	b, resolved, err := a.Resolve([]Op{Handoff{Slice: 0, Replicas: ids("c")}})
+	require.NoError(t, err)
+	s := b.Slice(0)
+	assert.Equal(t, ids("a", "c"), s.Replicas)
+	assert.Equal(t, ids("c"), s.Loading)
+	assert.Equal(t, ids("a"), s.Leaving)
+	assert.Equal(t, uint64(5), s.Since, "the handoff starts at the generation it makes")
+	assert.Equal(t, ids("a"), s.Serving(), "reads stay with the old holder")
+	assert.Equal(t, ids("c"), s.Target())
+	assert.True(t, s.IsLoading("c"))
+	assert.False(t, s.IsLoading("a"))
+	require.Equal(t, []Op{Assign{Slice: 0, Replicas: ids("a", "c"), Loading: ids("c"), Leaving: ids("a"), Since: 5}}, resolved)
+
+	again, err := a.Apply(resolved)
+	require.NoError(t, err)
+	assert.True(t, again.Equal(b), "the resolved ops make the same map")
+
+	done, err := b.Apply([]Op{Assign{Slice: 0, Replicas: s.Target()}})
+	require.NoError(t, err)
+	assert.False(t, done.Slice(0).InHandoff())
+	assert.Equal(t, ids("c"), done.Slice(0).Serving())
+}
+
+func TestAHandoffThatOnlyDropsIsAPlainAssign(t *testing.T) {
+	a, err := New(1, []Slice{{Range: r(0, 100), Replicas: ids("a", "b")}, {Range: rEnd(100), Replicas: ids("b")}})
+	require.NoError(t, err)
+	_, resolved, err := a.Resolve([]Op{Handoff{Slice: 0, Replicas: ids("b")}})
+	require.NoError(t, err)
+	assert.Equal(t, []Op{Assign{Slice: 0, Replicas: ids("b")}}, resolved)
+}
+
+func TestAHandoffDoesNotKeepADeadNode(t *testing.T) {
+	a, err := New(1, []Slice{{Range: r(0, 100), Replicas: ids("a", "b")}, {Range: rEnd(100), Replicas: ids("b")}})
+	require.NoError(t, err)
+	live := MustNodeSet(Node{ID: "b"}, Node{ID: "c"})
+	b, err := a.Apply([]Op{Handoff{Slice: 0, Replicas: ids("c"), Live: live}})
+	require.NoError(t, err)
+	s := b.Slice(0)
+	assert.Equal(t, ids("b", "c"), s.Replicas, "the dead a goes at once, the live b serves until c does")
+	assert.Equal(t, ids("b"), s.Leaving)
+}
+
+func TestAHandoffKeepsItsStartUnlessANodeJoinsIt(t *testing.T) {
+	a, err := New(1, []Slice{{Range: r(0, 100), Replicas: ids("a")}, {Range: rEnd(100), Replicas: ids("b")}})
+	require.NoError(t, err)
+	b, err := a.Apply([]Op{Handoff{Slice: 0, Replicas: ids("c", "d")}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), b.Slice(0).Since)
+	c, err := b.Apply([]Op{Handoff{Slice: 0, Replicas: ids("c")}})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), c.Slice(0).Since, "d dropped out; c keeps loading since generation 2")
+	assert.Equal(t, ids("a", "c"), c.Slice(0).Replicas)
+	d, err := c.Apply([]Op{Handoff{Slice: 0, Replicas: ids("c", "e")}})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(4), d.Slice(0).Since, "e joined: the handoff restarts at generation 4")
+}
+
+func TestEverySliceServedWhenAllLoad(t *testing.T) {
+	s := Slice{Range: r(0, 1), Replicas: ids("a", "b"), Loading: ids("a", "b"), Since: 3}
+	assert.Equal(t, ids("a", "b"), s.Serving(), "with no serving replica a reader tries those loading")
+}
+
+func TestSplitsCarryAndMergesCompareTheHandoff(t *testing.T) {
+	a, err := New(1, []Slice{{Range: r(0, 100), Replicas: ids("a")}, {Range: rEnd(100), Replicas: ids("a")}})
+	require.NoError(t, err)
+	b, err := a.Apply([]Op{Handoff{Slice: 0, Replicas: ids("b")}, Split{Slice: 0, At: 50}})
+	require.NoError(t, err)
+	assert.Equal(t, b.Slice(0).Loading, b.Slice(1).Loading, "both halves load")
+	assert.Equal(t, b.Slice(0).Since, b.Slice(1).Since)
+	_, err = b.Apply([]Op{Merge{Left: 50}})
+	require.ErrorIs(t, err, ErrBadOp, "a loading slice does not merge with one that is not")
+	c, err := b.Apply([]Op{Merge{Left: 0}})
+	require.NoError(t, err)
+	assert.Equal(t, r(0, 100), c.Slice(0).Range)
+	assert.True(t, c.Slice(0).InHandoff())
+}
+
+func TestBadHandoffStatesAreRefused(t *testing.T) {
+	for name, s := range map[string]Slice{
+		"loading not a replica":    {Replicas: ids("a"), Loading: ids("b"), Since: 1},
+		"leaving not a replica":    {Replicas: ids("a", "b"), Loading: ids("b"), Leaving: ids("c"), Since: 1},
+		"both loading and leaving": {Replicas: ids("a", "b"), Loading: ids("b"), Leaving: ids("b"), Since: 1},
+		"leaving with no loading":  {Replicas: ids("a", "b"), Leaving: ids("b")},
+		"loading with no start":    {Replicas: ids("a", "b"), Loading: ids("b")},
+		"a start with no loading":  {Replicas: ids("a"), Since: 1},
+	} {
+		s.Range = keyspace.Full()
+		_, err := New(1, []Slice{s})
+		require.ErrorIs(t, err, ErrBadHandoff, name)
+		a, err := New(1, []Slice{{Range: keyspace.Full(), Replicas: ids("a")}})
+		require.NoError(t, err)
+		_, err = a.Apply([]Op{Assign{Slice: 0, Replicas: s.Replicas, Loading: s.Loading, Leaving: s.Leaving, Since: s.Since}})
+		require.ErrorIs(t, err, ErrBadHandoff, name)
+	}
+}
+
+func TestDiffCarriesHandoffs(t *testing.T) {
+	a, err := New(1, []Slice{{Range: r(0, 100), Replicas: ids("a")}, {Range: rEnd(100), Replicas: ids("b")}})
+	require.NoError(t, err)
+	b, err := a.Apply([]Op{Handoff{Slice: 100, Replicas: ids("a")}})
+	require.NoError(t, err)
+	c, err := a.Apply(Diff(a, b))
+	require.NoError(t, err)
+	assert.True(t, c.Equal(b), "got\n%s\nwant\n%s", c, b)
+	assert.False(t, c.Equal(a))
+}
