@@ -88,8 +88,8 @@ type editor struct {
 	generation uint64 // of the map being made
 	resolved   []Op   // the operations so far, each Handoff as the Assign it made
 	cells      []cell
-	base  int              // cells[:base] are the original slices, sorted by start
-	added map[uint64]int32 // start -> cell of slices created by splits
+	base       int              // cells[:base] are the original slices, sorted by start
+	added      map[uint64]int32 // start -> cell of slices created by splits
 }
 
 type cell struct {
