@@ -43,8 +43,10 @@ node over the mean), the slices, the churn of the last pass and the items.
 
 It stops after --duration (default: $DEMO_SECONDS seconds, or until Ctrl-C), then
 freezes the map and checks that every node holds exactly what it must, and prints
-  final imbalance=X.XX items=N lost=0
-A second Ctrl-C abandons the check. Every process is stopped on the way out.`,
+  final imbalance=X.XX items=N lost=0 misses=N failed=N
+where misses are reads of existing keys answered "not found", and failed are reads
+that got no answer from any replica. A second Ctrl-C abandons the check. Every
+process is stopped on the way out.`,
 		Example: `  make demo                       # builds the binaries and runs this
   DEMO_SECONDS=30 make demo
   kvdemo --bin ./bin --duration 1m --keys 50000`,
