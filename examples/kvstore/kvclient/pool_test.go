@@ -15,13 +15,13 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient/kvclienttest"
 )
 
-// fetch reads key "k" through a pool over router, with a short client timeout that only
-// Hang answers reach.
+// fetch reads key "k" through a pool over router, with a client timeout that only Hang
+// answers reach.
 func fetch(t *testing.T, router kvclient.Router) (kvclient.Result, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool := kvclient.NewPool(&http.Client{Timeout: 200 * time.Millisecond})
+	pool := kvclient.NewPool(&http.Client{Timeout: time.Second})
 	res, err := pool.Fetch(ctx, router, []byte("k"))
 	if r, ok := router.(*kvclienttest.Router); ok {
 		_, inFlight := r.Requests()
@@ -129,7 +129,7 @@ func TestFetchStopsWhenItsContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	router := kvclienttest.NewRouter(a, b)
 	go func() {
-		<-a.Hanging() // cut the read mid-request
+		<-a.Waiting() // cut the read mid-request
 		cancel()
 	}()
 	res, err := kvclient.NewPool(nil).Fetch(ctx, router, []byte("k"))

@@ -48,12 +48,13 @@ type Node struct {
 	byKey    map[string]Answer
 	owners   []kvclient.Owner
 	requests int
-	hanging  chan struct{}
+	gate     <-chan struct{}
+	waiting  chan struct{}
 }
 
 // NewNode starts a fake node answering every read with a; the test's cleanup stops it.
 func NewNode(t testing.TB, id string, a Answer) *Node {
-	n := &Node{ID: id, answer: a, byKey: map[string]Answer{}, hanging: make(chan struct{}, 64)}
+	n := &Node{ID: id, answer: a, byKey: map[string]Answer{}, waiting: make(chan struct{}, 64)}
 	n.srv = httptest.NewServer(http.HandlerFunc(n.serve))
 	t.Cleanup(n.srv.Close)
 	return n
@@ -90,9 +91,29 @@ func (n *Node) Requests() int {
 	return n.requests
 }
 
-// Hanging receives a value each time the node starts to hang on a read (Hang), up to 64
-// not received.
-func (n *Node) Hanging() <-chan struct{} { return n.hanging }
+// HoldUntil makes every read wait until gate is closed (or the client gives up) before it
+// is answered; nil answers at once.
+func (n *Node) HoldUntil(gate <-chan struct{}) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.gate = gate
+}
+
+// Waiting receives a value each time a read starts to wait: held (HoldUntil) or hanging
+// (Hang). It keeps up to 64 not received.
+func (n *Node) Waiting() <-chan struct{} { return n.waiting }
+
+// wait signals that a read waits, and waits for gate or the read's end.
+func (n *Node) wait(r *http.Request, gate <-chan struct{}) {
+	select {
+	case n.waiting <- struct{}{}:
+	default:
+	}
+	select {
+	case <-gate:
+	case <-r.Context().Done():
+	}
+}
 
 // Address is the node's address, as a router gives it.
 func (n *Node) Address() string { return n.srv.Listener.Addr().String() }
@@ -111,7 +132,11 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request) {
 		a = n.answer
 	}
 	owners := append([]kvclient.Owner{}, n.owners...)
+	gate := n.gate
 	n.mu.Unlock()
+	if gate != nil {
+		n.wait(r, gate)
+	}
 	switch a {
 	case Value:
 		w.Header().Set(kvclient.ClockHeader, "7")
@@ -129,11 +154,7 @@ func (n *Node) serve(w http.ResponseWriter, r *http.Request) {
 	case Fail:
 		http.Error(w, "fake: the store failed", http.StatusInternalServerError)
 	case Hang:
-		select {
-		case n.hanging <- struct{}{}:
-		default:
-		}
-		<-r.Context().Done()
+		n.wait(r, nil)
 	}
 }
 
