@@ -47,8 +47,8 @@ type Config struct {
 	// (0: none); a later write of the key brings it back.
 	DeleteShare float64
 	// Filled says that every key was written before the generator started (by an earlier
-	// Fill): Run counts a key read as "not found" as a miss from the start. Fill sets it
-	// for the keys it writes.
+	// Fill, or kvload fill): Run counts a key read as "not found" as a miss from the start.
+	// Without it, only the keys this generator wrote count so.
 	Filled bool
 	// Workers is the number of reads in flight at most; default 8.
 	Workers int
@@ -98,8 +98,7 @@ type Generator struct {
 
 	// keys holds, per key, whether it exists (bit 0: a write of it committed and no delete of
 	// it began since) and the number of deletes of it begun (the other bits), so that a read
-	// can tell whether a delete began while it ran. Only the writer (Fill, then Run's single
-	// writing goroutine) changes them.
+	// can tell whether a delete began while it ran.
 	keys []atomic.Uint64
 
 	reads, hits, misses, absent, failed atomic.Uint64
@@ -238,10 +237,17 @@ func (g *Generator) pick(e int) int {
 const exists = 1
 
 // written records that a write of key i committed.
-func (g *Generator) written(i int) { g.keys[i].Store(g.keys[i].Load() | exists) }
+func (g *Generator) written(i int) { g.keys[i].Or(exists) }
 
 // deleting records that a delete of key i begins: the key no longer surely exists.
-func (g *Generator) deleting(i int) { g.keys[i].Store(g.keys[i].Load()&^exists + 2) }
+func (g *Generator) deleting(i int) {
+	for {
+		s := g.keys[i].Load()
+		if g.keys[i].CompareAndSwap(s, s&^exists+2) {
+			return
+		}
+	}
+}
 
 // read reads key i through the router and counts the outcome.
 func (g *Generator) read(ctx context.Context, i int) {
