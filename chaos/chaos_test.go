@@ -444,15 +444,15 @@ func (row row) line() string {
 	if len(row.failures) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("| %s | %s | %s | %s (%s) | %d | %d/%d | %d/%d | %d→%d | %s | %s |", row.fault, row.target, takeover,
+	return fmt.Sprintf("| %s | %s | %s | %s (%s) | %d | %d/%d | %d/%d | %d/%d | %d→%d | %s | %s |", row.fault, row.target, takeover,
 		row.win.staleness.Round(10*time.Millisecond), row.win.stalest, row.win.regressions, row.win.readFails, row.win.reads,
-		row.win.writeFails, row.win.writes, row.termBefore, row.termAt, row.converge.Round(10*time.Millisecond), verdict)
+		row.win.readMisses, row.win.reads, row.win.writeFails, row.win.writes, row.termBefore, row.termAt, row.converge.Round(10*time.Millisecond), verdict)
 }
 
 func (r *run) table() string {
 	var b strings.Builder
-	b.WriteString("| fault | target | takeover | max staleness (node) | clock went back | reads failed | writes failed | term | converged in | verdict |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | target | takeover | max staleness (node) | clock went back | reads failed | reads missed | writes failed | term | converged in | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range r.rows {
 		b.WriteString(row.line() + "\n")
 	}

@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -25,10 +26,13 @@ const staleNote = 5 * time.Second
 
 // window is what the probes saw between two calls of probes.window.
 type window struct {
-	staleness  time.Duration // the largest node staleness sampled
-	stalest    string        // the node it was sampled on
-	reads      int64
-	readFails  int64
+	staleness time.Duration // the largest node staleness sampled
+	stalest   string        // the node it was sampled on
+	reads     int64
+	readFails int64 // reads no replica answered
+	// readMisses counts the reads answered "not found": the probes read only keys of the
+	// fill, which always exist.
+	readMisses int64
 	writes     int64
 	writeFails int64
 	// regressions counts the samples where a node's clock was below its last one, in one
@@ -64,7 +68,7 @@ type probes struct {
 	last    map[string]sampled
 	regress int64
 
-	reads, readFails atomic.Int64
+	reads, readFails, readMisses atomic.Int64
 }
 
 type sampled struct {
@@ -123,16 +127,20 @@ func (p *probes) write(ctx context.Context) {
 	p.log = append(p.log, written{rev: rev, at: time.Now()})
 }
 
-// read reads a key of the fill through the router, as a client of the store would.
+// read reads a key of the fill through the router, as a client of the store would: a
+// replica that does not answer sends the read to the next.
 func (p *probes) read(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, _, _, _, err := p.pool.Read(rctx, p.router, loadgen.Key(rand.IntN(p.initial)))
+	_, err := p.pool.Fetch(rctx, p.router, loadgen.Key(rand.IntN(p.initial)))
 	if ctx.Err() != nil { // the run ended, not the read
 		return
 	}
 	p.reads.Add(1)
-	if err != nil {
+	switch {
+	case errors.Is(err, kvclient.ErrNotFound):
+		p.readMisses.Add(1)
+	case err != nil:
 		p.readFails.Add(1)
 	}
 }
@@ -194,7 +202,7 @@ func (p *probes) window() window {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w := window{staleness: p.stale, stalest: p.stalest, reads: p.reads.Swap(0), readFails: p.readFails.Swap(0),
-		writes: p.writes, writeFails: p.writeFail, regressions: p.regress}
+		readMisses: p.readMisses.Swap(0), writes: p.writes, writeFails: p.writeFail, regressions: p.regress}
 	p.stale, p.stalest, p.writes, p.writeFail, p.skip, p.regress = 0, "", 0, 0, "", 0
 	return w
 }

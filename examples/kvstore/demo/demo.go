@@ -63,10 +63,13 @@ type Summary struct {
 	// Items is the number of items in the source; Lost, Leaked and Stale what the
 	// convergence checker found amiss.
 	Items, Lost, Leaked, Stale int
+	// Misses counts the reads of an existing key answered "not found", Failed those no
+	// replica answered (loadgen.Stats).
+	Misses, Failed uint64
 }
 
 func (s Summary) String() string {
-	line := fmt.Sprintf("final imbalance=%.2f items=%d lost=%d", s.Imbalance, s.Items, s.Lost)
+	line := fmt.Sprintf("final imbalance=%.2f items=%d lost=%d misses=%d failed=%d", s.Imbalance, s.Items, s.Lost, s.Misses, s.Failed)
 	if s.Leaked+s.Stale > 0 {
 		line += fmt.Sprintf(" leaked=%d stale=%d", s.Leaked, s.Stale)
 	}
@@ -483,7 +486,8 @@ func (d *demo) view(ctx context.Context, elapsed time.Duration, history []loadge
 func (d *demo) finish(ctx context.Context, history []loadgen.Stats) (Summary, error) {
 	nodes := slices.Sorted(maps.Keys(d.cluster.NodeURLs()))
 	perNode, _ := rates(history, window)
-	s := Summary{Imbalance: imbalance(perNode, nodes)}
+	last := history[len(history)-1]
+	s := Summary{Imbalance: imbalance(perNode, nodes), Misses: last.Misses, Failed: last.Failed}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	d.say("load stopped; checking that every node holds exactly what it must")
@@ -500,8 +504,8 @@ func (d *demo) finish(ctx context.Context, history []loadgen.Stats) (Summary, er
 		return s, err
 	}
 	s.Items, s.Lost, s.Leaked, s.Stale = items, r.Missing, r.Leaked, r.Stale
-	last := history[len(history)-1]
-	d.say("%d reads (%d misdirected, %d failed), %d writes; convergence check: %s", last.Reads, last.Misdirected, last.Errors, last.Writes, r)
+	d.say("%d reads: %d hits, %d misses, %d failed; on the way %d misdirected, %d beyond freshness, %d errors; %d writes; convergence check: %s",
+		last.Reads, last.Hits, last.Misses, last.Failed, last.Misdirected, last.Stale, last.Errors, last.Writes, r)
 	return s, nil
 }
 

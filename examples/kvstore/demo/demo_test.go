@@ -44,10 +44,11 @@ func TestRatesAndImbalanceOverAWindow(t *testing.T) {
 }
 
 func TestSummaryLine(t *testing.T) {
-	if got, want := (Summary{Imbalance: 1.034, Items: 10000}).String(), "final imbalance=1.03 items=10000 lost=0"; got != want {
+	if got, want := (Summary{Imbalance: 1.034, Items: 10000}).String(), "final imbalance=1.03 items=10000 lost=0 misses=0 failed=0"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
-	if got, want := (Summary{Imbalance: 1.5, Items: 9, Lost: 1, Stale: 2}).String(), "final imbalance=1.50 items=9 lost=1 leaked=0 stale=2"; got != want {
+	if got, want := (Summary{Imbalance: 1.5, Items: 9, Lost: 1, Stale: 2, Misses: 3, Failed: 4}).String(),
+		"final imbalance=1.50 items=9 lost=1 misses=3 failed=4 leaked=0 stale=2"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
 }

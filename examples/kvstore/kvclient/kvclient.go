@@ -89,6 +89,23 @@ type NotMineError struct {
 	Owners []Owner
 }
 
+// BeyondFreshness is the reason a node gives, in the body of a 503 answer to a read, when its
+// data is older than the freshness bound it serves within: the key may be its own, but what
+// it holds may be out of date, so the read is better served by another replica.
+const BeyondFreshness = "beyond freshness bound"
+
+// StaleError is returned by Get when the node answered 503 giving BeyondFreshness as its
+// reason.
+type StaleError struct {
+	Node string
+	// Reason is the node's answer, as it gave it.
+	Reason string
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("kvclient: %s is %s: %s", e.Node, BeyondFreshness, e.Reason)
+}
+
 func (e *NotMineError) Error() string {
 	ids := make([]string, len(e.Owners))
 	for i, o := range e.Owners {
@@ -155,13 +172,23 @@ func (n *Node) get(ctx context.Context, path string) (*http.Response, error) {
 
 // unexpected turns an answer of an unexpected status into an error, closing its body.
 func unexpected(resp *http.Response) error {
+	return unexpectedBody(resp, readBody(resp))
+}
+
+// readBody returns the start of an answer's body, which is all an error needs, and closes it.
+func readBody(resp *http.Response) string {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	return fmt.Errorf("kvclient: %s %s: %s: %s", resp.Request.Method, resp.Request.URL, resp.Status, strings.TrimSpace(string(body)))
+	return strings.TrimSpace(string(body))
+}
+
+func unexpectedBody(resp *http.Response, body string) error {
+	return fmt.Errorf("kvclient: %s %s: %s: %s", resp.Request.Method, resp.Request.URL, resp.Status, body)
 }
 
 // Get reads key: its value, and the clock the node's data reflects. A key the node owns and
-// does not hold is ErrNotFound; one it does not own, a *NotMineError.
+// does not hold is ErrNotFound; one it does not own, a *NotMineError; a node whose data is
+// beyond its freshness bound, a *StaleError.
 func (n *Node) Get(ctx context.Context, key []byte) (value []byte, clock uint64, err error) {
 	resp, err := n.get(ctx, KeyPath+url.PathEscape(string(key)))
 	if err != nil {
@@ -186,6 +213,12 @@ func (n *Node) Get(ctx context.Context, key []byte) (value []byte, clock uint64,
 			return nil, 0, fmt.Errorf("kvclient: decoding the answer of %s: %w", n.base, err)
 		}
 		return nil, 0, &NotMineError{Node: n.base, Owners: m.Owners}
+	case http.StatusServiceUnavailable:
+		body := readBody(resp)
+		if strings.Contains(body, BeyondFreshness) {
+			return nil, 0, &StaleError{Node: n.base, Reason: body}
+		}
+		return nil, 0, unexpectedBody(resp, body)
 	}
 	return nil, 0, unexpected(resp)
 }

@@ -19,7 +19,6 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/internal/sim"
@@ -29,8 +28,9 @@ import (
 type Config struct {
 	// Writer writes items to the data source.
 	Writer *writer.Writer
-	// Router finds the nodes holding a key; Run reads through it. Fill needs none.
-	Router *client.Router
+	// Router finds the nodes holding a key (a *client.Router); Run reads through it. Fill
+	// needs none.
+	Router kvclient.Router
 	// Keys is the number of distinct keys, Key(0) to Key(Keys-1).
 	Keys int
 	// Workload is a workload of the simulator (slicectl sim --help): uniform, zipf:S,
@@ -43,6 +43,13 @@ type Config struct {
 	Epochs int
 	// ReadRate is reads per second; WriteRate, writes per second (0: none).
 	ReadRate, WriteRate float64
+	// DeleteShare is the share of writes that delete their key rather than write it again
+	// (0: none); a later write of the key brings it back.
+	DeleteShare float64
+	// Filled says that every key was written before the generator started (by an earlier
+	// Fill, or kvload fill): Run counts a key read as "not found" as a miss from the start.
+	// Without it, only the keys this generator wrote count so.
+	Filled bool
 	// Workers is the number of reads in flight at most; default 8.
 	Workers int
 	// Seed picks the popular keys and the random choices.
@@ -53,11 +60,26 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Stats counts what a Generator did. Served counts the reads each node answered with the
-// item (hits), which is the load the nodes really carried.
+// Stats counts what a Generator did.
+//
+// Every read that ended before the run did is one of: a hit (a replica answered with the
+// item); a miss (a replica answered "not found" for a key that existed throughout the read:
+// a write of it had committed before the read began, and no delete of it began before the
+// read ended); absent (answered "not found" for any other key: never written, deleted, or
+// being deleted or written again); or failed (no replica answered, each one the client tried
+// failing, refusing or misdirecting the read). Reads is their sum once the run is over. A
+// read the end of the run cut short is not counted.
+//
+// Misdirected, Stale and Errors count the replicas that did not answer on the way, also for
+// reads that another replica answered then: 421 answers (the key is not the node's), 503
+// answers beyond the node's freshness bound, and the other failures (no connection, a
+// timeout, an unexpected answer). Served counts the reads each node answered with the item
+// (hits), which is the load the nodes really carried.
 type Stats struct {
-	Reads, Hits, Misses, Misdirected, Errors, Writes uint64
-	Served                                           map[string]uint64
+	Reads, Hits, Misses, Absent, Failed uint64
+	Misdirected, Stale, Errors          uint64
+	Writes, Deletes, WriteErrors        uint64
+	Served                              map[string]uint64
 }
 
 // Generator generates load. Its methods are safe for concurrent use.
@@ -74,7 +96,14 @@ type Generator struct {
 	rng     *rand.Rand
 	version uint64
 
-	reads, hits, misses, misdirected, errs, writes atomic.Uint64
+	// keys holds, per key, whether it exists (bit 0: a write of it committed and no delete of
+	// it began since) and the number of deletes of it begun (the other bits), so that a read
+	// can tell whether a delete began while it ran.
+	keys []atomic.Uint64
+
+	reads, hits, misses, absent, failed atomic.Uint64
+	misdirected, stale, errs            atomic.Uint64
+	writes, deletes, writeErrs          atomic.Uint64
 }
 
 // Key returns the i-th key.
@@ -91,6 +120,8 @@ func New(cfg Config) (*Generator, error) {
 		return nil, fmt.Errorf("loadgen: negative rate (reads %v/s, writes %v/s)", cfg.ReadRate, cfg.WriteRate)
 	case cfg.Epoch < 0:
 		return nil, fmt.Errorf("loadgen: negative epoch %s", cfg.Epoch)
+	case cfg.DeleteShare < 0 || cfg.DeleteShare > 1:
+		return nil, fmt.Errorf("loadgen: delete share %v: want 0 to 1", cfg.DeleteShare)
 	}
 	if cfg.Epoch == 0 {
 		cfg.Epoch = time.Second
@@ -115,7 +146,12 @@ func New(cfg Config) (*Generator, error) {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	g := &Generator{cfg: cfg, log: cfg.Logger, workload: w, served: map[string]uint64{}, nodes: kvclient.NewPool(cfg.HTTP),
-		epoch: -1, rng: rand.New(rand.NewPCG(cfg.Seed, 0x10ad))}
+		epoch: -1, rng: rand.New(rand.NewPCG(cfg.Seed, 0x10ad)), keys: make([]atomic.Uint64, cfg.Keys)}
+	if cfg.Filled {
+		for i := range g.keys {
+			g.keys[i].Store(exists)
+		}
+	}
 	return g, nil
 }
 
@@ -141,6 +177,9 @@ func (g *Generator) Fill(ctx context.Context) (uint64, error) {
 			}
 			clock = c
 			g.writes.Add(uint64(len(batch)))
+			for j := i + 1 - len(batch); j <= i; j++ {
+				g.written(j)
+			}
 			batch = batch[:0]
 		}
 	}
@@ -177,8 +216,8 @@ func (g *Generator) Run(ctx context.Context) error {
 	return nil
 }
 
-// pick draws a key by its popularity in epoch e.
-func (g *Generator) pick(e int) []byte {
+// pick draws a key by its popularity in epoch e, and returns its index.
+func (g *Generator) pick(e int) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e != g.epoch {
@@ -191,50 +230,92 @@ func (g *Generator) pick(e int) []byte {
 		g.epoch = e
 	}
 	x := g.rng.Float64() * g.cum[len(g.cum)-1]
-	return Key(sort.SearchFloat64s(g.cum, x))
+	return sort.SearchFloat64s(g.cum, x)
 }
 
-// read reads key through the router and counts the outcome. A read that a node redirected
-// counts as misdirected, and again if its second node declined it too.
-func (g *Generator) read(ctx context.Context, key []byte) {
-	g.reads.Add(1)
-	_, _, rep, redirected, err := g.nodes.Read(ctx, g.cfg.Router, key)
-	if redirected {
-		g.misdirected.Add(1)
+// exists is bit 0 of a key's state: the key exists.
+const exists = 1
+
+// written records that a write of key i committed.
+func (g *Generator) written(i int) { g.keys[i].Or(exists) }
+
+// deleting records that a delete of key i begins: the key no longer surely exists.
+func (g *Generator) deleting(i int) {
+	for {
+		s := g.keys[i].Load()
+		if g.keys[i].CompareAndSwap(s, s&^exists+2) {
+			return
+		}
 	}
-	var nm *kvclient.NotMineError
+}
+
+// read reads key i through the router and counts the outcome.
+func (g *Generator) read(ctx context.Context, i int) {
+	before := g.keys[i].Load()
+	res, err := g.nodes.Fetch(ctx, g.cfg.Router, Key(i))
+	if err != nil && !errors.Is(err, kvclient.ErrNotFound) && ctx.Err() != nil {
+		return // the run ended, not the read
+	}
+	g.misdirected.Add(uint64(res.Misdirected))
+	g.stale.Add(uint64(res.Stale))
+	g.errs.Add(uint64(res.Errors))
 	switch {
 	case err == nil:
 		g.hits.Add(1)
 		g.mu.Lock()
-		g.served[rep.ID]++
+		g.served[res.Served.ID]++
 		g.mu.Unlock()
 	case errors.Is(err, kvclient.ErrNotFound):
-		g.misses.Add(1)
-	case errors.As(err, &nm):
-		g.misdirected.Add(1)
-	case ctx.Err() != nil:
+		if before&exists != 0 && g.keys[i].Load() == before {
+			g.misses.Add(1)
+			g.log.Debug("miss", "key", string(Key(i)), "node", res.Served.ID)
+		} else {
+			g.absent.Add(1)
+		}
 	default:
-		g.errs.Add(1)
-		g.log.Debug("read failed", "key", string(key), "node", rep.ID, "err", err)
+		g.failed.Add(1)
+		g.log.Debug("read failed", "key", string(Key(i)), "tries", res.Tries, "err", err)
 	}
+	g.reads.Add(1)
 }
 
-// write writes a new version of a uniformly drawn key.
+// write writes a new version of a uniformly drawn key, or deletes it (DeleteShare).
 func (g *Generator) write(ctx context.Context) {
 	g.mu.Lock()
-	k := Key(g.rng.IntN(g.cfg.Keys))
-	g.version++
-	v := g.version
+	i := g.rng.IntN(g.cfg.Keys)
+	del := g.rng.Float64() < g.cfg.DeleteShare
 	g.mu.Unlock()
-	if _, err := g.cfg.Writer.Put(ctx, k, value(k, v)); err != nil {
-		if ctx.Err() == nil {
-			g.errs.Add(1)
-			g.log.Warn("write failed", "key", string(k), "err", err)
-		}
-		return
+	g.change(ctx, i, del)
+}
+
+// change writes a new version of key i, or deletes it, and records what became of it.
+func (g *Generator) change(ctx context.Context, i int, del bool) {
+	k := Key(i)
+	var err error
+	if del {
+		g.deleting(i)
+		_, err = g.cfg.Writer.Delete(ctx, k)
+	} else {
+		g.mu.Lock()
+		g.version++
+		v := g.version
+		g.mu.Unlock()
+		_, err = g.cfg.Writer.Put(ctx, k, value(k, v))
 	}
-	g.writes.Add(1)
+	switch {
+	case err != nil:
+		// The write may have committed or not: a put leaves the key as it was, which is
+		// right if it existed and errs towards "absent" if not; a delete left it absent.
+		if ctx.Err() == nil {
+			g.writeErrs.Add(1)
+			g.log.Warn("write failed", "key", string(k), "delete", del, "err", err)
+		}
+	case del:
+		g.deletes.Add(1)
+	default:
+		g.written(i)
+		g.writes.Add(1)
+	}
 }
 
 // Stats returns the counts so far.
@@ -245,6 +326,7 @@ func (g *Generator) Stats() Stats {
 		served[id] = n
 	}
 	g.mu.Unlock()
-	return Stats{Reads: g.reads.Load(), Hits: g.hits.Load(), Misses: g.misses.Load(), Misdirected: g.misdirected.Load(),
-		Errors: g.errs.Load(), Writes: g.writes.Load(), Served: served}
+	return Stats{Reads: g.reads.Load(), Hits: g.hits.Load(), Misses: g.misses.Load(), Absent: g.absent.Load(),
+		Failed: g.failed.Load(), Misdirected: g.misdirected.Load(), Stale: g.stale.Load(), Errors: g.errs.Load(),
+		Writes: g.writes.Load(), Deletes: g.deletes.Load(), WriteErrors: g.writeErrs.Load(), Served: served}
 }

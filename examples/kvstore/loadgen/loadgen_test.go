@@ -63,9 +63,7 @@ func TestPickFollowsTheWorkload(t *testing.T) {
 		}
 		counts := make([]int, keys)
 		for range draws {
-			var i int
-			fmt.Sscanf(string(g.pick(epoch)), "key-%d", &i) //nolint:errcheck // every key has this form
-			counts[i]++
+			counts[g.pick(epoch)]++
 		}
 		want := loads[hottest] / total
 		got := float64(counts[hottest]) / draws
@@ -84,6 +82,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Writer: w, Keys: 10, ReadRate: -1},
 		{Writer: w, Keys: 10, Workload: "zipf"},
 		{Writer: w, Keys: 10, Epoch: -time.Second},
+		{Writer: w, Keys: 10, DeleteShare: 1.5},
 	} {
 		if _, err := New(c); err == nil {
 			t.Errorf("New(%+v): want an error", c)

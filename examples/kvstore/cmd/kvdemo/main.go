@@ -25,14 +25,8 @@ func main() {
 	}
 }
 
-func command() *cobra.Command {
-	cfg := demo.Config{Out: os.Stdout}
-	var keep bool
-	var logLevel string
-	cmd := &cobra.Command{
-		Use:   "kvdemo",
-		Short: "Run Sliceplane's demo: a balancing cluster of the example key-value store on loopback",
-		Long: `kvdemo starts, on loopback, an embedded etcd, an assigner, two distributors and
+// longHelp is kvdemo --help's description.
+const longHelp = `kvdemo starts, on loopback, an embedded etcd, an assigner, two distributors and
 four nodes of the example key-value store (separate processes, from the binaries in
 --bin), fills the store and reads it with a skewed popularity whose hot keys move
 half-way. Every link is mutual TLS: the demo makes a throwaway CA and a
@@ -43,8 +37,19 @@ node over the mean), the slices, the churn of the last pass and the items.
 
 It stops after --duration (default: $DEMO_SECONDS seconds, or until Ctrl-C), then
 freezes the map and checks that every node holds exactly what it must, and prints
-  final imbalance=X.XX items=N lost=0
-A second Ctrl-C abandons the check. Every process is stopped on the way out.`,
+  final imbalance=X.XX items=N lost=0 misses=N failed=N
+where misses are reads of existing keys answered "not found", and failed are reads
+that got no answer from any replica. A second Ctrl-C abandons the check. Every
+process is stopped on the way out.`
+
+func command() *cobra.Command {
+	cfg := demo.Config{Out: os.Stdout}
+	var keep bool
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "kvdemo",
+		Short: "Run Sliceplane's demo: a balancing cluster of the example key-value store on loopback",
+		Long:  longHelp,
 		Example: `  make demo                       # builds the binaries and runs this
   DEMO_SECONDS=30 make demo
   kvdemo --bin ./bin --duration 1m --keys 50000`,

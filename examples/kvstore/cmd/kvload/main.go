@@ -133,6 +133,13 @@ func runCommand(o *options, out io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Read keys through the router, and rewrite some, until stopped",
+		Long: `run reads keys through the router, trying a key's other replicas when one does not
+answer, and rewrites (or deletes, --delete-share) some, until stopped. It then
+prints its counts: each read is a hit, a miss (a key that exists answered "not
+found"), absent (a key deleted or never written answered "not found") or failed
+(no replica answered); misdirected, stale (beyond the node's freshness bound) and
+errors count the replicas that did not answer on the way. Without --fill, the
+keys are taken as written before (kvload fill).`,
 		Example: `  kvload run --workload hotspot-shift:1.1:30 --rate 1000 --write-rate 20
   kvload run --fill --workload zipf:1.2 --duration 1m`,
 		Args: cobra.NoArgs,
@@ -161,6 +168,8 @@ func runCommand(o *options, out io.Writer) *cobra.Command {
 			}
 			cfg.Writer, cfg.Router, cfg.Keys, cfg.Logger = writer.New(cli, o.prefix+"data/"), router, o.keys, log
 			cfg.HTTP = kvclient.HTTPClient(src, 5*time.Second)
+			// Without --fill, kvload fill wrote the keys before: a key read as not found is a miss.
+			cfg.Filled = !fill
 			g, err := loadgen.New(cfg)
 			if err != nil {
 				return err
@@ -183,6 +192,7 @@ func runCommand(o *options, out io.Writer) *cobra.Command {
 	f.DurationVar(&cfg.Epoch, "epoch", time.Second, "wall time of one workload epoch")
 	f.Float64Var(&cfg.ReadRate, "rate", 500, "reads per second")
 	f.Float64Var(&cfg.WriteRate, "write-rate", 10, "writes per second")
+	f.Float64Var(&cfg.DeleteShare, "delete-share", 0, "share of the writes that delete their key (0 to 1)")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the popular keys and random choices")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
 	f.BoolVar(&fill, "fill", false, "write every key once first")
@@ -210,8 +220,8 @@ func runRouted(ctx context.Context, router *client.Router, g *loadgen.Generator,
 		err = rerr
 	}
 	s := g.Stats()
-	fmt.Fprintf(out, "reads=%d hits=%d misses=%d misdirected=%d errors=%d writes=%d\n",
-		s.Reads, s.Hits, s.Misses, s.Misdirected, s.Errors, s.Writes)
+	fmt.Fprintf(out, "reads=%d hits=%d misses=%d absent=%d failed=%d misdirected=%d stale=%d errors=%d writes=%d deletes=%d write-errors=%d\n",
+		s.Reads, s.Hits, s.Misses, s.Absent, s.Failed, s.Misdirected, s.Stale, s.Errors, s.Writes, s.Deletes, s.WriteErrors)
 	return err
 }
 
