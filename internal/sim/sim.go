@@ -79,8 +79,6 @@ type Options struct {
 	Epoch time.Duration
 	// HalfLife is the core's load estimator's half-life (RunCore); default the assigner's.
 	HalfLife time.Duration
-	// Forecast is the core's load forecast (RunCore); default the assigner's.
-	Forecast load.Forecast
 	// Progress, if set, is called after each epoch.
 	Progress func(done, total int)
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
-	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/sim"
 )
 
@@ -36,7 +35,6 @@ type simOptions struct {
 	engines    []string
 	epoch      time.Duration
 	halfLife   time.Duration
-	forecast   string
 }
 
 // simAlgorithm is an algorithm to simulate: built for the algorithm engine, by name and
@@ -152,7 +150,6 @@ func newSimCommand(g *globalOptions) *cobra.Command {
 	f.StringArrayVar(&o.engines, "engine", []string{string(sim.EngineCore)}, "what runs the passes: core or algorithm (repeatable, or comma-separated)")
 	f.DurationVar(&o.epoch, "epoch", sim.DefaultEpoch, "simulated time of an epoch for the core: the nodes' report window and the pass interval")
 	f.DurationVar(&o.halfLife, "half-life", 0, "half-life of the core's load estimator (default the assigner's, 10s)")
-	f.StringVar(&o.forecast, "forecast", "", fmt.Sprintf("the core's load forecast, one of %v (default the assigner's, adaptive)", load.Forecasts))
 	cmd.SetHelpTemplate(cmd.HelpTemplate() + paramsHelp())
 	return cmd
 }
@@ -326,13 +323,10 @@ func (o *simOptions) build() ([]simAlgorithm, error) {
 }
 
 func (o *simOptions) options(cmd *cobra.Command) (sim.Options, error) {
-	opt := sim.Options{Nodes: o.nodes, Epochs: o.epochs, AddNodeAt: o.addAt, Epoch: o.epoch, HalfLife: o.halfLife,
-		Forecast: load.Forecast(o.forecast)}
+	opt := sim.Options{Nodes: o.nodes, Epochs: o.epochs, AddNodeAt: o.addAt, Epoch: o.epoch, HalfLife: o.halfLife}
 	switch {
 	case o.epoch < 100*time.Millisecond:
 		return opt, fmt.Errorf("--epoch %s: want at least 100ms, the shortest load report the assigner counts", o.epoch)
-	case o.forecast != "" && !slices.Contains(load.Forecasts, load.Forecast(o.forecast)):
-		return opt, fmt.Errorf("--forecast %q: want one of %v", o.forecast, load.Forecasts)
 	case o.halfLife < 0:
 		return opt, fmt.Errorf("--half-life %s: want a duration >= 0", o.halfLife)
 	case o.nodes < 1:

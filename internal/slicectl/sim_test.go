@@ -114,7 +114,7 @@ func TestSimRunsTheCoreByDefaultAndComparesEngines(t *testing.T) {
 	assert.Equal(t, 1.0, core.Epochs[0].ForecastError)
 	assert.Less(t, core.Summary.MeanForecastError, 0.1)
 
-	out, _, err = run(t, append(args, "--engine", "core,algorithm", "--epoch", "2s", "--half-life", "4s", "--forecast", "ewma")...)
+	out, _, err = run(t, append(args, "--engine", "core,algorithm", "--epoch", "2s", "--half-life", "4s")...)
 	require.NoError(t, err)
 	var both struct{ Runs []simRun }
 	require.NoError(t, json.Unmarshal([]byte(out), &both))
@@ -170,7 +170,6 @@ func TestSimRejectsBadInput(t *testing.T) {
 		{[]string{"--engine", "magic"}, `--engine "magic"`, true},
 		{[]string{"--epoch", "10ms"}, "--epoch 10ms", true},
 		{[]string{"--half-life", "-1s"}, "--half-life -1s", true},
-		{[]string{"--forecast", "oracle"}, `--forecast "oracle"`, true},
 		{[]string{"--bogus"}, "unknown flag", true},
 		{[]string{"extra-arg"}, "unknown command", true},
 	}
@@ -192,7 +191,7 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 func TestSimHelpListsParameters(t *testing.T) {
 	out, _, err := run(t, "sim", "--help")
 	require.NoError(t, err)
-	for _, s := range []string{"max_churn", "noise_margin", "--forecast", "virtual_nodes", "threshold", "--workload", "Example", "--engine",
+	for _, s := range []string{"max_churn", "virtual_nodes", "threshold", "--workload", "Example", "--engine",
 		"forecast err", "thrashing", "reported"} {
 		assert.Contains(t, out, s)
 	}
