@@ -383,7 +383,7 @@ func (c *Core) pass(now time.Time) (*change, error) {
 	}
 	est := c.est.Fold(c.a, now)
 	in := balance.Input{
-		Assignment: c.a, Nodes: live, Load: loadOrKeySpace(c.a, est.Loads), Keys: est.Keys, HotKeys: est.HotKeys,
+		Assignment: c.a, Nodes: live, Load: loadOrKeySpace(c.a, est.Loads), Spread: est.Spread, Keys: est.Keys, HotKeys: est.HotKeys,
 		Pass: c.meta.Pass, History: c.history, Pinned: c.meta.Pins, Zones: c.zones(live),
 	}
 	res, err := c.alg.Rebalance(in)

@@ -54,6 +54,10 @@ type Input struct {
 	Nodes *assignment.NodeSet
 	// Load is the load of each slice of Assignment, indexed like it; nil means no load known.
 	Load []float64
+	// Spread is the standard deviation of each slice's load around Load, indexed like it: how
+	// much it may differ in the window the pass balances for; nil means none known, as if
+	// every load were exact. Weighted-Move's noise_margin keeps headroom for it.
+	Spread []float64
 	// Keys is the number of keys in each slice; nil means unknown, and the share of the key
 	// space stands in for the share of keys when counting churn.
 	Keys []float64
@@ -176,7 +180,7 @@ func (in *Input) validate(full bool) error {
 	for _, v := range []struct {
 		name string
 		xs   []float64
-	}{{"load", in.Load}, {"key count", in.Keys}} {
+	}{{"load", in.Load}, {"spread", in.Spread}, {"key count", in.Keys}} {
 		if v.xs == nil {
 			continue
 		}

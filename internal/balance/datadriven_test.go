@@ -30,6 +30,8 @@ import (
 //	                       or i/n (the i-th of n equal boundaries); REPLICAS is a,b
 //	load                   input: whitespace-separated loads, one per slice in order
 //	keys                   input: whitespace-separated key counts, one per slice in order
+//	spread                 input: whitespace-separated standard deviations of the loads,
+//	                       one per slice in order (Input.Spread)
 //	hot                    input: lines "SLICE HASH:LOAD ..." (slice index; HASH as START)
 //	pin                    input: slice indexes whose ranges are pinned (replaces earlier pins)
 //	initial [algorithm=A] [k=v ...]    the algorithm's first assignment over the nodes
@@ -61,6 +63,7 @@ type harness struct {
 	a       *assignment.Assignment
 	loads   []float64
 	keys    []float64
+	spread  []float64
 	hot     [][]balance.HotKey
 	pass    uint64
 	history []balance.Move
@@ -97,6 +100,7 @@ var commands = map[string]func(*harness, *datadriven.TestData) (string, error){
 	"slices":    (*harness).cmdSlices,
 	"load":      (*harness).cmdLoadOrKeys,
 	"keys":      (*harness).cmdLoadOrKeys,
+	"spread":    (*harness).cmdSpread,
 	"hot":       (*harness).cmdHot,
 	"pin":       (*harness).cmdPin,
 	"initial":   (*harness).cmdInitial,
@@ -202,6 +206,15 @@ func (h *harness) cmdLoadOrKeys(d *datadriven.TestData) (string, error) {
 	return h.show(), nil
 }
 
+func (h *harness) cmdSpread(d *datadriven.TestData) (string, error) {
+	xs, err := numbers(d.Input, h.a.Len())
+	if err != nil {
+		return "", err
+	}
+	h.spread = xs
+	return "ok\n", nil
+}
+
 func (h *harness) cmdHot(d *datadriven.TestData) (string, error) {
 	h.hot = make([][]balance.HotKey, h.a.Len())
 	for _, line := range lines(d.Input) {
@@ -257,7 +270,7 @@ func (h *harness) cmdRebalance(d *datadriven.TestData) (string, error) {
 		return "", err
 	}
 	res, err := alg.Rebalance(balance.Input{
-		Assignment: h.a, Nodes: h.nodes, Load: h.loads, Keys: h.keys, HotKeys: h.hot,
+		Assignment: h.a, Nodes: h.nodes, Load: h.loads, Spread: h.spread, Keys: h.keys, HotKeys: h.hot,
 		Pass: h.pass, History: h.history, Pinned: h.pins, Zones: h.zones,
 	})
 	if err != nil {
@@ -289,6 +302,9 @@ func (h *harness) cmdRebalance(d *datadriven.TestData) (string, error) {
 	if h.keys, err = load.Reproject(h.a, h.keys, next); err != nil {
 		return "", err
 	}
+	if h.spread, err = load.Reproject(h.a, h.spread, next); err != nil {
+		return "", err
+	}
 	h.hot = nil
 	h.a, h.history, h.last = next, res.History, x
 	h.pass++
@@ -312,7 +328,7 @@ func (h *harness) cmdShow(d *datadriven.TestData) (string, error) {
 }
 
 func (h *harness) setAssignment(a *assignment.Assignment) {
-	h.a, h.loads, h.keys, h.hot = a, nil, nil, nil
+	h.a, h.loads, h.keys, h.spread, h.hot = a, nil, nil, nil, nil
 }
 
 func (h *harness) show() string {

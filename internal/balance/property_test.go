@@ -72,6 +72,12 @@ func drawWorld(t *rapid.T) world {
 	if rapid.Bool().Draw(t, "unknown key counts") {
 		in.Keys = nil
 	}
+	if rapid.Bool().Draw(t, "spreads") {
+		in.Spread = make([]float64, n)
+		for j, l := range loads {
+			in.Spread[j] = l * rapid.Float64Range(0, 1).Draw(t, "relative spread")
+		}
+	}
 	for range rapid.IntRange(0, 2).Draw(t, "pins") {
 		lo := rapid.Uint64Range(0, math.MaxUint64-1).Draw(t, "pin start")
 		r := keyspace.Range{Start: lo, End: keyspace.End}
@@ -108,6 +114,7 @@ func smallParams(t *rapid.T) map[string]string {
 		"merge_churn":             fmt.Sprint(maxChurn * rapid.Float64Range(0, 1).Draw(t, "merge share")),
 		"dead_band":               fmt.Sprint(rapid.SampledFrom([]float64{0, 0.02, 0.2}).Draw(t, "dead band")),
 		"hold_passes":             fmt.Sprint(rapid.IntRange(0, 3).Draw(t, "hold")),
+		"noise_margin":            fmt.Sprint(rapid.SampledFrom([]float64{0, 1, 6}).Draw(t, "noise margin")),
 	}
 }
 

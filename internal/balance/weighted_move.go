@@ -51,6 +51,13 @@ type WeightedMoveConfig struct {
 	// (a new hot key on one node, a node that joined empty) costs more in overload than the
 	// extra copying does.
 	SevereImbalance float64
+	// NoiseMargin is how many standard deviations of a slice's load (Input.Spread) the
+	// replica thresholds add to it: a slice gets replicas while its load plus NoiseMargin
+	// spreads, per replica, exceeds ReplicateAbove times the mean node load, and drops them
+	// only while that stays under DereplicateBelow; a hot key is cut out on the same sum. A
+	// hot single-key slice whose load jumps about from one window to the next thus gets the
+	// replicas that its peaks, not its mean, need. 0 (the default) ignores Spread.
+	NoiseMargin float64
 	// EmergencyChurn is the budget of a pass above SevereImbalance, merges included and
 	// clean-up excluded, like MaxChurn; below MaxChurn it is MaxChurn.
 	EmergencyChurn float64
@@ -93,6 +100,7 @@ func (c *WeightedMoveConfig) params() []Param {
 		floatParam("hot_key_share", "cut a key into its own slice when it carries this share of its slice's load", &c.HotKeyShare),
 		floatParam("severe_imbalance", "above this max/mean node load a pass may spend emergency_churn", &c.SevereImbalance),
 		floatParam("emergency_churn", "share of keys a pass may copy above severe_imbalance, merges included", &c.EmergencyChurn),
+		floatParam("noise_margin", "replica thresholds count a slice's load plus this many standard deviations of it", &c.NoiseMargin),
 	}
 }
 
@@ -103,6 +111,7 @@ const (
 	MaxDeadBand           = 10   // max/mean node load <= 11
 	MaxReplicasLimit      = 1024
 	MaxHoldPasses         = 1 << 20
+	MaxNoiseMargin        = 10 // standard deviations
 )
 
 // Validate rejects constants that cannot work together.
@@ -137,7 +146,8 @@ func (c WeightedMoveConfig) Validate() error {
 	check(c.HotKeyShare > 0 && c.HotKeyShare <= 1, "hot_key_share=%v: want 0 < x <= 1", c.HotKeyShare)
 	check(c.SevereImbalance >= 1 && c.SevereImbalance <= MaxFactor, "severe_imbalance=%v: want 1..%v", c.SevereImbalance, MaxFactor)
 	check(c.EmergencyChurn >= 0 && c.EmergencyChurn <= 1, "emergency_churn=%v: want 0..1", c.EmergencyChurn)
-	for _, f := range []float64{c.MaxChurn, c.MergeChurn, c.SplitAbove, c.MergeBelow, c.DeadBand, c.ReplicateAbove, c.DereplicateBelow, c.HotKeyShare, c.SevereImbalance, c.EmergencyChurn} {
+	check(c.NoiseMargin >= 0 && c.NoiseMargin <= MaxNoiseMargin, "noise_margin=%v: want 0..%v", c.NoiseMargin, MaxNoiseMargin)
+	for _, f := range []float64{c.MaxChurn, c.MergeChurn, c.SplitAbove, c.MergeBelow, c.DeadBand, c.ReplicateAbove, c.DereplicateBelow, c.HotKeyShare, c.SevereImbalance, c.EmergencyChurn, c.NoiseMargin} {
 		check(!math.IsNaN(f) && !math.IsInf(f, 0), "%v is not a finite number", f)
 	}
 	return errors.Join(errs...)

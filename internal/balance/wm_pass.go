@@ -2,6 +2,7 @@ package balance
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sort"
 
@@ -27,6 +28,7 @@ type wmSlice struct {
 	r          keyspace.Range
 	reps       []int32 // live replicas, as ascending node indices (so in ID order)
 	load, keys float64
+	spread     float64 // standard deviation of load (Input.Spread), 0 if unknown
 	hot        []HotKey
 	pinned     bool // an operator pinned it: only clean-up may move it
 	change     change
@@ -105,6 +107,9 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 	p.keys, p.known, p.inKeys = total, known, keys
 	for i, s := range in.Assignment.All() {
 		p.sl[i] = wmSlice{r: s.Range, load: loads[i], keys: keys[i], pinned: in.pinned(s.Range)}
+		if in.Spread != nil {
+			p.sl[i].spread = in.Spread[i]
+		}
 		if i < len(in.HotKeys) {
 			p.sl[i].hot = in.HotKeys[i]
 		}
@@ -125,6 +130,10 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 }
 
 func (p *wmPass) u(n int32) float64 { return p.raw[n] / p.cap[n] }
+
+// peak is the load the replica thresholds weigh for a slice: its load plus NoiseMargin
+// standard deviations of it.
+func (p *wmPass) peak(s *wmSlice) float64 { return s.load + p.cfg.NoiseMargin*s.spread }
 
 // keysIn counts the keys of range r as the churn of a pass counts them (PlacementsAdded):
 // each input slice's keys spread evenly over its range.
@@ -353,6 +362,7 @@ func (p *wmPass) tryMerge(cur *wmSlice, next wmSlice, budget, top float64) bool 
 func (p *wmPass) joined(cur *wmSlice, next wmSlice) {
 	cur.r.End = next.r.End
 	cur.load += next.load
+	cur.spread = math.Hypot(cur.spread, next.spread) // independent noises
 	cur.keys += next.keys
 	cur.hot = append(slices.Clip(cur.hot), next.hot...)
 	cur.change = max(cur.change, next.change) // only unchanged and moved occur before the move step

@@ -164,7 +164,7 @@ func (p *wmPass) keyToCut(s *wmSlice, mean float64) (HotKey, bool) {
 			top = k
 		}
 	}
-	if top.Load <= 0 || top.Load < p.cfg.HotKeyShare*s.load || top.Load <= p.cfg.ReplicateAbove*mean {
+	if top.Load <= 0 || top.Load < p.cfg.HotKeyShare*s.load || top.Load+p.cfg.NoiseMargin*keySpread(s, top.Load) <= p.cfg.ReplicateAbove*mean {
 		return HotKey{}, false
 	}
 	return top, true
@@ -229,6 +229,9 @@ func (p *wmPass) cut(s *wmSlice, k HotKey) []wmSlice {
 			}
 		}
 	}
+	for j := range pieces {
+		pieces[j].spread = keySpread(s, pieces[j].load)
+	}
 	// Hot keys may claim more than the slice's load (their estimates are noisier): the nodes
 	// then carry the pieces' sum, so that taking a piece off later leaves no residue.
 	var sum float64
@@ -242,4 +245,13 @@ func (p *wmPass) cut(s *wmSlice, k HotKey) []wmSlice {
 		}
 	}
 	return pieces
+}
+
+// keySpread is the part of slice s's spread that a piece of it carrying load l takes: the
+// spread is measured for the slice alone, and is shared out in proportion to load.
+func keySpread(s *wmSlice, l float64) float64 {
+	if s.load <= 0 {
+		return 0
+	}
+	return s.spread * min(1, l/s.load)
 }

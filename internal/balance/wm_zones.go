@@ -338,7 +338,7 @@ func (p *wmPass) refill(lost []int) {
 		if had == 0 || s.pinned || s.change == moved {
 			continue
 		}
-		need := min(had, p.cfg.MaxReplicas, int(math.Ceil(s.load/(p.cfg.ReplicateAbove*mean))))
+		need := min(had, p.cfg.MaxReplicas, int(math.Ceil(p.peak(s)/(p.cfg.ReplicateAbove*mean))))
 		for len(s.reps) < need {
 			n := p.coolestFit(s.reps)
 			if n < 0 {

@@ -152,9 +152,10 @@ type Estimator struct {
 	loads    []float64              // the level of each slice
 	trend    []float64              // ForecastHolt: the level's slope, in load per second
 	peak     []float64              // ForecastPeak: the decayed peak
-	err      []float64              // ForecastAdaptive: the smoothed error
-	absErr   []float64              // ForecastAdaptive: the smoothed absolute error
-	signalAt []time.Time            // ForecastAdaptive: the newest report in the signal
+	err      []float64              // the level's smoothed error (ForecastAdaptive's signal)
+	absErr   []float64              // the smoothed absolute error (the signal's scale)
+	dev      []float64              // the level's absolute error smoothed with HalfLife (Spread)
+	signalAt []time.Time            // the newest report in the smoothed errors
 	keys     []float64
 	hot      [][]HotKey
 	measured []float64 // the load of the last fresh report, of which the hot keys are part
@@ -203,7 +204,15 @@ func (e *Estimator) Forget(node assignment.NodeID) { delete(e.reports, node) }
 type Estimate struct {
 	Loads, Keys []float64
 	HotKeys     [][]HotKey
+	// Spread is each slice's estimated standard deviation of load around its level: the
+	// level's absolute error, smoothed with HalfLife, times sqrt(pi/2), which is the
+	// standard deviation of a normal error with that mean absolute value. It is what a pass
+	// may keep as headroom for a slice whose load jumps about from one window to the next.
+	Spread []float64
 }
+
+// spreadPerAbsErr turns a mean absolute error into the standard deviation of a normal error.
+var spreadPerAbsErr = math.Sqrt(math.Pi / 2)
 
 // maxHotKeys is how many keys per slice an estimate keeps.
 const maxHotKeys = 4
@@ -234,7 +243,16 @@ func (e *Estimator) Fold(a *assignment.Assignment, now time.Time) Estimate {
 			e.hot[i] = append(e.hot[i], HotKey{Hash: k.Hash, Load: k.Load * scale})
 		}
 	}
-	return Estimate{Loads: e.forecast(), Keys: slices.Clone(e.keys), HotKeys: slices.Clone(e.hot)}
+	return Estimate{Loads: e.forecast(), Keys: slices.Clone(e.keys), HotKeys: slices.Clone(e.hot), Spread: e.spread()}
+}
+
+// spread returns each slice's Estimate.Spread.
+func (e *Estimator) spread() []float64 {
+	out := make([]float64, len(e.dev))
+	for i, a := range e.dev {
+		out[i] = a * spreadPerAbsErr
+	}
+	return out
 }
 
 // fresh is what the fresh reports say about each slice of a map.
@@ -294,7 +312,7 @@ func (e *Estimator) gather(a *assignment.Assignment, now time.Time) fresh {
 // takes the report as it is; a fold at the time of the last one (or before it) changes nothing.
 func (e *Estimator) update(i int, x, k float64, dt time.Duration, newest time.Time) {
 	if !e.seen[i] {
-		e.loads[i], e.keys[i], e.trend[i], e.peak[i], e.err[i], e.absErr[i], e.seen[i] = x, k, 0, x, 0, 0, true
+		e.loads[i], e.keys[i], e.trend[i], e.peak[i], e.err[i], e.absErr[i], e.dev[i], e.seen[i] = x, k, 0, x, 0, 0, 0, true
 		e.signalAt[i] = newest
 		return
 	}
@@ -303,6 +321,18 @@ func (e *Estimator) update(i int, x, k float64, dt time.Duration, newest time.Ti
 	}
 	alpha := 1 - fade(dt, e.cfg.HalfLife)
 	e.keys[i] += alpha * (k - e.keys[i])
+	miss := x - e.loads[i]
+	// A report folded again (passes more often than reports, or a late report) is no new
+	// evidence: counting its miss twice would look like errors all on one side.
+	if newest.After(e.signalAt[i]) {
+		phi := 1 - fade(dt, e.cfg.SignalHalfLife)
+		e.err[i] += phi * (miss - e.err[i])
+		e.absErr[i] += phi * (math.Abs(miss) - e.absErr[i])
+		e.signalAt[i] = newest
+		// Spread: smoothed as slowly as the level, since the signal's scale follows the
+		// last report or two and would make a noisy slice look calm one window in three.
+		e.dev[i] += alpha * (math.Abs(miss) - e.dev[i])
+	}
 	switch e.cfg.Forecast {
 	case ForecastEWMA:
 		e.loads[i] += alpha * (x - e.loads[i])
@@ -319,15 +349,6 @@ func (e *Estimator) update(i int, x, k float64, dt time.Duration, newest time.Ti
 		beta := 1 - fade(dt, e.cfg.TrendHalfLife)
 		e.trend[i] += beta * ((e.loads[i]-prev)/secs - e.trend[i])
 	case ForecastAdaptive:
-		miss := x - e.loads[i]
-		// A report folded again (passes more often than reports, or a late report) is no
-		// new evidence: counting its miss twice would look like errors all on one side.
-		if newest.After(e.signalAt[i]) {
-			phi := 1 - fade(dt, e.cfg.SignalHalfLife)
-			e.err[i] += phi * (miss - e.err[i])
-			e.absErr[i] += phi * (math.Abs(miss) - e.absErr[i])
-			e.signalAt[i] = newest
-		}
 		if e.absErr[i] > 0 {
 			alpha = max(alpha, min(1, math.Abs(e.err[i])/e.absErr[i]))
 		}
@@ -379,7 +400,7 @@ func (e *Estimator) rebase(a *assignment.Assignment) {
 	if e.basis == nil {
 		n := a.Len()
 		e.loads, e.trend, e.peak, e.keys = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
-		e.err, e.absErr, e.measured = make([]float64, n), make([]float64, n), make([]float64, n)
+		e.err, e.absErr, e.measured, e.dev = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 		e.hot, e.seen, e.signalAt = make([][]HotKey, n), make([]bool, n), make([]time.Time, n)
 		e.basis = a
 		return
@@ -389,7 +410,11 @@ func (e *Estimator) rebase(a *assignment.Assignment) {
 	moved[0], errs[0] = e.carry(e.loads, a)
 	moved[1], errs[1] = e.carry(e.peak, a)
 	measured, errM := e.carry(e.measured, a)
-	errs[0] = errors.Join(errs[0], errM)
+	// A slice's swing is mostly its hot keys' (Poisson noise is relatively smallest on the
+	// heaviest keys, but their rates vary the most in absolute terms), so it goes where its
+	// load goes. Merged slices add their swings, which overstates independent noises.
+	dev, errD := e.carry(e.dev, a)
+	errs[0] = errors.Join(errs[0], errM, errD)
 	moved[2], errs[2] = Reproject(e.basis, e.keys, a)
 	moved[3], errs[3] = Reproject(e.basis, e.absErr, a)
 	moved[4], errs[4] = reprojectSigned(e.basis, e.trend, a)
@@ -412,7 +437,7 @@ func (e *Estimator) rebase(a *assignment.Assignment) {
 		}
 	}
 	e.basis, e.loads, e.peak, e.keys, e.absErr, e.trend, e.err = a, moved[0], moved[1], moved[2], moved[3], moved[4], moved[5]
-	e.seen, e.hot, e.signalAt, e.measured = seen, hot, signalAt, measured
+	e.seen, e.hot, e.signalAt, e.measured, e.dev = seen, hot, signalAt, measured, dev
 }
 
 // carry is Reproject for a load of each slice of e.basis, but a slice that a splits gives

@@ -2,6 +2,7 @@ package load
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -343,4 +344,33 @@ func TestEstimatorCarriesHotKeysByTheirShareOfTheReport(t *testing.T) {
 	rest := 6 / float64(q[0].Width())
 	assert.InDeltaSlice(t, []float64{9 + 8*rest, 6 - 8*rest}, est.Loads[:2], 1e-9)
 	assert.InDelta(t, 15, est.Loads[0]+est.Loads[1], 1e-9, "the carry preserves the total load")
+}
+
+// TestEstimatorSpreadFollowsNoise checks that Spread is about the standard deviation of a
+// slice's reports around its forecast: large for a slice whose load jumps about, zero for a
+// steady one, for every forecast.
+func TestEstimatorSpreadFollowsNoise(t *testing.T) {
+	q := keyspace.Equal(2)
+	a := quarters(t, ids("a"), ids("a"), ids("b"), ids("b"))
+	for _, f := range Forecasts {
+		t.Run(string(f), func(t *testing.T) {
+			e := NewEstimator(EstimatorConfig{Forecast: f})
+			var est Estimate
+			rng := rand.New(rand.NewPCG(3, 5))
+			for i := range 200 {
+				at := t0.Add(time.Duration(i) * time.Second)
+				noisy := max(0, 100+30*rng.NormFloat64()) // a standard deviation of 30
+				require.NoError(t, e.Add(report("a", at, Sample{Range: q[0], Load: noisy})))
+				require.NoError(t, e.Add(report("b", at, Sample{Range: q[1], Load: 100})))
+				est = e.Fold(a, at)
+			}
+			require.Len(t, est.Spread, 4)
+			for i := range 2 { // each half of a's range carries half its load and its swing
+				// Smoothed over about two reports, the estimate is itself noisy: within a
+				// factor of two, but never zero.
+				assert.InDelta(t, 15, est.Spread[i], 15*0.5, "slice %d: %v", i, est.Spread)
+				assert.Zero(t, est.Spread[2+i], "slice %d is steady", 2+i)
+			}
+		})
+	}
 }
