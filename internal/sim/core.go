@@ -82,7 +82,7 @@ func newCoreRunner(name string, params map[string]string, sc Scenario, opt Optio
 		PassInterval: epoch,
 		Algorithm:    name,
 		Params:       params,
-		Estimator:    load.EstimatorConfig{HalfLife: opt.HalfLife},
+		Estimator:    opt.Estimator,
 		// Any finite load: a trace's unit is its own, and the cap guards a service's input.
 		MaxLoadRate: load.MaxRate,
 		ZoneLabel:   zoneLabel(opt),

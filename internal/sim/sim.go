@@ -77,8 +77,9 @@ type Options struct {
 	// Epoch is the simulated time of an epoch for the core (RunCore): the window of the
 	// nodes' load reports and the core's pass interval. Default DefaultEpoch.
 	Epoch time.Duration
-	// HalfLife is the core's load estimator's half-life (RunCore); default the assigner's.
-	HalfLife time.Duration
+	// Estimator configures the core's load estimator (RunCore): its forecast and half-lives.
+	// The zero value is the assigner's default.
+	Estimator load.EstimatorConfig
 	// Progress, if set, is called after each epoch.
 	Progress func(done, total int)
 }
