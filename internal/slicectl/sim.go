@@ -90,6 +90,12 @@ largest orphaned share of an epoch; thrashing is the oscillation score, the mean
 over nodes of the trend-discounted total variation (2 x min(rise, fall)) of the
 node's load relative to the epoch's mean, per epoch: 0 when loads only converge,
 0.2 for a node swinging between 1.0 and 1.2 of the mean every epoch.
+undone moves counts, from the maps alone, the slices (or pieces of them) put back
+on a node that lost them while live fewer than hold_passes passes before, by any
+way: moved back, by way of a third node, or as a replica; "(<4)" shows the window,
+the algorithm's hold_passes or Weighted-Move's default. ping-pongs counts moves of
+a single-key slice from B back to A after one from A to B, at any time in the
+run. Both per epoch in json and csv (undone_moves, ping_pongs).
 
 Algorithms: ` + strings.Join(balance.Names(), ", ") + `, or all.
 Workloads:  ` + sim.Workloads + `

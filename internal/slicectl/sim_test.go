@@ -241,7 +241,7 @@ func TestSimHelpListsParameters(t *testing.T) {
 	out, _, err := run(t, "sim", "--help")
 	require.NoError(t, err)
 	for _, s := range []string{"max_churn", "virtual_nodes", "threshold", "--workload", "Example", "--engine",
-		"forecast err", "thrashing", "reported"} {
+		"forecast err", "thrashing", "reported", "undone moves", "ping-pongs"} {
 		assert.Contains(t, out, s)
 	}
 }
