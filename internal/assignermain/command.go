@@ -40,11 +40,7 @@ type options struct {
 	clockInterval time.Duration
 	nodeTTL       time.Duration
 	sessionTTL    time.Duration
-	halfLife      time.Duration
-	forecast      string
-	peakHalfLife  time.Duration
-	trendHalfLife time.Duration
-	signal        time.Duration
+	estimator     load.EstimatorFlags
 	maxLoadRate   float64
 	zoneLabel     string
 	algorithm     string
@@ -137,14 +133,7 @@ func (o *options) addServingFlags(f *pflag.FlagSet) {
 // addBalancingFlags registers how load reports are folded into a forecast and how passes
 // balance it.
 func (o *options) addBalancingFlags(f *pflag.FlagSet) {
-	f.DurationVar(&o.halfLife, "load-half-life", 10*time.Second, "how fast old load measurements fade: after it, a slice's smoothed load has moved halfway to what reports say")
-	f.StringVar(&o.forecast, "load-forecast", string(load.ForecastAdaptive), "how the load a pass balances is forecast from the reports: "+
-		"adaptive (smoothed with --load-half-life, following faster while reports keep missing on one side; see --load-signal-half-life), "+
-		"ewma (smoothed with --load-half-life), peak (ewma or the decayed peak, whichever is higher; see --load-peak-half-life), "+
-		"holt (ewma plus a trend; see --load-trend-half-life)")
-	f.DurationVar(&o.peakHalfLife, "load-peak-half-life", 0, "--load-forecast peak: how fast a slice's peak fades (0: --load-half-life)")
-	f.DurationVar(&o.trendHalfLife, "load-trend-half-life", 0, "--load-forecast holt: how fast the trend follows the load's slope (0: --load-half-life)")
-	f.DurationVar(&o.signal, "load-signal-half-life", time.Second, "--load-forecast adaptive: how fast the tracking signal follows the forecast's errors")
+	o.estimator.AddFlags(f)
 	f.Float64Var(&o.maxLoadRate, "max-load-rate", load.DefaultRate,
 		"most load a node may report per second of its report's window and per unit of its capacity (0 counts as 1), "+
 			"in the application's load unit; a report above it, or with a load or key count that is not a finite number >= 0, "+
@@ -179,12 +168,6 @@ func (o *options) security() (*mtls.Source, *authz.Policy, error) {
 	return src, policy, nil
 }
 
-// estimator is the load estimator's configuration, from the --load-* flags.
-func (o *options) estimator() load.EstimatorConfig {
-	return load.EstimatorConfig{HalfLife: o.halfLife, Forecast: load.Forecast(o.forecast),
-		PeakHalfLife: o.peakHalfLife, TrendHalfLife: o.trendHalfLife, SignalHalfLife: o.signal}
-}
-
 func (o *options) logger() (*slog.Logger, error) {
 	return logging.New(os.Stderr, o.logLevel, o.logFormat)
 }
@@ -198,6 +181,10 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	est, err := o.estimator.Config()
+	if err != nil {
+		return fmt.Errorf("assigner: %w", err)
+	}
 	src, policy, err := o.security()
 	if err != nil {
 		return err
@@ -205,7 +192,7 @@ func (o *options) run(ctx context.Context) error {
 	cfg := assigner.Config{
 		Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics, Prefix: o.prefix,
 		PassInterval: o.passInterval, ClockInterval: o.clockInterval, SessionTTL: o.sessionTTL,
-		Core:   o.coreConfig(params),
+		Core:   o.coreConfig(params, est),
 		Logger: log, TLS: src, Policy: policy, Insecure: o.tls.Insecure,
 	}
 	if err := cfg.Validate(); err != nil { // before starting anything
@@ -234,9 +221,9 @@ func (o *options) run(ctx context.Context) error {
 }
 
 // coreConfig returns the core's settings from the flags.
-func (o *options) coreConfig(params map[string]string) assigner.CoreConfig {
+func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig) assigner.CoreConfig {
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
-		Estimator: o.estimator(), MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel}
+		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's

@@ -24,6 +24,7 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/flagfile"
+	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
 
@@ -111,9 +112,9 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		{[]string{"--max-load-rate", "+Inf"}, "max load rate +Inf"},
 		{[]string{"--param", "dead_band=1e308"}, "dead_band=1e+308: want 0..10"},
 		{[]string{"--zone-label", strings.Repeat("z", 64)}, "zone label"},
-		{[]string{"--load-forecast", "magic"}, `forecast "magic"; want one of [ewma peak holt adaptive]`},
-		{[]string{"--load-half-life", "-1s"}, "half-life -1s"},
-		{[]string{"--load-signal-half-life", "-2s"}, "signal half-life -2s"},
+		{[]string{"--load-forecast", "magic"}, `--load-forecast "magic": want one of ewma, peak, holt, adaptive`},
+		{[]string{"--load-half-life", "-1s"}, "--load-half-life -1s"},
+		{[]string{"--load-signal-half-life", "-2s"}, "--load-signal-half-life -2s"},
 	} {
 		cmd := NewCommand()
 		cmd.SetArgs(c.args)
@@ -257,9 +258,9 @@ func TestZoneLabelReachesTheCore(t *testing.T) {
 	o := &options{}
 	cmd := newCommand(o)
 	require.NoError(t, flagfile.Load(cmd.Flags(), config))
-	assert.Equal(t, "topology.kubernetes.io/zone", o.coreConfig(nil).ZoneLabel)
+	assert.Equal(t, "topology.kubernetes.io/zone", o.coreConfig(nil, load.EstimatorConfig{}).ZoneLabel)
 
 	o = &options{}
 	require.NoError(t, newCommand(o).ParseFlags(nil))
-	assert.Empty(t, o.coreConfig(nil).ZoneLabel, "zones are ignored by default")
+	assert.Empty(t, o.coreConfig(nil, load.EstimatorConfig{}).ZoneLabel, "zones are ignored by default")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/store"
@@ -53,7 +54,7 @@ func RunCore(ctx context.Context, name string, params map[string]string, sc Scen
 	if err != nil {
 		return Result{}, err
 	}
-	return drive(ctx, Result{Algorithm: name, Engine: EngineCore}, name+" on the core", opt, r.epoch)
+	return drive(ctx, Result{Algorithm: name, Engine: EngineCore}, name+" on the core", opt, r.epoch, r.undo.hold)
 }
 
 // coreRunner drives an assigner core through a scenario. The world (nodes, keys, loads) and
@@ -66,6 +67,8 @@ type coreRunner struct {
 	// view is the map as the published quanta build it, as a watcher of the assigner sees
 	// it: the map nodes serve and the simulator measures.
 	view *assignment.Assignment
+	// seen is the last map the undone moves were counted up to.
+	seen *assignment.Assignment
 }
 
 func newCoreRunner(name string, params map[string]string, sc Scenario, opt Options) (*coreRunner, error) {
@@ -76,13 +79,17 @@ func newCoreRunner(name string, params map[string]string, sc Scenario, opt Optio
 	if epoch < minEpoch {
 		return nil, fmt.Errorf("%w: epoch %s: the assigner ignores load reports over less than %s", ErrScenario, epoch, minEpoch)
 	}
+	alg, err := balance.New(name, params)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
 	core, err := assigner.NewCore(assigner.CoreConfig{
 		// Nodes report every epoch, which renews their lease; a removal is a Deregister.
 		NodeTTL:      max(10*time.Second, 3*epoch),
 		PassInterval: epoch,
 		Algorithm:    name,
 		Params:       params,
-		Estimator:    load.EstimatorConfig{HalfLife: opt.HalfLife},
+		Estimator:    opt.Estimator,
 		// Any finite load: a trace's unit is its own, and the cap guards a service's input.
 		MaxLoadRate: load.MaxRate,
 		ZoneLabel:   zoneLabel(opt),
@@ -90,7 +97,8 @@ func newCoreRunner(name string, params map[string]string, sc Scenario, opt Optio
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	r := &coreRunner{runner: runner{sc: sc, opt: opt, w: newWorld(opt.Zones)}, core: core, epochLen: epoch,
+	r := &coreRunner{runner: runner{sc: sc, opt: opt, w: newWorld(opt.Zones), undo: newUndoTracker(holdPasses(alg))},
+		core: core, epochLen: epoch,
 		registered: map[assignment.NodeID]float64{}}
 	if err := r.settle(simStart.Add(-epoch), assigner.LeadershipGained{Term: 1}); err != nil {
 		return nil, fmt.Errorf("sim: starting the core: %w", err)
@@ -176,6 +184,8 @@ func (r *coreRunner) epoch(e int, th *thrashing) (Epoch, error) {
 		return Epoch{}, fmt.Errorf("%w: the core published no map", ErrScenario)
 	}
 	r.a = a
+	// Clean-up after the epoch's departures changes the map before it is measured.
+	undone, pingPongs := r.undo.observe(e, r.seen, a, nodes, keys)
 	loads, top := r.served(true)
 	actual := load.NodeLoads(a, loads, nodes)
 	th.add(nodes, actual)
@@ -199,6 +209,9 @@ func (r *coreRunner) epoch(e int, th *thrashing) (Epoch, error) {
 		return Epoch{}, err
 	}
 	ep.Churn = churn(a, r.view, keys, nodes)
+	u, p := r.undo.observe(e, a, r.view, nodes, keys)
+	ep.UndoneMoves, ep.PingPongs = undone+u, pingPongs+p
+	r.seen = r.view
 	return ep, nil
 }
 

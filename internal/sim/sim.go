@@ -77,8 +77,9 @@ type Options struct {
 	// Epoch is the simulated time of an epoch for the core (RunCore): the window of the
 	// nodes' load reports and the core's pass interval. Default DefaultEpoch.
 	Epoch time.Duration
-	// HalfLife is the core's load estimator's half-life (RunCore); default the assigner's.
-	HalfLife time.Duration
+	// Estimator configures the core's load estimator (RunCore): its forecast and half-lives.
+	// The zero value is the assigner's default.
+	Estimator load.EstimatorConfig
 	// Progress, if set, is called after each epoch.
 	Progress func(done, total int)
 }
@@ -106,10 +107,17 @@ type Epoch struct {
 	// zones keeps low where the key space share barely moves.
 	Orphaned     float64 `json:"orphaned"`
 	OrphanedLoad float64 `json:"orphaned_load"`
+	// UndoneMoves counts the slices the epoch's pass moved back onto a node that lost them
+	// fewer than Summary.HoldPasses passes before; PingPongs the single-key slices it moved
+	// back to where they were moved from, at any time before. See undoTracker.
+	UndoneMoves int `json:"undone_moves"`
+	PingPongs   int `json:"ping_pongs"`
 }
 
 // Summary condenses a run. MeanForecastError leaves out epoch 0, which no forecast could
-// know. Thrashing is the oscillation score (see thrashing.score).
+// know. Thrashing is the oscillation score (see thrashing.score). UndoneMoves and PingPongs
+// total the epochs'; HoldPasses is the window UndoneMoves counts within: the algorithm's
+// hold_passes, or Weighted-Move's default for an algorithm without one.
 type Summary struct {
 	FinalImbalance        float64 `json:"final_imbalance"`
 	MeanImbalance         float64 `json:"mean_imbalance"`
@@ -121,6 +129,9 @@ type Summary struct {
 	TotalChurn            float64 `json:"total_churn"`
 	MaxOrphaned           float64 `json:"max_orphaned"`
 	MaxOrphanedLoad       float64 `json:"max_orphaned_load"`
+	UndoneMoves           int     `json:"undone_moves"`
+	PingPongs             int     `json:"ping_pongs"`
+	HoldPasses            int     `json:"hold_passes"`
 }
 
 // Result is one algorithm's run, on one engine.
@@ -146,9 +157,9 @@ func Run(ctx context.Context, alg balance.Algorithm, sc Scenario, opt Options) (
 	if err := check(sc, opt); err != nil {
 		return Result{}, err
 	}
-	r := &runner{alg: alg, sc: sc, opt: opt, w: newWorld(opt.Zones)}
+	r := &runner{alg: alg, sc: sc, opt: opt, w: newWorld(opt.Zones), undo: newUndoTracker(holdPasses(alg))}
 	r.addInitialNodes()
-	return drive(ctx, Result{Algorithm: alg.Name(), Engine: EngineAlgorithm}, alg.Name(), opt, r.epoch)
+	return drive(ctx, Result{Algorithm: alg.Name(), Engine: EngineAlgorithm}, alg.Name(), opt, r.epoch, r.undo.hold)
 }
 
 // addInitialNodes adds the nodes a run starts with, unless its trace adds them at epoch 0.
@@ -162,7 +173,9 @@ func (r *runner) addInitialNodes() {
 
 // drive runs the epochs of a run through epoch, one engine's, into res; what names the run
 // in errors. It stops early, returning ctx's error, if ctx ends.
-func drive(ctx context.Context, res Result, what string, opt Options, epoch func(int, *thrashing) (Epoch, error)) (Result, error) {
+// hold is the undone moves' window, for the summary.
+func drive(ctx context.Context, res Result, what string, opt Options, epoch func(int, *thrashing) (Epoch, error),
+	hold int) (Result, error) {
 	th := newThrashing()
 	for e := range opt.Epochs {
 		if err := ctx.Err(); err != nil {
@@ -179,6 +192,7 @@ func drive(ctx context.Context, res Result, what string, opt Options, epoch func
 	}
 	res.Summary = summarize(res.Epochs)
 	res.Summary.Thrashing = th.score()
+	res.Summary.HoldPasses = hold
 	return res, nil
 }
 
@@ -195,6 +209,8 @@ func summarize(es []Epoch) Summary {
 		s.TotalChurn += e.Churn
 		s.MaxOrphaned = max(s.MaxOrphaned, e.Orphaned)
 		s.MaxOrphanedLoad = max(s.MaxOrphanedLoad, e.OrphanedLoad)
+		s.UndoneMoves += e.UndoneMoves
+		s.PingPongs += e.PingPongs
 	}
 	s.FinalImbalance = es[len(es)-1].Imbalance
 	return s
@@ -207,6 +223,7 @@ type runner struct {
 	w       *world
 	a       *assignment.Assignment
 	history []balance.Move
+	undo    *undoTracker
 	next    int // the next trace event
 	// forecast is each node's load over its capacity that the last pass expected for the
 	// map it made: that map under the loads the pass saw.
@@ -269,6 +286,7 @@ func (r *runner) epoch(e int, th *thrashing) (Epoch, error) {
 		return Epoch{}, fmt.Errorf("the pass broke an invariant: %w", err)
 	}
 	ep.Churn = churn(r.a, next, keys, nodes)
+	ep.UndoneMoves, ep.PingPongs = r.undo.observe(e, r.a, next, nodes, keys)
 	r.a, r.history = next, res.History
 	r.expect(nodes)
 	return ep, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/sim"
 )
 
@@ -34,7 +35,8 @@ type simOptions struct {
 	plot       string
 	engines    []string
 	epoch      time.Duration
-	halfLife   time.Duration
+	halfLife   time.Duration // --half-life, the old name of --load-half-life
+	estimator  load.EstimatorFlags
 }
 
 // simAlgorithm is an algorithm to simulate: built for the algorithm engine, by name and
@@ -53,8 +55,10 @@ Engines (--engine, repeatable to compare them in one run):
              --epoch of time; nodes that join register, nodes that leave
              deregister; at the end of the epoch every node reports the load it
              served per slice and its 16 heaviest keys, the core folds the reports
-             with its load estimator (--half-life) and runs its pass. What it shows
-             is what the service does.
+             with its load estimator and runs its pass. What it shows is what the
+             service does. The --load-* flags set the estimator's forecast as they
+             do the assigner's (--load-forecast adaptive|ewma|peak|holt, and its
+             half-lives); --engine algorithm has no forecast and refuses them.
   algorithm  the algorithm alone, called with each epoch's exact loads, as if the
              assigner knew them: the best the algorithm can do.
 
@@ -86,6 +90,12 @@ largest orphaned share of an epoch; thrashing is the oscillation score, the mean
 over nodes of the trend-discounted total variation (2 x min(rise, fall)) of the
 node's load relative to the epoch's mean, per epoch: 0 when loads only converge,
 0.2 for a node swinging between 1.0 and 1.2 of the mean every epoch.
+undone moves counts, from the maps alone, the slices (or pieces of them) put back
+on a node that lost them while live fewer than hold_passes passes before, by any
+way: moved back, by way of a third node, or as a replica; "(<4)" shows the window,
+the algorithm's hold_passes or Weighted-Move's default. ping-pongs counts moves of
+a single-key slice from B back to A after one from A to B, at any time in the
+run. Both per epoch in json and csv (undone_moves, ping_pongs).
 
 Algorithms: ` + strings.Join(balance.Names(), ", ") + `, or all.
 Workloads:  ` + sim.Workloads + `
@@ -149,7 +159,10 @@ func newSimCommand(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.plot, "plot", "", "also draw imbalance, churn and forecast error per epoch into this .svg or .png file")
 	f.StringArrayVar(&o.engines, "engine", []string{string(sim.EngineCore)}, "what runs the passes: core or algorithm (repeatable, or comma-separated)")
 	f.DurationVar(&o.epoch, "epoch", sim.DefaultEpoch, "simulated time of an epoch for the core: the nodes' report window and the pass interval")
-	f.DurationVar(&o.halfLife, "half-life", 0, "half-life of the core's load estimator (default the assigner's, 10s)")
+	o.estimator.AddFlags(f)
+	// --half-life came first; it stays, hidden, for the commands that already use it.
+	f.DurationVar(&o.halfLife, "half-life", 0, "the same as --load-half-life")
+	_ = f.MarkHidden("half-life")
 	cmd.SetHelpTemplate(cmd.HelpTemplate() + paramsHelp())
 	return cmd
 }
@@ -188,6 +201,9 @@ func (o *simOptions) run(cmd *cobra.Command) error {
 	}
 	opt, err := o.options(cmd)
 	if err != nil {
+		return usageError(err)
+	}
+	if opt.Estimator, err = o.estimatorConfig(cmd, engines); err != nil {
 		return usageError(err)
 	}
 	sc, title, err := o.scenario(cmd, &opt)
@@ -323,12 +339,10 @@ func (o *simOptions) build() ([]simAlgorithm, error) {
 }
 
 func (o *simOptions) options(cmd *cobra.Command) (sim.Options, error) {
-	opt := sim.Options{Nodes: o.nodes, Epochs: o.epochs, AddNodeAt: o.addAt, Epoch: o.epoch, HalfLife: o.halfLife}
+	opt := sim.Options{Nodes: o.nodes, Epochs: o.epochs, AddNodeAt: o.addAt, Epoch: o.epoch}
 	switch {
 	case o.epoch < 100*time.Millisecond:
 		return opt, fmt.Errorf("--epoch %s: want at least 100ms, the shortest load report the assigner counts", o.epoch)
-	case o.halfLife < 0:
-		return opt, fmt.Errorf("--half-life %s: want a duration >= 0", o.halfLife)
 	case o.nodes < 1:
 		return opt, fmt.Errorf("--nodes %d: want at least 1", o.nodes)
 	case cmd.Flags().Changed("epochs") && o.epochs < 1:
@@ -359,6 +373,33 @@ func (o *simOptions) options(cmd *cobra.Command) (sim.Options, error) {
 	zones, err := o.zoneRemovals(cmd)
 	opt.Zones, opt.RemoveZoneAt = o.zones, zones
 	return opt, err
+}
+
+// estimatorConfig returns the core's estimator from the --load-* flags, the assigner's. They
+// shape the core's forecast only: given without the core engine they would change nothing,
+// so they are refused rather than silently ignored.
+func (o *simOptions) estimatorConfig(cmd *cobra.Command, engines []sim.Engine) (load.EstimatorConfig, error) {
+	flags := cmd.Flags()
+	if flags.Changed("half-life") {
+		if flags.Changed("load-half-life") && o.halfLife != o.estimator.HalfLife {
+			return load.EstimatorConfig{}, fmt.Errorf("--half-life %s and --load-half-life %s: give one or the other",
+				o.halfLife, o.estimator.HalfLife)
+		}
+		o.estimator.HalfLife = o.halfLife
+	}
+	if !slices.Contains(engines, sim.EngineCore) {
+		for _, name := range append([]string{"half-life"}, load.EstimatorFlagNames...) {
+			if flags.Changed(name) {
+				return load.EstimatorConfig{}, fmt.Errorf("--%s shapes the core's load forecast; "+
+					"--engine algorithm balances each epoch's exact loads and has none: add --engine core", name)
+			}
+		}
+	}
+	cfg, err := o.estimator.Config()
+	if o.halfLife < 0 && err != nil {
+		return cfg, fmt.Errorf("--half-life %s: want a duration >= 0", o.halfLife)
+	}
+	return cfg, err
 }
 
 // zoneRemovals parses --remove-zone against --zones and --epochs. With a trace and no

@@ -170,15 +170,64 @@ func TestSimRejectsBadInput(t *testing.T) {
 		{[]string{"--engine", "magic"}, `--engine "magic"`, true},
 		{[]string{"--epoch", "10ms"}, "--epoch 10ms", true},
 		{[]string{"--half-life", "-1s"}, "--half-life -1s", true},
+		{[]string{"--load-forecast", "crystal-ball"}, `--load-forecast "crystal-ball": want one of ewma, peak, holt, adaptive`, true},
+		{[]string{"--load-peak-half-life", "-1s"}, "--load-peak-half-life -1s", true},
+		{[]string{"--load-half-life", "2s", "--half-life", "3s"}, "give one or the other", true},
+		{[]string{"--engine", "algorithm", "--load-forecast", "holt"}, "--load-forecast shapes the core's load forecast", true},
+		{[]string{"--engine", "algorithm", "--half-life", "1s"}, "--half-life shapes the core's load forecast", true},
 		{[]string{"--bogus"}, "unknown flag", true},
 		{[]string{"extra-arg"}, "unknown command", true},
 	}
 	for _, c := range cases {
 		args := append([]string{"sim", "--keys", "100", "--epochs", "3"}, c.args...)
-		_, _, err := run(t, args...)
+		out, _, err := run(t, args...)
 		require.Error(t, err, strings.Join(c.args, " "))
+		assert.Empty(t, out, "nothing ran: %s", strings.Join(c.args, " "))
 		assert.Contains(t, err.Error(), c.want, strings.Join(c.args, " "))
 		assert.Equal(t, c.usage, errorsIsUsage(err), "usage error? %s: %v", strings.Join(c.args, " "), err)
+	}
+}
+
+// TestSimLoadForecastShapesTheCore checks that the assigner's --load-* flags reach the
+// core's estimator: on the same seeded workload, each forecast errs differently.
+func TestSimLoadForecastShapesTheCore(t *testing.T) {
+	type simRun struct {
+		Epochs []struct {
+			ForecastError float64 `json:"forecast_error"`
+		} `json:"epochs"`
+	}
+	errs := map[string][]float64{}
+	for _, forecast := range []string{"adaptive", "ewma", "peak", "holt"} {
+		out, _, err := run(t, "sim", "--workload", "hotspot-shift:1.1:3", "--keys", "5000", "--nodes", "8",
+			"--epochs", "8", "--seed", "3", "--load-forecast", forecast, "--load-half-life", "5s", "-o", "json")
+		require.NoError(t, err, forecast)
+		var r struct{ Runs []simRun }
+		require.NoError(t, json.Unmarshal([]byte(out), &r))
+		require.Len(t, r.Runs, 1)
+		for _, e := range r.Runs[0].Epochs {
+			errs[forecast] = append(errs[forecast], e.ForecastError)
+		}
+	}
+	assert.NotEqual(t, errs["adaptive"], errs["ewma"])
+	assert.NotEqual(t, errs["ewma"], errs["peak"])
+	assert.NotEqual(t, errs["ewma"], errs["holt"])
+
+	out, _, err := run(t, "sim", "--workload", "hotspot-shift:1.1:3", "--keys", "5000", "--nodes", "8",
+		"--epochs", "8", "--seed", "3", "--load-half-life", "5s", "-o", "json")
+	require.NoError(t, err)
+	var def struct{ Runs []simRun }
+	require.NoError(t, json.Unmarshal([]byte(out), &def))
+	var got []float64
+	for _, e := range def.Runs[0].Epochs {
+		got = append(got, e.ForecastError)
+	}
+	assert.Equal(t, errs["adaptive"], got, "adaptive is the default, as in the assigner")
+
+	out, _, err = run(t, "sim", "--help")
+	require.NoError(t, err)
+	for _, flag := range []string{"--load-forecast", "--load-half-life", "--load-peak-half-life", "--load-trend-half-life",
+		"--load-signal-half-life"} {
+		assert.Contains(t, out, flag)
 	}
 }
 
@@ -192,7 +241,7 @@ func TestSimHelpListsParameters(t *testing.T) {
 	out, _, err := run(t, "sim", "--help")
 	require.NoError(t, err)
 	for _, s := range []string{"max_churn", "virtual_nodes", "threshold", "--workload", "Example", "--engine",
-		"forecast err", "thrashing", "reported"} {
+		"forecast err", "thrashing", "reported", "undone moves", "ping-pongs"} {
 		assert.Contains(t, out, s)
 	}
 }
