@@ -1,0 +1,236 @@
+package assigner
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// Make-before-break (I7 in docs/DESIGN.md), the assigner's side. With
+// CoreConfig.MakeBeforeBreak, every move a pass or an operator makes is an
+// assignment.Handoff: the nodes that gain the slice load it while the nodes that lose it
+// keep serving it. The map carries the handoff, so that a new leader finds it; what the
+// core keeps beside it in memory is when it saw each one begin, for the timeout. A handoff
+// ends in one of three ways: every loading node reports the slice loaded in its heartbeat
+// (the leaving nodes drop it), it times out (the loading nodes drop it, the leaving ones
+// stay), or the nodes it moves to leave the cluster (the same as a timeout). Handoffs found
+// in the map are finished and timed out whether or not the switch is on, so that turning it
+// off never strands one.
+
+// handoffs is what the core tracks of the handoffs under way in its map.
+type handoffs struct {
+	slices []int                // the indices in the map of the slices in handoff, in order
+	begun  map[uint64]time.Time // a handoff's start generation -> when this core saw it begin
+	retry  time.Time            // no rollback before then: the last one's write failed
+}
+
+// handoffEnd counts the handoffs a change ends, with how long each of the completed ones
+// took.
+type handoffEnd struct {
+	completed, rolledBack int
+	durations             []time.Duration
+}
+
+// HandoffStats is what one step did to handoffs, for metrics: how many began, completed
+// and were rolled back, and how long each completed one took.
+type HandoffStats struct {
+	Started, Completed, RolledBack int
+	Durations                      []time.Duration
+}
+
+// trackHandoffs finds the handoffs of the map after it changed, starting the clock of each
+// new one at now (the time the core committed it, or took over a map that had it), and
+// returns how many slices the map's last change put in handoff.
+func (c *Core) trackHandoffs(now time.Time) int {
+	ho := &c.ho
+	ho.slices = ho.slices[:0]
+	if c.a == nil {
+		ho.begun = nil
+		return 0
+	}
+	started, gen := 0, c.a.Generation()
+	live := map[uint64]bool{}
+	for i, s := range c.a.All() {
+		if !s.InHandoff() {
+			continue
+		}
+		ho.slices = append(ho.slices, i)
+		live[s.Since] = true
+		if ho.begun == nil {
+			ho.begun = map[uint64]time.Time{}
+		}
+		if _, ok := ho.begun[s.Since]; !ok {
+			ho.begun[s.Since] = now
+		}
+		if s.Since == gen {
+			started++
+		}
+	}
+	for since := range ho.begun {
+		if !live[since] {
+			delete(ho.begun, since)
+		}
+	}
+	return started
+}
+
+// Handoffs returns how many slices are in handoff.
+func (c *Core) Handoffs() int { return len(c.ho.slices) }
+
+// asHandoffs turns the Assigns of ops into Handoffs, when moves are make-before-break:
+// every registered node may stay as a leaving replica, departed ones may not.
+func (c *Core) asHandoffs(ops []assignment.Op) []assignment.Op {
+	if !c.cfg.MakeBeforeBreak {
+		return ops
+	}
+	live := c.registered()
+	out := make([]assignment.Op, len(ops))
+	for i, op := range ops {
+		out[i] = op
+		if a, ok := op.(assignment.Assign); ok {
+			out[i] = assignment.Handoff{Slice: a.Slice, Replicas: a.Replicas, Live: live}
+		}
+	}
+	return out
+}
+
+// handoffInput adapts a pass's input to the handoffs under way, if any (the map is not
+// copied otherwise, so that passes without handoffs cost what they did). It returns the
+// operations that take departed nodes out of handoffs, which go before the pass's own; the
+// input's map is the map after them, with each slice in handoff at its Target replica set
+// (the load of a move under way counts at its destination at once, as PD's operator
+// influence does) and pinned, so that the pass neither moves, splits nor merges it again
+// until the handoff is done, clean-up off departed nodes aside.
+func (c *Core) handoffInput(in *balance.Input) ([]assignment.Op, error) {
+	if len(c.ho.slices) == 0 {
+		return nil, nil
+	}
+	reg := c.registered()
+	var fix []assignment.Op
+	for _, i := range c.ho.slices {
+		if op, ok := dropDeparted(c.a.Slice(i), reg); ok {
+			fix = append(fix, op)
+		}
+	}
+	a, err := c.a.Apply(fix)
+	if err != nil {
+		return nil, fmt.Errorf("assigner: taking departed nodes out of handoffs: %w", err)
+	}
+	view := make([]assignment.Slice, 0, a.Len())
+	pins := slices.Clone(in.Pinned)
+	for _, s := range a.All() {
+		if s.InHandoff() {
+			s = assignment.Slice{Range: s.Range, Replicas: s.Target()}
+			pins = append(pins, s.Range)
+		}
+		view = append(view, s)
+	}
+	if in.Assignment, err = assignment.New(a.Generation(), view); err != nil {
+		return nil, fmt.Errorf("assigner: the map as its handoffs will leave it: %w", err)
+	}
+	in.Pinned = pins
+	return fix, nil
+}
+
+// dropDeparted returns the Assign that takes the departed nodes out of slice s, in handoff,
+// or false if none of its replicas departed or none is left (clean-up places it anew). A
+// handoff whose every loading node departed is rolled back: its leaving nodes stay.
+func dropDeparted(s assignment.Slice, reg *assignment.NodeSet) (assignment.Assign, bool) {
+	gone := func(id assignment.NodeID) bool { return !reg.Has(id) }
+	if !slices.ContainsFunc(s.Replicas, gone) {
+		return assignment.Assign{}, false
+	}
+	keep := slices.DeleteFunc(slices.Clone(s.Replicas), gone)
+	loading := slices.DeleteFunc(slices.Clone(s.Loading), gone)
+	leaving := slices.DeleteFunc(slices.Clone(s.Leaving), gone)
+	switch {
+	case len(loading) > 0:
+		return assignment.Assign{Slice: s.Range.Start, Replicas: keep, Loading: loading, Leaving: leaving, Since: s.Since}, true
+	case len(keep) > 0:
+		return assignment.Assign{Slice: s.Range.Start, Replicas: keep}, true
+	}
+	return assignment.Assign{}, false
+}
+
+// loaded proposes the change a node's heartbeat makes to the handoffs it takes part in, or
+// returns nil: each slice the node loads that the readiness rule finds loaded (the node
+// applied the generation the handoff began at, and lists no part of it as loading) stops
+// loading, and a slice with no loading node left ends its handoff, its leaving nodes
+// dropping it. One change at most, whatever the number of slices.
+func (c *Core) loaded(hb Heartbeat, now time.Time) (*change, error) {
+	var ops []assignment.Op
+	var end handoffEnd
+	for _, i := range c.ho.slices {
+		s := c.a.Slice(i)
+		if !s.IsLoading(hb.Node) || hb.Generation < s.Since || overlapsAny(hb.Loading, s.Range) {
+			continue
+		}
+		if rest := slices.DeleteFunc(slices.Clone(s.Loading), func(id assignment.NodeID) bool { return id == hb.Node }); len(rest) > 0 {
+			ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: rest, Leaving: s.Leaving, Since: s.Since})
+			continue
+		}
+		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Target()})
+		end.completed++
+		end.durations = append(end.durations, now.Sub(c.ho.begun[s.Since]))
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	summary := fmt.Sprintf("node %s loaded %d slices: %d handoffs done", hb.Node, len(ops), end.completed)
+	ch, err := c.changeMap(ops, nil, "node: "+summary, now)
+	if err != nil {
+		return nil, fmt.Errorf("assigner: ending handoffs: %w", err)
+	}
+	ch.summary, ch.kind, ch.ended = summary, kindLoaded, end
+	return ch, nil
+}
+
+func overlapsAny(rs []keyspace.Range, r keyspace.Range) bool {
+	return slices.ContainsFunc(rs, r.Overlaps)
+}
+
+// handoffDeadline returns when the oldest handoff times out, if any is under way.
+func (c *Core) handoffDeadline() (time.Time, bool) {
+	var first time.Time
+	for _, t := range c.ho.begun {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	if first.IsZero() {
+		return first, false
+	}
+	return later(first.Add(c.cfg.HandoffTimeout), c.ho.retry), true
+}
+
+// rollback proposes rolling back the handoffs older than the timeout, or returns nil: their
+// loading nodes drop the slice, their leaving nodes keep it as plain replicas. A slice whose
+// every replica is loading (its holders left) keeps them: nobody holds it better.
+func (c *Core) rollback(now time.Time) (*change, error) {
+	var ops []assignment.Op
+	for _, i := range c.ho.slices {
+		s := c.a.Slice(i)
+		if now.Before(c.ho.begun[s.Since].Add(c.cfg.HandoffTimeout)) {
+			continue
+		}
+		keep := slices.DeleteFunc(slices.Clone(s.Replicas), s.IsLoading)
+		if len(keep) == 0 {
+			keep = s.Replicas
+		}
+		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: keep})
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	summary := fmt.Sprintf("%d handoffs timed out after %s: rolled back", len(ops), c.cfg.HandoffTimeout)
+	ch, err := c.changeMap(ops, nil, "handoff timeout", now)
+	if err != nil {
+		return nil, fmt.Errorf("assigner: rolling handoffs back: %w", err)
+	}
+	ch.summary, ch.kind, ch.ended = summary, kindRollback, handoffEnd{rolledBack: len(ops)}
+	return ch, nil
+}
