@@ -90,7 +90,10 @@ func (cfg *CoreConfig) fill() error {
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = 64
 	}
-	if cfg.HandoffTimeout <= 0 {
+	switch {
+	case cfg.HandoffTimeout < 0:
+		return fmt.Errorf("assigner: handoff timeout %s: want > 0 (0: the default, 30s)", cfg.HandoffTimeout)
+	case cfg.HandoffTimeout == 0:
 		cfg.HandoffTimeout = 30 * time.Second
 	}
 	if cfg.MaxLoadRate == 0 {
