@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		handoffsInProgress: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "handoffs_in_progress",
 			Help: "Slices in handoff."}),
 		handoffDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "handoff_duration_seconds",
-			Help: "Time from the start of a handoff to its completion, as the leader that completed it saw it.",
+			Help:    "Time from the start of a handoff to its completion, as the leader that completed it saw it.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
 	}
 	for _, r := range []string{"malformed", "unknown_node", "not_finite", "negative", "over_cap"} {
