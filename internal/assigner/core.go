@@ -414,7 +414,11 @@ func (c *Core) pass(now time.Time) (*change, error) {
 		return nil, fmt.Errorf("assigner: pass %d: %w", c.meta.Pass, err)
 	}
 	record := &passRecord{history: res.History, explain: res.Explanation, estimate: est, estimated: in.Assignment}
-	ops := append(fix, c.asHandoffs(res.Ops)...)
+	algOps, deferred := res.Ops, 0
+	if c.cfg.MakeBeforeBreak {
+		algOps, deferred = deferMerges(in.Assignment, algOps)
+	}
+	ops := append(fix, c.asHandoffs(algOps)...)
 	if len(ops) == 0 {
 		m := c.meta
 		m.Pass++ // not stored by itself: after a failover, holds only last longer
@@ -434,6 +438,9 @@ func (c *Core) pass(now time.Time) (*change, error) {
 	ch.write.Meta.Pass++
 	ch.summary = fmt.Sprintf("pass %d: %d ops, imbalance %.3f -> %.3f", c.meta.Pass, len(ops),
 		res.Explanation.ImbalanceBefore, res.Explanation.ImbalanceAfter)
+	if deferred > 0 {
+		ch.summary += fmt.Sprintf(", %d ops deferred until handoffs end", deferred)
+	}
 	ch.pass, ch.kind = record, kindPass
 	return ch, nil
 }

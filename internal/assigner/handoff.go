@@ -234,3 +234,88 @@ func (c *Core) rollback(now time.Time) (*change, error) {
 	ch.summary, ch.kind, ch.ended = summary, kindRollback, handoffEnd{rolledBack: len(ops)}
 	return ch, nil
 }
+
+// deferMerges returns the operations of a pass over view without the merges that join a
+// slice the pass moves: with make-before-break the moved slice is in handoff, and the
+// merge, which needs both sides held alike, waits for a later pass, free once the handoff
+// is done. An operation that relied on a merge left out is left out too (the algorithm's
+// operations are checked against the map they make), and so is the rest of a chain of
+// merges. It also returns how many operations it left out.
+func deferMerges(view *assignment.Assignment, ops []assignment.Op) ([]assignment.Op, int) {
+	sim := opSim{view: view, pieces: map[uint64]*piece{}, dead: map[uint64]bool{}}
+	out := ops[:0:0]
+	for _, op := range ops {
+		if sim.apply(op) {
+			out = append(out, op)
+		}
+	}
+	return out, len(ops) - len(out)
+}
+
+// piece is what deferMerges knows of a slice as the pass's operations go.
+type piece struct {
+	end   keyspace.Bound
+	reps  []assignment.NodeID
+	moved bool // an operation gave it a node that did not hold it: a handoff
+}
+
+// opSim follows the slices a pass's operations touch, the others read from the view.
+type opSim struct {
+	view   *assignment.Assignment
+	pieces map[uint64]*piece
+	dead   map[uint64]bool // starts merged away
+}
+
+func (s *opSim) get(start uint64) (*piece, bool) {
+	if p, ok := s.pieces[start]; ok {
+		return p, true
+	}
+	if s.dead[start] {
+		return nil, false
+	}
+	i, ok := s.view.Find(start)
+	if !ok {
+		return nil, false
+	}
+	v := s.view.Slice(i)
+	p := &piece{end: v.Range.End, reps: v.Replicas}
+	s.pieces[start] = p
+	return p, true
+}
+
+// apply follows op and reports whether it is kept.
+func (s *opSim) apply(op assignment.Op) bool {
+	switch o := op.(type) {
+	case assignment.Split:
+		p, ok := s.get(o.Slice)
+		if !ok || o.At <= o.Slice || !p.end.After(o.At) {
+			return false
+		}
+		s.pieces[o.At] = &piece{end: p.end, reps: p.reps, moved: p.moved}
+		delete(s.dead, o.At)
+		p.end = keyspace.At(o.At)
+	case assignment.Assign:
+		p, ok := s.get(o.Slice)
+		if !ok {
+			return false
+		}
+		for _, id := range o.Replicas {
+			p.moved = p.moved || !slices.Contains(p.reps, id)
+		}
+		p.reps = o.Replicas
+	case assignment.Merge:
+		p, ok := s.get(o.Left)
+		if !ok || p.end.IsEnd() {
+			return false
+		}
+		next := p.end.Point()
+		r, ok := s.get(next)
+		if !ok || p.moved || r.moved {
+			return false
+		}
+		p.end = r.end
+		delete(s.pieces, next)
+		s.dead[next] = true
+	}
+	return true
+}
