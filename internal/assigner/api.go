@@ -418,7 +418,7 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 	if !st.LastPass.IsZero() {
 		out.LastPass = timestamppb.New(st.LastPass)
 	}
-	out.PassFailures, out.PassError = st.PassFailures, st.PassError
+	out.PassFailures, out.PassError, out.Handoffs = st.PassFailures, st.PassError, uint32(st.Handoffs)
 	if !st.PassErrorTime.IsZero() {
 		out.PassErrorTime = timestamppb.New(st.PassErrorTime)
 	}
@@ -465,7 +465,7 @@ func (a *api) ListSlices(ctx context.Context, req *pb.ListSlicesRequest) (*pb.Li
 	out := &pb.ListSlicesResponse{Total: uint32(rep.Total)}
 	for _, s := range rep.Slices {
 		out.Slices = append(out.Slices, &pb.SliceInfo{Range: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas),
-			Load: s.Load, Keys: s.Keys, Pinned: s.Pinned})
+			Load: s.Load, Keys: s.Keys, Pinned: s.Pinned, Loading: nodeStrings(s.Loading), Leaving: nodeStrings(s.Leaving), Since: s.Since})
 	}
 	return out, nil
 }
