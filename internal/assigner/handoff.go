@@ -120,19 +120,13 @@ func (c *Core) handoffInput(in *balance.Input) ([]assignment.Op, error) {
 	if err != nil {
 		return nil, fmt.Errorf("assigner: taking departed nodes out of handoffs: %w", err)
 	}
-	view := make([]assignment.Slice, 0, a.Len())
 	pins := slices.Clone(in.Pinned)
-	for _, s := range a.All() {
-		if s.InHandoff() {
-			s = assignment.Slice{Range: s.Range, Replicas: s.Target()}
+	for _, i := range c.ho.slices { // fix changes no range
+		if s := a.Slice(i); s.InHandoff() {
 			pins = append(pins, s.Range)
 		}
-		view = append(view, s)
 	}
-	if in.Assignment, err = assignment.New(a.Generation(), view); err != nil {
-		return nil, fmt.Errorf("assigner: the map as its handoffs will leave it: %w", err)
-	}
-	in.Pinned = pins
+	in.Assignment, in.Pinned = a.AtTarget(), pins
 	return fix, nil
 }
 

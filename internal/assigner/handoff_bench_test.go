@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/store"
 )
@@ -79,4 +80,20 @@ func benchCore(b *testing.B, nodes, perNode int, mbb bool, handoffs int) (*Core,
 		}
 	}
 	return c, now.Add(time.Second)
+}
+
+// BenchmarkHandoffInput measures what make-before-break adds to a pass over 150k slices of
+// which some are in handoff: the map the algorithm sees.
+func BenchmarkHandoffInput(b *testing.B) {
+	for _, handoffs := range []int{0, 300, 3000} {
+		b.Run(fmt.Sprintf("slices=150k/handoffs=%d", handoffs), func(b *testing.B) {
+			c, _ := benchCore(b, 1000, 150, true, handoffs)
+			for b.Loop() {
+				in := balance.Input{Pinned: c.meta.Pins}
+				if _, err := c.handoffInput(&in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
