@@ -2,6 +2,7 @@ package assigner
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -183,6 +184,17 @@ func (c *Core) loaded(hb Heartbeat, now time.Time) (*change, error) {
 	return ch, nil
 }
 
+// loadedOrLog is loaded for a heartbeat, which succeeds whether or not the handoffs it ends
+// can be: a map still holding a departed node until the next pass takes it out refuses
+// every change, and the node's next heartbeat ends them.
+func (c *Core) loadedOrLog(hb Heartbeat, now time.Time, out *Output) *change {
+	ch, err := c.loaded(hb, now)
+	if err != nil {
+		out.Log = append(out.Log, Record{Level: slog.LevelWarn, Msg: "handoffs not ended", Attrs: []any{"node", hb.Node, "err", err}})
+	}
+	return ch
+}
+
 func overlapsAny(rs []keyspace.Range, r keyspace.Range) bool {
 	return slices.ContainsFunc(rs, r.Overlaps)
 }
@@ -223,6 +235,7 @@ func (c *Core) rollback(now time.Time) (*change, error) {
 	summary := fmt.Sprintf("%d handoffs timed out after %s: rolled back", len(ops), c.cfg.HandoffTimeout)
 	ch, err := c.changeMap(ops, nil, "handoff timeout", now)
 	if err != nil {
+		c.ho.retry = now.Add(c.cfg.PassInterval) // not at every tick: the map must change first
 		return nil, fmt.Errorf("assigner: rolling handoffs back: %w", err)
 	}
 	ch.summary, ch.kind, ch.ended = summary, kindRollback, handoffEnd{rolledBack: len(ops)}

@@ -155,7 +155,7 @@ func (c *Core) proposeOrLog(now time.Time, msg string, build func(time.Time) (*c
 // request decides a request: a refusal, an answer, or a change to propose.
 func (c *Core) request(now time.Time, ev requestEvent, out *Output) {
 	call, by := Call(ev), ev.caller()
-	ch, reply, err := c.decide(now, ev)
+	ch, reply, err := c.decide(now, ev, out)
 	if err != nil {
 		c.finish(&change{req: ev}, err, out)
 		return
@@ -175,7 +175,7 @@ func (c *Core) request(now time.Time, ev requestEvent, out *Output) {
 }
 
 // decide returns what a request changes (nil for nothing) and what to reply.
-func (c *Core) decide(now time.Time, ev requestEvent) (*change, Reply, error) {
+func (c *Core) decide(now time.Time, ev requestEvent, out *Output) (*change, Reply, error) {
 	var ch *change
 	var err error
 	r := Reply{}
@@ -187,7 +187,7 @@ func (c *Core) decide(now time.Time, ev requestEvent) (*change, Reply, error) {
 		r.Draining, err = c.heartbeat(ev.Node, now)
 		r.TTL, r.Distributor = c.cfg.NodeTTL, c.distributorFor(ev.Node)
 		if err == nil {
-			ch, err = c.loaded(ev, now)
+			ch = c.loadedOrLog(ev, now, out)
 		}
 	case ReportLoad:
 		ev.Report.At = now
