@@ -79,6 +79,18 @@ func (c *Core) trackHandoffs(now time.Time) int {
 	return started
 }
 
+// creditHandoffs gives the handoffs under way back the time gap the driver was away, up to
+// now: the heartbeats that would have ended them may have waited unread meanwhile, as
+// refreshNodes assumes of leases.
+func (c *Core) creditHandoffs(now time.Time, gap time.Duration) {
+	for since, t := range c.ho.begun {
+		if t = t.Add(gap); t.After(now) {
+			t = now
+		}
+		c.ho.begun[since] = t
+	}
+}
+
 // Handoffs returns how many slices are in handoff.
 func (c *Core) Handoffs() int { return len(c.ho.slices) }
 

@@ -64,6 +64,7 @@ func (c *Core) step(now time.Time, ev Event, out *Output) {
 		c.run(now, out)
 	case LoopStalled:
 		c.refreshNodes(now)
+		c.creditHandoffs(now, ev.Gap)
 	case DistributorsChanged:
 		if ch := c.setDistributors(ev.Distributors, now); ch != nil {
 			out.Log = append(out.Log, Record{Level: slog.LevelInfo, Msg: "distributors changed", Attrs: []any{"distributors", ev.Distributors}})
