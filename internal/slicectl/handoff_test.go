@@ -31,3 +31,18 @@ func TestSlicesShowHandoffs(t *testing.T) {
 	require.NoError(t, printSlices(&session{out: newPrinter(&b, "table")}, resp, ""))
 	assert.NotContains(t, b.String(), "HANDOFF", "no column while no handoff is under way")
 }
+
+// TestStatusCountsHandoffs checks that status shows the slices in handoff, in the table
+// only while there are some, and always in JSON.
+func TestStatusCountsHandoffs(t *testing.T) {
+	st := &pb.StatusResponse{Leader: true, LeaderAddress: "a:1", Slices: 10, Nodes: 2, Handoffs: 3}
+	var b bytes.Buffer
+	require.NoError(t, printStatus(&session{out: newPrinter(&b, "table")}, st))
+	assert.Contains(t, b.String(), "3 slices loading on their new nodes")
+	assert.Equal(t, uint32(3), statusJSON(st).Handoffs)
+
+	b.Reset()
+	st.Handoffs = 0
+	require.NoError(t, printStatus(&session{out: newPrinter(&b, "table")}, st))
+	assert.NotContains(t, b.String(), "handoffs")
+}
