@@ -84,12 +84,16 @@ func (c *Core) move(ref SliceRef, to []assignment.NodeID, now time.Time) (*chang
 			return nil, fmt.Errorf("%w: %s is draining; it takes no slices", ErrPrecondition, id)
 		}
 	}
+	if c.cfg.MakeBeforeBreak {
+		s.Replicas = s.Target() // where a handoff under way takes it, which a move redirects
+	}
 	if slices.Equal(reps, s.Replicas) {
 		return &change{write: Write{Meta: c.meta}, summary: fmt.Sprintf("%s is already held by %s", s.Range, assignment.FormatReplicas(reps))}, nil
 	}
 	moves := replicaMoves(s, reps, c.meta.Pass)
 	summary := fmt.Sprintf("move %s from %s to %s", s.Range, assignment.FormatReplicas(s.Replicas), assignment.FormatReplicas(reps))
-	ch, err := c.changeMap([]assignment.Op{assignment.Assign{Slice: s.Range.Start, Replicas: reps}}, moves, "admin: "+summary, now)
+	ops := c.asHandoffs([]assignment.Op{assignment.Assign{Slice: s.Range.Start, Replicas: reps}})
+	ch, err := c.changeMap(ops, moves, "admin: "+summary, now)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +167,10 @@ func (c *Core) merge(left, right SliceRef, now time.Time) (*change, error) {
 	}
 	if j != i+1 {
 		return nil, fmt.Errorf("%w: %s and %s are not adjacent, left then right", ErrPrecondition, l.Range, r.Range)
+	}
+	if l.InHandoff() || r.InHandoff() {
+		// A loading node of one would be taken as loaded for the other by its heartbeats.
+		return nil, fmt.Errorf("%w: %s or %s is in handoff; merge once it ends", ErrPrecondition, l.Range, r.Range)
 	}
 	var ops []assignment.Op
 	if !slices.Equal(l.Replicas, r.Replicas) {
@@ -291,6 +299,8 @@ type Status struct {
 	PassFailures  uint64
 	PassError     string
 	PassErrorTime time.Time
+	// Handoffs counts the slices in handoff.
+	Handoffs int
 }
 
 // Status returns the core's status.
@@ -299,7 +309,7 @@ func (c *Core) Status() Status {
 		Position: quantum.Position{Term: c.term, Seq: c.seq}, Clock: c.published, Nodes: len(c.nodes),
 		Frozen: c.meta.Frozen, Reason: c.meta.FreezeReason, Algorithm: c.meta.Algorithm, Params: c.meta.Params,
 		LastPass: c.lastPass, Pinned: c.meta.Pins, Imbalance: 1,
-		PassFailures: c.failed.count, PassError: c.failed.err, PassErrorTime: c.failed.at,
+		PassFailures: c.failed.count, PassError: c.failed.err, PassErrorTime: c.failed.at, Handoffs: c.Handoffs(),
 	}
 	if c.a != nil {
 		st.Generation, st.Slices = c.a.Generation(), c.a.Len()

@@ -330,7 +330,18 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 	if silence < 0 || !req.GetSilence().IsValid() {
 		silence = 0
 	}
-	rep, err := a.call(ctx, Heartbeat{Caller: caller(ctx), Node: id})
+	hb := Heartbeat{Caller: caller(ctx), Node: id, Generation: req.GetGeneration()}
+	if len(req.GetLoading()) > maxLoadingRanges {
+		return nil, status.Errorf(codes.InvalidArgument, "assigner: heartbeat lists %d loading ranges; at most %d", len(req.GetLoading()), maxLoadingRanges)
+	}
+	for i, m := range req.GetLoading() {
+		r, err := wire.RangeFromProto(m)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "assigner: heartbeat: loading range %d: %v", i, err)
+		}
+		hb.Loading = append(hb.Loading, r)
+	}
+	rep, err := a.call(ctx, hb)
 	if err != nil {
 		return nil, err
 	}
@@ -407,7 +418,7 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 	if !st.LastPass.IsZero() {
 		out.LastPass = timestamppb.New(st.LastPass)
 	}
-	out.PassFailures, out.PassError = st.PassFailures, st.PassError
+	out.PassFailures, out.PassError, out.Handoffs = st.PassFailures, st.PassError, uint32(st.Handoffs)
 	if !st.PassErrorTime.IsZero() {
 		out.PassErrorTime = timestamppb.New(st.PassErrorTime)
 	}
@@ -454,7 +465,7 @@ func (a *api) ListSlices(ctx context.Context, req *pb.ListSlicesRequest) (*pb.Li
 	out := &pb.ListSlicesResponse{Total: uint32(rep.Total)}
 	for _, s := range rep.Slices {
 		out.Slices = append(out.Slices, &pb.SliceInfo{Range: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas),
-			Load: s.Load, Keys: s.Keys, Pinned: s.Pinned})
+			Load: s.Load, Keys: s.Keys, Pinned: s.Pinned, Loading: nodeStrings(s.Loading), Leaving: nodeStrings(s.Leaving), Since: s.Since})
 	}
 	return out, nil
 }
@@ -481,14 +492,17 @@ func (a *api) ListQuanta(_ context.Context, req *pb.ListQuantaRequest) (*pb.List
 // Bounds on admin requests' fields, so that no request makes the assigner store, compute or
 // echo without limit.
 const (
-	maxKeyBytes     = 4096 // a key naming a slice
-	maxReplicas     = 64   // nodes a move names
-	maxReasonBytes  = 1024 // a freeze's reason
-	maxParams       = 32   // an algorithm's constants
-	maxParamBytes   = 64   // an algorithm's name, a constant's name or value
-	maxLookupKey    = 64 << 10
-	maxListQuanta   = 10000
-	maxListedSlices = 1 << 20
+	maxKeyBytes = 4096 // a key naming a slice
+	maxReplicas = 64   // nodes a move names
+	// maxLoadingRanges bounds the ranges a heartbeat lists as loading: a node lists each
+	// slice it is still loading, and the core checks them against its slices in handoff.
+	maxLoadingRanges = 1 << 16
+	maxReasonBytes   = 1024 // a freeze's reason
+	maxParams        = 32   // an algorithm's constants
+	maxParamBytes    = 64   // an algorithm's name, a constant's name or value
+	maxLookupKey     = 64 << 10
+	maxListQuanta    = 10000
+	maxListedSlices  = 1 << 20
 )
 
 // checkRef bounds a slice reference.

@@ -546,6 +546,15 @@ var badInputCases = []badInputCase{
 		_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "ghost"})
 		return err
 	}, codes.NotFound, "register again"},
+	{"a heartbeat loading an empty range", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "ghost", Generation: 3,
+			Loading: []*pb.Range{{Start: 0, End: 1 << 62}, {Start: 7, End: 7}}})
+		return err
+	}, codes.InvalidArgument, "loading range 1: wire: invalid message: range [0x0000000000000007, 0x0000000000000007) is empty"},
+	{"a heartbeat loading a range ending before it starts", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "ghost", Loading: []*pb.Range{{Start: 9, End: 3}}})
+		return err
+	}, codes.InvalidArgument, "loading range 0"},
 	{"a huge load", func(ctx context.Context, a *node) error {
 		_, err := a.nodes.ReportLoad(ctx, fullReport(1e308))
 		return err

@@ -64,6 +64,13 @@ type CoreConfig struct {
 	// unit of its capacity (0 counts as 1), in the application's load unit. A report above
 	// it is refused whole. Default load.DefaultRate (1e9); at most load.MaxRate.
 	MaxLoadRate float64
+	// MakeBeforeBreak moves slices make-before-break (--make-before-break): a move is a
+	// handoff whose new holders load the slice while the old ones serve it, ended once the
+	// new holders report it loaded (their heartbeats) or rolled back after HandoffTimeout.
+	MakeBeforeBreak bool
+	// HandoffTimeout is how long a handoff may last before it is rolled back
+	// (--handoff-timeout); default 30 s.
+	HandoffTimeout time.Duration
 }
 
 // Validate reports whether the configuration is usable (zero values take defaults).
@@ -82,6 +89,12 @@ func (cfg *CoreConfig) fill() error {
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = 64
+	}
+	switch {
+	case cfg.HandoffTimeout < 0:
+		return fmt.Errorf("assigner: handoff timeout %s: want > 0 (0: the default, 30s)", cfg.HandoffTimeout)
+	case cfg.HandoffTimeout == 0:
+		cfg.HandoffTimeout = 30 * time.Second
 	}
 	if cfg.MaxLoadRate == 0 {
 		cfg.MaxLoadRate = load.DefaultRate
@@ -138,6 +151,8 @@ type Core struct {
 	dists     quantum.Distributors
 	failed    passFailure
 
+	ho handoffs // the handoffs under way, as of a
+
 	inflight  *change // whose write is in flight
 	todo      agenda  // what a Tick left to do once the write in flight is committed
 	nextPass  time.Time
@@ -171,6 +186,7 @@ type change struct {
 	req    requestEvent         // the request that asked for the change, if any
 	reply  Reply                // its reply once done (Err and Change are set then)
 	setMap bool                 // after replaces the map (a quantum may carry the same)
+	ended  handoffEnd           // the handoffs the change ends
 }
 
 // passRecord is what a pass leaves besides its change of the map.
@@ -190,6 +206,8 @@ const (
 	kindClock        = "clock"
 	kindDistributors = "distributors"
 	kindRequest      = "request"
+	kindLoaded       = "loaded"
+	kindRollback     = "rollback"
 )
 
 // NewCore returns a core that leads nothing yet: step LeadershipGained to start a term.
@@ -225,6 +243,7 @@ func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
 	}
 	c.alg, c.clock, c.published = alg, max(ev.Clock, m.Clock), m.Clock
 	c.carry()
+	c.trackHandoffs(now)
 	c.leading = true
 	c.nextPass, c.nextClock = now.Add(c.cfg.PassInterval), now.Add(c.cfg.ClockInterval)
 	m.Term = ev.Term
@@ -347,7 +366,7 @@ func (c *Core) registered() *assignment.NodeSet {
 
 // changeMap proposes a change of the map by ops, as one quantum and one log entry.
 func (c *Core) changeMap(ops []assignment.Op, moves []balance.Move, cause string, now time.Time) (*change, error) {
-	next, err := c.a.Apply(ops)
+	next, ops, err := c.a.Resolve(ops) // a Handoff goes on the wire and into the log as its Assign
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPrecondition, err)
 	}
@@ -386,12 +405,21 @@ func (c *Core) pass(now time.Time) (*change, error) {
 		Assignment: c.a, Nodes: live, Load: loadOrKeySpace(c.a, est.Loads), Spread: est.Spread, Keys: est.Keys, HotKeys: est.HotKeys,
 		Pass: c.meta.Pass, History: c.history, Pinned: c.meta.Pins, Zones: c.zones(live),
 	}
+	fix, err := c.handoffInput(&in)
+	if err != nil {
+		return nil, err
+	}
 	res, err := c.alg.Rebalance(in)
 	if err != nil {
 		return nil, fmt.Errorf("assigner: pass %d: %w", c.meta.Pass, err)
 	}
 	record := &passRecord{history: res.History, explain: res.Explanation, estimate: est, estimated: in.Assignment}
-	if len(res.Ops) == 0 {
+	algOps, deferred := res.Ops, 0
+	if c.cfg.MakeBeforeBreak {
+		algOps, deferred = deferMerges(in.Assignment, algOps)
+	}
+	ops := append(fix, c.asHandoffs(algOps)...)
+	if len(ops) == 0 {
 		m := c.meta
 		m.Pass++ // not stored by itself: after a failover, holds only last longer
 		return &change{write: Write{Meta: m}, summary: "pass: no change", pass: record, kind: kindPass}, nil
@@ -402,14 +430,17 @@ func (c *Core) pass(now time.Time) (*change, error) {
 			moves = append(moves, mv)
 		}
 	}
-	ch, err := c.changeMap(res.Ops, moves, "pass", now)
+	ch, err := c.changeMap(ops, moves, "pass", now)
 	if err != nil {
 		// The algorithm's output must always apply and keep I1; if not, it is a bug.
 		return nil, fmt.Errorf("assigner: pass %d produced a bad map: %w", c.meta.Pass, err)
 	}
 	ch.write.Meta.Pass++
-	ch.summary = fmt.Sprintf("pass %d: %d ops, imbalance %.3f -> %.3f", c.meta.Pass, len(res.Ops),
+	ch.summary = fmt.Sprintf("pass %d: %d ops, imbalance %.3f -> %.3f", c.meta.Pass, len(ops),
 		res.Explanation.ImbalanceBefore, res.Explanation.ImbalanceAfter)
+	if deferred > 0 {
+		ch.summary += fmt.Sprintf(", %d ops deferred until handoffs end", deferred)
+	}
 	ch.pass, ch.kind = record, kindPass
 	return ch, nil
 }
@@ -456,6 +487,10 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 	var ops []assignment.Op
 	var moves []balance.Move
 	for _, s := range c.a.All() {
+		if op, ok := dropDeparted(s, reg); ok && s.InHandoff() {
+			ops = append(ops, op)
+			continue
+		}
 		keep := slices.DeleteFunc(slices.Clone(s.Replicas), func(id assignment.NodeID) bool { return !reg.Has(id) })
 		if len(keep) == len(s.Replicas) {
 			continue

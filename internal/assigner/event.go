@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/store"
@@ -27,10 +28,14 @@ type (
 		Caller
 		Node store.Node
 	}
-	// Heartbeat renews a node's lease.
+	// Heartbeat renews a node's lease. Generation is the map generation of the last delta
+	// the node applied and Loading the ranges it holds whose data has not all arrived: with
+	// make-before-break, the slices it loads that both show done become serving.
 	Heartbeat struct {
 		Caller
-		Node assignment.NodeID
+		Node       assignment.NodeID
+		Generation uint64
+		Loading    []keyspace.Range
 	}
 	// ReportLoad counts a node's load report (its At is set to the step's time); it renews the
 	// node's lease too.

@@ -26,6 +26,11 @@ type metrics struct {
 	etcdWrite       *prometheus.HistogramVec
 	etcdRetries     *prometheus.CounterVec
 	adminChanges    *prometheus.CounterVec
+	// Make-before-break handoffs: begun, completed (every new node loaded the slice), rolled
+	// back (timed out), under way, and how long the completed ones took.
+	handoffsStarted, handoffsCompleted, handoffsRolledBack prometheus.Counter
+	handoffsInProgress                                     prometheus.Gauge
+	handoffDuration                                        prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -65,11 +70,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Latency of the assigner's fenced etcd transactions, by operation.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"op"}),
 		adminChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admin_requests_total",
 			Help: "Admin requests, by call and result (ok, refused)."}, []string{"call", "result"}),
+		handoffsStarted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "handoffs_started_total",
+			Help: "Slices that began a make-before-break handoff."}),
+		handoffsCompleted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "handoffs_completed_total",
+			Help: "Handoffs that ended with every new node serving the slice."}),
+		handoffsRolledBack: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "handoffs_rolled_back_total",
+			Help: "Handoffs rolled back after --handoff-timeout: the new nodes dropped the slice, the old ones kept it."}),
+		handoffsInProgress: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "handoffs_in_progress",
+			Help: "Slices in handoff."}),
+		handoffDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "handoff_duration_seconds",
+			Help:    "Time from the start of a handoff to its completion, as the leader that completed it saw it.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
 	}
 	for _, r := range []string{"malformed", "unknown_node", "not_finite", "negative", "over_cap"} {
 		m.reportsRejected.WithLabelValues(r) // exported at 0, so that rates and alerts see them
 	}
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
-		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.etcdRetries, m.adminChanges)
+		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.etcdRetries, m.adminChanges,
+		m.handoffsStarted, m.handoffsCompleted, m.handoffsRolledBack, m.handoffsInProgress, m.handoffDuration)
 	return m
 }

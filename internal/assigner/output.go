@@ -27,6 +27,7 @@ import (
 //     or the write it made, once committed or failed).
 //   - Log holds records for the log, the audit trail among them.
 //   - Pass is set when a balancing pass ran to its end; PassFailed when one failed.
+//   - Handoffs counts the handoffs that committed changes began and ended.
 //   - Wake is when the core next wants a Tick.
 type Output struct {
 	Write      *Write
@@ -36,6 +37,7 @@ type Output struct {
 	Log        []Record
 	Pass       *PassDone
 	PassFailed bool
+	Handoffs   HandoffStats
 	Wake       time.Time
 }
 

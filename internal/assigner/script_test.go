@@ -38,7 +38,9 @@ import (
 //	clock c=C                 the source reached C
 //	distributors [IDS...]     the live distributors, each at "ID:7001"
 //	register id=N [cap=C] [addr=A]
-//	heartbeat id=N
+//	config [make-before-break] [handoff-timeout=D]   a new core so configured (first command)
+//	heartbeat id=N [gen=G] [loading=I,J]   the node applied generation G and still loads
+//	                          slices I, J (indices in the map)
 //	report id=N [window=D]    input: "I LOAD [KEYS]" lines, I the slice's index in the map
 //	deregister id=N
 //	move slice=I to=A,B       split slice=I [at=HASH]      merge left=I (with the next)
@@ -116,12 +118,31 @@ func (m *memStore) state() store.State {
 }
 
 func newScript(t *testing.T) *script {
-	c, err := NewCore(CoreConfig{NodeTTL: 10 * time.Second, PassInterval: time.Second, ClockInterval: 20 * time.Millisecond,
-		Algorithm: "weighted-move", Params: smallParams})
+	c, err := NewCore(scriptConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &script{c: c, now: t0, mem: memStore{nodes: map[assignment.NodeID]store.Node{}}}
+}
+
+func scriptConfig() CoreConfig {
+	return CoreConfig{NodeTTL: 10 * time.Second, PassInterval: time.Second, ClockInterval: 20 * time.Millisecond,
+		Algorithm: "weighted-move", Params: smallParams}
+}
+
+// configure replaces the core by one with the command's settings.
+func (h *script) configure(d *datadriven.TestData) (string, error) {
+	cfg := scriptConfig()
+	cfg.MakeBeforeBreak = flag(d, "make-before-break")
+	timeout, err := time.ParseDuration(take(d, "handoff-timeout", "0s"))
+	if err != nil {
+		return "", err
+	}
+	cfg.HandoffTimeout = timeout
+	if h.c, err = NewCore(cfg); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("make-before-break %t handoff-timeout %s\n", h.c.Config().MakeBeforeBreak, h.c.Config().HandoffTimeout), nil
 }
 
 // take removes and returns the value of argument key, or def if it is absent.
@@ -160,6 +181,8 @@ func (h *script) run(d *datadriven.TestData) (string, error) {
 	switch d.Cmd {
 	case "show":
 		return h.show(), nil
+	case "config":
+		return h.configure(d)
 	case "commit":
 		return h.step(d, WriteCommitted{})
 	case "fail":
@@ -216,7 +239,7 @@ func (h *script) event(d *datadriven.TestData) (Event, error) {
 		return Register{Caller: by, Node: store.Node{Node: assignment.Node{ID: id, Capacity: capacity},
 			Address: take(d, "addr", string(id)+":1")}}, err
 	case "heartbeat":
-		return Heartbeat{Caller: by, Node: id}, nil
+		return h.heartbeat(d, by, id)
 	case "report":
 		return h.report(d, by, id)
 	case "deregister":
@@ -297,6 +320,26 @@ func (h *script) sliceEvent(d *datadriven.TestData, by Caller) (Event, error) {
 		return Unpin{Caller: by, Slice: s}, nil
 	}
 	return nil, fmt.Errorf("unknown command %q", d.Cmd)
+}
+
+// heartbeat builds a heartbeat with the generation and the loading slices given.
+func (h *script) heartbeat(d *datadriven.TestData, by Caller, id assignment.NodeID) (Event, error) {
+	gen, err := strconv.ParseUint(take(d, "gen", "0"), 10, 64)
+	if err != nil {
+		return nil, err
+	}
+	hb := Heartbeat{Caller: by, Node: id, Generation: gen}
+	if v := take(d, "loading", ""); v != "" {
+		a, _, _ := h.c.Assignment()
+		for f := range strings.SplitSeq(v, ",") {
+			i, err := strconv.Atoi(f)
+			if err != nil || a == nil || i < 0 || i >= a.Len() {
+				return nil, fmt.Errorf("bad loading slice %q", f)
+			}
+			hb.Loading = append(hb.Loading, a.Slice(i).Range)
+		}
+	}
+	return hb, nil
 }
 
 // report builds a load report from "I LOAD [KEYS]" lines.
@@ -407,6 +450,9 @@ func (h *script) print(b *strings.Builder, out Output) {
 	if out.PassFailed {
 		b.WriteString("pass failed\n")
 	}
+	if ho := out.Handoffs; ho.Started+ho.Completed+ho.RolledBack > 0 {
+		fmt.Fprintf(b, "handoffs: started %d completed %d rolled back %d durations %v\n", ho.Started, ho.Completed, ho.RolledBack, ho.Durations)
+	}
 	if r := out.Reply; r != nil {
 		h.printReply(b, r)
 	}
@@ -497,6 +543,9 @@ func (h *script) printQuery(b *strings.Builder, r *Reply) {
 	if st := r.Status; st != nil {
 		fmt.Fprintf(b, "  at %s clock %d gen %d imbalance %.3f slices %d nodes %d frozen %t algorithm %s last pass %s failures %d\n",
 			st.Position, st.Clock, st.Generation, st.Imbalance, st.Slices, st.Nodes, st.Frozen, st.Algorithm, h.at(st.LastPass), st.PassFailures)
+		if st.Handoffs > 0 {
+			fmt.Fprintf(b, "  handoffs %d\n", st.Handoffs)
+		}
 	}
 	for _, n := range r.Nodes {
 		fmt.Fprintf(b, "  %s slices %d load %.3f seen %s draining %t\n", n.ID, n.Slices, n.Load, h.at(n.LastSeen), n.Draining)

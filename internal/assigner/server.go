@@ -622,7 +622,22 @@ func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time
 	if out.Pass != nil || out.PassFailed {
 		s.observeCore(l.core)
 	}
+	s.observeHandoffs(l.core, out.Handoffs)
 	return nil
+}
+
+// observeHandoffs counts the handoffs that a step began and ended.
+func (s *Server) observeHandoffs(c *Core, ho HandoffStats) {
+	if ho.Started+ho.Completed+ho.RolledBack == 0 {
+		return
+	}
+	s.metrics.handoffsStarted.Add(float64(ho.Started))
+	s.metrics.handoffsCompleted.Add(float64(ho.Completed))
+	s.metrics.handoffsRolledBack.Add(float64(ho.RolledBack))
+	for _, d := range ho.Durations {
+		s.metrics.handoffDuration.Observe(d.Seconds())
+	}
+	s.metrics.handoffsInProgress.Set(float64(c.Handoffs()))
 }
 
 // publish sends a committed quantum to the watchers, encoded once for all of them.
@@ -743,6 +758,7 @@ func (s *Server) observeCore(c *Core) {
 	s.metrics.nodes.Set(float64(st.Nodes))
 	s.metrics.slices.Set(float64(st.Slices))
 	s.metrics.imbalance.Set(st.Imbalance)
+	s.metrics.handoffsInProgress.Set(float64(st.Handoffs))
 	s.metrics.nodeLoad.Reset()
 	for _, n := range c.Nodes() {
 		s.metrics.nodeLoad.WithLabelValues(string(n.ID)).Set(n.Load)

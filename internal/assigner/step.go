@@ -15,7 +15,7 @@ var errNothingInFlight = errors.New("assigner: no write is in flight")
 
 // agenda is what a Tick found due and has not done yet: it waits while a write is in flight,
 // and is empty whenever none is.
-type agenda struct{ expire, pass, cleanup, clock bool }
+type agenda struct{ expire, pass, cleanup, rollback, clock bool }
 
 // Step applies one event at now and returns what the driver must do. See Output for the
 // protocol: one write in flight at most, quanta published only once persisted.
@@ -57,10 +57,14 @@ func (c *Core) step(now time.Time, ev Event, out *Output) {
 				c.nextPass = now.Add(c.cfg.PassInterval)
 			}
 		}
+		if d, ok := c.handoffDeadline(); ok && !now.Before(d) {
+			c.todo.rollback = true
+		}
 		c.todo.clock = c.todo.clock || c.clockDue(now)
 		c.run(now, out)
 	case LoopStalled:
 		c.refreshNodes(now)
+		c.creditHandoffs(now, ev.Gap)
 	case DistributorsChanged:
 		if ch := c.setDistributors(ev.Distributors, now); ch != nil {
 			out.Log = append(out.Log, Record{Level: slog.LevelInfo, Msg: "distributors changed", Attrs: []any{"distributors", ev.Distributors}})
@@ -79,16 +83,21 @@ func (c *Core) clockDue(now time.Time) bool {
 	return c.a != nil && c.clock > c.published && !now.Before(c.nextClock)
 }
 
-// wake returns when the core next wants a Tick: the next pass, or the next clock-only quantum
-// if the source has moved (at once if the last one is ClockInterval old).
+// wake returns when the core next wants a Tick: the next pass, the next clock-only quantum
+// if the source has moved (at once if the last one is ClockInterval old), or the timeout of
+// the oldest handoff.
 func (c *Core) wake(now time.Time) time.Time {
 	if !c.leading {
 		return time.Time{}
 	}
-	if c.a != nil && c.clock > c.published && c.nextClock.Before(c.nextPass) {
-		return later(c.nextClock, now)
+	w := c.nextPass
+	if c.a != nil && c.clock > c.published && c.nextClock.Before(w) {
+		w = later(c.nextClock, now)
 	}
-	return c.nextPass
+	if d, ok := c.handoffDeadline(); ok && d.Before(w) {
+		w = later(d, now)
+	}
+	return w
 }
 
 func later(a, b time.Time) time.Time {
@@ -118,12 +127,10 @@ func (c *Core) run(now time.Time, out *Output) {
 			}
 		case t.cleanup:
 			t.cleanup = false
-			ch, err := c.cleanup(now)
-			if err != nil {
-				out.Log = append(out.Log, Record{Level: slog.LevelError, Msg: "clean-up failed", Attrs: []any{"err", err}})
-			} else if ch != nil {
-				c.propose(now, ch, out)
-			}
+			c.proposeOrLog(now, "clean-up failed", c.cleanup, out)
+		case t.rollback:
+			t.rollback = false
+			c.proposeOrLog(now, "handoff rollback failed", c.rollback, out)
 		case t.clock:
 			t.clock = false
 			if ch := c.clockQuantum(now); ch != nil {
@@ -136,10 +143,20 @@ func (c *Core) run(now time.Time, out *Output) {
 	}
 }
 
+// proposeOrLog proposes the change that build returns, if any, or logs why it failed.
+func (c *Core) proposeOrLog(now time.Time, msg string, build func(time.Time) (*change, error), out *Output) {
+	ch, err := build(now)
+	if err != nil {
+		out.Log = append(out.Log, Record{Level: slog.LevelError, Msg: msg, Attrs: []any{"err", err}})
+	} else if ch != nil {
+		c.propose(now, ch, out)
+	}
+}
+
 // request decides a request: a refusal, an answer, or a change to propose.
 func (c *Core) request(now time.Time, ev requestEvent, out *Output) {
 	call, by := Call(ev), ev.caller()
-	ch, reply, err := c.decide(now, ev)
+	ch, reply, err := c.decide(now, ev, out)
 	if err != nil {
 		c.finish(&change{req: ev}, err, out)
 		return
@@ -159,7 +176,7 @@ func (c *Core) request(now time.Time, ev requestEvent, out *Output) {
 }
 
 // decide returns what a request changes (nil for nothing) and what to reply.
-func (c *Core) decide(now time.Time, ev requestEvent) (*change, Reply, error) {
+func (c *Core) decide(now time.Time, ev requestEvent, out *Output) (*change, Reply, error) {
 	var ch *change
 	var err error
 	r := Reply{}
@@ -170,6 +187,9 @@ func (c *Core) decide(now time.Time, ev requestEvent) (*change, Reply, error) {
 	case Heartbeat:
 		r.Draining, err = c.heartbeat(ev.Node, now)
 		r.TTL, r.Distributor = c.cfg.NodeTTL, c.distributorFor(ev.Node)
+		if err == nil {
+			ch = c.loadedOrLog(ev, now, out)
+		}
 	case ReportLoad:
 		ev.Report.At = now
 		err = c.report(ev.Report, now)
@@ -263,6 +283,14 @@ func (c *Core) writeFailed(now time.Time, err error, out *Output) {
 		return
 	case kindPass:
 		c.passFailed(fmt.Errorf("assigner: storing the pass: %w", err), now, out)
+	case kindRollback:
+		c.ho.retry = now.Add(c.cfg.PassInterval) // not at once: the store is failing
+	case kindLoaded:
+		// The heartbeat renewed the lease all the same; the node's next one ends the
+		// handoffs.
+		out.Log = append(out.Log, Record{Level: slog.LevelWarn, Msg: "storing the end of handoffs failed",
+			Attrs: []any{"what", ch.summary, "err", err}})
+		err = nil
 	}
 	c.finish(ch, err, out)
 	c.run(now, out)
@@ -309,6 +337,12 @@ func (c *Core) commit(now time.Time, ch *change, out *Output) {
 	if remap {
 		c.carry()
 	}
+	if ch.setMap {
+		out.Handoffs.Started += c.trackHandoffs(now)
+	}
+	out.Handoffs.Completed += ch.ended.completed
+	out.Handoffs.RolledBack += ch.ended.rolledBack
+	out.Handoffs.Durations = append(out.Handoffs.Durations, ch.ended.durations...)
 	c.finish(ch, nil, out)
 }
 

@@ -43,6 +43,8 @@ type options struct {
 	estimator     load.EstimatorFlags
 	maxLoadRate   float64
 	zoneLabel     string
+	mbb           bool
+	handoffTO     time.Duration
 	algorithm     string
 	params        []string
 	logLevel      string
@@ -143,6 +145,11 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 		"node label whose value is the node's zone (e.g. zone, or topology.kubernetes.io/zone): passes spread each slice's "+
 			"replicas over distinct zones, so that losing one zone leaves every replicated slice a live replica; "+
 			"empty ignores zones. Nodes without the label count as one zone")
+	f.BoolVar(&o.mbb, "make-before-break", false, "move slices make-before-break: a node gaining a slice loads it while "+
+		"the node losing it serves it, until the new node reports it loaded in its heartbeats (or --handoff-timeout passes, "+
+		"and the move is rolled back); off: a move switches readers to the new node at once")
+	f.DurationVar(&o.handoffTO, "handoff-timeout", 30*time.Second, "--make-before-break: how long a move may wait for its "+
+		"new nodes to load the slice before it is rolled back (the old nodes keep it)")
 	f.StringVar(&o.algorithm, "algorithm", "weighted-move", "balancing algorithm when none is stored: "+strings.Join(balance.Names(), ", "))
 	f.StringArrayVar(&o.params, "param", nil, "algorithm constant NAME=VALUE (repeatable); see slicectl sim --help")
 }
@@ -223,7 +230,8 @@ func (o *options) run(ctx context.Context) error {
 // coreConfig returns the core's settings from the flags.
 func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig) assigner.CoreConfig {
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
-		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel}
+		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
+		MakeBeforeBreak: o.mbb, HandoffTimeout: o.handoffTO}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's

@@ -115,6 +115,7 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		{[]string{"--load-forecast", "magic"}, `--load-forecast "magic": want one of ewma, peak, holt, adaptive`},
 		{[]string{"--load-half-life", "-1s"}, "--load-half-life -1s"},
 		{[]string{"--load-signal-half-life", "-2s"}, "--load-signal-half-life -2s"},
+		{[]string{"--handoff-timeout", "-1s"}, "handoff timeout -1s"},
 	} {
 		cmd := NewCommand()
 		cmd.SetArgs(c.args)
@@ -263,4 +264,17 @@ func TestZoneLabelReachesTheCore(t *testing.T) {
 	o = &options{}
 	require.NoError(t, newCommand(o).ParseFlags(nil))
 	assert.Empty(t, o.coreConfig(nil, load.EstimatorConfig{}).ZoneLabel, "zones are ignored by default")
+}
+
+func TestMakeBeforeBreakReachesTheCore(t *testing.T) {
+	o := &options{}
+	require.NoError(t, newCommand(o).ParseFlags(nil))
+	assert.False(t, o.coreConfig(nil, load.EstimatorConfig{}).MakeBeforeBreak, "moves break before make by default, until the data path is in")
+	assert.Equal(t, 30*time.Second, o.coreConfig(nil, load.EstimatorConfig{}).HandoffTimeout)
+
+	o = &options{}
+	require.NoError(t, newCommand(o).ParseFlags([]string{"--make-before-break", "--handoff-timeout", "45s"}))
+	cfg := o.coreConfig(nil, load.EstimatorConfig{})
+	assert.True(t, cfg.MakeBeforeBreak)
+	assert.Equal(t, 45*time.Second, cfg.HandoffTimeout)
 }

@@ -169,3 +169,21 @@ func union(a, b []NodeID) []NodeID {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// AtTarget returns the map as its handoffs will leave it: every slice in handoff at its
+// Target replica set, with no handoff under way, at a's generation; a itself when no slice
+// is in handoff. It copies the slices once without checking them again, as each is valid
+// already, so that a balancing pass can weigh a large map with moves under way for the
+// price of one copy.
+func (a *Assignment) AtTarget() *Assignment {
+	if !slices.ContainsFunc(a.slices, Slice.InHandoff) {
+		return a
+	}
+	out := &Assignment{generation: a.generation, slices: slices.Clone(a.slices)}
+	for i, s := range out.slices {
+		if s.InHandoff() {
+			out.slices[i] = Slice{Range: s.Range, Replicas: s.Target()}
+		}
+	}
+	return out
+}

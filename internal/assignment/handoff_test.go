@@ -120,3 +120,32 @@ func TestDiffCarriesHandoffs(t *testing.T) {
 	assert.True(t, c.Equal(b), "got\n%s\nwant\n%s", c, b)
 	assert.False(t, c.Equal(a))
 }
+
+func TestAtTargetEndsEveryHandoff(t *testing.T) {
+	a, err := New(4, []Slice{
+		{Range: keyspace.Range{Start: 0, End: keyspace.At(10)}, Replicas: []NodeID{"a"}},
+		{Range: keyspace.Range{Start: 10, End: keyspace.At(20)}, Replicas: []NodeID{"a", "b", "c"}, Loading: []NodeID{"c"}, Leaving: []NodeID{"a"}, Since: 3},
+		{Range: keyspace.Range{Start: 20, End: keyspace.End}, Replicas: []NodeID{"b"}, Loading: []NodeID{"b"}, Since: 4},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := a.AtTarget()
+	want, err := New(4, []Slice{
+		{Range: keyspace.Range{Start: 0, End: keyspace.At(10)}, Replicas: []NodeID{"a"}},
+		{Range: keyspace.Range{Start: 10, End: keyspace.At(20)}, Replicas: []NodeID{"b", "c"}},
+		{Range: keyspace.Range{Start: 20, End: keyspace.End}, Replicas: []NodeID{"b"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(want) || got.Generation() != 4 {
+		t.Fatalf("AtTarget = %v, want %v", got, want)
+	}
+	if !a.Slice(1).InHandoff() {
+		t.Fatal("AtTarget changed the map it was called on")
+	}
+	if plain := want.AtTarget(); plain != want {
+		t.Fatal("a map with no handoff is its own target")
+	}
+}

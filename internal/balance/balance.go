@@ -9,6 +9,7 @@
 package balance
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -91,6 +92,36 @@ func (in *Input) pinned(r keyspace.Range) bool {
 		}
 	}
 	return false
+}
+
+// pinSweep answers whether ranges, asked in increasing order of start, overlap a pin, in
+// amortized constant time rather than O(pins): a map with many slices in handoff pins them all.
+type pinSweep struct {
+	union []keyspace.Range // the pins' union: disjoint, sorted, not adjacent
+	next  int              // the first range of union that may overlap the next range asked
+}
+
+func newPinSweep(pins []keyspace.Range) *pinSweep {
+	sorted := slices.SortedFunc(slices.Values(pins), func(a, b keyspace.Range) int { return cmp.Compare(a.Start, b.Start) })
+	var union []keyspace.Range
+	for _, p := range sorted {
+		if n := len(union); n > 0 && !union[n-1].End.Before(p.Start) {
+			if p.End.Compare(union[n-1].End) > 0 {
+				union[n-1].End = p.End
+			}
+			continue
+		}
+		union = append(union, p)
+	}
+	return &pinSweep{union: union}
+}
+
+// overlaps reports whether r overlaps a pin; r's start must not be below the last one's.
+func (s *pinSweep) overlaps(r keyspace.Range) bool {
+	for s.next < len(s.union) && !s.union[s.next].End.After(r.Start) {
+		s.next++
+	}
+	return s.next < len(s.union) && s.union[s.next].Overlaps(r)
 }
 
 // Result is the outcome of one pass.

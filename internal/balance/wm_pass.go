@@ -105,8 +105,9 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 	loads := in.sliceLoads()
 	keys, total, known := in.keyCounts()
 	p.keys, p.known, p.inKeys = total, known, keys
+	pins := newPinSweep(in.Pinned)
 	for i, s := range in.Assignment.All() {
-		p.sl[i] = wmSlice{r: s.Range, load: loads[i], keys: keys[i], pinned: in.pinned(s.Range)}
+		p.sl[i] = wmSlice{r: s.Range, load: loads[i], keys: keys[i], pinned: pins.overlaps(s.Range)}
 		if in.Spread != nil {
 			p.sl[i].spread = in.Spread[i]
 		}

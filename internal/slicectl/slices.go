@@ -3,6 +3,7 @@ package slicectl
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +17,10 @@ type jsonSlice struct {
 	Load     jsonFloat `json:"load"`
 	Keys     jsonFloat `json:"keys"`
 	Pinned   bool      `json:"pinned"`
+	// Loading, Leaving and Since describe a make-before-break handoff under way.
+	Loading []string `json:"loading,omitempty"`
+	Leaving []string `json:"leaving,omitempty"`
+	Since   uint64   `json:"since,omitempty"`
 }
 
 type jsonSlices struct {
@@ -34,7 +39,10 @@ func newSlicesCommand(g *globalOptions) *cobra.Command {
 		Short: "List the slices with their replicas and load",
 		Long: `slices lists the slices of the map: the range of the hash space each covers, the
 nodes holding it, its estimated load and number of keys (as the nodes last
-reported them), and whether it is pinned. --node keeps the slices one node
+reported them), and whether it is pinned. While a slice is handed off
+make-before-break, HANDOFF shows the nodes still loading it (they do not serve
+it yet), the nodes leaving it (they serve it until no node loads it), and the
+map generation the handoff began at. --node keeps the slices one node
 holds; --sort load lists the hottest first; --limit caps the listing (the
 assigner caps it at 1000 when --limit is 0).`,
 		Example: `  slicectl slices
@@ -58,7 +66,8 @@ assigner caps it at 1000 when --limit is 0).`,
 					out := jsonSlices{Total: resp.GetTotal(), Slices: []jsonSlice{}}
 					for _, sl := range resp.GetSlices() {
 						out.Slices = append(out.Slices, jsonSlice{jsonRange: rangeJSON(sl.GetRange()), Replicas: sl.GetReplicas(),
-							Load: jsonFloat(sl.GetLoad()), Keys: jsonFloat(sl.GetKeys()), Pinned: sl.GetPinned()})
+							Load: jsonFloat(sl.GetLoad()), Keys: jsonFloat(sl.GetKeys()), Pinned: sl.GetPinned(),
+							Loading: sl.GetLoading(), Leaving: sl.GetLeaving(), Since: sl.GetSince()})
 					}
 					return s.out.print(out)
 				}
@@ -75,13 +84,32 @@ assigner caps it at 1000 when --limit is 0).`,
 	return cmd
 }
 
+// showHandoff describes a slice's handoff, or "-" when none is under way.
+func showHandoff(sl *pb.SliceInfo) string {
+	if len(sl.GetLoading()) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("loading %s, leaving %s, since generation %d", showNodes(sl.GetLoading()), showNodes(sl.GetLeaving()), sl.GetSince())
+}
+
 func printSlices(s *session, resp *pb.ListSlicesResponse, node string) error {
 	w := newTable(s.out.w)
-	row(w, "START", "END", "REPLICAS", "LOAD", "KEYS", "PINNED")
+	// The handoff column shows only while one is under way, so that the usual listing
+	// stays as narrow as it was.
+	handoffs := slices.ContainsFunc(resp.GetSlices(), func(sl *pb.SliceInfo) bool { return len(sl.GetLoading()) > 0 })
+	header := []string{"START", "END", "REPLICAS", "LOAD", "KEYS", "PINNED"}
+	if handoffs {
+		header = append(header, "HANDOFF")
+	}
+	row(w, header...)
 	for _, sl := range resp.GetSlices() {
 		r := rangeOf(sl.GetRange())
-		row(w, keyspace.FormatPoint(r.Start), r.End.String(), showNodes(sl.GetReplicas()), num(sl.GetLoad()),
-			num(sl.GetKeys()), yesNo(sl.GetPinned()))
+		cells := []string{keyspace.FormatPoint(r.Start), r.End.String(), showNodes(sl.GetReplicas()), num(sl.GetLoad()),
+			num(sl.GetKeys()), yesNo(sl.GetPinned())}
+		if handoffs {
+			cells = append(cells, showHandoff(sl))
+		}
+		row(w, cells...)
 	}
 	if err := w.Flush(); err != nil {
 		return err

@@ -24,6 +24,7 @@ type jsonStatus struct {
 	Params        map[string]string `json:"params"`
 	LastPass      *time.Time        `json:"last_pass"`
 	Pinned        []jsonRange       `json:"pinned"`
+	Handoffs      uint32            `json:"handoffs"`
 	jsonPassFailures
 }
 
@@ -32,7 +33,7 @@ func statusJSON(st *pb.StatusResponse) jsonStatus {
 		Leader: st.GetLeader(), LeaderAddress: st.GetLeaderAddress(), Position: positionJSON(st.GetPosition()),
 		Clock: st.GetClock(), Generation: st.GetGeneration(), Imbalance: jsonFloat(st.GetImbalance()), Slices: st.GetSlices(),
 		Nodes: st.GetNodes(), Frozen: st.GetFrozen(), Algorithm: st.GetAlgorithm(), Params: st.GetParams(),
-		LastPass: jsonTime(st.GetLastPass()), Pinned: []jsonRange{},
+		LastPass: jsonTime(st.GetLastPass()), Pinned: []jsonRange{}, Handoffs: st.GetHandoffs(),
 		jsonPassFailures: jsonPassFailures{PassFailures: st.GetPassFailures(), PassError: st.GetPassError(),
 			PassErrorTime: jsonTime(st.GetPassErrorTime())},
 	}
@@ -54,7 +55,8 @@ term, the position (term/seq) and Lamport clock of its last quantum, the map's
 generation, the imbalance of the node loads (max over mean of load over
 capacity; 1 is perfect), the numbers of slices and nodes, whether balancing is
 frozen, the balancing algorithm and the constants set for it, when the last
-balancing pass ran, and the ranges pinned in place. When balancing passes fail,
+balancing pass ran, and the ranges pinned in place; while slices are handed off
+make-before-break, "handoffs" counts them. When balancing passes fail,
 "balancing" says so: how many failed in a row, when the last did and why.`,
 		Example: `  slicectl status
   slicectl status -o json | jq .imbalance
@@ -97,6 +99,9 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 	row(w, "imbalance", num(st.GetImbalance()))
 	row(w, "slices", fmt.Sprint(st.GetSlices()))
 	row(w, "nodes", fmt.Sprint(st.GetNodes()))
+	if st.GetHandoffs() > 0 {
+		row(w, "handoffs", fmt.Sprintf("%d slices loading on their new nodes", st.GetHandoffs()))
+	}
 	row(w, "balancing", balancing)
 	row(w, "algorithm", st.GetAlgorithm()+" "+showParams(st.GetParams()))
 	row(w, "last pass", showTime(st.GetLastPass(), time.Now()))

@@ -1578,6 +1578,8 @@ type StatusResponse struct {
 	// pass has failed in this term).
 	PassError     string                 `protobuf:"bytes,15,opt,name=pass_error,json=passError,proto3" json:"pass_error,omitempty"`
 	PassErrorTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=pass_error_time,json=passErrorTime,proto3" json:"pass_error_time,omitempty"`
+	// handoffs counts the slices in a make-before-break handoff.
+	Handoffs      uint32 `protobuf:"varint,17,opt,name=handoffs,proto3" json:"handoffs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1722,6 +1724,13 @@ func (x *StatusResponse) GetPassErrorTime() *timestamppb.Timestamp {
 		return x.PassErrorTime
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetHandoffs() uint32 {
+	if x != nil {
+		return x.Handoffs
+	}
+	return 0
 }
 
 type ListNodesRequest struct {
@@ -1978,12 +1987,18 @@ func (x *ListSlicesRequest) GetLimit() uint32 {
 }
 
 type SliceInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Range         *Range                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
-	Replicas      []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	Load          float64                `protobuf:"fixed64,3,opt,name=load,proto3" json:"load,omitempty"`
-	Keys          float64                `protobuf:"fixed64,4,opt,name=keys,proto3" json:"keys,omitempty"`
-	Pinned        bool                   `protobuf:"varint,5,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Range    *Range                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	Replicas []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Load     float64                `protobuf:"fixed64,3,opt,name=load,proto3" json:"load,omitempty"`
+	Keys     float64                `protobuf:"fixed64,4,opt,name=keys,proto3" json:"keys,omitempty"`
+	Pinned   bool                   `protobuf:"varint,5,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	// loading, leaving and since describe a make-before-break handoff under way, as in
+	// ReplicaSet: the replicas still loading the slice, those that drop it once no node
+	// loads it, and the map generation the handoff began at.
+	Loading       []string `protobuf:"bytes,6,rep,name=loading,proto3" json:"loading,omitempty"`
+	Leaving       []string `protobuf:"bytes,7,rep,name=leaving,proto3" json:"leaving,omitempty"`
+	Since         uint64   `protobuf:"varint,8,opt,name=since,proto3" json:"since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2051,6 +2066,27 @@ func (x *SliceInfo) GetPinned() bool {
 		return x.Pinned
 	}
 	return false
+}
+
+func (x *SliceInfo) GetLoading() []string {
+	if x != nil {
+		return x.Loading
+	}
+	return nil
+}
+
+func (x *SliceInfo) GetLeaving() []string {
+	if x != nil {
+		return x.Leaving
+	}
+	return nil
+}
+
+func (x *SliceInfo) GetSince() uint64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
 }
 
 type ListSlicesResponse struct {
@@ -3511,7 +3547,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x12#\n" +
 	"\x03ops\x18\x03 \x03(\v2\x11.sliceplane.v1.OpR\x03ops\x12\x18\n" +
 	"\asummary\x18\x04 \x01(\tR\asummary\"\x0f\n" +
-	"\rStatusRequest\"\xa9\x05\n" +
+	"\rStatusRequest\"\xc5\x05\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\bR\x06leader\x12%\n" +
 	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress\x123\n" +
@@ -3532,7 +3568,8 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\rpass_failures\x18\x0e \x01(\x04R\fpassFailures\x12\x1d\n" +
 	"\n" +
 	"pass_error\x18\x0f \x01(\tR\tpassError\x12B\n" +
-	"\x0fpass_error_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\rpassErrorTime\x1a9\n" +
+	"\x0fpass_error_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\rpassErrorTime\x12\x1a\n" +
+	"\bhandoffs\x18\x11 \x01(\rR\bhandoffs\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
@@ -3555,13 +3592,16 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x11ListSlicesRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\aby_load\x18\x02 \x01(\bR\x06byLoad\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\x93\x01\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xdd\x01\n" +
 	"\tSliceInfo\x12*\n" +
 	"\x05range\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x05range\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\x01R\x04load\x12\x12\n" +
 	"\x04keys\x18\x04 \x01(\x01R\x04keys\x12\x16\n" +
-	"\x06pinned\x18\x05 \x01(\bR\x06pinned\"\\\n" +
+	"\x06pinned\x18\x05 \x01(\bR\x06pinned\x12\x18\n" +
+	"\aloading\x18\x06 \x03(\tR\aloading\x12\x18\n" +
+	"\aleaving\x18\a \x03(\tR\aleaving\x12\x14\n" +
+	"\x05since\x18\b \x01(\x04R\x05since\"\\\n" +
 	"\x12ListSlicesResponse\x120\n" +
 	"\x06slices\x18\x01 \x03(\v2\x18.sliceplane.v1.SliceInfoR\x06slices\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"N\n" +
