@@ -23,7 +23,7 @@ func TestTakenOpsOutliveATrimByANewerStream(t *testing.T) {
 	require.Len(t, ops, 64)
 
 	// The node's new stream attaches and acknowledges everything.
-	_, _, ok := q.attach(7, 0)
+	_, _, _, ok := q.attach(7, 0)
 	require.True(t, ok)
 	q.ack(7, 64, time.Now(), nil)
 
