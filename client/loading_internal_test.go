@@ -35,7 +35,9 @@ func (s *loadingRecorder) Commit(c Cursor) error {
 	return nil
 }
 
-func (s *loadingRecorder) Loading(context.Context) ([]Range, error) { return slices.Clone(s.loading), nil }
+func (s *loadingRecorder) Loading(context.Context) ([]Range, error) {
+	return slices.Clone(s.loading), nil
+}
 
 func testNode(t *testing.T, s Store) *Node {
 	t.Helper()

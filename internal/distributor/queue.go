@@ -58,7 +58,7 @@ type queue struct {
 	baseSlices []keyspace.Range
 	// baseGen is the generation of the operation before base (0 at the epoch's start).
 	baseGen uint64
-	bytes      int // of every op held
+	bytes   int // of every op held
 	// changes and blocked are the bytes of the ops that are not scanned, ready and behind a
 	// scan: what congestion control bounds (see applier).
 	changes, blocked int
