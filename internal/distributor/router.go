@@ -157,8 +157,10 @@ type Stats struct {
 // Restart that begins its epoch. A quantum gives the Closes of the nodes no longer served,
 // then the Opens of new ones, then each node's operations, every group in the sorted order
 // of node IDs; a batch of changes gives, change after change, an Enqueue per replica in the
-// order of the slice's replicas; a rebase gives its Restarts in node order. Scan IDs rise in
-// the order of the Scan actions. A Publish, where there is one, is last.
+// order of the slice's replicas; a scan's end gives its last Fill, then the Enqueue of
+// slice_loaded for what of its range the node still holds; a rebase gives its Restarts in
+// node order. Scan IDs rise in the order of the Scan actions. A Publish, where there is one,
+// is last.
 //
 // The list a method returns is the caller's to apply, and to clear if it likes, until the
 // router's next call, which reuses it. The router is not safe for concurrent use.
