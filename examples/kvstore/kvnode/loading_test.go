@@ -116,8 +116,14 @@ func TestALoadingNodeSendsReadsToTheServingReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gs.waiting.Load() == 0 {
-		t.Fatal("no scan is held: the slice is not loading")
+	err = launch.WaitFor(ctx, "the slice's scan held", 20*time.Millisecond, func(context.Context) error {
+		if gs.waiting.Load() == 0 {
+			return errors.New("no scan is held")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	_, _, err = k2.Get(ctx, key)
 	var nm *kvclient.NotMineError
