@@ -9,7 +9,8 @@ import (
 
 // deltaFromProto decodes a delta, checking that every operation is well formed.
 func deltaFromProto(m *pb.Delta) (Delta, error) {
-	d := Delta{Epoch: m.GetEpoch(), From: m.GetFrom(), To: m.GetTo(), Clock: m.GetClock(), Ops: make([]Op, len(m.GetOps()))}
+	d := Delta{Epoch: m.GetEpoch(), From: m.GetFrom(), To: m.GetTo(), Clock: m.GetClock(), Generation: m.GetGeneration(),
+		Ops: make([]Op, len(m.GetOps()))}
 	if d.To < d.From {
 		return Delta{}, fmt.Errorf("client: delta %d..%d ends before it starts", d.From, d.To)
 	}
@@ -45,6 +46,9 @@ func opFromProto(o *pb.DeltaOp) (Op, error) {
 	case *pb.DeltaOp_DropSlice:
 		r, err := wire.RangeFromProto(x.DropSlice)
 		return Op{Kind: OpDropSlice, Range: rangeOf(r)}, err
+	case *pb.DeltaOp_SliceLoaded:
+		r, err := wire.RangeFromProto(x.SliceLoaded)
+		return Op{Kind: OpSliceLoaded, Range: rangeOf(r)}, err
 	case *pb.DeltaOp_SetSlices:
 		list, err := rangesFromProto(x.SetSlices.GetRanges())
 		return Op{Kind: OpSetSlices, Slices: list}, err

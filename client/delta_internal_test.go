@@ -25,7 +25,7 @@ func pbItem(key, fragment, value string) *pb.ItemChange {
 
 func TestDeltaFromProtoDecodesEveryOp(t *testing.T) {
 	m := &pb.Delta{
-		Epoch: 0xfeed, From: 10, To: 18, Clock: 4242,
+		Epoch: 0xfeed, From: 10, To: 19, Clock: 4242, Generation: 77,
 		Ops: []*pb.DeltaOp{
 			{Op: &pb.DeltaOp_Reset_{Reset_: &pb.Reset{}}},
 			{Op: &pb.DeltaOp_AddSlice{AddSlice: pbRange(0, 1<<63)}},
@@ -35,12 +35,13 @@ func TestDeltaFromProtoDecodesEveryOp(t *testing.T) {
 			{Op: &pb.DeltaOp_Delete{Delete: pbItem("k2", "", "")}},
 			{Op: &pb.DeltaOp_PutFragment{PutFragment: pbItem("k3", "f1", "fv")}},
 			{Op: &pb.DeltaOp_DeleteFragment{DeleteFragment: pbItem("k4", "f2", "")}},
+			{Op: &pb.DeltaOp_SliceLoaded{SliceLoaded: pbRange(0, 1<<62)}},
 		},
 	}
 	d, err := deltaFromProto(m)
 	require.NoError(t, err)
 	assert.Equal(t, Delta{
-		Epoch: 0xfeed, From: 10, To: 18, Clock: 4242,
+		Epoch: 0xfeed, From: 10, To: 19, Clock: 4242, Generation: 77,
 		Ops: []Op{
 			{Kind: OpReset},
 			{Kind: OpAddSlice, Range: rng(0, 1<<63)},
@@ -50,6 +51,7 @@ func TestDeltaFromProtoDecodesEveryOp(t *testing.T) {
 			{Kind: OpDelete, Key: []byte("k2")},
 			{Kind: OpPutFragment, Key: []byte("k3"), Fragment: "f1", Value: []byte("fv")},
 			{Kind: OpDeleteFragment, Key: []byte("k4"), Fragment: "f2"},
+			{Kind: OpSliceLoaded, Range: rng(0, 1<<62)},
 		},
 	}, d)
 	assert.Nil(t, d.Slices, "no slice list in the message, none in the delta")

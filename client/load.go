@@ -114,3 +114,16 @@ func (c *loadCounter) take(node string, now time.Time) load.Report {
 	c.start = now
 	return r
 }
+
+// holds reports whether h lies in one of the slices counted.
+func (c *loadCounter) holds(h uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(c.list, h, func(r Range, h uint64) int {
+		if r.Start > h {
+			return 1
+		}
+		return -1
+	})
+	return i > 0 && c.list[i-1].Contains(h)
+}

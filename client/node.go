@@ -69,6 +69,7 @@ type Node struct {
 	dist    *pb.Distributor // nil until the assigner names one
 	changed chan struct{}   // closed and replaced when dist changes
 	kick    chan struct{}   // asks the session for a heartbeat now
+	loaded  chan struct{}   // asks the session for a heartbeat soon: a range finished loading
 
 	cursor  atomic.Pointer[Cursor]
 	clock   atomic.Uint64
@@ -77,6 +78,9 @@ type Node struct {
 	heard   atomic.Int64  // unix nanoseconds of the last message from a distributor; 0: none yet
 	stalls  atomic.Uint64 // pull streams given up because they went silent
 	loading atomic.Bool   // a snapshot has reset the store and has not reached a clock yet
+	// pending is what the node loads, and the generation of the last delta applied; only
+	// the pull loop replaces it.
+	pending atomic.Pointer[loadingState]
 }
 
 // Health is what a node knows of its own data's freshness.
@@ -153,8 +157,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), load: newLoadCounter(max(cfg.HotKeys, 0), time.Now()),
-		tls: src, changed: make(chan struct{}), kick: make(chan struct{}, 1), started: time.Now()}
+		tls: src, changed: make(chan struct{}), kick: make(chan struct{}, 1), loaded: make(chan struct{}, 1), started: time.Now()}
 	n.cursor.Store(&Cursor{})
+	n.pending.Store(&loadingState{})
 	return n, nil
 }
 
@@ -207,11 +212,9 @@ func (n *Node) Run(ctx context.Context) error {
 	if !n.running.CompareAndSwap(false, true) {
 		return errors.New("client: Node.Run called twice")
 	}
-	c, err := n.cfg.Store.Cursor(ctx)
-	if err != nil {
-		return fmt.Errorf("client: reading the stored cursor: %w", err)
+	if err := n.restore(ctx); err != nil {
+		return err
 	}
-	n.cursor.Store(&c)
 	assigner, err := dial.Follow(n.cfg.Assigners, n.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
@@ -228,6 +231,22 @@ func (n *Node) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// restore reads where the node stopped from its store: the cursor, and the ranges it was
+// loading.
+func (n *Node) restore(ctx context.Context) error {
+	c, err := n.cfg.Store.Cursor(ctx)
+	if err != nil {
+		return fmt.Errorf("client: reading the stored cursor: %w", err)
+	}
+	set, err := storedLoading(ctx, n.cfg.Store)
+	if err != nil {
+		return err
+	}
+	n.cursor.Store(&c)
+	n.pending.Store(&loadingState{set: set})
+	return nil
 }
 
 // Leave takes the node out of the map at once, so that its slices move without waiting for
@@ -301,26 +320,36 @@ func (n *Node) session(ctx context.Context, assigner *dial.Follower) {
 	}
 }
 
+// loadedBeatGap is the least time between a heartbeat and one sent early because a range
+// finished loading: a handoff ends soon after, and a node that loads many small ranges
+// sends at most one extra heartbeat per gap.
+const loadedBeatGap = 100 * time.Millisecond
+
 // heartbeat renews the lease every interval, until the assigner forgot the node (it must
-// register again) or ctx ends.
+// register again) or ctx ends. A range that finished loading brings the next heartbeat
+// forward, to loadedBeatGap after the last.
 func (n *Node) heartbeat(ctx context.Context, assigner *dial.Follower, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var last time.Time
+	var soon <-chan time.Time
 	for {
 		select {
 		case <-t.C:
 		case <-n.kick:
+		case <-n.loaded:
+			if wait := loadedBeatGap - time.Since(last); wait > 0 {
+				if soon == nil {
+					soon = time.After(wait)
+				}
+				continue
+			}
+		case <-soon:
 		case <-ctx.Done():
 			return
 		}
-		h := n.Health()
-		req := &pb.HeartbeatRequest{NodeId: n.cfg.ID, Stale: h.Stale}
-		if n.heard.Load() != 0 {
-			req.Silence = durationpb.New(h.Silence)
-		}
-		if h.Stale {
-			n.log.Warn("the node's data may be stale: its distributor is silent", "silence", h.Silence)
-		}
+		soon, last = nil, time.Now()
+		req := n.heartbeatRequest()
 		// A heartbeat that does not return before the next is due went to a leader that
 		// hangs, or to none: give up on it then.
 		resp, err := callLeader(ctx, assigner, max(every, time.Second), func(ctx context.Context, c pb.NodeServiceClient) (*pb.HeartbeatResponse, error) {
@@ -338,6 +367,24 @@ func (n *Node) heartbeat(ctx context.Context, assigner *dial.Follower, every tim
 			n.setDistributor(resp.GetDistributor())
 		}
 	}
+}
+
+// heartbeatRequest says how the node's data stands: its freshness, the generation of the
+// map it has applied and the ranges it is still loading.
+func (n *Node) heartbeatRequest() *pb.HeartbeatRequest {
+	h := n.Health()
+	p := n.pending.Load()
+	req := &pb.HeartbeatRequest{NodeId: n.cfg.ID, Stale: h.Stale, Generation: p.gen}
+	for _, r := range p.set.Ranges() {
+		req.Loading = append(req.Loading, wire.RangeToProto(r))
+	}
+	if n.heard.Load() != 0 {
+		req.Silence = durationpb.New(h.Silence)
+	}
+	if h.Stale {
+		n.log.Warn("the node's data may be stale: its distributor is silent", "silence", h.Silence)
+	}
+	return req
 }
 
 // callLeader makes a call to the leading assigner, given up after timeout. A call that
@@ -509,10 +556,18 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 	}
 	if d.Slices != nil {
 		n.load.setSlices(d.Slices)
+		// A stream that resumes says where the node stands: a node that restarted forgot it.
+		n.pending.Store(&loadingState{set: n.pending.Load().set, gen: d.Generation})
 	}
 	if len(d.Ops) > 0 {
-		if err := Apply(ctx, n.cfg.Store, d); err != nil {
+		before := n.pending.Load().set
+		set, loaded := nextLoading(before, d.Ops)
+		if err := commitDelta(ctx, n.cfg.Store, d, set, !set.Equal(before)); err != nil {
 			return errStore{err}
+		}
+		n.pending.Store(&loadingState{set: set, gen: d.Generation})
+		if loaded {
+			n.loadedSoon()
 		}
 		if d.Ops[0].Kind == OpReset {
 			n.loading.Store(true)
@@ -534,3 +589,35 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 	}
 	return nil
 }
+
+// loadedSoon asks the session for a heartbeat soon: the assigner ends a handoff once the
+// loading nodes say they have it all.
+func (n *Node) loadedSoon() {
+	select {
+	case n.loaded <- struct{}{}:
+	default:
+	}
+}
+
+// Loading reports whether point h (the Hash of a key) lies in a slice the node is loading:
+// it holds the slice, its data is arriving and may be incomplete. During a handoff
+// (make-before-break) routers do not send reads for such a slice to the node; a read that
+// comes all the same (from a router that has not caught up) is best answered "not mine
+// yet": the slice's serving replicas have the data.
+func (n *Node) Loading(h uint64) bool { return n.pending.Load().set.Contains(h) }
+
+// Serving reports whether the node holds key's slice with all its data, as of the last
+// delta applied: it holds the slice and is not loading it. A node answers reads for the keys
+// it serves; for a key it does not, a "not found" would be wrong, and it should send the
+// reader to the slice's replicas.
+func (n *Node) Serving(key []byte) bool {
+	h := Hash(key)
+	return n.load.holds(h) && !n.Loading(h)
+}
+
+// LoadingRanges returns the ranges the node is loading, in order.
+func (n *Node) LoadingRanges() []Range { return rangesOf(n.pending.Load().set) }
+
+// Generation returns the map generation of the last delta applied: the node has seen every
+// slice that generation of the map gives it. 0 until a distributor says.
+func (n *Node) Generation() uint64 { return n.pending.Load().gen }

@@ -49,10 +49,16 @@ const (
 	// cut them. It changes no data, and Apply does not pass it to the store: the Node keeps
 	// the list, to report load per slice.
 	OpSetSlices
+	// OpSliceLoaded says that the node holds every item of Range, a range it added (the
+	// scan's items and the changes since): it may serve it from here on. It changes no
+	// data, and Apply does not pass it to the store: the Node keeps what it loads (see
+	// Node.Loading).
+	OpSliceLoaded
 )
 
 var opNames = [...]string{OpReset: "reset", OpAddSlice: "add_slice", OpDropSlice: "drop_slice", OpPut: "put",
-	OpDelete: "delete", OpPutFragment: "put_fragment", OpDeleteFragment: "delete_fragment", OpSetSlices: "set_slices"}
+	OpDelete: "delete", OpPutFragment: "put_fragment", OpDeleteFragment: "delete_fragment", OpSetSlices: "set_slices",
+	OpSliceLoaded: "slice_loaded"}
 
 // String names the kind as the wire and the logs do ("add_slice").
 func (k OpKind) String() string {
@@ -65,7 +71,7 @@ func (k OpKind) String() string {
 // Op is one operation of a delta.
 type Op struct {
 	Kind OpKind
-	// Range is the slice of OpAddSlice and OpDropSlice.
+	// Range is the slice of OpAddSlice, OpDropSlice and OpSliceLoaded.
 	Range Range
 	// Key, Fragment and Value are those of the item operations.
 	Key      []byte
@@ -83,7 +89,11 @@ type Delta struct {
 	// the delta leaves it in no state of the source yet (a snapshot not whole, a stream
 	// catching up behind the end of its queue), and the node keeps the clock it had.
 	Clock uint64
-	Ops   []Op
+	// Generation is the map generation of the distributor when the delta's last operation
+	// was queued: once the delta is applied, the node has seen every slice that generation
+	// gives it. 0 from a distributor that does not say, and for a snapshot under way.
+	Generation uint64
+	Ops        []Op
 	// Slices, when not nil, is the slice list in effect before Ops: the first delta of a
 	// stream that resumes mid-epoch carries it (an OpSetSlices would too).
 	Slices []Range
@@ -168,7 +178,7 @@ func apply(b Batch, ops []Op) error {
 			err = b.PutFragment(op.Key, op.Fragment, op.Value)
 		case OpDeleteFragment:
 			err = b.DeleteFragment(op.Key, op.Fragment)
-		case OpSetSlices:
+		case OpSetSlices, OpSliceLoaded:
 			// not the store's business
 		default:
 			err = fmt.Errorf("unknown operation kind %d", op.Kind)

@@ -44,6 +44,10 @@ var (
 
 	metaFormat = []byte("format")
 	metaCursor = []byte("cursor") // epoch, index: 8 bytes big-endian each
+	// metaLoading holds the ranges the node is loading, each as 17 bytes: start and end
+	// big-endian, then 1 if the end is the end of the space. Files written before it was
+	// kept have none, which reads as nothing loading.
+	metaLoading = []byte("loading")
 
 	formatV1 = []byte("1")
 )
@@ -56,8 +60,9 @@ type Store struct {
 }
 
 var (
-	_ client.Store  = (*Store)(nil)
-	_ client.Reader = (*Store)(nil)
+	_ client.Store        = (*Store)(nil)
+	_ client.Reader       = (*Store)(nil)
+	_ client.LoadingStore = (*Store)(nil)
 )
 
 // Open opens the store in the file at path, creating the file if it does not exist. Only one
@@ -291,6 +296,50 @@ func decodeEnd(v []byte) (client.Bound, bool) {
 		return client.EndOfSpace(), true
 	}
 	return client.Bound{}, false
+}
+
+// Loading returns the ranges the node is loading, as the last batch that set them left them.
+func (s *Store) Loading(context.Context) ([]client.Range, error) {
+	var out []client.Range
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMeta).Get(metaLoading)
+		if len(v)%17 != 0 {
+			return fmt.Errorf("loading record has %d bytes, not a multiple of 17", len(v))
+		}
+		for ; len(v) > 0; v = v[17:] {
+			r := client.Range{Start: binary.BigEndian.Uint64(v), End: client.BoundAt(binary.BigEndian.Uint64(v[8:]))}
+			if v[16] == 1 {
+				r.End = client.EndOfSpace()
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: reading loading ranges: %w", err)
+	}
+	return out, nil
+}
+
+// SetLoading stores rs as the ranges the node is loading, with the batch.
+func (b *batch) SetLoading(rs []client.Range) error {
+	if b.tx == nil {
+		return ErrBatchDone
+	}
+	v := make([]byte, 0, 17*len(rs))
+	for _, r := range rs {
+		v = binary.BigEndian.AppendUint64(v, r.Start)
+		v = binary.BigEndian.AppendUint64(v, r.End.Point())
+		if r.End.IsEnd() {
+			v = append(v, 1)
+		} else {
+			v = append(v, 0)
+		}
+	}
+	if err := b.tx.Bucket(bucketMeta).Put(metaLoading, v); err != nil {
+		return fmt.Errorf("boltstore: storing loading ranges: %w", err)
+	}
+	return nil
 }
 
 // batch is a read-write transaction; tx is nil once committed or aborted.

@@ -48,14 +48,16 @@ type Store struct {
 	n       int
 	held    []client.Range // disjoint, by Start
 	cursor  client.Cursor
+	loading []client.Range // see client.LoadingStore
 	// gen counts commits, so that a batch can tell that another one committed since it began
 	// (its copy of the held slices would be stale).
 	gen uint64
 }
 
 var (
-	_ client.Store  = (*Store)(nil)
-	_ client.Reader = (*Store)(nil)
+	_ client.Store        = (*Store)(nil)
+	_ client.Reader       = (*Store)(nil)
+	_ client.LoadingStore = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -84,6 +86,13 @@ func (s *Store) Cursor(context.Context) (client.Cursor, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.cursor, nil
+}
+
+// Loading returns the ranges the node is loading, as the last batch that set them left them.
+func (s *Store) Loading(context.Context) ([]client.Range, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.loading), nil
 }
 
 // Slices returns the slices held, by start.
@@ -234,6 +243,18 @@ type batch struct {
 	held []client.Range
 	ops  []client.Op
 	done bool
+	// loading, if set, replaces the store's loading ranges at Commit.
+	loading    []client.Range
+	setLoading bool
+}
+
+// SetLoading makes Commit store rs as the ranges the node is loading.
+func (b *batch) SetLoading(rs []client.Range) error {
+	if b.done {
+		return ErrBatchDone
+	}
+	b.loading, b.setLoading = slices.Clone(rs), true
+	return nil
 }
 
 func (b *batch) Reset() error {
@@ -341,6 +362,9 @@ func (b *batch) Commit(c client.Cursor) error {
 		s.apply(op)
 	}
 	s.held, s.cursor = b.held, c
+	if b.setLoading {
+		s.loading = b.loading
+	}
 	s.gen++
 	b.ops, b.held = nil, nil
 	return nil

@@ -20,6 +20,9 @@
 //   - Fragments may come back in any order.
 //   - Readers run on other goroutines while a batch is applied; they see a committed cursor only
 //     with its batch, and Items sees at least every item held throughout its walk.
+//   - A store that keeps the ranges a node loads (client.LoadingStore) commits them with the
+//     cursor, only with it, keeps them through batches that do not set them, and across a
+//     reopen when durable.
 package storetest
 
 import (
@@ -59,6 +62,7 @@ func Run(t *testing.T, durable bool, open func(t *testing.T) (s client.Store, re
 		{"BatchDone", testBatchDone},
 		{"Isolation", testIsolation},
 		{"Cursor", testCursor},
+		{"Loading", testLoading},
 		{"ItemsError", testItemsError},
 		{"ConcurrentReaders", testConcurrentReaders},
 		{"Random", testRandom},
@@ -591,6 +595,49 @@ func testCursor(e *env) {
 		require.NoError(e.t, err)
 		require.Equal(e.t, c, got)
 	}
+}
+
+func testLoading(e *env) {
+	ls, ok := e.s.(client.LoadingStore)
+	if !ok {
+		e.t.Skip("the store does not keep loading ranges")
+	}
+	loading := func() []client.Range {
+		e.t.Helper()
+		rs, err := e.s.(client.LoadingStore).Loading(e.ctx)
+		require.NoError(e.t, err)
+		return rs
+	}
+	rs, err := ls.Loading(e.ctx)
+	require.NoError(e.t, err)
+	require.Empty(e.t, rs, "a new store loads nothing")
+
+	want := []client.Range{rng(0, client.BoundAt(10)), rng(1<<63, client.EndOfSpace())}
+	b := e.begin()
+	lb, ok := b.(client.LoadingBatch)
+	require.True(e.t, ok, "a LoadingStore's batches are LoadingBatches")
+	in := slices.Clone(want)
+	require.NoError(e.t, lb.SetLoading(in))
+	in[0] = rng(5, client.BoundAt(6)) // the store keeps a copy
+	require.Empty(e.t, loading(), "not before Commit")
+	require.NoError(e.t, b.Commit(client.Cursor{Epoch: 1, Index: 1}))
+	require.Equal(e.t, want, loading())
+
+	b = e.begin()
+	require.NoError(e.t, b.(client.LoadingBatch).SetLoading(nil))
+	b.Abort()
+	require.Equal(e.t, want, loading(), "an aborted batch changes nothing")
+
+	e.apply(put("a", "1"))
+	require.Equal(e.t, want, loading(), "a batch that does not set them keeps them")
+	if e.durable {
+		e.doReopen()
+		require.Equal(e.t, want, loading(), "kept across a reopen")
+	}
+	b = e.begin()
+	require.NoError(e.t, b.(client.LoadingBatch).SetLoading(nil))
+	require.NoError(e.t, b.Commit(client.Cursor{Epoch: 1, Index: 9}))
+	require.Empty(e.t, loading())
 }
 
 func testItemsError(e *env) {

@@ -90,8 +90,8 @@ func (a *applier) attach(id assignment.NodeID, epoch, index uint64) (Attached, e
 	// A queue is there only for a node the router serves.
 	q := a.queues[id]
 	if q != nil {
-		if stream, list, ok := q.attach(epoch, index); ok {
-			return Attached{q: q, Stream: stream, Epoch: epoch, Index: index, Resumed: true, Slices: list}, nil
+		if stream, list, gen, ok := q.attach(epoch, index); ok {
+			return Attached{q: q, Stream: stream, Epoch: epoch, Index: index, Resumed: true, Slices: list, Gen: gen}, nil
 		}
 	}
 	acts, err := a.r.Attach(id, q != nil && q.fresh())
@@ -211,4 +211,6 @@ type Attached struct {
 	Resumed bool
 	// Slices is the node's slice list at Index of a resumed stream.
 	Slices []keyspace.Range
+	// Gen is the generation of the operation before Index (see op.gen).
+	Gen uint64
 }

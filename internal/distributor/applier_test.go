@@ -56,7 +56,7 @@ func TestOverflowRestartsTheQueueBeforeTheClockIsPublished(t *testing.T) {
 			_, _, _, st := att.q.take(att.Stream, att.Epoch, att.Index, 1000, 1<<20, app.clock.Load())
 			require.Equal(t, takeOK, st, "the queue is not dropped before the router says so")
 			ops, _ := att.q.depth()
-			require.Equal(t, 3+2, ops, "the snapshot's 3 ops and 2 changes: the third was not applied")
+			require.Equal(t, 4+2, ops, "the snapshot's 4 ops (reset, slices, add, loaded) and 2 changes: the third was not applied")
 		}
 		lists = append(lists, append([]Action(nil), acts...))
 	}

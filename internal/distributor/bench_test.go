@@ -72,7 +72,7 @@ func consume(r *applier, att Attached, want uint64, frames *int) {
 			<-wake
 			continue
 		}
-		frame := appendDelta(nil, att.Epoch, next, next+uint64(len(ops)), clock, ops, nil)
+		frame := appendDelta(nil, att.Epoch, next, next+uint64(len(ops)), clock, deltaGen(ops, 0), ops, nil)
 		*frames += len(frame)
 		next += uint64(len(ops))
 		att.q.ack(att.Epoch, next, time.Time{}, nil)

@@ -19,6 +19,7 @@ const (
 	opPutFragment    = 6
 	opDeleteFragment = 7
 	opSetSlices      = 8
+	opSliceLoaded    = 9
 )
 
 func appendRange(b []byte, r keyspace.Range) []byte {
@@ -45,7 +46,7 @@ func encodeReset() []byte {
 	return protowire.AppendVarint(b, 0)
 }
 
-// encodeRangeOp returns an add_slice or drop_slice DeltaOp.
+// encodeRangeOp returns an add_slice, drop_slice or slice_loaded DeltaOp.
 func encodeRangeOp(field protowire.Number, r keyspace.Range) []byte {
 	b := make([]byte, 0, 2+rangeSize(r))
 	b = protowire.AppendTag(b, field, protowire.BytesType)
@@ -126,20 +127,24 @@ func encodeItem(it source.Item, out []op) []op {
 
 // Field numbers of PullResponse and Delta.
 const (
-	responseDelta = 1
-	deltaEpoch    = 1
-	deltaFrom     = 2
-	deltaTo       = 3
-	deltaClock    = 4
-	deltaOps      = 5
-	deltaSlices   = 6
+	responseDelta   = 1
+	deltaEpoch      = 1
+	deltaFrom       = 2
+	deltaTo         = 3
+	deltaClock      = 4
+	deltaOps        = 5
+	deltaSlices     = 6
+	deltaGeneration = 7
 )
 
 // appendDelta appends the PullResponse that carries a delta of ops (encoded DeltaOps), with
-// the node's slices when slices is not nil.
-func appendDelta(b []byte, epoch, from, to, clock uint64, ops []op, slices *[]keyspace.Range) []byte {
+// the node's slices when slices is not nil, and the map generation gen (see op.gen).
+func appendDelta(b []byte, epoch, from, to, clock, gen uint64, ops []op, slices *[]keyspace.Range) []byte {
 	size := protowire.SizeTag(deltaEpoch) + 8 + protowire.SizeTag(deltaFrom) + protowire.SizeVarint(from) +
 		protowire.SizeTag(deltaTo) + protowire.SizeVarint(to) + protowire.SizeTag(deltaClock) + protowire.SizeVarint(clock)
+	if gen != 0 {
+		size += protowire.SizeTag(deltaGeneration) + protowire.SizeVarint(gen)
+	}
 	for _, o := range ops {
 		size += protowire.SizeTag(deltaOps) + protowire.SizeBytes(len(o.data))
 	}
@@ -162,5 +167,19 @@ func appendDelta(b []byte, epoch, from, to, clock uint64, ops []op, slices *[]ke
 		b = protowire.AppendTag(b, deltaOps, protowire.BytesType)
 		b = protowire.AppendBytes(b, o.data)
 	}
-	return append(b, list...)
+	b = append(b, list...)
+	if gen != 0 {
+		b = protowire.AppendTag(b, deltaGeneration, protowire.VarintType)
+		b = protowire.AppendVarint(b, gen)
+	}
+	return b
+}
+
+// deltaGen returns the generation of a delta of ops: that of its last op, or else last, the
+// generation of the op before them in the stream.
+func deltaGen(ops []op, last uint64) uint64 {
+	if len(ops) == 0 {
+		return last
+	}
+	return ops[len(ops)-1].gen
 }

@@ -208,10 +208,11 @@ func TestAppendDelta(t *testing.T) {
 		{"empty slice list", nil, 7, 3, 8, 99, ops[:1], &empty},
 		{"large numbers", nil, math.MaxUint64, math.MaxUint64 - 5, math.MaxUint64, math.MaxUint64, ops, &slices},
 		{"after other bytes", []byte("previous response"), 2, 10, 15, 500, ops, &slices},
-		{"after another delta", appendDelta(nil, 1, 0, 1, 1, ops[:1], nil), 1, 1, 6, 2, ops, nil},
+		{"after another delta", appendDelta(nil, 1, 0, 1, 1, 0, ops[:1], nil), 1, 1, 6, 2, ops, nil},
 	} {
 		prefix := append([]byte(nil), tc.prefix...)
-		b := appendDelta(prefix, tc.epoch, tc.from, tc.to, tc.clock, tc.ops, tc.slices)
+		gen := tc.clock / 3 // any generation: it is encoded, not checked
+		b := appendDelta(prefix, tc.epoch, tc.from, tc.to, tc.clock, gen, tc.ops, tc.slices)
 		require.GreaterOrEqual(t, len(b), len(tc.prefix), tc.name)
 		assert.Equal(t, string(tc.prefix), string(b[:len(tc.prefix)]), "%s: the bytes before are kept", tc.name)
 		resp := &pb.PullResponse{}
@@ -222,6 +223,7 @@ func TestAppendDelta(t *testing.T) {
 		assert.Equal(t, tc.from, d.GetFrom(), tc.name)
 		assert.Equal(t, tc.to, d.GetTo(), tc.name)
 		assert.Equal(t, tc.clock, d.GetClock(), tc.name)
+		assert.Equal(t, gen, d.GetGeneration(), tc.name)
 		require.Len(t, d.GetOps(), len(tc.ops), tc.name)
 		for i, o := range tc.ops {
 			assert.True(t, proto.Equal(decodeOp(t, o.data), d.GetOps()[i]), "%s: op %d", tc.name, i)
@@ -233,7 +235,7 @@ func TestAppendDelta(t *testing.T) {
 			assert.True(t, proto.Equal(&pb.SliceList{Ranges: pbRanges(*tc.slices)}, d.GetSlices()), tc.name)
 		}
 		// The whole message, as the generated code would write it.
-		want := &pb.PullResponse{Delta: &pb.Delta{Epoch: tc.epoch, From: tc.from, To: tc.to, Clock: tc.clock}}
+		want := &pb.PullResponse{Delta: &pb.Delta{Epoch: tc.epoch, From: tc.from, To: tc.to, Clock: tc.clock, Generation: gen}}
 		for _, o := range tc.ops {
 			want.Delta.Ops = append(want.Delta.Ops, decodeOp(t, o.data))
 		}
@@ -249,7 +251,7 @@ func TestAppendDeltaSequenceDecodesOneByOne(t *testing.T) {
 	var b []byte
 	var ends []int
 	for i := range 3 {
-		b = appendDelta(b, 1, uint64(i), uint64(i+1), uint64(10*i), []op{{data: encodeChange(source.Change{Key: []byte{byte(i)}, Value: []byte("v")})}}, nil)
+		b = appendDelta(b, 1, uint64(i), uint64(i+1), uint64(10*i), uint64(i), []op{{data: encodeChange(source.Change{Key: []byte{byte(i)}, Value: []byte("v")})}}, nil)
 		ends = append(ends, len(b))
 	}
 	start := 0
@@ -319,9 +321,10 @@ func TestAppendDeltaRoundTripProperty(t *testing.T) {
 		from := rapid.Uint64().Draw(t, "from")
 		to := rapid.Uint64().Draw(t, "to")
 		clock := rapid.Uint64().Draw(t, "clock")
+		gen := rapid.Uint64().Draw(t, "generation")
 		n := rapid.IntRange(0, 20).Draw(t, "ops")
 		ops := make([]op, n)
-		want := &pb.PullResponse{Delta: &pb.Delta{Epoch: epoch, From: from, To: to, Clock: clock}}
+		want := &pb.PullResponse{Delta: &pb.Delta{Epoch: epoch, From: from, To: to, Clock: clock, Generation: gen}}
 		for i := range ops {
 			var m *pb.DeltaOp
 			ops[i], m = drawOp(t, i)
@@ -333,7 +336,7 @@ func TestAppendDeltaRoundTripProperty(t *testing.T) {
 			slices = &rs
 			want.Delta.Slices = &pb.SliceList{Ranges: pbRanges(rs)}
 		}
-		b := appendDelta(append([]byte(nil), prefix...), epoch, from, to, clock, ops, slices)
+		b := appendDelta(append([]byte(nil), prefix...), epoch, from, to, clock, gen, ops, slices)
 		if string(b[:len(prefix)]) != string(prefix) {
 			t.Fatalf("the prefix changed: %x -> %x", prefix, b[:len(prefix)])
 		}

@@ -130,12 +130,13 @@ type pullStream struct {
 	lastSend time.Time
 	slices   []keyspace.Range
 	resumed  bool
+	gen      uint64 // of the last op sent, or of the op before the stream's start
 }
 
 // reset starts the stream over from att, as attached.
 func (ps *pullStream) reset(att Attached) {
 	ps.att = att
-	ps.next, ps.inFlight, ps.flight, ps.slices, ps.resumed = att.Index, nil, 0, att.Slices, att.Resumed
+	ps.next, ps.inFlight, ps.flight, ps.slices, ps.resumed, ps.gen = att.Index, nil, 0, att.Slices, att.Resumed, att.Gen
 	ps.clock = 0 // until the snapshot is whole, the node's data is no state of the source
 }
 
@@ -198,7 +199,8 @@ func (p *puller) send(stream pb.DistributorService_PullServer, ps *pullStream, o
 		list, ps.resumed = &ps.slices, false
 	}
 	// A new buffer each time: the transport may still be writing the last one.
-	buf := appendDelta(nil, ps.att.Epoch, ps.next, ps.next+uint64(len(ops)), c, ops, list)
+	ps.gen = deltaGen(ops, ps.gen)
+	buf := appendDelta(nil, ps.att.Epoch, ps.next, ps.next+uint64(len(ops)), c, ps.gen, ops, list)
 	if err := stream.SendMsg(&frame.Frame{Data: buf}); err != nil {
 		return err
 	}

@@ -17,6 +17,15 @@ type op struct {
 	scanned bool
 	// slices is the list of a set_slices operation (non-nil for one).
 	slices []keyspace.Range
+	// gen is a generation of the router's map whose every operation for the node is in the
+	// stream at or before this one: once the node applied it, the node has seen every slice
+	// that generation gives it, and a delta ending with it carries gen (the readiness rule of
+	// make-before-break relies on it). It is the generation the operation was queued at,
+	// except within a remap, whose operations but the last carry the generation before, and
+	// within a snapshot, whose reset makes the node forget every slice: those carry 0 until
+	// its last add_slice. A scan's items carry the generation of the operation before the
+	// scan.
+	gen uint64
 }
 
 // opOverhead approximates what an op costs beyond its bytes.
@@ -47,7 +56,9 @@ type queue struct {
 	blocks []*block
 	// baseSlices is the node's slice list in effect at base (for a stream that resumes there).
 	baseSlices []keyspace.Range
-	bytes      int // of every op held
+	// baseGen is the generation of the operation before base (0 at the epoch's start).
+	baseGen uint64
+	bytes   int // of every op held
 	// changes and blocked are the bytes of the ops that are not scanned, ready and behind a
 	// scan: what congestion control bounds (see applier).
 	changes, blocked int
@@ -178,7 +189,7 @@ func (q *queue) restart(epoch uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	clear(q.ready)
-	q.epoch, q.base, q.ready, q.blocks, q.baseSlices = epoch, 0, nil, nil, nil
+	q.epoch, q.base, q.ready, q.blocks, q.baseSlices, q.baseGen = epoch, 0, nil, nil, nil, 0
 	q.bytes, q.changes, q.blocked = 0, 0, 0
 	q.signal()
 }
@@ -197,17 +208,18 @@ func (q *queue) close() {
 func (q *queue) tail() uint64 { return q.base + uint64(len(q.ready)) }
 
 // attach starts a stream at index of epoch if the queue can continue from there, trimming
-// what precedes it, and returns the stream's number and the slice list in effect there.
-func (q *queue) attach(epoch, index uint64) (stream uint64, slices []keyspace.Range, ok bool) {
+// what precedes it, and returns the stream's number and the slice list and generation in
+// effect there.
+func (q *queue) attach(epoch, index uint64) (stream uint64, slices []keyspace.Range, gen uint64, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.gone || epoch == 0 || epoch != q.epoch || index < q.base || index > q.tail() {
-		return 0, nil, false
+		return 0, nil, 0, false
 	}
 	q.trim(index, time.Time{}, nil)
 	q.stream++
 	q.signal() // an older stream of the node must notice it is replaced
-	return q.stream, q.baseSlices, true
+	return q.stream, q.baseSlices, q.baseGen, true
 }
 
 // fresh reports whether the queue holds a whole epoch, from its reset on: any node, whatever
@@ -237,6 +249,7 @@ func (q *queue) trim(index uint64, now time.Time, observe func(time.Duration)) {
 		if o.slices != nil {
 			q.baseSlices = o.slices
 		}
+		q.baseGen = o.gen
 		if observe != nil && !o.seen.IsZero() {
 			observe(now.Sub(o.seen))
 		}

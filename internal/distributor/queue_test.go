@@ -23,7 +23,7 @@ func TestTakenOpsOutliveATrimByANewerStream(t *testing.T) {
 	require.Len(t, ops, 64)
 
 	// The node's new stream attaches and acknowledges everything.
-	_, _, ok := q.attach(7, 0)
+	_, _, _, ok := q.attach(7, 0)
 	require.True(t, ok)
 	q.ack(7, 64, time.Now(), nil)
 
@@ -32,4 +32,25 @@ func TestTakenOpsOutliveATrimByANewerStream(t *testing.T) {
 	}
 	_, _, _, st = q.take(old, 7, 64, 64, 1<<20, 0)
 	require.Equal(t, takeReplaced, st, "the old stream learns it was replaced")
+}
+
+// TestAResumedStreamKnowsTheGeneration: a stream that resumes where the node stands carries
+// the generation of the operation before, which a node that restarted has forgotten: that
+// of the last operation the node acknowledged, or the epoch's start's.
+func TestAResumedStreamKnowsTheGeneration(t *testing.T) {
+	q := newQueue()
+	q.restart(7)
+	for _, gen := range []uint64{3, 4, 5} {
+		q.push(op{data: []byte{1}, gen: gen})
+	}
+	_, _, gen, ok := q.attach(7, 0)
+	require.True(t, ok)
+	require.Zero(t, gen, "nothing before the epoch's start")
+	q.ack(7, 2, time.Now(), nil)
+	_, _, gen, ok = q.attach(7, 2)
+	require.True(t, ok)
+	require.Equal(t, uint64(4), gen, "the second operation's, the last acknowledged")
+	_, _, gen, ok = q.attach(7, 3)
+	require.True(t, ok)
+	require.Equal(t, uint64(5), gen)
 }

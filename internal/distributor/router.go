@@ -120,7 +120,16 @@ type node struct {
 	epoch uint64
 	cover keyspace.Set     // the points the node holds, by the map
 	list  []keyspace.Range // the map's slices the node holds, in order
-	scans map[uint64]bool  // the scans running for the node's current epoch
+	// scans are the scans running for the node's current epoch.
+	scans map[uint64]scanned
+	// gen is the generation of the last operation queued for the node: see op.gen.
+	gen uint64
+}
+
+// scanned is what the router keeps of a running scan.
+type scanned struct {
+	rg  keyspace.Range
+	gen uint64 // of the operation queued before the scan: its items follow it
 }
 
 // Stats counts what the router did. Ops counts the operations routed (snapshots' aside),
@@ -148,8 +157,10 @@ type Stats struct {
 // Restart that begins its epoch. A quantum gives the Closes of the nodes no longer served,
 // then the Opens of new ones, then each node's operations, every group in the sorted order
 // of node IDs; a batch of changes gives, change after change, an Enqueue per replica in the
-// order of the slice's replicas; a rebase gives its Restarts in node order. Scan IDs rise in
-// the order of the Scan actions. A Publish, where there is one, is last.
+// order of the slice's replicas; a scan's end gives its last Fill, then the Enqueue of
+// slice_loaded for what of its range the node still holds; a rebase gives its Restarts in
+// node order. Scan IDs rise in the order of the Scan actions. A Publish, where there is one,
+// is last.
 //
 // The list a method returns is the caller's to apply, and to clear if it likes, until the
 // router's next call, which reuses it. The router is not safe for concurrent use.
@@ -319,7 +330,7 @@ func sortedIDs[V any](m map[assignment.NodeID]V) []assignment.NodeID {
 
 // open starts serving node id, whose queue has no epoch yet.
 func (r *Router) open(id assignment.NodeID) *node {
-	n := &node{id: id, scans: map[uint64]bool{}}
+	n := &node{id: id, scans: map[uint64]scanned{}}
 	if k := len(r.free); k > 0 {
 		n.slot, r.free = r.free[k-1], r.free[:k-1]
 	} else {
@@ -332,24 +343,49 @@ func (r *Router) open(id assignment.NodeID) *node {
 }
 
 // update makes node n hold the slices of list, emitting the operations that get it there.
+//
+// Only the last of these operations carries the map's generation (see op.gen): a node that
+// applied the first add_slice of a remap and not the second has not seen all that the
+// generation gave it, and must not say it has.
 func (r *Router) update(n *node, list []keyspace.Range) {
 	cover := keyspace.NewSet(list...)
-	lost, gained := n.cover.Minus(cover), cover.Minus(n.cover)
+	lost, gained := n.cover.Minus(cover).Ranges(), cover.Minus(n.cover).Ranges()
 	relisted := !slices.Equal(n.list, list)
 	n.cover, n.list = cover, list
 	if n.epoch == 0 {
 		return // the node's snapshot will hold all of it
 	}
-	for _, rg := range lost.Ranges() {
+	gen, left := r.generation(), len(lost)+len(gained)
+	if relisted {
+		left++
+	}
+	next := func() {
+		if left--; left == 0 {
+			n.gen = gen
+		}
+	}
+	for _, rg := range lost {
+		next()
 		r.push(n, op{data: encodeRangeOp(opDropSlice, rg)})
 	}
 	if relisted {
+		next()
 		r.push(n, setSlices(list))
 	}
-	for _, rg := range gained.Ranges() {
+	for _, rg := range gained {
+		next()
 		r.push(n, op{data: encodeRangeOp(opAddSlice, rg)})
 		r.scan(n, rg)
 	}
+	n.gen = gen
+}
+
+// generation returns the generation of the router's map, 0 before it has one.
+func (r *Router) generation() uint64 {
+	if r.a == nil {
+		return 0
+	}
+	return r.a.Generation()
 }
 
 func setSlices(list []keyspace.Range) op {
@@ -364,6 +400,7 @@ func setSlices(list []keyspace.Range) op {
 // overflow (see Overflowed).
 func (r *Router) push(n *node, o op) {
 	r.stats.Ops++
+	o.gen = n.gen
 	// Built in place, not through act: a change costs little else.
 	r.acts = append(r.acts, Action{Kind: Enqueue, Node: n.id, slot: n.slot, Op: o})
 }
@@ -372,7 +409,7 @@ func (r *Router) push(n *node, o op) {
 func (r *Router) scan(n *node, rg keyspace.Range) {
 	r.nextScan++
 	id := r.nextScan
-	n.scans[id] = true
+	n.scans[id] = scanned{rg: rg, gen: n.gen}
 	r.scanning[id] = n
 	r.act(n, Action{Kind: Scan, Scan: &ScanRequest{ID: id, Node: n.id, Range: rg, Clock: r.clock}})
 }
@@ -443,27 +480,45 @@ func (r *Router) drop(n *node) {
 func (r *Router) ScanItems(id uint64, items []op) []Action {
 	r.begin()
 	if n := r.scanning[id]; n != nil {
+		stamp(items, n.scans[id].gen)
 		r.act(n, Action{Kind: Fill, ScanID: id, Items: items})
 	}
 	return r.acts
 }
 
+// stamp gives items the generation of the operation queued before their scan, which they
+// follow in the node's stream.
+func stamp(items []op, gen uint64) {
+	for i := range items {
+		items[i].gen = gen
+	}
+}
+
 // ScanDone delivers the last items a scan read, or its error. A scan whose clock the source
 // no longer holds is not an error the node can see: it starts over with a snapshot at a
 // later clock.
+//
+// Once a scan is done, the node is told that it holds all of the scan's range that it still
+// holds (slice_loaded), at the end of its queue: after the scan's items and after the changes
+// routed since the scan began, which wait behind them.
 func (r *Router) ScanDone(id uint64, items []op, err error) []Action {
 	r.begin()
 	n := r.scanning[id]
 	if n == nil {
 		return nil // the node's epoch ended while the scan ran
 	}
+	sc := n.scans[id]
 	delete(r.scanning, id)
 	delete(n.scans, id)
 	if err != nil {
 		r.snapshot(n)
 		return r.acts
 	}
+	stamp(items, sc.gen)
 	r.act(n, Action{Kind: Fill, ScanID: id, Items: items, Done: true})
+	for _, rg := range keyspace.NewSet(sc.rg).Intersect(n.cover).Ranges() {
+		r.act(n, Action{Kind: Enqueue, Op: op{data: encodeRangeOp(opSliceLoaded, rg), scanned: true, gen: n.gen}})
+	}
 	return r.acts
 }
 
@@ -490,17 +545,29 @@ func (r *Router) Attach(id assignment.NodeID, fresh bool) ([]Action, error) {
 
 // snapshot starts a new epoch for n: reset, then every slice it holds, scanned at the
 // router's clock.
+//
+// The reset makes the node forget every slice: its operations carry generation 0 (the node
+// holds no generation's slices) but the last, which carries the map's (see op.gen).
 func (r *Router) snapshot(n *node) {
 	r.stats.Snapshots++
 	r.forgetScans(n)
-	n.epoch = r.cfg.NewEpoch()
+	n.epoch, n.gen = r.cfg.NewEpoch(), 0
 	r.act(n, Action{Kind: Restart, Epoch: n.epoch})
 	r.act(n, Action{Kind: Enqueue, Op: op{data: encodeReset(), scanned: true}})
+	ranges := n.cover.Ranges()
+	gen := r.generation()
 	s := setSlices(n.list)
 	s.scanned = true
+	if len(ranges) == 0 {
+		n.gen = gen
+	}
+	s.gen = n.gen
 	r.act(n, Action{Kind: Enqueue, Op: s})
-	for _, rg := range n.cover.Ranges() {
-		r.act(n, Action{Kind: Enqueue, Op: op{data: encodeRangeOp(opAddSlice, rg), scanned: true}})
+	for i, rg := range ranges {
+		if i == len(ranges)-1 {
+			n.gen = gen
+		}
+		r.act(n, Action{Kind: Enqueue, Op: op{data: encodeRangeOp(opAddSlice, rg), scanned: true, gen: n.gen}})
 		r.scan(n, rg)
 	}
 }

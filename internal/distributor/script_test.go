@@ -124,7 +124,7 @@ func (ds *scriptDist) flush() string {
 func formatAction(a Action) string {
 	switch a.Kind {
 	case Enqueue:
-		return fmt.Sprintf("enqueue %s: %s", a.Node, describeOp(a.Op))
+		return fmt.Sprintf("enqueue %s: %s (gen %d)", a.Node, describeOp(a.Op), a.Op.gen)
 	case Scan:
 		return fmt.Sprintf("scan %s: scan %d of %s at clock %d", a.Node, a.Scan.ID, a.Scan.Range, a.Scan.Clock)
 	case Fill:
@@ -147,7 +147,7 @@ func formatAction(a Action) string {
 // describeOp decodes an operation, as a node does, and describes it.
 func describeOp(o op) string {
 	var resp pb.PullResponse
-	if err := proto.Unmarshal(appendDelta(nil, 1, 0, 1, 0, []op{o}, nil), &resp); err != nil {
+	if err := proto.Unmarshal(appendDelta(nil, 1, 0, 1, 0, 0, []op{o}, nil), &resp); err != nil {
 		return "undecodable: " + err.Error()
 	}
 	return describeDeltaOp(resp.GetDelta().GetOps()[0])
@@ -613,6 +613,8 @@ func (w *world) changes(from, to uint64) ([]source.Batch, error) {
 // modelNode is a node's data, kept by a script.
 type modelNode struct {
 	epoch, index, clock uint64
+	gen                 uint64       // of the last delta with ops applied
+	loading             keyspace.Set // added and not loaded yet
 	cover               keyspace.Set
 	list                []keyspace.Range
 	items               map[string]*modelItem
@@ -667,11 +669,15 @@ func (w *world) pull(id assignment.NodeID) (string, error) {
 			if clock != 0 {
 				n.clock = clock
 			}
-			fmt.Fprintf(&b, "%s at epoch %d, index %d, clock %d\n", id, n.epoch, n.index, n.clock)
+			fmt.Fprintf(&b, "%s at epoch %d, index %d, clock %d, generation %d", id, n.epoch, n.index, n.clock, n.gen)
+			if !n.loading.Empty() {
+				fmt.Fprintf(&b, ", loading %s", n.loading)
+			}
+			b.WriteString("\n")
 			return b.String(), nil
 		}
 		var resp pb.PullResponse
-		if err := proto.Unmarshal(appendDelta(nil, att.Epoch, next, next+uint64(len(ops)), clock, ops, nil), &resp); err != nil {
+		if err := proto.Unmarshal(appendDelta(nil, att.Epoch, next, next+uint64(len(ops)), clock, deltaGen(ops, 0), ops, nil), &resp); err != nil {
 			return "", err
 		}
 		desc, err := n.apply(resp.GetDelta())
@@ -699,26 +705,37 @@ func (n *modelNode) apply(d *pb.Delta) (string, error) {
 		kinds = append(kinds, describeDeltaOp(o))
 	}
 	n.epoch, n.index, n.clock = d.GetEpoch(), d.GetTo(), d.GetClock()
-	return fmt.Sprintf("delta %d..%d clock %d: %s\n", d.GetFrom(), d.GetTo(), d.GetClock(), strings.Join(kinds, ", ")), nil
+	if len(d.GetOps()) > 0 {
+		n.gen = d.GetGeneration()
+	}
+	return fmt.Sprintf("delta %d..%d clock %d gen %d: %s\n", d.GetFrom(), d.GetTo(), d.GetClock(), d.GetGeneration(), strings.Join(kinds, ", ")), nil
 }
 
 // applyOp applies one operation of a delta to the model.
 func (n *modelNode) applyOp(o *pb.DeltaOp) error {
 	switch x := o.GetOp().(type) {
 	case *pb.DeltaOp_Reset_:
-		n.cover, n.list, n.items = keyspace.Set{}, nil, map[string]*modelItem{}
+		n.cover, n.list, n.items, n.loading = keyspace.Set{}, nil, map[string]*modelItem{}, keyspace.Set{}
 	case *pb.DeltaOp_AddSlice:
 		r, err := wire.RangeFromProto(x.AddSlice)
 		if err != nil {
 			return err
 		}
 		n.cover = n.cover.Union(keyspace.NewSet(r))
+		n.loading = n.loading.Union(keyspace.NewSet(r))
+	case *pb.DeltaOp_SliceLoaded:
+		r, err := wire.RangeFromProto(x.SliceLoaded)
+		if err != nil {
+			return err
+		}
+		n.loading = n.loading.Minus(keyspace.NewSet(r))
 	case *pb.DeltaOp_DropSlice:
 		r, err := wire.RangeFromProto(x.DropSlice)
 		if err != nil {
 			return err
 		}
 		n.cover = n.cover.Minus(keyspace.NewSet(r))
+		n.loading = n.loading.Minus(keyspace.NewSet(r))
 		for k := range n.items {
 			if r.Contains(keyspace.Hash([]byte(k))) {
 				delete(n.items, k)
@@ -764,6 +781,9 @@ func describeDeltaOp(o *pb.DeltaOp) string {
 	case *pb.DeltaOp_DropSlice:
 		r, _ := wire.RangeFromProto(x.DropSlice)
 		return "drop " + r.String()
+	case *pb.DeltaOp_SliceLoaded:
+		r, _ := wire.RangeFromProto(x.SliceLoaded)
+		return "loaded " + r.String()
 	case *pb.DeltaOp_SetSlices:
 		return fmt.Sprintf("slices(%d)", len(x.SetSlices.GetRanges()))
 	case *pb.DeltaOp_Put:

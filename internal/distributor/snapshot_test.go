@@ -99,7 +99,7 @@ func (rig *snapshotRig) node(want int) {
 			<-wake
 			continue
 		}
-		_ = appendDelta(nil, rig.att.Epoch, next, next+uint64(len(ops)), 0, ops, nil)
+		_ = appendDelta(nil, rig.att.Epoch, next, next+uint64(len(ops)), 0, 0, ops, nil)
 		for _, o := range ops {
 			if o.scanned && len(o.data) > 100 {
 				items++

@@ -1,7 +1,9 @@
 // Package kvnode is a storage node of the example key-value store: it embeds Sliceplane's
 // client.Node, which keeps an on-disk store (client/boltstore) holding exactly the items of
 // the node's slices, and serves reads of those items over HTTP, counting each as load. A read
-// of a key the node does not own is answered 421 with the owners, found with client.Router.
+// of a key the node does not own is answered 421 with the owners, found with client.Router; so
+// is a read of a key of a slice the node is still loading, whose data has not all arrived,
+// with the slice's other replicas: a 404 then would say a key that exists does not.
 package kvnode
 
 import (
@@ -117,7 +119,7 @@ func New(cfg Config) (*Server, error) {
 		reg: prometheus.NewRegistry()}
 	s.reads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvstore_node_reads_total",
-		Help: "Reads served, by outcome: hit, miss (owned, not held) or not_mine.",
+		Help: "Reads served, by outcome: hit, miss (owned, not held), not_mine or loading (owned, its data still arriving).",
 	}, []string{"outcome"})
 	clock := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_clock",
@@ -199,21 +201,38 @@ func (s *Server) owns(h uint64) bool {
 	return i < len(held) && held[i].Contains(h)
 }
 
+// misdirect answers 421 with the replicas that serve key's slice, as the router sees them,
+// and counts the read under outcome.
+func (s *Server) misdirect(w http.ResponseWriter, key []byte, outcome, why string) {
+	s.reads.WithLabelValues(outcome).Inc()
+	m := kvclient.Misdirected{Error: why, Owners: []kvclient.Owner{}}
+	if route, err := s.router.Lookup(key); err == nil {
+		for _, rep := range route.Replicas {
+			// A node that loads the slice is no owner of it yet, whatever a map that has
+			// not caught up says.
+			if outcome != "loading" || rep.ID != s.cfg.ID {
+				m.Owners = append(m.Owners, kvclient.Owner{ID: rep.ID, Address: rep.Address})
+			}
+		}
+	}
+	writeJSON(w, http.StatusMisdirectedRequest, m)
+}
+
 func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
 	key := []byte(r.PathValue("key"))
 	if len(key) == 0 {
 		http.Error(w, "kvnode: empty key", http.StatusBadRequest)
 		return
 	}
-	if !s.owns(client.Hash(key)) {
-		s.reads.WithLabelValues("not_mine").Inc()
-		m := kvclient.Misdirected{Error: "not mine", Owners: []kvclient.Owner{}}
-		if route, err := s.router.Lookup(key); err == nil {
-			for _, rep := range route.Replicas {
-				m.Owners = append(m.Owners, kvclient.Owner{ID: rep.ID, Address: rep.Address})
-			}
-		}
-		writeJSON(w, http.StatusMisdirectedRequest, m)
+	h := client.Hash(key)
+	switch {
+	case !s.owns(h):
+		s.misdirect(w, key, "not_mine", "not mine")
+		return
+	case s.node.Loading(h):
+		// The node holds the slice, but its data is still arriving: a miss here would
+		// not mean that the key does not exist.
+		s.misdirect(w, key, "loading", "not mine yet: loading")
 		return
 	}
 	s.node.RecordLoad(key, 1)

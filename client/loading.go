@@ -1,0 +1,117 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// LoadingStore is a Store that keeps, with its cursor, the ranges the node is still loading
+// (see Node.Loading), so that a node that restarts remembers which of its slices it may not
+// serve yet. Its batches implement LoadingBatch. Implementing it is optional: a node whose
+// store does not commits the zero cursor while it loads a range, so that if it restarts
+// meanwhile it starts over with a snapshot rather than take a part of a slice for all of it.
+type LoadingStore interface {
+	Store
+	// Loading returns the ranges committed with the last cursor; none if no batch set them
+	// (a store written before it kept them holds none).
+	Loading(ctx context.Context) ([]Range, error)
+}
+
+// LoadingBatch is the Batch of a LoadingStore.
+type LoadingBatch interface {
+	Batch
+	// SetLoading replaces the ranges Commit stores with the cursor. A batch that does not
+	// call it keeps those committed before.
+	SetLoading(rs []Range) error
+}
+
+// loadingState is what a node knows of the slices it is loading, replaced whole on every
+// change so that readers take it without a lock.
+type loadingState struct {
+	set keyspace.Set // the points the node holds whose data has not all arrived yet
+	// gen is the map generation of the last delta applied: the node has seen every slice
+	// that generation of the map gives it (0: none yet).
+	gen uint64
+}
+
+// nextLoading returns the loading set after ops, and whether any range finished loading.
+func nextLoading(set keyspace.Set, ops []Op) (next keyspace.Set, loaded bool) {
+	for _, op := range ops {
+		switch op.Kind {
+		case OpReset:
+			set = keyspace.Set{}
+		case OpAddSlice:
+			set = set.Union(keyspace.NewSet(op.Range.keyspace()))
+		case OpDropSlice:
+			set = set.Minus(keyspace.NewSet(op.Range.keyspace()))
+		case OpSliceLoaded:
+			before := set
+			set = set.Minus(keyspace.NewSet(op.Range.keyspace()))
+			loaded = loaded || !set.Equal(before)
+		}
+	}
+	return set, loaded
+}
+
+// rangesOf returns the ranges of s in the client's type.
+func rangesOf(s keyspace.Set) []Range {
+	out := make([]Range, len(s.Ranges()))
+	for i, r := range s.Ranges() {
+		out[i] = rangeOf(r)
+	}
+	return out
+}
+
+// setOf returns the set of points of rs.
+func setOf(rs []Range) keyspace.Set {
+	ks := make([]keyspace.Range, len(rs))
+	for i, r := range rs {
+		ks[i] = r.keyspace()
+	}
+	return keyspace.NewSet(ks...)
+}
+
+// commitDelta applies a delta to the node's store as Apply does, and commits with the cursor
+// the loading ranges the node has after it, if they changed. A store that cannot keep them
+// gets the zero cursor while the node loads anything: restarted then, the node takes a
+// snapshot (see LoadingStore).
+func commitDelta(ctx context.Context, s Store, d Delta, loading keyspace.Set, changed bool) error {
+	b, err := s.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("client: beginning a batch: %w", err)
+	}
+	defer b.Abort()
+	if err := apply(b, d.Ops); err != nil {
+		return err
+	}
+	c := Cursor{Epoch: d.Epoch, Index: d.To}
+	if lb, ok := b.(LoadingBatch); ok {
+		if changed {
+			if err := lb.SetLoading(rangesOf(loading)); err != nil {
+				return fmt.Errorf("client: storing the loading ranges of delta %d..%d: %w", d.From, d.To, err)
+			}
+		}
+	} else if !loading.Empty() {
+		c = Cursor{}
+	}
+	if err := b.Commit(c); err != nil {
+		return fmt.Errorf("client: committing delta %d..%d: %w", d.From, d.To, err)
+	}
+	return nil
+}
+
+// storedLoading returns the loading ranges s keeps, if it keeps them.
+func storedLoading(ctx context.Context, s Store) (keyspace.Set, error) {
+	ls, ok := s.(LoadingStore)
+	if !ok {
+		return keyspace.Set{}, nil
+	}
+	rs, err := ls.Loading(ctx)
+	if err != nil {
+		return keyspace.Set{}, fmt.Errorf("client: reading the stored loading ranges: %w", err)
+	}
+	return setOf(slices.Clone(rs)), nil
+}
