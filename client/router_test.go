@@ -145,7 +145,7 @@ func checkAgrees(t *testing.T, ctx context.Context, c *clustertest.Cluster, r *c
 			rt, err := r.LookupHash(h)
 			require.NoError(t, err)
 			require.Equal(t, fromKeyspace(s.Range), rt.Slice, "the slice holding %x", h)
-			require.Equal(t, idStrings(s.Replicas), replicaIDs(rt.Replicas), "the replicas of %s", s.Range)
+			require.Equal(t, idStrings(s.Serving()), replicaIDs(rt.Replicas), "the replicas serving %s", s.Range)
 			require.Equal(t, a.Generation(), rt.Generation)
 		}
 	}
@@ -250,6 +250,7 @@ func startRouterCluster(t *testing.T) *routerCluster {
 	listen = freeAddress(t)
 	s.standby = c.StartAssigner() // before the nodes and the connection, which then know it
 	require.Equal(t, listen, s.standby.Addr)
+	c.StartDistributor("d1") // nodes load the slices they gain, so that moves end
 	c.StartNode("n1", nil)
 	c.StartNode("n2", nil)
 	s.adm = newAdmin(c)
@@ -283,13 +284,30 @@ func startRouterCluster(t *testing.T) *routerCluster {
 }
 
 // followChange waits for the router to apply an admin change, and checks where it stands.
+// A move is a handoff that a later quantum ends (make-before-break): the router may have
+// applied that one too by the time it is looked at.
 func (s *routerCluster) followChange(t *testing.T, ch *pb.Change) {
 	t.Helper()
 	r := s.r
 	waitFor(t, 10*time.Second, "the router applies the change", func() bool { return r.Generation() >= ch.GetGeneration() })
-	require.Equal(t, ch.GetGeneration(), r.Generation())
 	term, seq := r.Position()
-	assert.Equal(t, [2]uint64{ch.GetPosition().GetTerm(), ch.GetPosition().GetSeq()}, [2]uint64{term, seq})
+	assert.GreaterOrEqual(t, term, ch.GetPosition().GetTerm())
+	if term == ch.GetPosition().GetTerm() {
+		assert.GreaterOrEqual(t, seq, ch.GetPosition().GetSeq())
+	}
+}
+
+// serves waits until the router sends key's reads to replicas, which happens once their
+// handoff ends: they have loaded the slice.
+func (s *routerCluster) serves(t *testing.T, key []byte, replicas ...string) client.Route {
+	t.Helper()
+	var rt client.Route
+	waitFor(t, 30*time.Second, fmt.Sprintf("the router sends %s's reads to %v", key, replicas), func() bool {
+		var err error
+		rt, err = s.r.Lookup(key)
+		return err == nil && slices.Equal(replicaIDs(rt.Replicas), replicas)
+	})
+	return rt
 }
 
 // moveAway moves the slice holding key to whichever of n1 and n2 does not hold it alone,
@@ -306,6 +324,7 @@ func (s *routerCluster) moveAway(t *testing.T, key []byte) (before client.Route,
 	require.NoError(t, err)
 	require.NotEmpty(t, resp.GetChange().GetOps(), "the move changes the map: %s", resp.GetChange().GetSummary())
 	s.followChange(t, resp.GetChange())
+	s.serves(t, key, to)
 	return before, to
 }
 
@@ -315,7 +334,7 @@ func routerFollowsAMove(t *testing.T, s *routerCluster) {
 	after, err := s.r.Lookup(key)
 	require.NoError(t, err)
 	assert.Equal(t, []client.Replica{{ID: to, Address: "127.0.0.1:1", Capacity: 1}}, after.Replicas)
-	assert.Equal(t, before.Generation+1, after.Generation)
+	assert.Equal(t, before.Generation+2, after.Generation, "one generation starts the handoff, one ends it")
 	assert.GreaterOrEqual(t, s.r.Clock(), s.clock0)
 	checkAgrees(t, s.ctx, s.c, s.r, 100)
 }
@@ -346,9 +365,7 @@ func routerFollowsReplicasAndANewNode(t *testing.T, s *routerCluster) {
 	require.NoError(t, err)
 	s.followChange(t, resp.GetChange())
 	withAddresses(t, ctx, s.c, r, 5*time.Second)
-	rt, err := r.Lookup(key)
-	require.NoError(t, err)
-	assert.Equal(t, []string{"n1", "n3"}, replicaIDs(rt.Replicas))
+	s.serves(t, []byte(key), "n1", "n3")
 	// The default policy, round-robin, takes them in turn.
 	var got []string
 	for range 4 {

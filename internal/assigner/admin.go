@@ -84,7 +84,7 @@ func (c *Core) move(ref SliceRef, to []assignment.NodeID, now time.Time) (*chang
 			return nil, fmt.Errorf("%w: %s is draining; it takes no slices", ErrPrecondition, id)
 		}
 	}
-	if c.cfg.MakeBeforeBreak {
+	if !c.cfg.BreakBeforeMake {
 		s.Replicas = s.Target() // where a handoff under way takes it, which a move redirects
 	}
 	if slices.Equal(reps, s.Replicas) {

@@ -64,10 +64,11 @@ type CoreConfig struct {
 	// unit of its capacity (0 counts as 1), in the application's load unit. A report above
 	// it is refused whole. Default load.DefaultRate (1e9); at most load.MaxRate.
 	MaxLoadRate float64
-	// MakeBeforeBreak moves slices make-before-break (--make-before-break): a move is a
-	// handoff whose new holders load the slice while the old ones serve it, ended once the
-	// new holders report it loaded (their heartbeats) or rolled back after HandoffTimeout.
-	MakeBeforeBreak bool
+	// BreakBeforeMake switches readers to a slice's new holders the moment a move is made
+	// (--make-before-break=false). By default a move is a handoff (make-before-break, I7):
+	// the new holders load the slice while the old ones serve it, until the new holders
+	// report it loaded (their heartbeats) or HandoffTimeout rolls it back.
+	BreakBeforeMake bool
 	// HandoffTimeout is how long a handoff may last before it is rolled back
 	// (--handoff-timeout); default 30 s.
 	HandoffTimeout time.Duration
@@ -415,7 +416,7 @@ func (c *Core) pass(now time.Time) (*change, error) {
 	}
 	record := &passRecord{history: res.History, explain: res.Explanation, estimate: est, estimated: in.Assignment}
 	algOps, deferred := res.Ops, 0
-	if c.cfg.MakeBeforeBreak {
+	if !c.cfg.BreakBeforeMake {
 		algOps, deferred = deferMerges(in.Assignment, algOps)
 	}
 	ops := append(fix, c.asHandoffs(algOps)...)

@@ -32,7 +32,7 @@ func lead(t *testing.T, c *Core, term uint64, st store.State, found bool, clock 
 
 func newCore(t *testing.T) *Core {
 	t.Helper()
-	c, err := NewCore(CoreConfig{NodeTTL: 10 * time.Second, Algorithm: "weighted-move", Params: smallParams})
+	c, err := NewCore(CoreConfig{NodeTTL: 10 * time.Second, Algorithm: "weighted-move", Params: smallParams, BreakBeforeMake: true})
 	require.NoError(t, err)
 	lead(t, c, 7, store.State{}, false, 100)
 	return c

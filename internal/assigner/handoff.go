@@ -12,7 +12,7 @@ import (
 )
 
 // Make-before-break (I7 in docs/DESIGN.md), the assigner's side. With
-// CoreConfig.MakeBeforeBreak, every move a pass or an operator makes is an
+// CoreConfig.BreakBeforeMake (false by default), every move a pass or an operator makes is an
 // assignment.Handoff: the nodes that gain the slice load it while the nodes that lose it
 // keep serving it. The map carries the handoff, so that a new leader finds it; what the
 // core keeps beside it in memory is when it saw each one begin, for the timeout. A handoff
@@ -97,7 +97,7 @@ func (c *Core) Handoffs() int { return len(c.ho.slices) }
 // asHandoffs turns the Assigns of ops into Handoffs, when moves are make-before-break:
 // every registered node may stay as a leaving replica, departed ones may not.
 func (c *Core) asHandoffs(ops []assignment.Op) []assignment.Op {
-	if !c.cfg.MakeBeforeBreak {
+	if c.cfg.BreakBeforeMake {
 		return ops
 	}
 	live := c.registered()

@@ -61,7 +61,7 @@ func benchCore(b *testing.B, nodes, perNode int, mbb bool, handoffs int) (*Core,
 	if st.Assignment, err = assignment.New(1, ss); err != nil {
 		b.Fatal(err)
 	}
-	c, err := NewCore(CoreConfig{MakeBeforeBreak: mbb, Algorithm: "weighted-move"})
+	c, err := NewCore(CoreConfig{BreakBeforeMake: !mbb, Algorithm: "weighted-move"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // the move's generation and lists no part of the slice as loading.
 func TestMoveIsAHandoffUntilTheNodeHasLoaded(t *testing.T) {
 	c := newCluster(t)
-	a := c.start(small, func(cfg *assigner.Config) { cfg.Core.MakeBeforeBreak = true })
+	a := c.start(small, func(cfg *assigner.Config) { cfg.Core.BreakBeforeMake = false })
 	a.leading(t)
 	f := startFleet(t, hot, 2, a)
 	eventually(t, 10*time.Second, "two nodes and a map", func() bool { return len(a.nodesList(t)) == 2 && a.hasMap() })

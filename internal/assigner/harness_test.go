@@ -77,7 +77,10 @@ func (c *cluster) startAs(creds grpc.DialOption, tweaks ...tweak) *node {
 	reg := prometheus.NewRegistry()
 	cfg := assigner.Config{
 		Client: c.cli, PassInterval: 50 * time.Millisecond, ClockInterval: 10 * time.Millisecond, SessionTTL: time.Second,
-		Core:     assigner.CoreConfig{NodeTTL: 2 * time.Second, Estimator: load.EstimatorConfig{HalfLife: 100 * time.Millisecond}},
+		// The harness's nodes are stand-ins that load nothing: moves take effect at once
+		// unless a test asks for make-before-break.
+		Core: assigner.CoreConfig{NodeTTL: 2 * time.Second, Estimator: load.EstimatorConfig{HalfLife: 100 * time.Millisecond},
+			BreakBeforeMake: true},
 		Logger:   testLogger(),
 		Registry: reg,
 	}

@@ -127,13 +127,13 @@ func newScript(t *testing.T) *script {
 
 func scriptConfig() CoreConfig {
 	return CoreConfig{NodeTTL: 10 * time.Second, PassInterval: time.Second, ClockInterval: 20 * time.Millisecond,
-		Algorithm: "weighted-move", Params: smallParams}
+		Algorithm: "weighted-move", Params: smallParams, BreakBeforeMake: true} // a script opts in with config make-before-break
 }
 
 // configure replaces the core by one with the command's settings.
 func (h *script) configure(d *datadriven.TestData) (string, error) {
 	cfg := scriptConfig()
-	cfg.MakeBeforeBreak = flag(d, "make-before-break")
+	cfg.BreakBeforeMake = !flag(d, "make-before-break")
 	timeout, err := time.ParseDuration(take(d, "handoff-timeout", "0s"))
 	if err != nil {
 		return "", err
@@ -142,7 +142,7 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	if h.c, err = NewCore(cfg); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("make-before-break %t handoff-timeout %s\n", h.c.Config().MakeBeforeBreak, h.c.Config().HandoffTimeout), nil
+	return fmt.Sprintf("make-before-break %t handoff-timeout %s\n", !h.c.Config().BreakBeforeMake, h.c.Config().HandoffTimeout), nil
 }
 
 // take removes and returns the value of argument key, or def if it is absent.

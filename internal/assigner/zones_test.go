@@ -26,7 +26,8 @@ func TestZoneLabelsReachThePass(t *testing.T) {
 			// space, as no load is reported.
 			params := maps.Clone(smallParams)
 			params["max_churn"] = "0.2"
-			c, err := NewCore(CoreConfig{NodeTTL: time.Minute, Algorithm: "weighted-move", Params: params, ZoneLabel: tc.label})
+			c, err := NewCore(CoreConfig{NodeTTL: time.Minute, Algorithm: "weighted-move", Params: params, ZoneLabel: tc.label,
+				BreakBeforeMake: true})
 			require.NoError(t, err)
 			lead(t, c, 1, store.State{}, false, 0)
 			for id, zone := range map[string]string{"a1": "za", "a2": "za", "b1": "zb"} {

@@ -145,9 +145,9 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 		"node label whose value is the node's zone (e.g. zone, or topology.kubernetes.io/zone): passes spread each slice's "+
 			"replicas over distinct zones, so that losing one zone leaves every replicated slice a live replica; "+
 			"empty ignores zones. Nodes without the label count as one zone")
-	f.BoolVar(&o.mbb, "make-before-break", false, "move slices make-before-break: a node gaining a slice loads it while "+
+	f.BoolVar(&o.mbb, "make-before-break", true, "move slices make-before-break: a node gaining a slice loads it while "+
 		"the node losing it serves it, until the new node reports it loaded in its heartbeats (or --handoff-timeout passes, "+
-		"and the move is rolled back); off: a move switches readers to the new node at once")
+		"and the move is rolled back); =false: a move switches readers to the new node at once")
 	f.DurationVar(&o.handoffTO, "handoff-timeout", 30*time.Second, "--make-before-break: how long a move may wait for its "+
 		"new nodes to load the slice before it is rolled back (the old nodes keep it)")
 	f.StringVar(&o.algorithm, "algorithm", "weighted-move", "balancing algorithm when none is stored: "+strings.Join(balance.Names(), ", "))
@@ -231,7 +231,7 @@ func (o *options) run(ctx context.Context) error {
 func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig) assigner.CoreConfig {
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
 		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
-		MakeBeforeBreak: o.mbb, HandoffTimeout: o.handoffTO}
+		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's

@@ -269,12 +269,12 @@ func TestZoneLabelReachesTheCore(t *testing.T) {
 func TestMakeBeforeBreakReachesTheCore(t *testing.T) {
 	o := &options{}
 	require.NoError(t, newCommand(o).ParseFlags(nil))
-	assert.False(t, o.coreConfig(nil, load.EstimatorConfig{}).MakeBeforeBreak, "moves break before make by default, until the data path is in")
+	assert.False(t, o.coreConfig(nil, load.EstimatorConfig{}).BreakBeforeMake, "moves are make-before-break by default")
 	assert.Equal(t, 30*time.Second, o.coreConfig(nil, load.EstimatorConfig{}).HandoffTimeout)
 
 	o = &options{}
-	require.NoError(t, newCommand(o).ParseFlags([]string{"--make-before-break", "--handoff-timeout", "45s"}))
+	require.NoError(t, newCommand(o).ParseFlags([]string{"--make-before-break=false", "--handoff-timeout", "45s"}))
 	cfg := o.coreConfig(nil, load.EstimatorConfig{})
-	assert.True(t, cfg.MakeBeforeBreak)
+	assert.True(t, cfg.BreakBeforeMake)
 	assert.Equal(t, 45*time.Second, cfg.HandoffTimeout)
 }

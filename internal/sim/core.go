@@ -93,6 +93,9 @@ func newCoreRunner(name string, params map[string]string, sc Scenario, opt Optio
 		// Any finite load: a trace's unit is its own, and the cap guards a service's input.
 		MaxLoadRate: load.MaxRate,
 		ZoneLabel:   zoneLabel(opt),
+		// Simulated nodes hold every key already: a move has nothing to load, and a handoff
+		// would only wait for a heartbeat the simulator does not send.
+		BreakBeforeMake: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)

@@ -243,6 +243,11 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
 		s.log.Error("reading the store", "key", string(key), "err", err)
 		http.Error(w, "kvnode: reading the store failed", http.StatusInternalServerError)
 		return
+	case (!ok || !it.HasValue) && !s.node.Serving(key):
+		// The slice left (its handoff ended, or a snapshot began) while the store was read:
+		// the item may be gone with it, which says nothing of the key.
+		s.misdirect(w, key, "not_mine", "not mine any more")
+		return
 	case !ok || !it.HasValue:
 		s.reads.WithLabelValues("miss").Inc()
 		http.Error(w, "kvnode: no such key", http.StatusNotFound)
