@@ -32,28 +32,35 @@ type LoadingBatch interface {
 // change so that readers take it without a lock.
 type loadingState struct {
 	set keyspace.Set // the points the node holds whose data has not all arrived yet
+	// held is the points of the slices the node added and did not drop. A slice list can
+	// name a slice before the delta that adds it (they may come in two deltas): such a slice
+	// is not served until it is held and loaded.
+	held keyspace.Set
 	// gen is the map generation of the last delta applied: the node has seen every slice
 	// that generation of the map gives it (0: none yet).
 	gen uint64
 }
 
-// nextLoading returns the loading set after ops, and whether any range finished loading.
-func nextLoading(set keyspace.Set, ops []Op) (next keyspace.Set, loaded bool) {
+// nextLoading returns the loading and held sets after ops, and whether any range finished
+// loading.
+func nextLoading(set, held keyspace.Set, ops []Op) (next, nextHeld keyspace.Set, loaded bool) {
 	for _, op := range ops {
 		switch op.Kind {
 		case OpReset:
-			set = keyspace.Set{}
+			set, held = keyspace.Set{}, keyspace.Set{}
 		case OpAddSlice:
 			set = set.Union(keyspace.NewSet(op.Range.keyspace()))
+			held = held.Union(keyspace.NewSet(op.Range.keyspace()))
 		case OpDropSlice:
 			set = set.Minus(keyspace.NewSet(op.Range.keyspace()))
+			held = held.Minus(keyspace.NewSet(op.Range.keyspace()))
 		case OpSliceLoaded:
 			before := set
 			set = set.Minus(keyspace.NewSet(op.Range.keyspace()))
 			loaded = loaded || !set.Equal(before)
 		}
 	}
-	return set, loaded
+	return set, held, loaded
 }
 
 // rangesOf returns the ranges of s in the client's type.

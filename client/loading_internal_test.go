@@ -110,6 +110,23 @@ func TestNodeTracksLoading(t *testing.T) {
 	assert.Zero(t, n.Generation(), "a snapshot under way has no generation")
 }
 
+// TestANodeServesNoSliceItListsBeforeItAddsIt: the slice list and the add_slice of a gained
+// slice can come in two deltas; in between the node lists a slice it holds no data of, and
+// must not serve it.
+func TestANodeServesNoSliceItListsBeforeItAddsIt(t *testing.T) {
+	n := testNode(t, &loadingRecorder{})
+	a, b := rng(0, 1<<63), rngEnd(1<<63)
+	require.NoError(t, n.apply(t.Context(), Delta{Epoch: 1, To: 4, Ops: []Op{{Kind: OpReset}, {Kind: OpSetSlices, Slices: []Range{a}},
+		{Kind: OpAddSlice, Range: a}, {Kind: OpSliceLoaded, Range: a}}, Generation: 2}))
+	require.True(t, n.Serving(keyIn(t, a)))
+	require.NoError(t, n.apply(t.Context(), Delta{Epoch: 1, From: 4, To: 5, Ops: []Op{{Kind: OpSetSlices, Slices: []Range{a, b}}}, Generation: 2}))
+	assert.False(t, n.Serving(keyIn(t, b)), "listed, not added: no data yet")
+	assert.True(t, n.Loading(Hash(keyIn(t, b))))
+	require.NoError(t, n.apply(t.Context(), Delta{Epoch: 1, From: 5, To: 7, Ops: []Op{{Kind: OpAddSlice, Range: b}, {Kind: OpSliceLoaded, Range: b}}, Generation: 3}))
+	assert.True(t, n.Serving(keyIn(t, b)))
+	assert.True(t, n.Serving(keyIn(t, a)))
+}
+
 func nilIfEmpty(rs []Range) []Range {
 	if len(rs) == 0 {
 		return nil

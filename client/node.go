@@ -557,15 +557,15 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 	if d.Slices != nil {
 		n.load.setSlices(d.Slices)
 		// A stream that resumes says where the node stands: a node that restarted forgot it.
-		n.pending.Store(&loadingState{set: n.pending.Load().set, gen: d.Generation})
+		n.pending.Store(&loadingState{set: n.pending.Load().set, held: setOf(d.Slices), gen: d.Generation})
 	}
 	if len(d.Ops) > 0 {
-		before := n.pending.Load().set
-		set, loaded := nextLoading(before, d.Ops)
-		if err := commitDelta(ctx, n.cfg.Store, d, set, !set.Equal(before)); err != nil {
+		p := n.pending.Load()
+		set, held, loaded := nextLoading(p.set, p.held, d.Ops)
+		if err := commitDelta(ctx, n.cfg.Store, d, set, !set.Equal(p.set)); err != nil {
 			return errStore{err}
 		}
-		n.pending.Store(&loadingState{set: set, gen: d.Generation})
+		n.pending.Store(&loadingState{set: set, held: held, gen: d.Generation})
 		if loaded {
 			n.loadedSoon()
 		}
@@ -604,7 +604,10 @@ func (n *Node) loadedSoon() {
 // (make-before-break) routers do not send reads for such a slice to the node; a read that
 // comes all the same (from a router that has not caught up) is best answered "not mine
 // yet": the slice's serving replicas have the data.
-func (n *Node) Loading(h uint64) bool { return n.pending.Load().set.Contains(h) }
+func (n *Node) Loading(h uint64) bool {
+	p := n.pending.Load()
+	return p.set.Contains(h) || (n.load.holds(h) && !p.held.Contains(h))
+}
 
 // Serving reports whether the node holds key's slice with all its data, as of the last
 // delta applied: it holds the slice and is not loading it. A node answers reads for the keys

@@ -334,7 +334,7 @@ func routerFollowsAMove(t *testing.T, s *routerCluster) {
 	after, err := s.r.Lookup(key)
 	require.NoError(t, err)
 	assert.Equal(t, []client.Replica{{ID: to, Address: "127.0.0.1:1", Capacity: 1}}, after.Replicas)
-	assert.Equal(t, before.Generation+2, after.Generation, "one generation starts the handoff, one ends it")
+	assert.Equal(t, before.Generation+3, after.Generation, "one generation starts the handoff, one makes the new holder serve, one drops the old")
 	assert.GreaterOrEqual(t, s.r.Clock(), s.clock0)
 	checkAgrees(t, s.ctx, s.c, s.r, 100)
 }

@@ -72,6 +72,10 @@ type CoreConfig struct {
 	// HandoffTimeout is how long a handoff may last before it is rolled back
 	// (--handoff-timeout); default 30 s.
 	HandoffTimeout time.Duration
+	// HandoffLinger is how long the old holders of a slice keep serving it once its new
+	// holders have loaded it (--handoff-linger), so that a router or node whose map does
+	// not show the new holders serving yet still finds the data where it looks; default 2 s.
+	HandoffLinger time.Duration
 }
 
 // Validate reports whether the configuration is usable (zero values take defaults).
@@ -96,6 +100,12 @@ func (cfg *CoreConfig) fill() error {
 		return fmt.Errorf("assigner: handoff timeout %s: want > 0 (0: the default, 30s)", cfg.HandoffTimeout)
 	case cfg.HandoffTimeout == 0:
 		cfg.HandoffTimeout = 30 * time.Second
+	}
+	switch {
+	case cfg.HandoffLinger < 0:
+		return fmt.Errorf("assigner: handoff linger %s: want > 0 (0: the default, 2s)", cfg.HandoffLinger)
+	case cfg.HandoffLinger == 0:
+		cfg.HandoffLinger = 2 * time.Second
 	}
 	if cfg.MaxLoadRate == 0 {
 		cfg.MaxLoadRate = load.DefaultRate

@@ -3,7 +3,9 @@ package assigner
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
@@ -17,8 +19,11 @@ import (
 // keep serving it. The map carries the handoff, so that a new leader finds it; what the
 // core keeps beside it in memory is when it saw each one begin, for the timeout. A handoff
 // ends in one of three ways: every loading node reports the slice loaded in its heartbeat
-// (the leaving nodes drop it), it times out (the loading nodes drop it, the leaving ones
-// stay), or the nodes it moves to leave the cluster (the same as a timeout). Handoffs found
+// (the new nodes serve; the leaving nodes linger, serving too, for HandoffLinger, then drop
+// it), it times out (the loading nodes drop it, the leaving ones stay), or the nodes it
+// moves to leave the cluster (the same as a timeout). The linger is for readers: a router
+// or node that has not applied the quantum that made the new nodes serving still sends
+// reads to the old ones, and they must not have dropped the data yet. Handoffs found
 // in the map are finished and timed out whether or not the switch is on, so that turning it
 // off never strands one.
 
@@ -26,6 +31,7 @@ import (
 type handoffs struct {
 	slices []int                // the indices in the map of the slices in handoff, in order
 	begun  map[uint64]time.Time // a handoff's start generation -> when this core saw it begin
+	served map[uint64]time.Time // a lingering handoff's start generation -> when its new nodes served
 	retry  time.Time            // no rollback before then: the last one's write failed
 }
 
@@ -54,40 +60,50 @@ func (c *Core) trackHandoffs(now time.Time) int {
 		return 0
 	}
 	started, gen := 0, c.a.Generation()
-	live := map[uint64]bool{}
+	loading, lingering := map[uint64]bool{}, map[uint64]bool{}
 	for i, s := range c.a.All() {
 		if !s.InHandoff() {
 			continue
 		}
 		ho.slices = append(ho.slices, i)
-		live[s.Since] = true
-		if ho.begun == nil {
-			ho.begun = map[uint64]time.Time{}
+		if s.Lingering() {
+			lingering[s.Since] = true
+			ho.served = startClock(ho.served, s.Since, now)
+			continue
 		}
-		if _, ok := ho.begun[s.Since]; !ok {
-			ho.begun[s.Since] = now
-		}
+		loading[s.Since] = true
+		ho.begun = startClock(ho.begun, s.Since, now)
 		if s.Since == gen {
 			started++
 		}
 	}
-	for since := range ho.begun {
-		if !live[since] {
-			delete(ho.begun, since)
-		}
-	}
+	maps.DeleteFunc(ho.begun, func(since uint64, _ time.Time) bool { return !loading[since] })
+	maps.DeleteFunc(ho.served, func(since uint64, _ time.Time) bool { return !lingering[since] })
 	return started
+}
+
+// startClock records now as the time of key in m, unless it has one.
+func startClock(m map[uint64]time.Time, key uint64, now time.Time) map[uint64]time.Time {
+	if m == nil {
+		m = map[uint64]time.Time{}
+	}
+	if _, ok := m[key]; !ok {
+		m[key] = now
+	}
+	return m
 }
 
 // creditHandoffs gives the handoffs under way back the time gap the driver was away, up to
 // now: the heartbeats that would have ended them may have waited unread meanwhile, as
 // refreshNodes assumes of leases.
 func (c *Core) creditHandoffs(now time.Time, gap time.Duration) {
-	for since, t := range c.ho.begun {
-		if t = t.Add(gap); t.After(now) {
-			t = now
+	for _, m := range []map[uint64]time.Time{c.ho.begun, c.ho.served} {
+		for since, t := range m {
+			if t = t.Add(gap); t.After(now) {
+				t = now
+			}
+			m[since] = t
 		}
-		c.ho.begun[since] = t
 	}
 }
 
@@ -180,7 +196,11 @@ func (c *Core) loaded(hb Heartbeat, now time.Time) (*change, error) {
 			ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: rest, Leaving: s.Leaving, Since: s.Since})
 			continue
 		}
-		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Target()})
+		if len(s.Leaving) == 0 {
+			ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas})
+		} else { // the new nodes serve; the old ones linger, serving too, then drop it (expire)
+			ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Leaving: s.Leaving, Since: s.Since})
+		}
 		end.completed++
 		end.durations = append(end.durations, now.Sub(c.ho.begun[s.Since]))
 	}
@@ -211,27 +231,43 @@ func overlapsAny(rs []keyspace.Range, r keyspace.Range) bool {
 	return slices.ContainsFunc(rs, r.Overlaps)
 }
 
-// handoffDeadline returns when the oldest handoff times out, if any is under way.
+// handoffDeadline returns when the next handoff times out or stops lingering, if any is
+// under way.
 func (c *Core) handoffDeadline() (time.Time, bool) {
 	var first time.Time
-	for _, t := range c.ho.begun {
-		if first.IsZero() || t.Before(first) {
-			first = t
+	for _, due := range []struct {
+		m     map[uint64]time.Time
+		after time.Duration
+	}{{c.ho.begun, c.cfg.HandoffTimeout}, {c.ho.served, c.cfg.HandoffLinger}} {
+		for _, t := range due.m {
+			if t = t.Add(due.after); first.IsZero() || t.Before(first) {
+				first = t
+			}
 		}
 	}
 	if first.IsZero() {
 		return first, false
 	}
-	return later(first.Add(c.cfg.HandoffTimeout), c.ho.retry), true
+	return later(first, c.ho.retry), true
 }
 
-// rollback proposes rolling back the handoffs older than the timeout, or returns nil: their
-// loading nodes drop the slice, their leaving nodes keep it as plain replicas. A slice whose
-// every replica is loading (its holders left) keeps them: nobody holds it better.
+// rollback proposes ending the handoffs that are due, or returns nil: those that lingered
+// for HandoffLinger end, their leaving nodes dropping the slice; those older than the
+// timeout are rolled back, their loading nodes dropping the slice and their leaving nodes
+// keeping it as plain replicas. A slice whose every replica is loading (its holders left)
+// keeps them: nobody holds it better.
 func (c *Core) rollback(now time.Time) (*change, error) {
 	var ops []assignment.Op
+	released := 0
 	for _, i := range c.ho.slices {
 		s := c.a.Slice(i)
+		if s.Lingering() {
+			if !now.Before(c.ho.served[s.Since].Add(c.cfg.HandoffLinger)) {
+				ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Target()})
+				released++
+			}
+			continue
+		}
 		if now.Before(c.ho.begun[s.Since].Add(c.cfg.HandoffTimeout)) {
 			continue
 		}
@@ -244,13 +280,23 @@ func (c *Core) rollback(now time.Time) (*change, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	summary := fmt.Sprintf("%d handoffs timed out after %s: rolled back", len(ops), c.cfg.HandoffTimeout)
-	ch, err := c.changeMap(ops, nil, "handoff timeout", now)
+	rolled := len(ops) - released
+	var parts, causes []string
+	if released > 0 {
+		parts = append(parts, fmt.Sprintf("%d handoffs done: the old holders drop their slices after %s", released, c.cfg.HandoffLinger))
+		causes = append(causes, "handoff done")
+	}
+	if rolled > 0 {
+		parts = append(parts, fmt.Sprintf("%d handoffs timed out after %s: rolled back", rolled, c.cfg.HandoffTimeout))
+		causes = append(causes, "handoff timeout")
+	}
+	summary := strings.Join(parts, "; ")
+	ch, err := c.changeMap(ops, nil, strings.Join(causes, ", "), now)
 	if err != nil {
 		c.ho.retry = now.Add(c.cfg.PassInterval) // not at every tick: the map must change first
-		return nil, fmt.Errorf("assigner: rolling handoffs back: %w", err)
+		return nil, fmt.Errorf("assigner: ending handoffs: %w", err)
 	}
-	ch.summary, ch.kind, ch.ended = summary, kindRollback, handoffEnd{rolledBack: len(ops)}
+	ch.summary, ch.kind, ch.ended = summary, kindRollback, handoffEnd{rolledBack: rolled}
 	return ch, nil
 }
 

@@ -1,6 +1,7 @@
 package assigner_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -84,8 +85,13 @@ func TestMoveIsAHandoffUntilTheNodeHasLoaded(t *testing.T) {
 	_, err = a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: string(to), Generation: gen})
 	require.NoError(t, err)
 	_, got = a.assignment(t).Lookup(s0.Range.Start)
-	assert.False(t, got.InHandoff())
-	assert.Equal(t, []assignment.NodeID{to}, got.Replicas, "the old holder dropped the slice")
+	assert.Empty(t, got.Loading, "the new holder serves")
+	assert.Equal(t, []assignment.NodeID{from}, got.Leaving, "the old holder lingers")
+	assert.ElementsMatch(t, []assignment.NodeID{from, to}, got.Serving(), "both serve meanwhile")
+	eventually(t, 10*time.Second, "the old holder drops the slice after the linger", func() bool {
+		_, got = a.assignment(t).Lookup(s0.Range.Start)
+		return !got.InHandoff() && slices.Equal(got.Replicas, []assignment.NodeID{to})
+	})
 	eventually(t, 10*time.Second, "handoff metrics", func() bool {
 		done, err1 := metric(a, "sliceplane_assigner_handoffs_completed_total", "")
 		started, err2 := metric(a, "sliceplane_assigner_handoffs_started_total", "")

@@ -45,6 +45,7 @@ type options struct {
 	zoneLabel     string
 	mbb           bool
 	handoffTO     time.Duration
+	handoffLinger time.Duration
 	algorithm     string
 	params        []string
 	logLevel      string
@@ -150,6 +151,8 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 		"and the move is rolled back); =false: a move switches readers to the new node at once")
 	f.DurationVar(&o.handoffTO, "handoff-timeout", 30*time.Second, "--make-before-break: how long a move may wait for its "+
 		"new nodes to load the slice before it is rolled back (the old nodes keep it)")
+	f.DurationVar(&o.handoffLinger, "handoff-linger", 2*time.Second, "--make-before-break: how long the old nodes keep "+
+		"serving a slice once its new nodes have loaded it, for routers that have not yet seen the new nodes serve")
 	f.StringVar(&o.algorithm, "algorithm", "weighted-move", "balancing algorithm when none is stored: "+strings.Join(balance.Names(), ", "))
 	f.StringArrayVar(&o.params, "param", nil, "algorithm constant NAME=VALUE (repeatable); see slicectl sim --help")
 }
@@ -231,7 +234,7 @@ func (o *options) run(ctx context.Context) error {
 func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig) assigner.CoreConfig {
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
 		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
-		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO}
+		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's

@@ -116,6 +116,7 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		{[]string{"--load-half-life", "-1s"}, "--load-half-life -1s"},
 		{[]string{"--load-signal-half-life", "-2s"}, "--load-signal-half-life -2s"},
 		{[]string{"--handoff-timeout", "-1s"}, "handoff timeout -1s"},
+		{[]string{"--handoff-linger", "-1s"}, "handoff linger -1s"},
 	} {
 		cmd := NewCommand()
 		cmd.SetArgs(c.args)
@@ -271,6 +272,7 @@ func TestMakeBeforeBreakReachesTheCore(t *testing.T) {
 	require.NoError(t, newCommand(o).ParseFlags(nil))
 	assert.False(t, o.coreConfig(nil, load.EstimatorConfig{}).BreakBeforeMake, "moves are make-before-break by default")
 	assert.Equal(t, 30*time.Second, o.coreConfig(nil, load.EstimatorConfig{}).HandoffTimeout)
+	assert.Equal(t, 2*time.Second, o.coreConfig(nil, load.EstimatorConfig{}).HandoffLinger)
 
 	o = &options{}
 	require.NoError(t, newCommand(o).ParseFlags([]string{"--make-before-break=false", "--handoff-timeout", "45s"}))

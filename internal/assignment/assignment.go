@@ -59,10 +59,7 @@ func (s Slice) Holds(id NodeID) bool {
 // String formats the slice as its range and replica set.
 func (s Slice) String() string {
 	out := s.Range.String() + " " + FormatReplicas(s.Replicas)
-	if s.InHandoff() {
-		out += fmt.Sprintf(" loading=%s leaving=%s since=%d", FormatReplicas(s.Loading), FormatReplicas(s.Leaving), s.Since)
-	}
-	return out
+	return out + formatHandoff(s.Loading, s.Leaving, s.Since)
 }
 
 // FormatReplicas writes a replica set as a,b,c.

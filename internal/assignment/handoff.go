@@ -22,8 +22,13 @@ func (s Slice) Serving() []NodeID {
 	return minus(s.Replicas, s.Loading)
 }
 
-// InHandoff reports whether a handoff of the slice is under way: some replica is loading.
-func (s Slice) InHandoff() bool { return len(s.Loading) > 0 }
+// InHandoff reports whether a handoff of the slice is under way: some replica is loading, or
+// every new one serves and the leaving ones linger (they serve until they drop the slice,
+// for the readers whose map does not show the new holders serving yet).
+func (s Slice) InHandoff() bool { return len(s.Loading) > 0 || len(s.Leaving) > 0 }
+
+// Lingering reports whether the slice's handoff has only its leaving replicas' drop left.
+func (s Slice) Lingering() bool { return len(s.Loading) == 0 && len(s.Leaving) > 0 }
 
 // IsLoading reports whether node id holds the slice but does not serve it yet.
 func (s Slice) IsLoading(id NodeID) bool {
@@ -38,6 +43,22 @@ func (s Slice) Target() []NodeID {
 		return s.Replicas
 	}
 	return minus(s.Replicas, s.Leaving)
+}
+
+// formatHandoff writes a handoff's state as " loading=a leaving=b since=G", the empty parts
+// left out; "" for none.
+func formatHandoff(loading, leaving []NodeID, since uint64) string {
+	out := ""
+	if len(loading) > 0 {
+		out += " loading=" + FormatReplicas(loading)
+	}
+	if len(leaving) > 0 {
+		out += " leaving=" + FormatReplicas(leaving)
+	}
+	if since != 0 {
+		out += fmt.Sprintf(" since=%d", since)
+	}
+	return out
 }
 
 // normalized returns s with its node lists sorted (copies: the caller's stay as they were).
@@ -72,10 +93,10 @@ func (s Slice) check() error {
 		}
 	}
 	switch {
-	case len(s.Loading) == 0 && (len(s.Leaving) > 0 || s.Since != 0):
-		return fmt.Errorf("%w: leaving nodes or a start generation but no loading node", ErrBadHandoff)
-	case len(s.Loading) > 0 && s.Since == 0:
-		return fmt.Errorf("%w: loading nodes but no start generation", ErrBadHandoff)
+	case len(s.Loading) == 0 && len(s.Leaving) == 0 && s.Since != 0:
+		return fmt.Errorf("%w: a start generation but no loading or leaving node", ErrBadHandoff)
+	case s.InHandoff() && s.Since == 0:
+		return fmt.Errorf("%w: loading or leaving nodes but no start generation", ErrBadHandoff)
 	case len(intersect(s.Loading, s.Leaving)) > 0:
 		return fmt.Errorf("%w: nodes %s both loading and leaving", ErrBadHandoff, FormatReplicas(intersect(s.Loading, s.Leaving)))
 	}

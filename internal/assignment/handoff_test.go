@@ -71,6 +71,15 @@ func TestAHandoffKeepsItsStartUnlessANodeJoinsIt(t *testing.T) {
 	assert.Equal(t, uint64(4), d.Slice(0).Since, "e joined: the handoff restarts at generation 4")
 }
 
+func TestLeavingNodesLingerOnceTheNewOnesServe(t *testing.T) {
+	s := Slice{Range: r(0, 1), Replicas: ids("a", "b"), Leaving: ids("a"), Since: 3}
+	require.NoError(t, s.check())
+	assert.True(t, s.InHandoff())
+	assert.True(t, s.Lingering())
+	assert.Equal(t, ids("a", "b"), s.Serving(), "both serve until a drops the slice")
+	assert.Equal(t, ids("b"), s.Target())
+}
+
 func TestEverySliceServedWhenAllLoad(t *testing.T) {
 	s := Slice{Range: r(0, 1), Replicas: ids("a", "b"), Loading: ids("a", "b"), Since: 3}
 	assert.Equal(t, ids("a", "b"), s.Serving(), "with no serving replica a reader tries those loading")

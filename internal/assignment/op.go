@@ -47,10 +47,7 @@ func (o Merge) String() string { return "merge " + keyspace.FormatPoint(o.Left) 
 
 func (o Assign) String() string {
 	out := "assign " + keyspace.FormatPoint(o.Slice) + " to " + FormatReplicas(o.Replicas)
-	if len(o.Loading) > 0 {
-		out += fmt.Sprintf(" loading=%s leaving=%s since=%d", FormatReplicas(o.Loading), FormatReplicas(o.Leaving), o.Since)
-	}
-	return out
+	return out + formatHandoff(o.Loading, o.Leaving, o.Since)
 }
 
 // Apply returns the assignment that results from applying ops in order, at the next

@@ -344,6 +344,9 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 	if _, err := g.Fill(ctx); err != nil {
 		return Summary{}, err
 	}
+	if err := d.settle(ctx); err != nil {
+		return Summary{}, err
+	}
 	d.say("wrote %d items in %s; reading %.0f keys/s with Zipf 1.1 popularity; the hot keys move every %s",
 		d.cfg.Keys, time.Since(filled).Round(time.Millisecond), d.cfg.ReadRate, period)
 	d.say("imbalance: max/mean of the reads each node served; the assigner's estimate: its forecast of the same for")
@@ -507,6 +510,20 @@ func (d *demo) finish(ctx context.Context, history []loadgen.Stats) (Summary, er
 	d.say("%d reads: %d hits, %d misses, %d failed; on the way %d misdirected, %d beyond freshness, %d errors; %d writes; convergence check: %s",
 		last.Reads, last.Hits, last.Misses, last.Failed, last.Misdirected, last.Stale, last.Errors, last.Writes, r)
 	return s, nil
+}
+
+// settle waits until every node holds what the fill wrote: reads start against a service in
+// its steady state, so that what they see is what moves and faults do, not the nodes'
+// first snapshot still arriving (a node answers "not mine yet" while it loads; with no
+// other replica to ask, such a read fails).
+func (d *demo) settle(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	checker := &kvcheck.Checker{Source: d.src, Assigner: d.conn, Nodes: d.cluster.Nodes()}
+	if _, err := checker.Wait(cctx); err != nil {
+		return fmt.Errorf("demo: waiting for the nodes to take in the fill: %w", err)
+	}
+	return nil
 }
 
 // ErrNoLoad is returned when the demo stopped before any load was measured.
