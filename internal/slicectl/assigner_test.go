@@ -38,7 +38,9 @@ type assignerEnv struct {
 var envNodes = []string{"n1", "n2", "n3", "n4"}
 
 func newAssignerEnv(t *testing.T) *assignerEnv {
-	c := clustertest.New(t, clustertest.Options{})
+	// No distributor: the nodes hold no data, so moves take effect at once rather than as
+	// handoffs that would wait for the nodes to load (handoff_test.go shows those).
+	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) { cfg.Core.BreakBeforeMake = true }})
 	for _, id := range envNodes {
 		c.StartNode(id, nil)
 	}
