@@ -18,43 +18,8 @@ import (
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/distributor"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
-	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/source/sourcetest"
 )
-
-// gatedSource holds the distributor's scans while its gate is shut.
-type gatedSource struct {
-	source.Source
-	mu   sync.Mutex
-	gate chan struct{} // nil: scans run
-}
-
-func (g *gatedSource) shut() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.gate = make(chan struct{})
-}
-
-func (g *gatedSource) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	close(g.gate)
-	g.gate = nil
-}
-
-func (g *gatedSource) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) error {
-	g.mu.Lock()
-	gate := g.gate
-	g.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return g.Source.Scan(ctx, r, at, fn)
-}
 
 // beatRecorder passes a node's calls to the leading assigner and keeps its last heartbeat.
 type beatRecorder struct {
@@ -106,7 +71,7 @@ func startBeatRecorder(t *testing.T, c *clustertest.Cluster) (*beatRecorder, str
 func TestHeartbeatsSayWhatANodeLoads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	gs := &gatedSource{}
+	gs := &sourcetest.Gated{}
 	var recAddr string
 	c := clustertest.New(t, clustertest.Options{
 		Distributor: func(cfg *distributor.Config) { cfg.Source = gs },
@@ -125,7 +90,7 @@ func TestHeartbeatsSayWhatANodeLoads(t *testing.T) {
 	_, err = adm.Freeze(ctx, &pb.FreezeRequest{Reason: "client test"}, grpc.WaitForReady(true))
 	require.NoError(t, err)
 
-	gs.shut()
+	gs.Shut()
 	n2 := c.StartNode("n2", nil)
 	var gen uint64
 	waitFor(t, 30*time.Second, "n2 a replica of the key's slice", func() bool {
@@ -151,7 +116,7 @@ func TestHeartbeatsSayWhatANodeLoads(t *testing.T) {
 	require.True(t, n2.Loading(h))
 	require.False(t, n2.Serving(key))
 
-	gs.open()
+	gs.Open()
 	waitFor(t, 30*time.Second, "n2's heartbeat says it loaded the slice", func() bool {
 		b := rec.lastBeat("n2")
 		return b.GetGeneration() >= gen && !loading(b)

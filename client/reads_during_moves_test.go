@@ -18,6 +18,7 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/distributor"
+	"github.com/sliceplane/sliceplane/internal/source/sourcetest"
 )
 
 // readCount counts how reads of existing keys ended.
@@ -161,7 +162,7 @@ func operate(ctx context.Context, t *testing.T, adm admin, r *client.Router, key
 func TestTheOldHolderServesUntilTheNewOneHasLoaded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	gs := &gatedSource{}
+	gs := &sourcetest.Gated{}
 	c := clustertest.New(t, clustertest.Options{
 		Distributor: func(cfg *distributor.Config) { cfg.Source = gs },
 	})
@@ -181,7 +182,7 @@ func TestTheOldHolderServesUntilTheNewOneHasLoaded(t *testing.T) {
 	runRouter(t, r)
 	require.NoError(t, r.WaitReady(ctx))
 
-	gs.shut()
+	gs.Shut()
 	ref := &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: key}}
 	waitFor(t, 30*time.Second, "the key's slice moves to n2", func() bool {
 		_, err := adm.Move(ctx, &pb.MoveRequest{Slice: ref, To: []string{"n2"}})
@@ -197,7 +198,7 @@ func TestTheOldHolderServesUntilTheNewOneHasLoaded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"n1"}, replicaIDs(route.Replicas), "the router sends reads to the serving holder only")
 
-	gs.open()
+	gs.Open()
 	waitFor(t, 30*time.Second, "the router follows the slice to n2 once it has loaded", func() bool {
 		route, err := r.Lookup(key)
 		return err == nil && slices.Equal(replicaIDs(route.Replicas), []string{"n2"}) && nodes["n2"].Serving(key)

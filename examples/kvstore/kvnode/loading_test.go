@@ -3,8 +3,6 @@ package kvnode_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,50 +13,9 @@ import (
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/distributor"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/launch"
-	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/source/sourcetest"
 )
-
-// gatedSource holds the scans of the distributor while its gate is shut, so that a node
-// that gains a slice stays loading it.
-type gatedSource struct {
-	source.Source
-	mu      sync.Mutex
-	gate    chan struct{} // nil: scans run
-	waiting atomic.Int64  // scans held
-}
-
-func (g *gatedSource) shut() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.gate = make(chan struct{})
-}
-
-func (g *gatedSource) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.gate != nil {
-		close(g.gate)
-		g.gate = nil
-	}
-}
-
-func (g *gatedSource) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) error {
-	g.mu.Lock()
-	gate := g.gate
-	g.mu.Unlock()
-	if gate != nil {
-		g.waiting.Add(1)
-		defer g.waiting.Add(-1)
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return g.Source.Scan(ctx, r, at, fn)
-}
 
 // TestALoadingNodeSendsReadsToTheServingReplicas gives a node a slice whose scan the source
 // holds: a read of a key of that slice is answered 421 naming the replica that has the data,
@@ -66,7 +23,7 @@ func (g *gatedSource) Scan(ctx context.Context, r keyspace.Range, at uint64, fn 
 func TestALoadingNodeSendsReadsToTheServingReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	gs := &gatedSource{}
+	gs := &sourcetest.Gated{}
 	c := clustertest.New(t, clustertest.Options{Distributor: func(cfg *distributor.Config) { cfg.Source = gs }})
 	gs.Source = c.Source
 	c.StartDistributor("d1")
@@ -92,7 +49,7 @@ func TestALoadingNodeSendsReadsToTheServingReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	gs.shut()
+	gs.Shut()
 	k2 := startNode(t, c, "k2")
 	err := launch.WaitFor(ctx, "k2 a replica of the key's slice", 20*time.Millisecond, func(ctx context.Context) error {
 		_, err := admin.Move(ctx, &pb.MoveRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: key}}, To: []string{"k1", "k2"}})
@@ -117,7 +74,7 @@ func TestALoadingNodeSendsReadsToTheServingReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = launch.WaitFor(ctx, "the slice's scan held", 20*time.Millisecond, func(context.Context) error {
-		if gs.waiting.Load() == 0 {
+		if gs.Waiting() == 0 {
 			return errors.New("no scan is held")
 		}
 		return nil
@@ -138,7 +95,7 @@ func TestALoadingNodeSendsReadsToTheServingReplicas(t *testing.T) {
 		t.Fatalf("a read from a loading node: %v, want a 421", err)
 	}
 
-	gs.open()
+	gs.Open()
 	if err := launch.WaitFor(ctx, "k2 serves the key", 20*time.Millisecond, getValue(k2)); err != nil {
 		t.Fatal(err)
 	}
