@@ -55,8 +55,5 @@ func (g *Gated) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(s
 			return ctx.Err()
 		}
 	}
-	if err := g.Source.Scan(ctx, r, at, fn); err != nil {
-		return err //nolint:wrapcheck // the wrapped source's error, as it said it
-	}
-	return nil
+	return g.Source.Scan(ctx, r, at, fn)
 }
