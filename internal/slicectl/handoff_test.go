@@ -27,6 +27,11 @@ func TestSlicesShowHandoffs(t *testing.T) {
 	assert.Contains(t, lines[2], "loading b, leaving a, since generation 12")
 
 	b.Reset()
+	resp.Slices[1].Loading = nil // b serves; a lingers
+	require.NoError(t, printSlices(&session{out: newPrinter(&b, "table")}, resp, ""))
+	assert.Contains(t, b.String(), "loaded; a lingers, then drops it (since generation 12)")
+
+	b.Reset()
 	resp.Slices = resp.Slices[:1]
 	require.NoError(t, printSlices(&session{out: newPrinter(&b, "table")}, resp, ""))
 	assert.NotContains(t, b.String(), "HANDOFF", "no column while no handoff is under way")
@@ -38,7 +43,7 @@ func TestStatusCountsHandoffs(t *testing.T) {
 	st := &pb.StatusResponse{Leader: true, LeaderAddress: "a:1", Slices: 10, Nodes: 2, Handoffs: 3}
 	var b bytes.Buffer
 	require.NoError(t, printStatus(&session{out: newPrinter(&b, "table")}, st))
-	assert.Contains(t, b.String(), "3 slices loading on their new nodes")
+	assert.Contains(t, b.String(), "3 slices moving (loading on their new nodes, or served by both while the old ones linger)")
 	assert.Equal(t, uint32(3), statusJSON(st).Handoffs)
 
 	b.Reset()

@@ -86,17 +86,20 @@ assigner caps it at 1000 when --limit is 0).`,
 
 // showHandoff describes a slice's handoff, or "-" when none is under way.
 func showHandoff(sl *pb.SliceInfo) string {
-	if len(sl.GetLoading()) == 0 {
-		return "-"
+	switch {
+	case len(sl.GetLoading()) > 0:
+		return fmt.Sprintf("loading %s, leaving %s, since generation %d", showNodes(sl.GetLoading()), showNodes(sl.GetLeaving()), sl.GetSince())
+	case len(sl.GetLeaving()) > 0:
+		return fmt.Sprintf("loaded; %s lingers, then drops it (since generation %d)", showNodes(sl.GetLeaving()), sl.GetSince())
 	}
-	return fmt.Sprintf("loading %s, leaving %s, since generation %d", showNodes(sl.GetLoading()), showNodes(sl.GetLeaving()), sl.GetSince())
+	return "-"
 }
 
 func printSlices(s *session, resp *pb.ListSlicesResponse, node string) error {
 	w := newTable(s.out.w)
 	// The handoff column shows only while one is under way, so that the usual listing
 	// stays as narrow as it was.
-	handoffs := slices.ContainsFunc(resp.GetSlices(), func(sl *pb.SliceInfo) bool { return len(sl.GetLoading()) > 0 })
+	handoffs := slices.ContainsFunc(resp.GetSlices(), func(sl *pb.SliceInfo) bool { return len(sl.GetLoading())+len(sl.GetLeaving()) > 0 })
 	header := []string{"START", "END", "REPLICAS", "LOAD", "KEYS", "PINNED"}
 	if handoffs {
 		header = append(header, "HANDOFF")

@@ -100,7 +100,7 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 	row(w, "slices", fmt.Sprint(st.GetSlices()))
 	row(w, "nodes", fmt.Sprint(st.GetNodes()))
 	if st.GetHandoffs() > 0 {
-		row(w, "handoffs", fmt.Sprintf("%d slices loading on their new nodes", st.GetHandoffs()))
+		row(w, "handoffs", fmt.Sprintf("%d slices moving (loading on their new nodes, or served by both while the old ones linger)", st.GetHandoffs()))
 	}
 	row(w, "balancing", balancing)
 	row(w, "algorithm", st.GetAlgorithm()+" "+showParams(st.GetParams()))
