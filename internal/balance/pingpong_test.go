@@ -93,3 +93,24 @@ func TestTheHoldKeepsAReturnByAnyWay(t *testing.T) {
 		require.Equal(t, []assignment.NodeID{"a"}, s1.Replicas, "max_replicas %s: slice 1 cools c", maxReplicas)
 	}
 }
+
+// TestCleanupKeepsTheHold: slice 0 went from a to c a pass ago, and c has left. Clean-up must
+// place the orphan, and the least loaded node is a: it goes to b, the least loaded node the
+// hold allows, instead of back where it was.
+func TestCleanupKeepsTheHold(t *testing.T) {
+	a, err := assignment.Uniform(3, func(i int) []assignment.NodeID {
+		return [][]assignment.NodeID{{"c"}, {"a"}, {"b"}}[i]
+	})
+	require.NoError(t, err)
+	live := assignment.MustNodeSet(assignment.Node{ID: "a"}, assignment.Node{ID: "b"})
+	alg, err := balance.New("weighted-move", map[string]string{"min_slices_per_node": "1",
+		"initial_slices_per_node": "1"})
+	require.NoError(t, err)
+	res, err := alg.Rebalance(balance.Input{Assignment: a, Nodes: live, Load: []float64{1, 1, 5}, Pass: 3,
+		History: []balance.Move{{Range: a.Slice(0).Range, From: "a", To: "c", Pass: 2}}})
+	require.NoError(t, err)
+	next, err := a.Apply(res.Ops)
+	require.NoError(t, err)
+	_, s0 := next.Lookup(0)
+	require.Equal(t, []assignment.NodeID{"b"}, s0.Replicas)
+}

@@ -297,10 +297,13 @@ func (p *wmPass) cleanup() {
 	}
 	slices.SortStableFunc(orphans, func(a, b int) int { return cmp.Compare(p.sl[b].load, p.sl[a].load) })
 	for _, i := range orphans {
-		best := int32(0)
+		// The least loaded node the hold allows, or failing that the least loaded: an
+		// orphan must go somewhere.
+		best, free := int32(0), false
 		for n := range int32(len(p.raw)) {
-			if p.u(n) < p.u(best) {
-				best = n
+			nFree := !p.held(p.sl[i].r, n)
+			if n == 0 || nFree && !free || nFree == free && p.u(n) < p.u(best) {
+				best, free = n, nFree
 			}
 		}
 		p.sl[i].reps = []int32{best}

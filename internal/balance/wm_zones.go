@@ -343,7 +343,7 @@ func (p *wmPass) refill(lost []int) {
 		}
 		need := min(had, p.cfg.MaxReplicas, int(math.Ceil(p.peak(s)/(p.cfg.ReplicateAbove*mean))))
 		for len(s.reps) < need {
-			n := p.coolestFit(s.reps)
+			n := p.coolestFit(s.reps, s.r)
 			if n < 0 {
 				break
 			}
@@ -358,18 +358,19 @@ func (p *wmPass) refill(lost []int) {
 	}
 }
 
-// coolestFit returns the least loaded node that may take another replica of reps, or -1.
-func (p *wmPass) coolestFit(reps []int32) int32 {
+// coolestFit returns the least loaded node that may take another replica of reps (over range
+// r), or -1: one the hold allows if any.
+func (p *wmPass) coolestFit(reps []int32, r keyspace.Range) int32 {
 	t := p.z.tally(reps, -1)
 	defer p.z.release(t)
 	least := t.least()
-	best := int32(-1)
+	best, free := int32(-1), false
 	for n := range int32(len(p.raw)) {
 		if _, held := slices.BinarySearch(reps, n); held || t.kept[p.z.of[n]] != least {
 			continue
 		}
-		if best < 0 || p.u(n) < p.u(best) {
-			best = n
+		if nFree := !p.held(r, n); best < 0 || nFree && !free || nFree == free && p.u(n) < p.u(best) {
+			best, free = n, nFree
 		}
 	}
 	return best
