@@ -64,6 +64,13 @@ func (c change) allows(kind int) bool {
 	return c != moved
 }
 
+// heldRange is a history move's range and its index in the history: the hold's look-ups scan
+// these per node, in one array, and read the move only when its range overlaps.
+type heldRange struct {
+	r  keyspace.Range
+	at int
+}
+
 // wmPass is the working state of one pass. Nodes are indices into the live node set.
 type wmPass struct {
 	cfg     WeightedMoveConfig
@@ -85,8 +92,8 @@ type wmPass struct {
 	ops     []assignment.Op
 	history []Move
 	undo    map[[2]int32][]int // history indices by (from, to) node index, -1 for none
-	left    [][]int            // per live node, the indices of the history moves that took a range off it
-	came    [][]int            // per live node, the indices of the history moves that put a range on it
+	left    [][]heldRange      // per live node, the history moves that took a range off it
+	came    [][]heldRange      // per live node, the history moves that put a range on it
 	x       Explanation
 }
 
@@ -99,7 +106,7 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 		cfg: cfg, in: in, z: newZoneMap(in), ids: in.Nodes.IDs(),
 		cap: make([]float64, n), raw: make([]float64, n), count: make([]int, n),
 		sl:   make([]wmSlice, in.Assignment.Len()),
-		undo: make(map[[2]int32][]int), left: make([][]int, n), came: make([][]int, n),
+		undo: make(map[[2]int32][]int), left: make([][]heldRange, n), came: make([][]heldRange, n),
 	}
 	for i, node := range in.Nodes.Nodes() {
 		p.cap[i] = node.Weight()
@@ -184,10 +191,10 @@ func (p *wmPass) remember(m Move) {
 		p.undo[k] = append(p.undo[k], len(p.history)-1)
 	}
 	if fromLive && from >= 0 {
-		p.left[from] = append(p.left[from], len(p.history)-1)
+		p.left[from] = append(p.left[from], heldRange{m.Range, len(p.history) - 1})
 	}
 	if toLive && to >= 0 {
-		p.came[to] = append(p.came[to], len(p.history)-1)
+		p.came[to] = append(p.came[to], heldRange{m.Range, len(p.history) - 1})
 	}
 }
 
@@ -219,10 +226,10 @@ func (p *wmPass) blocker(r keyspace.Range, from, to int32) (Move, bool) {
 
 // tookOff returns the latest relevant move that took part of r off node n, if any.
 func (p *wmPass) tookOff(r keyspace.Range, n int32) (Move, bool) {
-	ks := p.left[n]
-	for i := len(ks) - 1; i >= 0; i-- {
-		if prev := p.history[ks[i]]; prev.Range.Overlaps(r) {
-			return prev, true
+	ms := p.left[n]
+	for i := len(ms) - 1; i >= 0; i-- {
+		if meets(ms[i].r, r) {
+			return p.history[ms[i].at], true
 		}
 	}
 	return Move{}, false
@@ -231,14 +238,18 @@ func (p *wmPass) tookOff(r keyspace.Range, n int32) (Move, bool) {
 // placedOn returns the latest relevant move that put part of r on node n, if any; with
 // thisPass, only a move of this pass.
 func (p *wmPass) placedOn(r keyspace.Range, n int32, thisPass bool) (Move, bool) {
-	ks := p.came[n]
-	for i := len(ks) - 1; i >= 0; i-- {
-		if prev := p.history[ks[i]]; prev.Range.Overlaps(r) && (!thisPass || prev.Pass == p.in.Pass) {
-			return prev, true
+	ms := p.came[n]
+	for i := len(ms) - 1; i >= 0; i-- {
+		if prev := &p.history[ms[i].at]; meets(ms[i].r, r) && (!thisPass || prev.Pass == p.in.Pass) {
+			return *prev, true
 		}
 	}
 	return Move{}, false
 }
+
+// meets is Range.Overlaps for non-empty ranges, without building their intersection: the
+// hold asks it of every node a target search passes.
+func meets(a, b keyspace.Range) bool { return a.End.After(b.Start) && b.End.After(a.Start) }
 
 // held reports whether the hold keeps any part of r off node n.
 func (p *wmPass) held(r keyspace.Range, n int32) bool {
