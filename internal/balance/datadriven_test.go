@@ -327,8 +327,10 @@ func (h *harness) cmdShow(d *datadriven.TestData) (string, error) {
 	return h.show(), nil
 }
 
+// setAssignment starts over on map a: the moves made on an earlier map of the script do not
+// hold on it.
 func (h *harness) setAssignment(a *assignment.Assignment) {
-	h.a, h.loads, h.keys, h.spread, h.hot = a, nil, nil, nil, nil
+	h.a, h.loads, h.keys, h.spread, h.hot, h.history = a, nil, nil, nil, nil, nil
 }
 
 func (h *harness) show() string {

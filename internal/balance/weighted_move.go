@@ -40,8 +40,9 @@ type WeightedMoveConfig struct {
 	DereplicateBelow float64
 	// MaxReplicas caps a slice's replica set; 0 means the number of live nodes.
 	MaxReplicas int
-	// HoldPasses: a move is not undone (a slice moved back, a replica re-added where it was
-	// dropped, or the reverse) within this many passes.
+	// HoldPasses: a move is not undone within this many passes: no part of a slice goes back
+	// to a node that lost it, straight back, by way of other nodes or as a replica, and a
+	// replica added is not dropped.
 	HoldPasses int
 	// HotKeyShare: a split cuts a key into a slice of its own when that key carries at least
 	// this share of its slice's load, since only then can replication spread it.

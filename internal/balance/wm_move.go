@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 )
 
@@ -197,14 +198,15 @@ func (o *coolOrder) update(changed []int32) {
 	}
 }
 
-// coldest returns the k coldest nodes not holding reps (sorted).
-func (o *coolOrder) coldest(k int, reps []int32) []int32 {
+// coldest returns the k coldest nodes not holding reps (sorted) and, if hold, that the hold
+// lets take range r: a held node is passed over for the next coolest, not given up on.
+func (o *coolOrder) coldest(k int, reps []int32, r keyspace.Range, hold bool) []int32 {
 	var out []int32
 	for _, n := range o.nodes {
 		if len(out) == k {
 			break
 		}
-		if _, held := slices.BinarySearch(reps, n); !held {
+		if _, held := slices.BinarySearch(reps, n); !held && !(hold && o.p.held(r, n)) {
 			out = append(out, n)
 		}
 	}
@@ -228,17 +230,11 @@ func (p *wmPass) appendCandidates(round []cand, i int, h int32, mean float64, or
 	if canReplicate {
 		k = min(maxReplicasAtOnce, p.cfg.MaxReplicas-r)
 	}
-	// Without zones one list serves both kinds, and candidates keep sub-slices of it; with
-	// zones a move and added replicas each go where the slice's zones allow.
-	var moveTo, addTo []int32
-	if p.z.on() {
-		moveTo = order.pick(1, s.reps, h)
-		if canReplicate {
-			addTo = order.pick(k, s.reps, -1)
-		}
-	} else {
-		moveTo = order.coldest(k, s.reps)
-		addTo = moveTo
+	moveTo, addTo := p.targets(s, h, k, canReplicate, true, order)
+	if len(moveTo) == 0 && len(addTo) == 0 {
+		// The hold keeps the slice off every node that could take it: the candidates to the
+		// coolest of them say so in the explanation.
+		moveTo, addTo = p.targets(s, h, k, canReplicate, false, order)
 	}
 	if len(moveTo) > 0 && s.change.allows(move) {
 		round = append(round, p.evaluate(cand{kind: move, slice: i, from: h, to: moveTo[:1]}, p.u(h), mean))
@@ -254,6 +250,22 @@ func (p *wmPass) appendCandidates(round []cand, i int, h int32, mean float64, or
 		round = append(round, c)
 	}
 	return round
+}
+
+// targets returns the nodes a move of slice s off h and up to k added replicas would go to,
+// the coolest that the slice's zones allow and, if hold, the hold lets take it.
+func (p *wmPass) targets(s *wmSlice, h int32, k int, canReplicate, hold bool, order *coolOrder) (moveTo, addTo []int32) {
+	// Without zones one list serves both kinds, and candidates keep sub-slices of it; with
+	// zones a move and added replicas each go where the slice's zones allow.
+	if !p.z.on() {
+		moveTo = order.coldest(k, s.reps, s.r, hold)
+		return moveTo, moveTo
+	}
+	moveTo = order.pick(1, s.reps, h, s.r, hold)
+	if canReplicate {
+		addTo = order.pick(k, s.reps, -1, s.r, hold)
+	}
+	return moveTo, addTo
 }
 
 // bestCandidate returns the index of the acceptable candidate of highest weight, the first

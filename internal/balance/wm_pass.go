@@ -64,6 +64,13 @@ func (c change) allows(kind int) bool {
 	return c != moved
 }
 
+// heldRange is a history move's range and its index in the history: the hold's look-ups scan
+// these per node, in one array, and read the move only when its range overlaps.
+type heldRange struct {
+	r  keyspace.Range
+	at int
+}
+
 // wmPass is the working state of one pass. Nodes are indices into the live node set.
 type wmPass struct {
 	cfg     WeightedMoveConfig
@@ -85,6 +92,8 @@ type wmPass struct {
 	ops     []assignment.Op
 	history []Move
 	undo    map[[2]int32][]int // history indices by (from, to) node index, -1 for none
+	left    [][]heldRange      // per live node, the history moves that took a range off it
+	came    [][]heldRange      // per live node, the history moves that put a range on it
 	x       Explanation
 }
 
@@ -97,7 +106,7 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 		cfg: cfg, in: in, z: newZoneMap(in), ids: in.Nodes.IDs(),
 		cap: make([]float64, n), raw: make([]float64, n), count: make([]int, n),
 		sl:   make([]wmSlice, in.Assignment.Len()),
-		undo: make(map[[2]int32][]int),
+		undo: make(map[[2]int32][]int), left: make([][]heldRange, n), came: make([][]heldRange, n),
 	}
 	for i, node := range in.Nodes.Nodes() {
 		p.cap[i] = node.Weight()
@@ -181,6 +190,12 @@ func (p *wmPass) remember(m Move) {
 		k := [2]int32{from, to}
 		p.undo[k] = append(p.undo[k], len(p.history)-1)
 	}
+	if fromLive && from >= 0 {
+		p.left[from] = append(p.left[from], heldRange{m.Range, len(p.history) - 1})
+	}
+	if toLive && to >= 0 {
+		p.came[to] = append(p.came[to], heldRange{m.Range, len(p.history) - 1})
+	}
 }
 
 // index returns the node index of id, -1 for no node, and whether id is "" or a live node.
@@ -193,14 +208,53 @@ func (p *wmPass) index(id assignment.NodeID) (int32, bool) {
 }
 
 // blocker returns the earlier move that moving the slice over r from node from to node to
-// (-1 for none) would undo, if any.
+// (-1 for none) would undo, if any. Putting any part of r on a node that lost it recently
+// undoes that loss, whichever node it comes from: a move straight back, a return by way of a
+// third node, or a replica re-added where a move or a drop took one. Dropping from's replica
+// undoes only a recent copy of it to from.
 func (p *wmPass) blocker(r keyspace.Range, from, to int32) (Move, bool) {
+	if to >= 0 {
+		return p.tookOff(r, to)
+	}
 	for _, k := range p.undo[[2]int32{to, from}] {
 		if prev := p.history[k]; prev.Range.Overlaps(r) {
 			return prev, true
 		}
 	}
 	return Move{}, false
+}
+
+// tookOff returns the latest relevant move that took part of r off node n, if any.
+func (p *wmPass) tookOff(r keyspace.Range, n int32) (Move, bool) {
+	ms := p.left[n]
+	for i := len(ms) - 1; i >= 0; i-- {
+		if meets(ms[i].r, r) {
+			return p.history[ms[i].at], true
+		}
+	}
+	return Move{}, false
+}
+
+// placedOn returns the latest relevant move that put part of r on node n, if any; with
+// thisPass, only a move of this pass.
+func (p *wmPass) placedOn(r keyspace.Range, n int32, thisPass bool) (Move, bool) {
+	ms := p.came[n]
+	for i := len(ms) - 1; i >= 0; i-- {
+		if prev := &p.history[ms[i].at]; meets(ms[i].r, r) && (!thisPass || prev.Pass == p.in.Pass) {
+			return *prev, true
+		}
+	}
+	return Move{}, false
+}
+
+// meets is Range.Overlaps for non-empty ranges, without building their intersection: the
+// hold asks it of every node a target search passes.
+func meets(a, b keyspace.Range) bool { return a.End.After(b.Start) && b.End.After(a.Start) }
+
+// held reports whether the hold keeps any part of r off node n.
+func (p *wmPass) held(r keyspace.Range, n int32) bool {
+	_, ok := p.tookOff(r, n)
+	return ok
 }
 
 // addLoad changes node n's load by delta, keeping sumU up to date.
@@ -254,10 +308,13 @@ func (p *wmPass) cleanup() {
 	}
 	slices.SortStableFunc(orphans, func(a, b int) int { return cmp.Compare(p.sl[b].load, p.sl[a].load) })
 	for _, i := range orphans {
-		best := int32(0)
+		// The least loaded node the hold allows, or failing that the least loaded: an
+		// orphan must go somewhere.
+		best, free := int32(0), false
 		for n := range int32(len(p.raw)) {
-			if p.u(n) < p.u(best) {
-				best = n
+			nFree := !p.held(p.sl[i].r, n)
+			if n == 0 || nFree && !free || nFree == free && p.u(n) < p.u(best) {
+				best, free = n, nFree
 			}
 		}
 		p.sl[i].reps = []int32{best}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
 // Zones. A slice with k replicas should have them in min(k, Z) distinct zones, Z being the
@@ -155,12 +156,13 @@ func (p *wmPass) zoneDeficit(reps []int32, from int32) int {
 	return t.deficit()
 }
 
-// pick returns up to k of the coolest nodes to take slice reps in place of from (-1 for
-// added replicas), chosen one at a time from a zone holding the fewest of its replicas.
-func (o *coolOrder) pick(k int, reps []int32, from int32) []int32 {
+// pick returns up to k of the coolest nodes to take slice reps (over range r) in place of
+// from (-1 for added replicas), chosen one at a time from a zone holding the fewest of its
+// replicas, passing over the nodes the hold keeps r off if hold.
+func (o *coolOrder) pick(k int, reps []int32, from int32, r keyspace.Range, hold bool) []int32 {
 	z := &o.p.z
 	if !z.on() {
-		return o.coldest(k, reps)
+		return o.coldest(k, reps, r, hold)
 	}
 	t := z.tally(reps, from)
 	defer z.release(t)
@@ -183,7 +185,7 @@ func (o *coolOrder) pick(k int, reps []int32, from int32) []int32 {
 			if !t.fits(z.of[n], least) || slices.Contains(out, n) {
 				continue
 			}
-			if _, held := slices.BinarySearch(reps, n); !held {
+			if _, held := slices.BinarySearch(reps, n); !held && !(hold && o.p.held(r, n)) {
 				next = n
 			}
 		}
@@ -241,9 +243,21 @@ func (p *wmPass) spreadCandidate(i int, order *coolOrder) (cand, bool) {
 	t := p.z.tally(s.reps, -1)
 	defer p.z.release(t)
 	froms := slices.Clone(s.reps)
+	// A replica a recent move placed goes last among its zone's: moving it on would copy the
+	// same keys twice within the hold.
+	recent := make(map[int32]bool, len(froms))
+	for _, n := range froms {
+		_, recent[n] = p.placedOn(s.r, n, false)
+	}
 	slices.SortStableFunc(froms, func(a, b int32) int {
 		if c := cmp.Compare(t.kept[p.z.of[b]], t.kept[p.z.of[a]]); c != 0 {
 			return c
+		}
+		if recent[a] != recent[b] {
+			if recent[a] {
+				return 1
+			}
+			return -1
 		}
 		return cmp.Compare(p.u(b), p.u(a))
 	})
@@ -254,7 +268,7 @@ func (p *wmPass) spreadCandidate(i int, order *coolOrder) (cand, bool) {
 		if p.placedThisPass(s, from) {
 			continue
 		}
-		to := order.pick(1, s.reps, from)
+		to := order.pick(1, s.reps, from, s.r, true)
 		if len(to) == 0 || p.zoneDeficit(append(removeSorted(s.reps, from), to[0]), -1) >= t.deficit() {
 			continue
 		}
@@ -272,19 +286,8 @@ func (p *wmPass) spreadCandidate(i int, order *coolOrder) (cand, bool) {
 
 // placedThisPass reports whether this pass copied slice s to node n.
 func (p *wmPass) placedThisPass(s *wmSlice, n int32) bool {
-	for _, k := range p.undo[[2]int32{-1, n}] {
-		if m := p.history[k]; m.Pass == p.in.Pass && m.Range.Overlaps(s.r) {
-			return true
-		}
-	}
-	for from := range p.raw {
-		for _, k := range p.undo[[2]int32{int32(from), n}] {
-			if m := p.history[k]; m.Pass == p.in.Pass && m.Range.Overlaps(s.r) {
-				return true
-			}
-		}
-	}
-	return false
+	_, ok := p.placedOn(s.r, n, true)
+	return ok
 }
 
 // keepersBySpread returns the replicas of s to keep when it drops to need of them: those that
@@ -340,7 +343,7 @@ func (p *wmPass) refill(lost []int) {
 		}
 		need := min(had, p.cfg.MaxReplicas, int(math.Ceil(p.peak(s)/(p.cfg.ReplicateAbove*mean))))
 		for len(s.reps) < need {
-			n := p.coolestFit(s.reps)
+			n := p.coolestFit(s.reps, s.r)
 			if n < 0 {
 				break
 			}
@@ -355,18 +358,19 @@ func (p *wmPass) refill(lost []int) {
 	}
 }
 
-// coolestFit returns the least loaded node that may take another replica of reps, or -1.
-func (p *wmPass) coolestFit(reps []int32) int32 {
+// coolestFit returns the least loaded node that may take another replica of reps (over range
+// r), or -1: one the hold allows if any.
+func (p *wmPass) coolestFit(reps []int32, r keyspace.Range) int32 {
 	t := p.z.tally(reps, -1)
 	defer p.z.release(t)
 	least := t.least()
-	best := int32(-1)
+	best, free := int32(-1), false
 	for n := range int32(len(p.raw)) {
 		if _, held := slices.BinarySearch(reps, n); held || t.kept[p.z.of[n]] != least {
 			continue
 		}
-		if best < 0 || p.u(n) < p.u(best) {
-			best = n
+		if nFree := !p.held(r, n); best < 0 || nFree && !free || nFree == free && p.u(n) < p.u(best) {
+			best, free = n, nFree
 		}
 	}
 	return best
