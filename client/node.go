@@ -207,7 +207,8 @@ func (n *Node) RecordLoad(key []byte, cost float64) {
 }
 
 // Run registers the node and keeps its data up to date until ctx ends; it returns nil then,
-// or the error that stopped it (only a Store that fails does). It runs once.
+// or the error that stopped it (only a Store that fails does). It runs once. To leave
+// gracefully, call Drain while Run runs and end Run once Drain returned.
 func (n *Node) Run(ctx context.Context) error {
 	if !n.running.CompareAndSwap(false, true) {
 		return errors.New("client: Node.Run called twice")
@@ -250,7 +251,8 @@ func (n *Node) restore(ctx context.Context) error {
 }
 
 // Leave takes the node out of the map at once, so that its slices move without waiting for
-// its lease to lapse. Call it after Run returned, before the node goes away for good.
+// its lease to lapse. Call it after Run returned, before the node goes away for good; Drain
+// leaves without a failed read, LeaveFor keeps the slices through a restart.
 func (n *Node) Leave(ctx context.Context) error {
 	conn, err := dial.Leader(n.cfg.Assigners, n.tls.DialOption("assigner"))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -407,4 +408,30 @@ func TestKustomizeBuild(t *testing.T) {
 		}
 		assert.Equal(t, want, strings.Count("\n"+string(out), "\nkind: "), "kubectl kustomize %s: objects rendered", dir)
 	}
+}
+
+// TestKubernetesKvnodeDrainsWithinItsGracePeriod checks that a kvnode pod is given the time
+// to drain before it is killed: its grace period covers --drain-timeout and the 5 s the node
+// lets requests in flight finish, with a margin.
+func TestKubernetesKvnodeDrainsWithinItsGracePeriod(t *testing.T) {
+	objects, _ := loadKubernetes(t)
+	found := false
+	for _, w := range ofKind(objects, "StatefulSet", "Deployment") {
+		pod := m(w.doc, "spec", "template")
+		for _, c := range l(pod, "spec", "containers") {
+			if imageBinary(s(c, "image")) != "kvnode" {
+				continue
+			}
+			found = true
+			v, ok := flagValue(strs(l(c, "args")), "drain-timeout")
+			require.True(t, ok, "%s: no --drain-timeout: the default (60s) should be said where the grace period is", w)
+			drain, err := time.ParseDuration(v)
+			require.NoError(t, err, "%s: --drain-timeout", w)
+			grace, err := strconv.Atoi(s(pod, "spec", "terminationGracePeriodSeconds"))
+			require.NoError(t, err, "%s: terminationGracePeriodSeconds", w)
+			assert.GreaterOrEqual(t, time.Duration(grace)*time.Second, drain+10*time.Second,
+				"%s: a grace period of %ds leaves no time to drain for %s and stop", w, grace, drain)
+		}
+	}
+	assert.True(t, found, "a kvnode workload exists")
 }

@@ -361,7 +361,11 @@ func (a *api) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb.De
 	if err := wire.CheckNodeID("node_id", req.GetNodeId()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	if _, err := a.call(ctx, Deregister{Caller: caller(ctx), Node: assignment.NodeID(req.GetNodeId())}); err != nil {
+	grace := req.GetGrace().AsDuration()
+	if req.GetGrace() != nil && (grace <= 0 || req.GetGrace().CheckValid() != nil) {
+		return nil, status.Errorf(codes.InvalidArgument, "assigner: grace %s: want > 0", grace)
+	}
+	if _, err := a.call(ctx, Deregister{Caller: caller(ctx), Node: assignment.NodeID(req.GetNodeId()), Grace: grace}); err != nil {
 		return nil, err
 	}
 	return &pb.DeregisterResponse{}, nil
@@ -611,6 +615,19 @@ func (a *api) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainRespons
 		return nil, err
 	}
 	return &pb.DrainResponse{Slices: uint32(rep.Held)}, nil
+}
+
+// nodeAPI is the NodeService: its Drain, a node's own, differs from the AdminService's.
+type nodeAPI struct{ *api }
+
+// Drain steps the drain an admin would ask for; the authz rules let a node ask only for
+// itself.
+func (a nodeAPI) Drain(ctx context.Context, req *pb.NodeServiceDrainRequest) (*pb.NodeServiceDrainResponse, error) {
+	resp, err := a.api.Drain(ctx, &pb.DrainRequest{NodeId: req.GetNodeId(), Cancel: req.GetCancel()})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.NodeServiceDrainResponse{Slices: resp.GetSlices()}, nil
 }
 
 func (a *api) Freeze(ctx context.Context, req *pb.FreezeRequest) (*pb.FreezeResponse, error) {

@@ -76,6 +76,9 @@ type CoreConfig struct {
 	// holders have loaded it (--handoff-linger), so that a router or node whose map does
 	// not show the new holders serving yet still finds the data where it looks; default 2 s.
 	HandoffLinger time.Duration
+	// MaxGrace caps the grace a node may ask for when it deregisters to restart with its
+	// store (maintenance): its slices stay and its lease lasts that long; default 5 min.
+	MaxGrace time.Duration
 }
 
 // Validate reports whether the configuration is usable (zero values take defaults).
@@ -94,6 +97,9 @@ func (cfg *CoreConfig) fill() error {
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = 64
+	}
+	if cfg.MaxGrace <= 0 {
+		cfg.MaxGrace = 5 * time.Minute
 	}
 	switch {
 	case cfg.HandoffTimeout < 0:
@@ -137,6 +143,10 @@ const (
 type nodeState struct {
 	store.Node
 	lastSeen time.Time
+	// awayUntil is when the grace of a node that restarts ends (zero: none); until then
+	// its lease does not lapse. It lives in memory only: a new leader gives every node a
+	// full lease instead.
+	awayUntil time.Time
 }
 
 // Core is the assigner's state as the leader of one term sees it. It is not safe for
@@ -643,10 +653,17 @@ func (c *Core) report(r load.Report, now time.Time) error {
 	return nil
 }
 
-// deregister proposes taking a node out at once.
-func (c *Core) deregister(id assignment.NodeID) (*change, error) {
-	if _, ok := c.nodes[id]; !ok {
+// deregister proposes taking a node out at once or, with a grace, keeps it and its slices
+// for that long (at most MaxGrace): the node restarts with its store and resumes from its
+// cursor, so moving its slices away and back would cost two loads for nothing.
+func (c *Core) deregister(id assignment.NodeID, grace time.Duration, now time.Time) (*change, error) {
+	n, ok := c.nodes[id]
+	if !ok {
 		return nil, fmt.Errorf("%w: %s is not registered", ErrUnknownNode, id)
+	}
+	if grace > 0 {
+		n.awayUntil = now.Add(min(grace, c.cfg.MaxGrace))
+		return nil, nil
 	}
 	return c.removeNodes([]assignment.NodeID{id}, "deregistered"), nil
 }
@@ -655,7 +672,7 @@ func (c *Core) deregister(id assignment.NodeID) (*change, error) {
 func (c *Core) expire(now time.Time) *change {
 	var gone []assignment.NodeID
 	for id, n := range c.nodes {
-		if now.Sub(n.lastSeen) > c.cfg.NodeTTL {
+		if now.Sub(n.lastSeen) > c.cfg.NodeTTL && !now.Before(n.awayUntil) {
 			gone = append(gone, id)
 		}
 	}

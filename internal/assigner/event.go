@@ -43,10 +43,12 @@ type (
 		Caller
 		Report load.Report
 	}
-	// Deregister takes a node out at once.
+	// Deregister takes a node out at once or, with Grace, keeps it and its slices that long
+	// while it restarts with its store (maintenance).
 	Deregister struct {
 		Caller
-		Node assignment.NodeID
+		Node  assignment.NodeID
+		Grace time.Duration
 	}
 )
 

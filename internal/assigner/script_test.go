@@ -42,7 +42,7 @@ import (
 //	heartbeat id=N [gen=G] [loading=I,J]   the node applied generation G and still loads
 //	                          slices I, J (indices in the map)
 //	report id=N [window=D]    input: "I LOAD [KEYS]" lines, I the slice's index in the map
-//	deregister id=N
+//	deregister id=N [grace=D]   with grace: the node restarts within D, keeping its slices
 //	move slice=I to=A,B       split slice=I [at=HASH]      merge left=I (with the next)
 //	pin slice=I               unpin slice=I
 //	drain id=N [cancel]       freeze [reason=R]            unfreeze
@@ -243,7 +243,11 @@ func (h *script) event(d *datadriven.TestData) (Event, error) {
 	case "report":
 		return h.report(d, by, id)
 	case "deregister":
-		return Deregister{Caller: by, Node: id}, nil
+		grace, err := time.ParseDuration(take(d, "grace", "0s"))
+		if err != nil {
+			return nil, err
+		}
+		return Deregister{Caller: by, Node: id, Grace: grace}, nil
 	case "drain":
 		return Drain{Caller: by, Node: id, Cancel: flag(d, "cancel")}, nil
 	case "freeze":

@@ -153,6 +153,14 @@ func TestEveryCallerGetsWhatItsRoleAllowsAndNothingElse(t *testing.T) {
 	assert.Equal(t, 1.0, s.denied(t, mRegister, impersonate))
 	assert.Equal(t, 1.0, s.denied(t, mHeartbeat, impersonate))
 	assert.Equal(t, 1.0, s.denied(t, mReportLoad, impersonate))
+	// A node drains itself on shutdown, and only itself.
+	_, err = nodes.Drain(ctx, &pb.NodeServiceDrainRequest{NodeId: "n2"})
+	assert.Equal(t, codes.PermissionDenied, code(err), "n1 drains n2: %v", err)
+	assert.Equal(t, 1.0, s.denied(t, "/sliceplane.v1.NodeService/Drain", impersonate))
+	_, err = nodes.Drain(ctx, &pb.NodeServiceDrainRequest{NodeId: "n1"})
+	require.NoError(t, err, "node n1 drains itself")
+	_, err = nodes.Drain(ctx, &pb.NodeServiceDrainRequest{NodeId: "n1", Cancel: true})
+	require.NoError(t, err, "node n1 stops draining itself")
 
 	// Admin calls need the admin role.
 	_, err = pb.NewAdminServiceClient(n1).Drain(ctx, &pb.DrainRequest{NodeId: "n2"})

@@ -164,7 +164,7 @@ func New(cfg Config) (*Server, error) {
 	api := &api{s: s, fresh: newFreshness(cfg.Registry)}
 	pb.RegisterAssignmentServiceServer(srv, api)
 	pb.RegisterQuantaServiceServer(srv, api)
-	pb.RegisterNodeServiceServer(srv, api)
+	pb.RegisterNodeServiceServer(srv, nodeAPI{api})
 	pb.RegisterAdminServiceServer(srv, api)
 	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil

@@ -194,7 +194,11 @@ func (c *Core) decide(now time.Time, ev requestEvent, out *Output) (*change, Rep
 		ev.Report.At = now
 		err = c.report(ev.Report, now)
 	case Deregister:
-		ch, err = c.deregister(ev.Node)
+		ch, err = c.deregister(ev.Node, ev.Grace, now)
+		if err == nil && ev.Grace > 0 {
+			out.Log = append(out.Log, Record{Level: slog.LevelInfo, Msg: "node restarting: its slices stay",
+				Attrs: []any{"node", ev.Node, "until", c.nodes[ev.Node].awayUntil}})
+		}
 	case Move:
 		ch, err = c.move(ev.Slice, ev.To, now)
 	case Split:

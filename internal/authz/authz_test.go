@@ -47,6 +47,14 @@ func (f *fake) Drain(ctx context.Context, _ *pb.DrainRequest) (*pb.DrainResponse
 	return &pb.DrainResponse{}, nil
 }
 
+// fakeNode is the fake's NodeService, whose Drain differs from the AdminService's.
+type fakeNode struct{ *fake }
+
+func (f fakeNode) Drain(ctx context.Context, _ *pb.NodeServiceDrainRequest) (*pb.NodeServiceDrainResponse, error) {
+	f.callers <- authz.Caller(ctx)
+	return &pb.NodeServiceDrainResponse{}, nil
+}
+
 func (f *fake) Heartbeat(ctx context.Context, _ *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
 	f.callers <- authz.Caller(ctx)
 	return &pb.HeartbeatResponse{}, nil
@@ -85,7 +93,7 @@ func serve(t *testing.T, src *mtls.Source, policy *authz.Policy) *server {
 	g := grpc.NewServer(a.ServerOptions()...)
 	f := &fake{callers: make(chan string, 16)}
 	pb.RegisterAdminServiceServer(g, f)
-	pb.RegisterNodeServiceServer(g, f)
+	pb.RegisterNodeServiceServer(g, fakeNode{f})
 	pb.RegisterDistributorServiceServer(g, f)
 	healthpb.RegisterHealthServer(g, health.NewServer())
 	reflection.Register(g)
@@ -151,6 +159,9 @@ func TestTheRoleMatrix(t *testing.T) {
 	require.ErrorContains(t, err, `may act only as node "n1", not as node "n2"`)
 	_, err = pb.NewNodeServiceClient(nodeConn).Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "n2"}})
 	require.Equal(t, codes.PermissionDenied, code(err))
+	_, err = pb.NewNodeServiceClient(nodeConn).Drain(ctx, &pb.NodeServiceDrainRequest{NodeId: "n2"})
+	require.Equal(t, codes.PermissionDenied, code(err), "a node drains only itself")
+	require.ErrorContains(t, err, `may act only as node "n1", not as node "n2"`)
 	_, err = router.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "r1"})
 	require.Equal(t, codes.PermissionDenied, code(err), "a router reads the map, no more")
 

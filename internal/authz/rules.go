@@ -68,7 +68,7 @@ func methods(desc string, names []string, rule Rule, into Rules) {
 // AssignerRules are the rules of the assigner's services.
 func AssignerRules() Rules {
 	r := Rules{}
-	methods(pb.NodeService_ServiceDesc.ServiceName, []string{"Register", "Heartbeat", "Deregister", "ReportLoad"},
+	methods(pb.NodeService_ServiceDesc.ServiceName, []string{"Register", "Heartbeat", "Deregister", "ReportLoad", "Drain"},
 		Rule{Roles: []Role{RoleNode}, Self: nodeID}, r)
 	methods(pb.AssignmentService_ServiceDesc.ServiceName, []string{"WatchAssignment", "GetAssignment", "Lookup"},
 		Rule{Roles: []Role{RoleRouter}}, r)

@@ -1081,8 +1081,13 @@ func (x *HeartbeatResponse) GetDistributor() *Distributor {
 }
 
 type DeregisterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// grace, when set, says the node does not leave but restarts within grace with its store
+	// intact (maintenance): the assigner keeps its slices where they are, its lease lasting
+	// grace (at most the assigner's limit), and the node resumes from its cursor. A node that
+	// is not back in time is taken out as one whose lease lapsed.
+	Grace         *durationpb.Duration `protobuf:"bytes,2,opt,name=grace,proto3" json:"grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1124,6 +1129,111 @@ func (x *DeregisterRequest) GetNodeId() string {
 	return ""
 }
 
+func (x *DeregisterRequest) GetGrace() *durationpb.Duration {
+	if x != nil {
+		return x.Grace
+	}
+	return nil
+}
+
+type NodeServiceDrainRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// cancel stops the node's drain.
+	Cancel        bool `protobuf:"varint,2,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeServiceDrainRequest) Reset() {
+	*x = NodeServiceDrainRequest{}
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeServiceDrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeServiceDrainRequest) ProtoMessage() {}
+
+func (x *NodeServiceDrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeServiceDrainRequest.ProtoReflect.Descriptor instead.
+func (*NodeServiceDrainRequest) Descriptor() ([]byte, []int) {
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *NodeServiceDrainRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeServiceDrainRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+type NodeServiceDrainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// slices is how many slices the node still holds.
+	Slices        uint32 `protobuf:"varint,1,opt,name=slices,proto3" json:"slices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeServiceDrainResponse) Reset() {
+	*x = NodeServiceDrainResponse{}
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeServiceDrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeServiceDrainResponse) ProtoMessage() {}
+
+func (x *NodeServiceDrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeServiceDrainResponse.ProtoReflect.Descriptor instead.
+func (*NodeServiceDrainResponse) Descriptor() ([]byte, []int) {
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *NodeServiceDrainResponse) GetSlices() uint32 {
+	if x != nil {
+		return x.Slices
+	}
+	return 0
+}
+
 type DeregisterResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1132,7 +1242,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[18]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1254,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[18]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1267,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{18}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{20}
 }
 
 // HotKey is a key carrying a noticeable share of its slice's load.
@@ -1171,7 +1281,7 @@ type HotKey struct {
 
 func (x *HotKey) Reset() {
 	*x = HotKey{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[19]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1293,7 @@ func (x *HotKey) String() string {
 func (*HotKey) ProtoMessage() {}
 
 func (x *HotKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[19]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1306,7 @@ func (x *HotKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
 func (*HotKey) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{19}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HotKey) GetHash() uint64 {
@@ -1238,7 +1348,7 @@ type ReportLoadRequest struct {
 
 func (x *ReportLoadRequest) Reset() {
 	*x = ReportLoadRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[20]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1360,7 @@ func (x *ReportLoadRequest) String() string {
 func (*ReportLoadRequest) ProtoMessage() {}
 
 func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[20]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1373,7 @@ func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
 func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{20}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportLoadRequest) GetNodeId() string {
@@ -1323,7 +1433,7 @@ type ReportLoadResponse struct {
 
 func (x *ReportLoadResponse) Reset() {
 	*x = ReportLoadResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[21]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1445,7 @@ func (x *ReportLoadResponse) String() string {
 func (*ReportLoadResponse) ProtoMessage() {}
 
 func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[21]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1458,7 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{21}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{23}
 }
 
 // SliceRef names a slice: the one starting at a point, or the one holding a key or a hash.
@@ -1366,7 +1476,7 @@ type SliceRef struct {
 
 func (x *SliceRef) Reset() {
 	*x = SliceRef{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[22]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1488,7 @@ func (x *SliceRef) String() string {
 func (*SliceRef) ProtoMessage() {}
 
 func (x *SliceRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[22]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1501,7 @@ func (x *SliceRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceRef.ProtoReflect.Descriptor instead.
 func (*SliceRef) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{22}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SliceRef) GetRef() isSliceRef_Ref {
@@ -1463,7 +1573,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[23]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1585,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[23]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1598,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{23}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Change) GetPosition() *Position {
@@ -1527,7 +1637,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[24]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1649,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[24]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1662,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{24}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{26}
 }
 
 type StatusResponse struct {
@@ -1586,7 +1696,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[25]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1708,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[25]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1721,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{25}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusResponse) GetLeader() bool {
@@ -1741,7 +1851,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[26]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1863,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[26]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1876,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{26}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{28}
 }
 
 type NodeInfo struct {
@@ -1788,7 +1898,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[27]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1910,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[27]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1923,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{27}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeInfo) GetNode() *Node {
@@ -1888,7 +1998,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[28]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2010,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[28]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2023,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{28}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -1937,7 +2047,7 @@ type ListSlicesRequest struct {
 
 func (x *ListSlicesRequest) Reset() {
 	*x = ListSlicesRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[29]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2059,7 @@ func (x *ListSlicesRequest) String() string {
 func (*ListSlicesRequest) ProtoMessage() {}
 
 func (x *ListSlicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[29]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2072,7 @@ func (x *ListSlicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlicesRequest.ProtoReflect.Descriptor instead.
 func (*ListSlicesRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{29}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListSlicesRequest) GetNode() string {
@@ -2005,7 +2115,7 @@ type SliceInfo struct {
 
 func (x *SliceInfo) Reset() {
 	*x = SliceInfo{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[30]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2127,7 @@ func (x *SliceInfo) String() string {
 func (*SliceInfo) ProtoMessage() {}
 
 func (x *SliceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[30]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2140,7 @@ func (x *SliceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceInfo.ProtoReflect.Descriptor instead.
 func (*SliceInfo) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{30}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SliceInfo) GetRange() *Range {
@@ -2100,7 +2210,7 @@ type ListSlicesResponse struct {
 
 func (x *ListSlicesResponse) Reset() {
 	*x = ListSlicesResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[31]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2222,7 @@ func (x *ListSlicesResponse) String() string {
 func (*ListSlicesResponse) ProtoMessage() {}
 
 func (x *ListSlicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[31]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2235,7 @@ func (x *ListSlicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlicesResponse.ProtoReflect.Descriptor instead.
 func (*ListSlicesResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{31}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSlicesResponse) GetSlices() []*SliceInfo {
@@ -2154,7 +2264,7 @@ type ListQuantaRequest struct {
 
 func (x *ListQuantaRequest) Reset() {
 	*x = ListQuantaRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[32]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2276,7 @@ func (x *ListQuantaRequest) String() string {
 func (*ListQuantaRequest) ProtoMessage() {}
 
 func (x *ListQuantaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[32]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2289,7 @@ func (x *ListQuantaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQuantaRequest.ProtoReflect.Descriptor instead.
 func (*ListQuantaRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{32}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListQuantaRequest) GetLimit() uint32 {
@@ -2205,7 +2315,7 @@ type ListQuantaResponse struct {
 
 func (x *ListQuantaResponse) Reset() {
 	*x = ListQuantaResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[33]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2327,7 @@ func (x *ListQuantaResponse) String() string {
 func (*ListQuantaResponse) ProtoMessage() {}
 
 func (x *ListQuantaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[33]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2340,7 @@ func (x *ListQuantaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQuantaResponse.ProtoReflect.Descriptor instead.
 func (*ListQuantaResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{33}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListQuantaResponse) GetQuanta() []*Quantum {
@@ -2250,7 +2360,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[34]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2372,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[34]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2385,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{34}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MoveRequest) GetSlice() *SliceRef {
@@ -2301,7 +2411,7 @@ type MoveResponse struct {
 
 func (x *MoveResponse) Reset() {
 	*x = MoveResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[35]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2423,7 @@ func (x *MoveResponse) String() string {
 func (*MoveResponse) ProtoMessage() {}
 
 func (x *MoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[35]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2436,7 @@ func (x *MoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveResponse.ProtoReflect.Descriptor instead.
 func (*MoveResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{35}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MoveResponse) GetChange() *Change {
@@ -2350,7 +2460,7 @@ type SplitRequest struct {
 
 func (x *SplitRequest) Reset() {
 	*x = SplitRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[36]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2472,7 @@ func (x *SplitRequest) String() string {
 func (*SplitRequest) ProtoMessage() {}
 
 func (x *SplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[36]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2485,7 @@ func (x *SplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitRequest.ProtoReflect.Descriptor instead.
 func (*SplitRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{36}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SplitRequest) GetSlice() *SliceRef {
@@ -2435,7 +2545,7 @@ type SplitResponse struct {
 
 func (x *SplitResponse) Reset() {
 	*x = SplitResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[37]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2557,7 @@ func (x *SplitResponse) String() string {
 func (*SplitResponse) ProtoMessage() {}
 
 func (x *SplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[37]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2570,7 @@ func (x *SplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitResponse.ProtoReflect.Descriptor instead.
 func (*SplitResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{37}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SplitResponse) GetChange() *Change {
@@ -2480,7 +2590,7 @@ type MergeRequest struct {
 
 func (x *MergeRequest) Reset() {
 	*x = MergeRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[38]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2602,7 @@ func (x *MergeRequest) String() string {
 func (*MergeRequest) ProtoMessage() {}
 
 func (x *MergeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[38]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2615,7 @@ func (x *MergeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeRequest.ProtoReflect.Descriptor instead.
 func (*MergeRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{38}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MergeRequest) GetLeft() *SliceRef {
@@ -2531,7 +2641,7 @@ type MergeResponse struct {
 
 func (x *MergeResponse) Reset() {
 	*x = MergeResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[39]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2653,7 @@ func (x *MergeResponse) String() string {
 func (*MergeResponse) ProtoMessage() {}
 
 func (x *MergeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[39]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2666,7 @@ func (x *MergeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeResponse.ProtoReflect.Descriptor instead.
 func (*MergeResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{39}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MergeResponse) GetChange() *Change {
@@ -2575,7 +2685,7 @@ type PinRequest struct {
 
 func (x *PinRequest) Reset() {
 	*x = PinRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[40]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2697,7 @@ func (x *PinRequest) String() string {
 func (*PinRequest) ProtoMessage() {}
 
 func (x *PinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[40]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2710,7 @@ func (x *PinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinRequest.ProtoReflect.Descriptor instead.
 func (*PinRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{40}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PinRequest) GetSlice() *SliceRef {
@@ -2621,7 +2731,7 @@ type PinResponse struct {
 
 func (x *PinResponse) Reset() {
 	*x = PinResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[41]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2743,7 @@ func (x *PinResponse) String() string {
 func (*PinResponse) ProtoMessage() {}
 
 func (x *PinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[41]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2756,7 @@ func (x *PinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinResponse.ProtoReflect.Descriptor instead.
 func (*PinResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{41}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PinResponse) GetPinned() *Range {
@@ -2672,7 +2782,7 @@ type UnpinRequest struct {
 
 func (x *UnpinRequest) Reset() {
 	*x = UnpinRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[42]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2794,7 @@ func (x *UnpinRequest) String() string {
 func (*UnpinRequest) ProtoMessage() {}
 
 func (x *UnpinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[42]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2807,7 @@ func (x *UnpinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnpinRequest.ProtoReflect.Descriptor instead.
 func (*UnpinRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{42}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UnpinRequest) GetSlice() *SliceRef {
@@ -2718,7 +2828,7 @@ type UnpinResponse struct {
 
 func (x *UnpinResponse) Reset() {
 	*x = UnpinResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[43]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2840,7 @@ func (x *UnpinResponse) String() string {
 func (*UnpinResponse) ProtoMessage() {}
 
 func (x *UnpinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[43]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2853,7 @@ func (x *UnpinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnpinResponse.ProtoReflect.Descriptor instead.
 func (*UnpinResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{43}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UnpinResponse) GetUnpinned() *Range {
@@ -2771,7 +2881,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[44]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +2893,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[44]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +2906,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{44}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DrainRequest) GetNodeId() string {
@@ -2823,7 +2933,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[45]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2945,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[45]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2958,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{45}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DrainResponse) GetSlices() uint32 {
@@ -2867,7 +2977,7 @@ type FreezeRequest struct {
 
 func (x *FreezeRequest) Reset() {
 	*x = FreezeRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[46]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +2989,7 @@ func (x *FreezeRequest) String() string {
 func (*FreezeRequest) ProtoMessage() {}
 
 func (x *FreezeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[46]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +3002,7 @@ func (x *FreezeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeRequest.ProtoReflect.Descriptor instead.
 func (*FreezeRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{46}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FreezeRequest) GetReason() string {
@@ -2910,7 +3020,7 @@ type FreezeResponse struct {
 
 func (x *FreezeResponse) Reset() {
 	*x = FreezeResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[47]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3032,7 @@ func (x *FreezeResponse) String() string {
 func (*FreezeResponse) ProtoMessage() {}
 
 func (x *FreezeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[47]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3045,7 @@ func (x *FreezeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeResponse.ProtoReflect.Descriptor instead.
 func (*FreezeResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{47}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{49}
 }
 
 type UnfreezeRequest struct {
@@ -2946,7 +3056,7 @@ type UnfreezeRequest struct {
 
 func (x *UnfreezeRequest) Reset() {
 	*x = UnfreezeRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[48]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3068,7 @@ func (x *UnfreezeRequest) String() string {
 func (*UnfreezeRequest) ProtoMessage() {}
 
 func (x *UnfreezeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[48]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3081,7 @@ func (x *UnfreezeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezeRequest.ProtoReflect.Descriptor instead.
 func (*UnfreezeRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{48}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{50}
 }
 
 type UnfreezeResponse struct {
@@ -2982,7 +3092,7 @@ type UnfreezeResponse struct {
 
 func (x *UnfreezeResponse) Reset() {
 	*x = UnfreezeResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[49]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3104,7 @@ func (x *UnfreezeResponse) String() string {
 func (*UnfreezeResponse) ProtoMessage() {}
 
 func (x *UnfreezeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[49]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3117,7 @@ func (x *UnfreezeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezeResponse.ProtoReflect.Descriptor instead.
 func (*UnfreezeResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{49}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{51}
 }
 
 type SetAlgorithmRequest struct {
@@ -3020,7 +3130,7 @@ type SetAlgorithmRequest struct {
 
 func (x *SetAlgorithmRequest) Reset() {
 	*x = SetAlgorithmRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[50]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3142,7 @@ func (x *SetAlgorithmRequest) String() string {
 func (*SetAlgorithmRequest) ProtoMessage() {}
 
 func (x *SetAlgorithmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[50]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3155,7 @@ func (x *SetAlgorithmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAlgorithmRequest.ProtoReflect.Descriptor instead.
 func (*SetAlgorithmRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{50}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetAlgorithmRequest) GetName() string {
@@ -3070,7 +3180,7 @@ type SetAlgorithmResponse struct {
 
 func (x *SetAlgorithmResponse) Reset() {
 	*x = SetAlgorithmResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[51]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3192,7 @@ func (x *SetAlgorithmResponse) String() string {
 func (*SetAlgorithmResponse) ProtoMessage() {}
 
 func (x *SetAlgorithmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[51]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3205,7 @@ func (x *SetAlgorithmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAlgorithmResponse.ProtoReflect.Descriptor instead.
 func (*SetAlgorithmResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{51}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{53}
 }
 
 type ExplainRequest struct {
@@ -3106,7 +3216,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[52]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3228,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[52]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3241,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{52}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{54}
 }
 
 type Candidate struct {
@@ -3150,7 +3260,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[53]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3162,7 +3272,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[53]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3175,7 +3285,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{53}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Candidate) GetAction() string {
@@ -3265,7 +3375,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[54]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3387,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[54]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3400,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{54}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ExplainResponse) GetPosition() *Position {
@@ -3519,9 +3629,15 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\x12<\n" +
-	"\vdistributor\x18\x03 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\",\n" +
+	"\vdistributor\x18\x03 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"]\n" +
 	"\x11DeregisterRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x14\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12/\n" +
+	"\x05grace\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"J\n" +
+	"\x17NodeServiceDrainRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06cancel\x18\x02 \x01(\bR\x06cancel\"2\n" +
+	"\x18NodeServiceDrainResponse\x12\x16\n" +
+	"\x06slices\x18\x01 \x01(\rR\x06slices\"\x14\n" +
 	"\x12DeregisterResponse\"0\n" +
 	"\x06HotKey\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\x06R\x04hash\x12\x12\n" +
@@ -3699,14 +3815,15 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\rGetAssignment\x12#.sliceplane.v1.GetAssignmentRequest\x1a$.sliceplane.v1.GetAssignmentResponse\x12E\n" +
 	"\x06Lookup\x12\x1c.sliceplane.v1.LookupRequest\x1a\x1d.sliceplane.v1.LookupResponse2g\n" +
 	"\rQuantaService\x12V\n" +
-	"\vWatchQuanta\x12!.sliceplane.v1.WatchQuantaRequest\x1a\".sliceplane.v1.WatchQuantaResponse0\x012\xd0\x02\n" +
+	"\vWatchQuanta\x12!.sliceplane.v1.WatchQuantaRequest\x1a\".sliceplane.v1.WatchQuantaResponse0\x012\xaa\x03\n" +
 	"\vNodeService\x12K\n" +
 	"\bRegister\x12\x1e.sliceplane.v1.RegisterRequest\x1a\x1f.sliceplane.v1.RegisterResponse\x12N\n" +
 	"\tHeartbeat\x12\x1f.sliceplane.v1.HeartbeatRequest\x1a .sliceplane.v1.HeartbeatResponse\x12Q\n" +
 	"\n" +
 	"Deregister\x12 .sliceplane.v1.DeregisterRequest\x1a!.sliceplane.v1.DeregisterResponse\x12Q\n" +
 	"\n" +
-	"ReportLoad\x12 .sliceplane.v1.ReportLoadRequest\x1a!.sliceplane.v1.ReportLoadResponse2\x91\b\n" +
+	"ReportLoad\x12 .sliceplane.v1.ReportLoadRequest\x1a!.sliceplane.v1.ReportLoadResponse\x12X\n" +
+	"\x05Drain\x12&.sliceplane.v1.NodeServiceDrainRequest\x1a'.sliceplane.v1.NodeServiceDrainResponse2\x91\b\n" +
 	"\fAdminService\x12E\n" +
 	"\x06Status\x12\x1c.sliceplane.v1.StatusRequest\x1a\x1d.sliceplane.v1.StatusResponse\x12N\n" +
 	"\tListNodes\x12\x1f.sliceplane.v1.ListNodesRequest\x1a .sliceplane.v1.ListNodesResponse\x12Q\n" +
@@ -3737,178 +3854,183 @@ func file_sliceplane_v1_assigner_proto_rawDescGZIP() []byte {
 	return file_sliceplane_v1_assigner_proto_rawDescData
 }
 
-var file_sliceplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_sliceplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_sliceplane_v1_assigner_proto_goTypes = []any{
-	(*Range)(nil),                   // 0: sliceplane.v1.Range
-	(*Position)(nil),                // 1: sliceplane.v1.Position
-	(*Quantum)(nil),                 // 2: sliceplane.v1.Quantum
-	(*DistributorSet)(nil),          // 3: sliceplane.v1.DistributorSet
-	(*Distributor)(nil),             // 4: sliceplane.v1.Distributor
-	(*WatchAssignmentRequest)(nil),  // 5: sliceplane.v1.WatchAssignmentRequest
-	(*WatchAssignmentResponse)(nil), // 6: sliceplane.v1.WatchAssignmentResponse
-	(*GetAssignmentRequest)(nil),    // 7: sliceplane.v1.GetAssignmentRequest
-	(*GetAssignmentResponse)(nil),   // 8: sliceplane.v1.GetAssignmentResponse
-	(*LookupRequest)(nil),           // 9: sliceplane.v1.LookupRequest
-	(*LookupResponse)(nil),          // 10: sliceplane.v1.LookupResponse
-	(*WatchQuantaRequest)(nil),      // 11: sliceplane.v1.WatchQuantaRequest
-	(*WatchQuantaResponse)(nil),     // 12: sliceplane.v1.WatchQuantaResponse
-	(*RegisterRequest)(nil),         // 13: sliceplane.v1.RegisterRequest
-	(*RegisterResponse)(nil),        // 14: sliceplane.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),        // 15: sliceplane.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),       // 16: sliceplane.v1.HeartbeatResponse
-	(*DeregisterRequest)(nil),       // 17: sliceplane.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),      // 18: sliceplane.v1.DeregisterResponse
-	(*HotKey)(nil),                  // 19: sliceplane.v1.HotKey
-	(*ReportLoadRequest)(nil),       // 20: sliceplane.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 21: sliceplane.v1.ReportLoadResponse
-	(*SliceRef)(nil),                // 22: sliceplane.v1.SliceRef
-	(*Change)(nil),                  // 23: sliceplane.v1.Change
-	(*StatusRequest)(nil),           // 24: sliceplane.v1.StatusRequest
-	(*StatusResponse)(nil),          // 25: sliceplane.v1.StatusResponse
-	(*ListNodesRequest)(nil),        // 26: sliceplane.v1.ListNodesRequest
-	(*NodeInfo)(nil),                // 27: sliceplane.v1.NodeInfo
-	(*ListNodesResponse)(nil),       // 28: sliceplane.v1.ListNodesResponse
-	(*ListSlicesRequest)(nil),       // 29: sliceplane.v1.ListSlicesRequest
-	(*SliceInfo)(nil),               // 30: sliceplane.v1.SliceInfo
-	(*ListSlicesResponse)(nil),      // 31: sliceplane.v1.ListSlicesResponse
-	(*ListQuantaRequest)(nil),       // 32: sliceplane.v1.ListQuantaRequest
-	(*ListQuantaResponse)(nil),      // 33: sliceplane.v1.ListQuantaResponse
-	(*MoveRequest)(nil),             // 34: sliceplane.v1.MoveRequest
-	(*MoveResponse)(nil),            // 35: sliceplane.v1.MoveResponse
-	(*SplitRequest)(nil),            // 36: sliceplane.v1.SplitRequest
-	(*SplitResponse)(nil),           // 37: sliceplane.v1.SplitResponse
-	(*MergeRequest)(nil),            // 38: sliceplane.v1.MergeRequest
-	(*MergeResponse)(nil),           // 39: sliceplane.v1.MergeResponse
-	(*PinRequest)(nil),              // 40: sliceplane.v1.PinRequest
-	(*PinResponse)(nil),             // 41: sliceplane.v1.PinResponse
-	(*UnpinRequest)(nil),            // 42: sliceplane.v1.UnpinRequest
-	(*UnpinResponse)(nil),           // 43: sliceplane.v1.UnpinResponse
-	(*DrainRequest)(nil),            // 44: sliceplane.v1.DrainRequest
-	(*DrainResponse)(nil),           // 45: sliceplane.v1.DrainResponse
-	(*FreezeRequest)(nil),           // 46: sliceplane.v1.FreezeRequest
-	(*FreezeResponse)(nil),          // 47: sliceplane.v1.FreezeResponse
-	(*UnfreezeRequest)(nil),         // 48: sliceplane.v1.UnfreezeRequest
-	(*UnfreezeResponse)(nil),        // 49: sliceplane.v1.UnfreezeResponse
-	(*SetAlgorithmRequest)(nil),     // 50: sliceplane.v1.SetAlgorithmRequest
-	(*SetAlgorithmResponse)(nil),    // 51: sliceplane.v1.SetAlgorithmResponse
-	(*ExplainRequest)(nil),          // 52: sliceplane.v1.ExplainRequest
-	(*Candidate)(nil),               // 53: sliceplane.v1.Candidate
-	(*ExplainResponse)(nil),         // 54: sliceplane.v1.ExplainResponse
-	nil,                             // 55: sliceplane.v1.DistributorSet.AddressesEntry
-	nil,                             // 56: sliceplane.v1.RegisterRequest.LabelsEntry
-	nil,                             // 57: sliceplane.v1.StatusResponse.ParamsEntry
-	nil,                             // 58: sliceplane.v1.NodeInfo.LabelsEntry
-	nil,                             // 59: sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	(*Op)(nil),                      // 60: sliceplane.v1.Op
-	(*Assignment)(nil),              // 61: sliceplane.v1.Assignment
-	(*timestamppb.Timestamp)(nil),   // 62: google.protobuf.Timestamp
-	(*Node)(nil),                    // 63: sliceplane.v1.Node
-	(*durationpb.Duration)(nil),     // 64: google.protobuf.Duration
+	(*Range)(nil),                    // 0: sliceplane.v1.Range
+	(*Position)(nil),                 // 1: sliceplane.v1.Position
+	(*Quantum)(nil),                  // 2: sliceplane.v1.Quantum
+	(*DistributorSet)(nil),           // 3: sliceplane.v1.DistributorSet
+	(*Distributor)(nil),              // 4: sliceplane.v1.Distributor
+	(*WatchAssignmentRequest)(nil),   // 5: sliceplane.v1.WatchAssignmentRequest
+	(*WatchAssignmentResponse)(nil),  // 6: sliceplane.v1.WatchAssignmentResponse
+	(*GetAssignmentRequest)(nil),     // 7: sliceplane.v1.GetAssignmentRequest
+	(*GetAssignmentResponse)(nil),    // 8: sliceplane.v1.GetAssignmentResponse
+	(*LookupRequest)(nil),            // 9: sliceplane.v1.LookupRequest
+	(*LookupResponse)(nil),           // 10: sliceplane.v1.LookupResponse
+	(*WatchQuantaRequest)(nil),       // 11: sliceplane.v1.WatchQuantaRequest
+	(*WatchQuantaResponse)(nil),      // 12: sliceplane.v1.WatchQuantaResponse
+	(*RegisterRequest)(nil),          // 13: sliceplane.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 14: sliceplane.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),         // 15: sliceplane.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 16: sliceplane.v1.HeartbeatResponse
+	(*DeregisterRequest)(nil),        // 17: sliceplane.v1.DeregisterRequest
+	(*NodeServiceDrainRequest)(nil),  // 18: sliceplane.v1.NodeServiceDrainRequest
+	(*NodeServiceDrainResponse)(nil), // 19: sliceplane.v1.NodeServiceDrainResponse
+	(*DeregisterResponse)(nil),       // 20: sliceplane.v1.DeregisterResponse
+	(*HotKey)(nil),                   // 21: sliceplane.v1.HotKey
+	(*ReportLoadRequest)(nil),        // 22: sliceplane.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),       // 23: sliceplane.v1.ReportLoadResponse
+	(*SliceRef)(nil),                 // 24: sliceplane.v1.SliceRef
+	(*Change)(nil),                   // 25: sliceplane.v1.Change
+	(*StatusRequest)(nil),            // 26: sliceplane.v1.StatusRequest
+	(*StatusResponse)(nil),           // 27: sliceplane.v1.StatusResponse
+	(*ListNodesRequest)(nil),         // 28: sliceplane.v1.ListNodesRequest
+	(*NodeInfo)(nil),                 // 29: sliceplane.v1.NodeInfo
+	(*ListNodesResponse)(nil),        // 30: sliceplane.v1.ListNodesResponse
+	(*ListSlicesRequest)(nil),        // 31: sliceplane.v1.ListSlicesRequest
+	(*SliceInfo)(nil),                // 32: sliceplane.v1.SliceInfo
+	(*ListSlicesResponse)(nil),       // 33: sliceplane.v1.ListSlicesResponse
+	(*ListQuantaRequest)(nil),        // 34: sliceplane.v1.ListQuantaRequest
+	(*ListQuantaResponse)(nil),       // 35: sliceplane.v1.ListQuantaResponse
+	(*MoveRequest)(nil),              // 36: sliceplane.v1.MoveRequest
+	(*MoveResponse)(nil),             // 37: sliceplane.v1.MoveResponse
+	(*SplitRequest)(nil),             // 38: sliceplane.v1.SplitRequest
+	(*SplitResponse)(nil),            // 39: sliceplane.v1.SplitResponse
+	(*MergeRequest)(nil),             // 40: sliceplane.v1.MergeRequest
+	(*MergeResponse)(nil),            // 41: sliceplane.v1.MergeResponse
+	(*PinRequest)(nil),               // 42: sliceplane.v1.PinRequest
+	(*PinResponse)(nil),              // 43: sliceplane.v1.PinResponse
+	(*UnpinRequest)(nil),             // 44: sliceplane.v1.UnpinRequest
+	(*UnpinResponse)(nil),            // 45: sliceplane.v1.UnpinResponse
+	(*DrainRequest)(nil),             // 46: sliceplane.v1.DrainRequest
+	(*DrainResponse)(nil),            // 47: sliceplane.v1.DrainResponse
+	(*FreezeRequest)(nil),            // 48: sliceplane.v1.FreezeRequest
+	(*FreezeResponse)(nil),           // 49: sliceplane.v1.FreezeResponse
+	(*UnfreezeRequest)(nil),          // 50: sliceplane.v1.UnfreezeRequest
+	(*UnfreezeResponse)(nil),         // 51: sliceplane.v1.UnfreezeResponse
+	(*SetAlgorithmRequest)(nil),      // 52: sliceplane.v1.SetAlgorithmRequest
+	(*SetAlgorithmResponse)(nil),     // 53: sliceplane.v1.SetAlgorithmResponse
+	(*ExplainRequest)(nil),           // 54: sliceplane.v1.ExplainRequest
+	(*Candidate)(nil),                // 55: sliceplane.v1.Candidate
+	(*ExplainResponse)(nil),          // 56: sliceplane.v1.ExplainResponse
+	nil,                              // 57: sliceplane.v1.DistributorSet.AddressesEntry
+	nil,                              // 58: sliceplane.v1.RegisterRequest.LabelsEntry
+	nil,                              // 59: sliceplane.v1.StatusResponse.ParamsEntry
+	nil,                              // 60: sliceplane.v1.NodeInfo.LabelsEntry
+	nil,                              // 61: sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	(*Op)(nil),                       // 62: sliceplane.v1.Op
+	(*Assignment)(nil),               // 63: sliceplane.v1.Assignment
+	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
+	(*Node)(nil),                     // 65: sliceplane.v1.Node
+	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
 }
 var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 0: sliceplane.v1.Quantum.position:type_name -> sliceplane.v1.Position
-	60, // 1: sliceplane.v1.Quantum.ops:type_name -> sliceplane.v1.Op
-	61, // 2: sliceplane.v1.Quantum.assignment:type_name -> sliceplane.v1.Assignment
-	62, // 3: sliceplane.v1.Quantum.time:type_name -> google.protobuf.Timestamp
+	62, // 1: sliceplane.v1.Quantum.ops:type_name -> sliceplane.v1.Op
+	63, // 2: sliceplane.v1.Quantum.assignment:type_name -> sliceplane.v1.Assignment
+	64, // 3: sliceplane.v1.Quantum.time:type_name -> google.protobuf.Timestamp
 	3,  // 4: sliceplane.v1.Quantum.distributors:type_name -> sliceplane.v1.DistributorSet
-	55, // 5: sliceplane.v1.DistributorSet.addresses:type_name -> sliceplane.v1.DistributorSet.AddressesEntry
+	57, // 5: sliceplane.v1.DistributorSet.addresses:type_name -> sliceplane.v1.DistributorSet.AddressesEntry
 	1,  // 6: sliceplane.v1.WatchAssignmentRequest.from:type_name -> sliceplane.v1.Position
 	2,  // 7: sliceplane.v1.WatchAssignmentResponse.quantum:type_name -> sliceplane.v1.Quantum
 	1,  // 8: sliceplane.v1.GetAssignmentResponse.position:type_name -> sliceplane.v1.Position
-	61, // 9: sliceplane.v1.GetAssignmentResponse.assignment:type_name -> sliceplane.v1.Assignment
+	63, // 9: sliceplane.v1.GetAssignmentResponse.assignment:type_name -> sliceplane.v1.Assignment
 	0,  // 10: sliceplane.v1.LookupResponse.slice:type_name -> sliceplane.v1.Range
 	1,  // 11: sliceplane.v1.WatchQuantaRequest.from:type_name -> sliceplane.v1.Position
 	2,  // 12: sliceplane.v1.WatchQuantaResponse.quantum:type_name -> sliceplane.v1.Quantum
-	63, // 13: sliceplane.v1.RegisterRequest.node:type_name -> sliceplane.v1.Node
-	56, // 14: sliceplane.v1.RegisterRequest.labels:type_name -> sliceplane.v1.RegisterRequest.LabelsEntry
-	64, // 15: sliceplane.v1.RegisterResponse.ttl:type_name -> google.protobuf.Duration
+	65, // 13: sliceplane.v1.RegisterRequest.node:type_name -> sliceplane.v1.Node
+	58, // 14: sliceplane.v1.RegisterRequest.labels:type_name -> sliceplane.v1.RegisterRequest.LabelsEntry
+	66, // 15: sliceplane.v1.RegisterResponse.ttl:type_name -> google.protobuf.Duration
 	4,  // 16: sliceplane.v1.RegisterResponse.distributor:type_name -> sliceplane.v1.Distributor
-	64, // 17: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
+	66, // 17: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
 	0,  // 18: sliceplane.v1.HeartbeatRequest.loading:type_name -> sliceplane.v1.Range
-	64, // 19: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	66, // 19: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
 	4,  // 20: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
-	64, // 21: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
-	19, // 22: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
-	1,  // 23: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
-	60, // 24: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
-	1,  // 25: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
-	57, // 26: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
-	62, // 27: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
-	0,  // 28: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
-	62, // 29: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	63, // 30: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	58, // 31: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	62, // 32: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	64, // 33: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
-	27, // 34: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 35: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	30, // 36: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 37: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	22, // 38: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	23, // 39: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	22, // 40: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	23, // 41: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	22, // 42: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	22, // 43: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	23, // 44: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	22, // 45: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 46: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	22, // 47: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 48: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	59, // 49: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 50: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 51: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	53, // 52: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	62, // 53: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	5,  // 54: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 55: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 56: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 57: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 58: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 59: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 60: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	20, // 61: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	24, // 62: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	26, // 63: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	29, // 64: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	32, // 65: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	34, // 66: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	36, // 67: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	38, // 68: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	40, // 69: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	42, // 70: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	44, // 71: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	46, // 72: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	48, // 73: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	50, // 74: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	52, // 75: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 76: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 77: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 78: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 79: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 80: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 81: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	18, // 82: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	21, // 83: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	25, // 84: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	28, // 85: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	31, // 86: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	33, // 87: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	35, // 88: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	37, // 89: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	39, // 90: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	41, // 91: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	43, // 92: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	45, // 93: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	47, // 94: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	49, // 95: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	51, // 96: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	54, // 97: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	76, // [76:98] is the sub-list for method output_type
-	54, // [54:76] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	66, // 21: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
+	66, // 22: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
+	21, // 23: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
+	1,  // 24: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
+	62, // 25: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
+	1,  // 26: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
+	59, // 27: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
+	64, // 28: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
+	0,  // 29: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
+	64, // 30: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	65, // 31: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	60, // 32: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	64, // 33: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	66, // 34: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	29, // 35: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 36: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	32, // 37: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 38: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	24, // 39: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 40: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	24, // 41: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 42: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	24, // 43: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	24, // 44: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	25, // 45: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	24, // 46: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 47: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	24, // 48: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 49: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	61, // 50: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 51: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 52: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	55, // 53: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	64, // 54: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	5,  // 55: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 56: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 57: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 58: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 59: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 60: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 61: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	22, // 62: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	18, // 63: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
+	26, // 64: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	28, // 65: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	31, // 66: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	34, // 67: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	36, // 68: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	38, // 69: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	40, // 70: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	42, // 71: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	44, // 72: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	46, // 73: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	48, // 74: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	50, // 75: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	52, // 76: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	54, // 77: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 78: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 79: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 80: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 81: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 82: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 83: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	20, // 84: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	23, // 85: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	19, // 86: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
+	27, // 87: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	30, // 88: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	33, // 89: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	35, // 90: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	37, // 91: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	39, // 92: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	41, // 93: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	43, // 94: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	45, // 95: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	47, // 96: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	49, // 97: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	51, // 98: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	53, // 99: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	56, // 100: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	78, // [78:101] is the sub-list for method output_type
+	55, // [55:78] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }
@@ -3921,12 +4043,12 @@ func file_sliceplane_v1_assigner_proto_init() {
 		(*LookupRequest_Key)(nil),
 		(*LookupRequest_Hash)(nil),
 	}
-	file_sliceplane_v1_assigner_proto_msgTypes[22].OneofWrappers = []any{
+	file_sliceplane_v1_assigner_proto_msgTypes[24].OneofWrappers = []any{
 		(*SliceRef_Start)(nil),
 		(*SliceRef_Key)(nil),
 		(*SliceRef_Hash)(nil),
 	}
-	file_sliceplane_v1_assigner_proto_msgTypes[36].OneofWrappers = []any{
+	file_sliceplane_v1_assigner_proto_msgTypes[38].OneofWrappers = []any{
 		(*SplitRequest_AtHash)(nil),
 		(*SplitRequest_AtKey)(nil),
 	}
@@ -3936,7 +4058,7 @@ func file_sliceplane_v1_assigner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sliceplane_v1_assigner_proto_rawDesc), len(file_sliceplane_v1_assigner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -335,6 +335,7 @@ const (
 	NodeService_Heartbeat_FullMethodName  = "/sliceplane.v1.NodeService/Heartbeat"
 	NodeService_Deregister_FullMethodName = "/sliceplane.v1.NodeService/Deregister"
 	NodeService_ReportLoad_FullMethodName = "/sliceplane.v1.NodeService/ReportLoad"
+	NodeService_Drain_FullMethodName      = "/sliceplane.v1.NodeService/Drain"
 )
 
 // NodeServiceClient is the client API for NodeService service.
@@ -352,6 +353,10 @@ type NodeServiceClient interface {
 	Deregister(ctx context.Context, in *DeregisterRequest, opts ...grpc.CallOption) (*DeregisterResponse, error)
 	// ReportLoad records a node's load per slice over a window; it renews the lease too.
 	ReportLoad(ctx context.Context, in *ReportLoadRequest, opts ...grpc.CallOption) (*ReportLoadResponse, error)
+	// Drain asks for the node's own slices to be moved away, make-before-break, as
+	// AdminService.Drain does: a node leaving gracefully keeps serving until each has a
+	// serving replica elsewhere, then deregisters. A node may drain only itself.
+	Drain(ctx context.Context, in *NodeServiceDrainRequest, opts ...grpc.CallOption) (*NodeServiceDrainResponse, error)
 }
 
 type nodeServiceClient struct {
@@ -402,6 +407,16 @@ func (c *nodeServiceClient) ReportLoad(ctx context.Context, in *ReportLoadReques
 	return out, nil
 }
 
+func (c *nodeServiceClient) Drain(ctx context.Context, in *NodeServiceDrainRequest, opts ...grpc.CallOption) (*NodeServiceDrainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeServiceDrainResponse)
+	err := c.cc.Invoke(ctx, NodeService_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServiceServer is the server API for NodeService service.
 // All implementations must embed UnimplementedNodeServiceServer
 // for forward compatibility.
@@ -417,6 +432,10 @@ type NodeServiceServer interface {
 	Deregister(context.Context, *DeregisterRequest) (*DeregisterResponse, error)
 	// ReportLoad records a node's load per slice over a window; it renews the lease too.
 	ReportLoad(context.Context, *ReportLoadRequest) (*ReportLoadResponse, error)
+	// Drain asks for the node's own slices to be moved away, make-before-break, as
+	// AdminService.Drain does: a node leaving gracefully keeps serving until each has a
+	// serving replica elsewhere, then deregisters. A node may drain only itself.
+	Drain(context.Context, *NodeServiceDrainRequest) (*NodeServiceDrainResponse, error)
 	mustEmbedUnimplementedNodeServiceServer()
 }
 
@@ -438,6 +457,9 @@ func (UnimplementedNodeServiceServer) Deregister(context.Context, *DeregisterReq
 }
 func (UnimplementedNodeServiceServer) ReportLoad(context.Context, *ReportLoadRequest) (*ReportLoadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportLoad not implemented")
+}
+func (UnimplementedNodeServiceServer) Drain(context.Context, *NodeServiceDrainRequest) (*NodeServiceDrainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
 }
 func (UnimplementedNodeServiceServer) mustEmbedUnimplementedNodeServiceServer() {}
 func (UnimplementedNodeServiceServer) testEmbeddedByValue()                     {}
@@ -532,6 +554,24 @@ func _NodeService_ReportLoad_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeService_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NodeServiceDrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServiceServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeService_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServiceServer).Drain(ctx, req.(*NodeServiceDrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeService_ServiceDesc is the grpc.ServiceDesc for NodeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -554,6 +594,10 @@ var NodeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportLoad",
 			Handler:    _NodeService_ReportLoad_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _NodeService_Drain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

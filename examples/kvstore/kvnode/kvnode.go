@@ -52,8 +52,13 @@ type Config struct {
 	// TLS gives the node its certificate (spiffe://sliceplane/node/<ID>): it serves its HTTP
 	// API over TLS with client certificates required, and dials the assigners and its
 	// distributor with it. The zero TLS is plaintext, allowed on loopback or with Insecure.
-	TLS    mtls.Config
-	Logger *slog.Logger
+	TLS mtls.Config
+	// DrainTimeout bounds the drain when Run's context ends (SIGTERM): the node asks for its
+	// slices to be handed off and serves them until each has, then leaves. A node still
+	// holding slices when it runs out just stops (its lease lapses). 0 stops at once, as a
+	// crash would, the assigner moving the slices once the lease lapses.
+	DrainTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // Server is a running node.
@@ -164,10 +169,43 @@ func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 // Addr returns the bound HTTP address.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
-// Run serves until ctx ends, then stops and closes the store; it returns nil then, or the
-// error that stopped the node. It runs once.
+// Run serves until ctx ends, drains (Config.DrainTimeout), then stops and closes the store;
+// it returns nil then, or the error that stopped the node. It runs once.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.store.Close()
+	// The parts run on past ctx, while the node drains: serving is what lets its slices be
+	// handed off without a failed read.
+	serve, stop := context.WithCancel(context.WithoutCancel(ctx))
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		select {
+		case <-ctx.Done():
+			s.drain(serve)
+			stop()
+		case <-serve.Done():
+		}
+	}()
+	err := s.serve(serve)
+	stop()
+	<-drained
+	return err
+}
+
+// drain hands the node's slices off before it stops, for at most DrainTimeout.
+func (s *Server) drain(ctx context.Context) {
+	if s.cfg.DrainTimeout <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	defer cancel()
+	s.log.Info("stopping: draining", "slices", len(s.node.Slices()), "timeout", s.cfg.DrainTimeout)
+	if err := s.node.Drain(ctx); err != nil {
+		s.log.Warn("the drain did not finish; stopping all the same", "err", err)
+	}
+}
+
+func (s *Server) serve(ctx context.Context) error {
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: s.tls.ServerTLS()}
 	s.log.Info("serving", "addr", s.Addr(), "advertise", s.cfg.Advertise, "tls", s.tls.Mode())
 	return lifecycle.Run(ctx, "kvnode",

@@ -42,7 +42,9 @@ distributor into an on-disk store (--data-dir), and serves them over HTTP:
   GET /metrics     Prometheus metrics;  GET /healthz
 
 Every read counts as one unit of load on the key's slice. Restarted with the same
---id and --data-dir, a node resumes from where it stopped.
+--id and --data-dir, a node resumes from where it stopped. On SIGTERM it drains: its
+slices move to other nodes make-before-break while it serves them, for at most
+--drain-timeout, and then it stops.
 
 With --tls-cert, --tls-key and --tls-ca (a certificate naming
 spiffe://sliceplane/node/ID), the node dials the assigners and its distributor with
@@ -75,6 +77,7 @@ same CA. Without them it serves plaintext, on loopback only unless --insecure.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "kvnode-data", "directory of the node's store")
 	f.Float64Var(&cfg.Capacity, "capacity", 1, "the node's capacity relative to others")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "time between load reports")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long the node may take to hand its slices off (serving them until each is) before it stops; 0: stop at once")
 	f.DurationVar(&cfg.StallTimeout, "stall-timeout", 5*time.Second, "how long the pull stream may stay silent before the node reconnects and reports its data stale")
 	cfg.TLS.AddFlags(f, true)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
