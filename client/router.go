@@ -127,6 +127,9 @@ func (v *view) find(h uint64) int {
 type nodeInfo struct {
 	address  string
 	capacity float64
+	// stale says the node's last heartbeat found its data beyond its freshness bound (or its
+	// distributor silent): it answers no reads, so a slice's fresh replicas take them.
+	stale bool
 }
 
 // maxMapBytes bounds the message carrying a whole map. The assigner sends a map of 150k
@@ -447,7 +450,7 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 		starts[i] = s.Range.Start
 		// Reads go to the replicas that serve the slice: one still loading it has not all
 		// its data yet (make-before-break, I7).
-		serving := s.Serving()
+		serving := r.freshFirst(s.Serving())
 		// Neighbouring slices are often held by the same nodes: a split keeps them.
 		if prevSeen && slices.Equal(serving, prev) {
 			out[i] = prevSet
@@ -572,7 +575,7 @@ func (r *Router) listNodes(ctx context.Context, leader *dial.Follower) error {
 			r.log.Warn("the assigner lists a malformed node; ignoring it", "err", err)
 			continue
 		}
-		nodes[n.ID] = nodeInfo{address: info.GetAddress(), capacity: n.Weight()}
+		nodes[n.ID] = nodeInfo{address: info.GetAddress(), capacity: n.Weight(), stale: info.GetStale()}
 	}
 	r.setNodes(nodes)
 	return nil

@@ -49,6 +49,10 @@ type Config struct {
 	// StallTimeout is how long the pull stream may stay silent before the node reconnects
 	// and reports its data stale; 0 means the client's default.
 	StallTimeout time.Duration
+	// FreshnessBound is how far behind its source the node's data may be for it to answer
+	// reads; beyond it reads get 503 with kvclient.BeyondFreshness. 0 means the client's
+	// default.
+	FreshnessBound time.Duration
 	// TLS gives the node its certificate (spiffe://sliceplane/node/<ID>): it serves its HTTP
 	// API over TLS with client certificates required, and dials the assigners and its
 	// distributor with it. The zero TLS is plaintext, allowed on loopback or with Insecure.
@@ -67,6 +71,8 @@ type Server struct {
 	router *client.Router
 	reg    *prometheus.Registry
 	reads  *prometheus.CounterVec
+	// fresh says whether the node may answer from its data: node.Fresh, but for tests.
+	fresh func() (bool, string)
 }
 
 // shutdownTimeout bounds how long requests in flight may take once the node stops.
@@ -109,17 +115,17 @@ func New(cfg Config) (*Server, error) {
 	}
 	node, err := client.NewNode(client.NodeConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Advertise,
 		Assigners: cfg.Assigners, Store: store, ReportInterval: cfg.ReportInterval,
-		StallTimeout: cfg.StallTimeout, TLS: ctls, Logger: cfg.Logger})
+		StallTimeout: cfg.StallTimeout, FreshnessBound: cfg.FreshnessBound, TLS: ctls, Logger: cfg.Logger})
 	if err != nil {
 		lis.Close()
 		store.Close()
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), tls: src, lis: lis, store: store, node: node, router: router,
-		reg: prometheus.NewRegistry()}
+		reg: prometheus.NewRegistry(), fresh: node.Fresh}
 	s.reads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvstore_node_reads_total",
-		Help: "Reads served, by outcome: hit, miss (owned, not held), not_mine or loading (owned, its data still arriving).",
+		Help: "Reads served, by outcome: hit, miss (owned, not held), not_mine, loading (owned, its data still arriving) or stale (the node beyond its freshness bound).",
 	}, []string{"outcome"})
 	clock := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_clock",
@@ -142,17 +148,30 @@ func New(cfg Config) (*Server, error) {
 		Name: "kvstore_node_data_silence_seconds",
 		Help: "Time since the node last heard from its distributor.",
 	}, func() float64 { return node.Health().Silence.Seconds() })
+	beyond := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvstore_node_beyond_freshness",
+		Help: "1 while the node's data is beyond its freshness bound: it answers reads 503.",
+	}, func() float64 {
+		if ok, _ := s.fresh(); !ok {
+			return 1
+		}
+		return 0
+	})
 	stalls := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "kvstore_node_pull_stalls_total",
 		Help: "Pull streams the node gave up because they went silent (a stalled link or a hung distributor).",
 	}, func() float64 { return float64(node.Health().Stalls) })
-	s.reg.MustRegister(s.reads, clock, held, stale, silence, stalls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.reg.MustRegister(s.reads, clock, held, stale, silence, beyond, stalls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s, nil
 }
 
 // serveHealth says whether the node's data is fresh. It answers 200 either way: the process
 // is alive, and a stale node recovers by itself once its pull stream is back.
 func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if ok, why := s.fresh(); !ok {
+		fmt.Fprintf(w, "ok; reads refused, %s: %s\n", kvclient.BeyondFreshness, why)
+		return
+	}
 	h := s.node.Health()
 	if h.Stale {
 		fmt.Fprintf(w, "ok; data stale: no word from the distributor for %s (%d stalled pull streams)\n", h.Silence.Round(time.Millisecond), h.Stalls)
@@ -225,6 +244,14 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := client.Hash(key)
+	if ok, why := s.fresh(); !ok {
+		// Old data, or a list of slices as old, must not be taken for the truth: the
+		// reader goes to another replica, which the router prefers while this node is
+		// stale.
+		s.reads.WithLabelValues("stale").Inc()
+		http.Error(w, fmt.Sprintf("kvnode: %s: %s", kvclient.BeyondFreshness, why), http.StatusServiceUnavailable)
+		return
+	}
 	switch {
 	case !s.owns(h):
 		s.misdirect(w, key, "not_mine", "not mine")

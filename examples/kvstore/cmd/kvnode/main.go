@@ -76,6 +76,7 @@ same CA. Without them it serves plaintext, on loopback only unless --insecure.`,
 	f.Float64Var(&cfg.Capacity, "capacity", 1, "the node's capacity relative to others")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "time between load reports")
 	f.DurationVar(&cfg.StallTimeout, "stall-timeout", 5*time.Second, "how long the pull stream may stay silent before the node reconnects and reports its data stale")
+	f.DurationVar(&cfg.FreshnessBound, "freshness-bound", 3*time.Second, "how far behind its source the node's data may be for it to answer reads; beyond it, reads get 503")
 	cfg.TLS.AddFlags(f, true)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
