@@ -45,12 +45,15 @@ func newFreshness(bound time.Duration, started time.Time) *freshness {
 // whether a snapshot is under way.
 func (f *freshness) heardFrom(now time.Time, source, applied uint64, loading bool) {
 	f.heard, f.loading = now, loading
-	f.applied = max(f.applied, applied)
-	if loading {
-		// A snapshot that completes may leave the data at an older clock than before; what
-		// it reflects is known only then.
-		f.applied = applied
+	if applied < f.applied {
+		// A snapshot completed at an older clock than the node had: it lacks changes its
+		// distributor read no one knows how long ago, so as long ago as can be.
+		f.behind = append([]sighting{{clock: f.applied, at: f.started}}, f.behind...)
+		if len(f.behind) > maxSightings {
+			f.behind = append(f.behind[:maxSightings-1], sighting{clock: f.behind[len(f.behind)-1].clock, at: f.behind[maxSightings-1].at})
+		}
 	}
+	f.applied = applied
 	i := 0
 	for i < len(f.behind) && f.behind[i].clock <= f.applied {
 		i++
@@ -117,11 +120,9 @@ func (n *Node) Fresh() (ok bool, reason string) {
 	return n.fresh.fresh(time.Now())
 }
 
-// freshFirst returns the replicas of ids that reads should go to: those not known to be
-// stale, if any is; else all of them, since a stale node may have caught up since the
-// router last read the node list, and a reader it turns away tries the next. ids is
-// returned as is when no replica is stale, the common case. r.mu must be held.
-func (r *Router) freshFirst(ids []assignment.NodeID) []assignment.NodeID {
+// freshOf returns the replicas of ids that are not known to be stale, if any is; else all
+// of them. ids is returned as is when none is stale, the common case. r.mu must be held.
+func (r *Router) freshOf(ids []assignment.NodeID) []assignment.NodeID {
 	stale := 0
 	for _, id := range ids {
 		if r.nodes[id].stale {
@@ -138,4 +139,20 @@ func (r *Router) freshFirst(ids []assignment.NodeID) []assignment.NodeID {
 		}
 	}
 	return fresh
+}
+
+// staleRefreshInterval is how often a router reads the node list while some node is stale,
+// if its RefreshInterval is longer.
+const staleRefreshInterval = time.Second
+
+// anyStale reports whether the last node list said some node is stale.
+func (r *Router) anyStale() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.nodes {
+		if n.stale {
+			return true
+		}
+	}
+	return false
 }

@@ -300,7 +300,7 @@ func TestRouterTakesAddressesFromTheNodeList(t *testing.T) {
 	r.setNodes(map[assignment.NodeID]nodeInfo{"a": {address: "10.0.0.1:80", capacity: 2}, "b": {address: "10.0.0.2:80", capacity: 1}})
 	rt, err := r.LookupHash(0)
 	require.NoError(t, err)
-	assert.Equal(t, []Replica{{"a", "10.0.0.1:80", 2}, {"b", "10.0.0.2:80", 1}}, rt.Replicas)
+	assert.Equal(t, []Replica{{ID: "a", Address: "10.0.0.1:80", Capacity: 2}, {ID: "b", Address: "10.0.0.2:80", Capacity: 1}}, rt.Replicas)
 	assert.Equal(t, uint64(1), rt.Generation, "new addresses do not change the generation")
 
 	// Round-robin keeps its turn when the node list changes.
