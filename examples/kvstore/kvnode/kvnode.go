@@ -3,7 +3,9 @@
 // the node's slices, and serves reads of those items over HTTP, counting each as load. A read
 // of a key the node does not own is answered 421 with the owners, found with client.Router; so
 // is a read of a key of a slice the node is still loading, whose data has not all arrived,
-// with the slice's other replicas: a 404 then would say a key that exists does not.
+// with the slice's other replicas: a 404 then would say a key that exists does not. A node
+// whose data is beyond its freshness bound (client.Node.Fresh) answers reads of its keys 503
+// with kvclient.BeyondFreshness and the reason, rather than old data.
 package kvnode
 
 import (
@@ -244,14 +246,6 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := client.Hash(key)
-	if ok, why := s.fresh(); !ok {
-		// Old data, or a list of slices as old, must not be taken for the truth: the
-		// reader goes to another replica, which the router prefers while this node is
-		// stale.
-		s.reads.WithLabelValues("stale").Inc()
-		http.Error(w, fmt.Sprintf("kvnode: %s: %s", kvclient.BeyondFreshness, why), http.StatusServiceUnavailable)
-		return
-	}
 	switch {
 	case !s.owns(h):
 		s.misdirect(w, key, "not_mine", "not mine")
@@ -260,6 +254,14 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
 		// The node holds the slice, but its data is still arriving: a miss here would
 		// not mean that the key does not exist.
 		s.misdirect(w, key, "loading", "not mine yet: loading")
+		return
+	}
+	if ok, why := s.fresh(); !ok {
+		// Neither a value nor a miss from data that may be old: the reader goes to
+		// another replica, which routers prefer while this node is stale. A 421 above
+		// gives no data, only where to go.
+		s.reads.WithLabelValues("stale").Inc()
+		http.Error(w, fmt.Sprintf("kvnode: %s: %s", kvclient.BeyondFreshness, why), http.StatusServiceUnavailable)
 		return
 	}
 	s.node.RecordLoad(key, 1)
