@@ -113,14 +113,6 @@ func TestRoutersPreferFreshReplicas(t *testing.T) {
 	assert.Equal(t, map[string]int{"a": 3, "b": 3, "c": 3}, picks(t, r, 9))
 }
 
-func replicaIDs(reps []Replica) []string {
-	out := make([]string, len(reps))
-	for i, r := range reps {
-		out[i] = r.ID
-	}
-	return out
-}
-
 func TestValidateFreshnessBound(t *testing.T) {
 	c := NodeConfig{ID: "n1", Store: &recordingBatch{}, Assigners: []string{"a:1"}, Address: "n1:1"}
 	require.NoError(t, c.Validate())

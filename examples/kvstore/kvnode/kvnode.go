@@ -125,6 +125,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), tls: src, lis: lis, store: store, node: node, router: router,
 		reg: prometheus.NewRegistry(), fresh: node.Fresh}
+	s.registerMetrics()
+	return s, nil
+}
+
+// registerMetrics registers the node's metrics with s.reg.
+func (s *Server) registerMetrics() {
 	s.reads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvstore_node_reads_total",
 		Help: "Reads served, by outcome: hit, miss (owned, not held), not_mine, loading (owned, its data still arriving) or stale (the node beyond its freshness bound).",
@@ -132,16 +138,16 @@ func New(cfg Config) (*Server, error) {
 	clock := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_clock",
 		Help: "Source clock the node's data reflects.",
-	}, func() float64 { return float64(node.Clock()) })
+	}, func() float64 { return float64(s.node.Clock()) })
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_slices",
 		Help: "Slices the node holds.",
-	}, func() float64 { return float64(len(node.Slices())) })
+	}, func() float64 { return float64(len(s.node.Slices())) })
 	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_data_stale",
 		Help: "1 while the node's data may be stale: its distributor has been silent for longer than its stall timeout.",
 	}, func() float64 {
-		if node.Health().Stale {
+		if s.node.Health().Stale {
 			return 1
 		}
 		return 0
@@ -149,7 +155,7 @@ func New(cfg Config) (*Server, error) {
 	silence := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_data_silence_seconds",
 		Help: "Time since the node last heard from its distributor.",
-	}, func() float64 { return node.Health().Silence.Seconds() })
+	}, func() float64 { return s.node.Health().Silence.Seconds() })
 	beyond := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_beyond_freshness",
 		Help: "1 while the node's data is beyond its freshness bound: it answers reads 503.",
@@ -162,9 +168,8 @@ func New(cfg Config) (*Server, error) {
 	stalls := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "kvstore_node_pull_stalls_total",
 		Help: "Pull streams the node gave up because they went silent (a stalled link or a hung distributor).",
-	}, func() float64 { return float64(node.Health().Stalls) })
+	}, func() float64 { return float64(s.node.Health().Stalls) })
 	s.reg.MustRegister(s.reads, clock, held, stale, silence, beyond, stalls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return s, nil
 }
 
 // serveHealth says whether the node's data is fresh. It answers 200 either way: the process
