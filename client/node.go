@@ -51,6 +51,10 @@ type NodeConfig struct {
 	// dead, says so (log, Health, its heartbeats) and reconnects. Distributors send an idle
 	// stream a heartbeat every dial.StreamHeartbeat; default 5 s.
 	StallTimeout time.Duration
+	// FreshnessBound is how far behind its source the node's data may be for the node to
+	// answer from it (Fresh): the node must have heard from its distributor within the bound
+	// and applied every change its distributor had read a bound ago; default 3 s.
+	FreshnessBound time.Duration
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -81,6 +85,7 @@ type Node struct {
 	// pending is what the node loads, and the generation of the last delta applied; only
 	// the pull loop replaces it.
 	pending atomic.Pointer[loadingState]
+	fresh   lockedFreshness
 }
 
 // Health is what a node knows of its own data's freshness.
@@ -131,6 +136,11 @@ func (c *NodeConfig) Validate() error {
 		return fmt.Errorf("client: negative report interval %s", c.ReportInterval)
 	case c.StallTimeout < 0:
 		return fmt.Errorf("client: negative stall timeout %s", c.StallTimeout)
+	case c.FreshnessBound < 0:
+		return fmt.Errorf("client: negative freshness bound %s", c.FreshnessBound)
+	}
+	if c.FreshnessBound == 0 {
+		c.FreshnessBound = 3 * time.Second
 	}
 	if c.StallTimeout == 0 {
 		c.StallTimeout = 5 * time.Second
@@ -160,6 +170,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		tls: src, changed: make(chan struct{}), kick: make(chan struct{}, 1), loaded: make(chan struct{}, 1), started: time.Now()}
 	n.cursor.Store(&Cursor{})
 	n.pending.Store(&loadingState{})
+	n.fresh.f = newFreshness(cfg.FreshnessBound, n.started)
 	return n, nil
 }
 
@@ -375,8 +386,11 @@ func (n *Node) heartbeat(ctx context.Context, assigner *dial.Follower, every tim
 // map it has applied and the ranges it is still loading.
 func (n *Node) heartbeatRequest() *pb.HeartbeatRequest {
 	h := n.Health()
+	fresh, why := n.Fresh()
 	p := n.pending.Load()
-	req := &pb.HeartbeatRequest{NodeId: n.cfg.ID, Stale: h.Stale, Generation: p.gen}
+	// A node beyond its freshness bound answers no reads: stale tells routers to go to the
+	// slices' other replicas.
+	req := &pb.HeartbeatRequest{NodeId: n.cfg.ID, Stale: h.Stale || !fresh, Generation: p.gen}
 	for _, r := range p.set.Ranges() {
 		req.Loading = append(req.Loading, wire.RangeToProto(r))
 	}
@@ -385,6 +399,8 @@ func (n *Node) heartbeatRequest() *pb.HeartbeatRequest {
 	}
 	if h.Stale {
 		n.log.Warn("the node's data may be stale: its distributor is silent", "silence", h.Silence)
+	} else if !fresh {
+		n.log.Warn("the node's data is beyond its freshness bound", "reason", why)
 	}
 	return req
 }
@@ -531,6 +547,7 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 		if err := n.apply(ctx, delta); err != nil {
 			return progressed, err
 		}
+		n.fresh.heardFrom(time.Now(), resp.GetDelta().GetSourceClock(), n.clock.Load(), n.loading.Load())
 		progressed = true
 		if len(delta.Ops) > 0 {
 			ack := &pb.Cursor{Epoch: delta.Epoch, Index: delta.To}

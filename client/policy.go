@@ -69,6 +69,10 @@ type replicaSet struct {
 	load     []*nodeLoad // the in-flight counter of each replica's node
 	capacity float64     // the sum of the replicas' capacities
 	turn     atomic.Uint64
+	// fresh is the set of the replicas that are not stale, which Pick chooses among; nil
+	// when none is stale, or all are (a stale node may have caught up since, and a reader
+	// it turns away tries the next).
+	fresh *replicaSet
 }
 
 // pick returns the index of the replica that policy p chooses. rnd returns uniformly random

@@ -113,7 +113,7 @@ func TestRoundRobinCycles(t *testing.T) {
 }
 
 func TestWeightedCapacityFollowsCapacities(t *testing.T) {
-	nodes := map[assignment.NodeID]nodeInfo{"a": {"a:1", 1}, "b": {"b:1", 2}, "c": {"c:1", 5}}
+	nodes := map[assignment.NodeID]nodeInfo{"a": {address: "a:1", capacity: 1}, "b": {address: "b:1", capacity: 2}, "c": {address: "c:1", capacity: 5}}
 	r := newTestRouter(t, WeightedCapacity, everywhere(t, "a", "b", "c"), nodes)
 	const n = 80_000
 	got := picks(t, r, n)
@@ -297,15 +297,15 @@ func TestRouterTakesAddressesFromTheNodeList(t *testing.T) {
 	default:
 		t.Fatal("a map naming unknown nodes asks for the node list")
 	}
-	r.setNodes(map[assignment.NodeID]nodeInfo{"a": {"10.0.0.1:80", 2}, "b": {"10.0.0.2:80", 1}})
+	r.setNodes(map[assignment.NodeID]nodeInfo{"a": {address: "10.0.0.1:80", capacity: 2}, "b": {address: "10.0.0.2:80", capacity: 1}})
 	rt, err := r.LookupHash(0)
 	require.NoError(t, err)
-	assert.Equal(t, []Replica{{"a", "10.0.0.1:80", 2}, {"b", "10.0.0.2:80", 1}}, rt.Replicas)
+	assert.Equal(t, []Replica{{ID: "a", Address: "10.0.0.1:80", Capacity: 2}, {ID: "b", Address: "10.0.0.2:80", Capacity: 1}}, rt.Replicas)
 	assert.Equal(t, uint64(1), rt.Generation, "new addresses do not change the generation")
 
 	// Round-robin keeps its turn when the node list changes.
 	first := pickIn(t, r, 0)
-	r.setNodes(map[assignment.NodeID]nodeInfo{"a": {"10.0.0.1:81", 2}, "b": {"10.0.0.2:80", 1}})
+	r.setNodes(map[assignment.NodeID]nodeInfo{"a": {address: "10.0.0.1:81", capacity: 2}, "b": {address: "10.0.0.2:80", capacity: 1}})
 	second := pickIn(t, r, 0)
 	assert.NotEqual(t, first.ID, second.ID, "the turn moved on")
 	assert.Equal(t, "10.0.0.1:81", pickIn(t, r, 0).Address, "the new address")
@@ -343,7 +343,7 @@ func TestRouterForgetsTheLoadOfNodesGone(t *testing.T) {
 	r := newTestRouter(t, LeastOutstanding, everywhere(t, "a"), map[assignment.NodeID]nodeInfo{"a": {}, "gone": {}, "busy": {}})
 	r.Begin("gone")()
 	done := r.Begin("busy")
-	r.setNodes(map[assignment.NodeID]nodeInfo{"a": {"x", 1}})
+	r.setNodes(map[assignment.NodeID]nodeInfo{"a": {address: "x", capacity: 1}})
 	_, ok := r.loads.Load("gone")
 	assert.False(t, ok, "an idle node neither listed nor in the map is forgotten")
 	_, ok = r.loads.Load("busy")

@@ -57,6 +57,10 @@ type Replica struct {
 	// Capacity is the node's capacity weight: 1 for a node that did not set one, and for a
 	// node the router does not know yet.
 	Capacity float64
+	// Stale says the node's last heartbeat found its data beyond its freshness bound (or its
+	// distributor silent), as of the router's last read of the node list: it answers no
+	// reads. Pick avoids it while the slice has a replica that is not stale.
+	Stale bool
 }
 
 // Route is where a key lives: its hash, the slice that holds it and the slice's replicas in
@@ -127,6 +131,9 @@ func (v *view) find(h uint64) int {
 type nodeInfo struct {
 	address  string
 	capacity float64
+	// stale says the node's last heartbeat found its data beyond its freshness bound (or its
+	// distributor silent): it answers no reads, so a slice's fresh replicas take them.
+	stale bool
 }
 
 // maxMapBytes bounds the message carrying a whole map. The assigner sends a map of 150k
@@ -227,6 +234,9 @@ func (r *Router) Pick(key []byte) (Replica, error) {
 		return Replica{}, ErrNotReady
 	}
 	set := v.sets[v.find(Hash(key))]
+	if set.fresh != nil {
+		set = set.fresh
+	}
 	return set.replicas[set.pick(r.cfg.Policy, r.rand)], nil
 }
 
@@ -494,10 +504,13 @@ func (r *Router) newReplicaSet(ids []assignment.NodeID) *replicaSet {
 	for i, id := range ids {
 		rep := Replica{ID: string(id), Capacity: 1}
 		if n, ok := r.nodes[id]; ok {
-			rep.Address, rep.Capacity = n.address, n.capacity
+			rep.Address, rep.Capacity, rep.Stale = n.address, n.capacity, n.stale
 		}
 		set.replicas[i], set.load[i] = rep, r.loadOf(rep.ID)
 		set.capacity += rep.Capacity
+	}
+	if fresh := r.freshOf(ids); len(fresh) < len(ids) {
+		set.fresh = r.newReplicaSet(fresh)
 	}
 	return set
 }
@@ -538,6 +551,10 @@ func (r *Router) refreshNodes(ctx context.Context, leader *dial.Follower) {
 		} else {
 			b.Reset()
 		}
+		if r.anyStale() {
+			// Reads avoid a stale node: learn soon that it is fresh again.
+			wait = min(wait, staleRefreshInterval)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -572,7 +589,7 @@ func (r *Router) listNodes(ctx context.Context, leader *dial.Follower) error {
 			r.log.Warn("the assigner lists a malformed node; ignoring it", "err", err)
 			continue
 		}
-		nodes[n.ID] = nodeInfo{address: info.GetAddress(), capacity: n.Weight()}
+		nodes[n.ID] = nodeInfo{address: info.GetAddress(), capacity: n.Weight(), stale: info.GetStale()}
 	}
 	r.setNodes(nodes)
 	return nil

@@ -366,6 +366,11 @@ func routerFollowsReplicasAndANewNode(t *testing.T, s *routerCluster) {
 	s.followChange(t, resp.GetChange())
 	withAddresses(t, ctx, s.c, r, 5*time.Second)
 	s.serves(t, []byte(key), "n1", "n3")
+	// A new node is stale until it hears from its distributor; reads avoid it till then.
+	waitFor(t, 30*time.Second, "the router learns n3 is fresh", func() bool {
+		rt, err := r.Lookup(key)
+		return err == nil && !slices.ContainsFunc(rt.Replicas, func(rep client.Replica) bool { return rep.Stale })
+	})
 	// The default policy, round-robin, takes them in turn.
 	var got []string
 	for range 4 {

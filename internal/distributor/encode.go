@@ -135,15 +135,25 @@ const (
 	deltaOps        = 5
 	deltaSlices     = 6
 	deltaGeneration = 7
+	deltaSource     = 8
 )
 
 // appendDelta appends the PullResponse that carries a delta of ops (encoded DeltaOps), with
 // the node's slices when slices is not nil, and the map generation gen (see op.gen).
 func appendDelta(b []byte, epoch, from, to, clock, gen uint64, ops []op, slices *[]keyspace.Range) []byte {
+	return appendDeltaFrom(b, epoch, from, to, clock, 0, gen, ops, slices)
+}
+
+// appendDeltaFrom is appendDelta with the source clock the distributor had read up to
+// (0: none said).
+func appendDeltaFrom(b []byte, epoch, from, to, clock, source, gen uint64, ops []op, slices *[]keyspace.Range) []byte {
 	size := protowire.SizeTag(deltaEpoch) + 8 + protowire.SizeTag(deltaFrom) + protowire.SizeVarint(from) +
 		protowire.SizeTag(deltaTo) + protowire.SizeVarint(to) + protowire.SizeTag(deltaClock) + protowire.SizeVarint(clock)
 	if gen != 0 {
 		size += protowire.SizeTag(deltaGeneration) + protowire.SizeVarint(gen)
+	}
+	if source != 0 {
+		size += protowire.SizeTag(deltaSource) + protowire.SizeVarint(source)
 	}
 	for _, o := range ops {
 		size += protowire.SizeTag(deltaOps) + protowire.SizeBytes(len(o.data))
@@ -171,6 +181,10 @@ func appendDelta(b []byte, epoch, from, to, clock, gen uint64, ops []op, slices 
 	if gen != 0 {
 		b = protowire.AppendTag(b, deltaGeneration, protowire.VarintType)
 		b = protowire.AppendVarint(b, gen)
+	}
+	if source != 0 {
+		b = protowire.AppendTag(b, deltaSource, protowire.VarintType)
+		b = protowire.AppendVarint(b, source)
 	}
 	return b
 }

@@ -322,9 +322,10 @@ func TestAppendDeltaRoundTripProperty(t *testing.T) {
 		to := rapid.Uint64().Draw(t, "to")
 		clock := rapid.Uint64().Draw(t, "clock")
 		gen := rapid.Uint64().Draw(t, "generation")
+		source := rapid.Uint64().Draw(t, "source clock")
 		n := rapid.IntRange(0, 20).Draw(t, "ops")
 		ops := make([]op, n)
-		want := &pb.PullResponse{Delta: &pb.Delta{Epoch: epoch, From: from, To: to, Clock: clock, Generation: gen}}
+		want := &pb.PullResponse{Delta: &pb.Delta{Epoch: epoch, From: from, To: to, Clock: clock, Generation: gen, SourceClock: source}}
 		for i := range ops {
 			var m *pb.DeltaOp
 			ops[i], m = drawOp(t, i)
@@ -336,7 +337,7 @@ func TestAppendDeltaRoundTripProperty(t *testing.T) {
 			slices = &rs
 			want.Delta.Slices = &pb.SliceList{Ranges: pbRanges(rs)}
 		}
-		b := appendDelta(append([]byte(nil), prefix...), epoch, from, to, clock, gen, ops, slices)
+		b := appendDeltaFrom(append([]byte(nil), prefix...), epoch, from, to, clock, source, gen, ops, slices)
 		if string(b[:len(prefix)]) != string(prefix) {
 			t.Fatalf("the prefix changed: %x -> %x", prefix, b[:len(prefix)])
 		}

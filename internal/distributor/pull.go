@@ -187,20 +187,21 @@ func (p *puller) step(ctx context.Context, stream pb.DistributorService_PullServ
 		return nil, false, nil
 	}
 	if len(ops) > 0 || clockOnly || ps.resumed || heartbeat {
-		return nil, true, p.send(stream, ps, ops, c)
+		return nil, true, p.send(stream, ps, ops, c, routerClock)
 	}
 	return w, false, nil
 }
 
-// send sends ops, and the clock c, as one delta.
-func (p *puller) send(stream pb.DistributorService_PullServer, ps *pullStream, ops []op, c uint64) error {
+// send sends ops, the clock c and the router's clock source, as one delta: the node tells
+// from source how far behind the source it is.
+func (p *puller) send(stream pb.DistributorService_PullServer, ps *pullStream, ops []op, c, source uint64) error {
 	var list *[]keyspace.Range
 	if ps.resumed {
 		list, ps.resumed = &ps.slices, false
 	}
 	// A new buffer each time: the transport may still be writing the last one.
 	ps.gen = deltaGen(ops, ps.gen)
-	buf := appendDelta(nil, ps.att.Epoch, ps.next, ps.next+uint64(len(ops)), c, ps.gen, ops, list)
+	buf := appendDeltaFrom(nil, ps.att.Epoch, ps.next, ps.next+uint64(len(ops)), c, source, ps.gen, ops, list)
 	if err := stream.SendMsg(&frame.Frame{Data: buf}); err != nil {
 		return err
 	}

@@ -276,7 +276,11 @@ type Delta struct {
 	Slices *SliceList `protobuf:"bytes,6,opt,name=slices,proto3" json:"slices,omitempty"`
 	// generation is the generation of the distributor's map when the delta's last operation
 	// was queued: once the node applied the delta, it has seen every slice that map gave it.
-	Generation    uint64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
+	// source_clock is the source clock the distributor had read up to when it sent the delta:
+	// a node whose clock stays behind it for longer than its freshness bound stops answering
+	// from its data. 0 from distributors that predate it.
+	SourceClock   uint64 `protobuf:"varint,8,opt,name=source_clock,json=sourceClock,proto3" json:"source_clock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,6 +360,13 @@ func (x *Delta) GetSlices() *SliceList {
 func (x *Delta) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
+	}
+	return 0
+}
+
+func (x *Delta) GetSourceClock() uint64 {
+	if x != nil {
+		return x.SourceClock
 	}
 	return 0
 }
@@ -724,7 +735,7 @@ const file_sliceplane_v1_distributor_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
 	"\x06cursor\x18\x02 \x01(\v2\x15.sliceplane.v1.CursorR\x06cursor\":\n" +
 	"\fPullResponse\x12*\n" +
-	"\x05delta\x18\x01 \x01(\v2\x14.sliceplane.v1.DeltaR\x05delta\"\xd3\x01\n" +
+	"\x05delta\x18\x01 \x01(\v2\x14.sliceplane.v1.DeltaR\x05delta\"\xf6\x01\n" +
 	"\x05Delta\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x06R\x05epoch\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
@@ -734,7 +745,8 @@ const file_sliceplane_v1_distributor_proto_rawDesc = "" +
 	"\x06slices\x18\x06 \x01(\v2\x18.sliceplane.v1.SliceListR\x06slices\x12\x1e\n" +
 	"\n" +
 	"generation\x18\a \x01(\x04R\n" +
-	"generation\"9\n" +
+	"generation\x12!\n" +
+	"\fsource_clock\x18\b \x01(\x04R\vsourceClock\"9\n" +
 	"\tSliceList\x12,\n" +
 	"\x06ranges\x18\x01 \x03(\v2\x14.sliceplane.v1.RangeR\x06ranges\"\x89\x04\n" +
 	"\aDeltaOp\x12,\n" +

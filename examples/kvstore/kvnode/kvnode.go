@@ -3,7 +3,9 @@
 // the node's slices, and serves reads of those items over HTTP, counting each as load. A read
 // of a key the node does not own is answered 421 with the owners, found with client.Router; so
 // is a read of a key of a slice the node is still loading, whose data has not all arrived,
-// with the slice's other replicas: a 404 then would say a key that exists does not.
+// with the slice's other replicas: a 404 then would say a key that exists does not. A node
+// whose data is beyond its freshness bound (client.Node.Fresh) answers reads of its keys 503
+// with kvclient.BeyondFreshness and the reason, rather than old data.
 package kvnode
 
 import (
@@ -49,6 +51,10 @@ type Config struct {
 	// StallTimeout is how long the pull stream may stay silent before the node reconnects
 	// and reports its data stale; 0 means the client's default.
 	StallTimeout time.Duration
+	// FreshnessBound is how far behind its source the node's data may be for it to answer
+	// reads; beyond it reads get 503 with kvclient.BeyondFreshness. 0 means the client's
+	// default.
+	FreshnessBound time.Duration
 	// TLS gives the node its certificate (spiffe://sliceplane/node/<ID>): it serves its HTTP
 	// API over TLS with client certificates required, and dials the assigners and its
 	// distributor with it. The zero TLS is plaintext, allowed on loopback or with Insecure.
@@ -72,6 +78,8 @@ type Server struct {
 	router *client.Router
 	reg    *prometheus.Registry
 	reads  *prometheus.CounterVec
+	// fresh says whether the node may answer from its data: node.Fresh, but for tests.
+	fresh func() (bool, string)
 }
 
 // shutdownTimeout bounds how long requests in flight may take once the node stops.
@@ -114,31 +122,37 @@ func New(cfg Config) (*Server, error) {
 	}
 	node, err := client.NewNode(client.NodeConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Advertise,
 		Assigners: cfg.Assigners, Store: store, ReportInterval: cfg.ReportInterval,
-		StallTimeout: cfg.StallTimeout, TLS: ctls, Logger: cfg.Logger})
+		StallTimeout: cfg.StallTimeout, FreshnessBound: cfg.FreshnessBound, TLS: ctls, Logger: cfg.Logger})
 	if err != nil {
 		lis.Close()
 		store.Close()
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), tls: src, lis: lis, store: store, node: node, router: router,
-		reg: prometheus.NewRegistry()}
+		reg: prometheus.NewRegistry(), fresh: node.Fresh}
+	s.registerMetrics()
+	return s, nil
+}
+
+// registerMetrics registers the node's metrics with s.reg.
+func (s *Server) registerMetrics() {
 	s.reads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvstore_node_reads_total",
-		Help: "Reads served, by outcome: hit, miss (owned, not held), not_mine or loading (owned, its data still arriving).",
+		Help: "Reads served, by outcome: hit, miss (owned, not held), not_mine, loading (owned, its data still arriving) or stale (the node beyond its freshness bound).",
 	}, []string{"outcome"})
 	clock := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_clock",
 		Help: "Source clock the node's data reflects.",
-	}, func() float64 { return float64(node.Clock()) })
+	}, func() float64 { return float64(s.node.Clock()) })
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_slices",
 		Help: "Slices the node holds.",
-	}, func() float64 { return float64(len(node.Slices())) })
+	}, func() float64 { return float64(len(s.node.Slices())) })
 	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_data_stale",
 		Help: "1 while the node's data may be stale: its distributor has been silent for longer than its stall timeout.",
 	}, func() float64 {
-		if node.Health().Stale {
+		if s.node.Health().Stale {
 			return 1
 		}
 		return 0
@@ -146,18 +160,30 @@ func New(cfg Config) (*Server, error) {
 	silence := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvstore_node_data_silence_seconds",
 		Help: "Time since the node last heard from its distributor.",
-	}, func() float64 { return node.Health().Silence.Seconds() })
+	}, func() float64 { return s.node.Health().Silence.Seconds() })
+	beyond := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvstore_node_beyond_freshness",
+		Help: "1 while the node's data is beyond its freshness bound: it answers reads 503.",
+	}, func() float64 {
+		if ok, _ := s.fresh(); !ok {
+			return 1
+		}
+		return 0
+	})
 	stalls := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "kvstore_node_pull_stalls_total",
 		Help: "Pull streams the node gave up because they went silent (a stalled link or a hung distributor).",
-	}, func() float64 { return float64(node.Health().Stalls) })
-	s.reg.MustRegister(s.reads, clock, held, stale, silence, stalls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return s, nil
+	}, func() float64 { return float64(s.node.Health().Stalls) })
+	s.reg.MustRegister(s.reads, clock, held, stale, silence, beyond, stalls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
 // serveHealth says whether the node's data is fresh. It answers 200 either way: the process
 // is alive, and a stale node recovers by itself once its pull stream is back.
 func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if ok, why := s.fresh(); !ok {
+		fmt.Fprintf(w, "ok; reads refused, %s: %s\n", kvclient.BeyondFreshness, why)
+		return
+	}
 	h := s.node.Health()
 	if h.Stale {
 		fmt.Fprintf(w, "ok; data stale: no word from the distributor for %s (%d stalled pull streams)\n", h.Silence.Round(time.Millisecond), h.Stalls)
@@ -271,6 +297,14 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
 		// The node holds the slice, but its data is still arriving: a miss here would
 		// not mean that the key does not exist.
 		s.misdirect(w, key, "loading", "not mine yet: loading")
+		return
+	}
+	if ok, why := s.fresh(); !ok {
+		// Neither a value nor a miss from data that may be old: the reader goes to
+		// another replica, which routers prefer while this node is stale. A 421 above
+		// gives no data, only where to go.
+		s.reads.WithLabelValues("stale").Inc()
+		http.Error(w, fmt.Sprintf("kvnode: %s: %s", kvclient.BeyondFreshness, why), http.StatusServiceUnavailable)
 		return
 	}
 	s.node.RecordLoad(key, 1)

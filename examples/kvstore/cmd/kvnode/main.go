@@ -79,6 +79,7 @@ same CA. Without them it serves plaintext, on loopback only unless --insecure.`,
 	f.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "time between load reports")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long the node may take to hand its slices off (serving them until each is) before it stops; 0: stop at once")
 	f.DurationVar(&cfg.StallTimeout, "stall-timeout", 5*time.Second, "how long the pull stream may stay silent before the node reconnects and reports its data stale")
+	f.DurationVar(&cfg.FreshnessBound, "freshness-bound", 3*time.Second, "how far behind its source the node's data may be for it to answer reads; beyond it, reads get 503")
 	cfg.TLS.AddFlags(f, true)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
