@@ -264,6 +264,12 @@ func startRouterCluster(t *testing.T) *routerCluster {
 	// A still map, so that the router and the assigner can be compared; admin changes go on.
 	_, err = s.adm.Freeze(ctx, &pb.FreezeRequest{Reason: "router test"}, grpc.WaitForReady(true))
 	require.NoError(t, err)
+	// Handoffs a pass began end on their own, each a new generation: the map is still only
+	// once they have.
+	waitFor(t, 30*time.Second, "the passes' handoffs end", func() bool {
+		st, err := s.adm.Status(ctx, &pb.StatusRequest{})
+		return err == nil && st.GetHandoffs() == 0
+	})
 
 	// A refresh interval longer than the test: addresses come from the first read of the
 	// node list, and from the read that a map naming an unknown node triggers.
