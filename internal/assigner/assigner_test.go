@@ -474,7 +474,9 @@ func checkDrainAndLists(t *testing.T, ctx context.Context, a *node, drained assi
 	// Slices and quanta are listed.
 	ls, err := a.admin.ListSlices(ctx, &pb.ListSlicesRequest{ByLoad: true, Limit: 3})
 	require.NoError(t, err)
-	assert.Len(t, ls.GetSlices(), 3)
+	// Passes go on, and may have merged the map down to fewer slices than the limit.
+	require.GreaterOrEqual(t, ls.GetTotal(), uint32(2), "slices in the map")
+	assert.Len(t, ls.GetSlices(), min(3, int(ls.GetTotal())))
 	assert.GreaterOrEqual(t, ls.GetSlices()[0].GetLoad(), ls.GetSlices()[1].GetLoad())
 	lq, err := a.admin.ListQuanta(ctx, &pb.ListQuantaRequest{Limit: 5})
 	require.NoError(t, err)
