@@ -232,8 +232,11 @@ func (c *Cluster) StartNode(ctx context.Context, id string) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A local cluster's nodes stop at once (no drain on SIGTERM): Stop stops them all
+	// together, and a node has nowhere to hand its slices to when every other is stopping
+	// too. NodeArgs come after, so a test of draining passes --drain-timeout there.
 	m.args = append([]string{"--id", id, "--listen", m.Addr, "--assigners", strings.Join(c.Assigners(), ","),
-		"--data-dir", filepath.Join(c.opts.Dir, "nodes", id)}, tls...)
+		"--data-dir", filepath.Join(c.opts.Dir, "nodes", id), "--drain-timeout", "0s"}, tls...)
 	m.args = append(m.args, c.opts.NodeArgs...)
 	if err := c.start(ctx, m); err != nil {
 		return nil, err
