@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,14 +54,7 @@ func TestARollingRestartFailsNoRead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	const items = 600
-	keys := make([][]byte, items)
-	for i := range keys {
-		keys[i] = fmt.Appendf(nil, "item-%d", i)
-		_, err := c.Source.Put(ctx, keys[i], []byte("v"))
-		require.NoError(t, err)
-	}
-	report, err := c.WaitConverged(ctx)
-	require.NoError(t, err, "%s", report)
+	keys := fillKeys(ctx, t, c, items)
 	r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), Logger: quiet()})
 	require.NoError(t, err)
 	runRouter(t, r)
@@ -74,20 +66,7 @@ func TestARollingRestartFailsNoRead(t *testing.T) {
 	first := nodes
 	live.Store(&first)
 	var n readCount
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() {
-			for i := w; ; i = (i + 2) % items {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				read(r, *live.Load(), keys[i], &n)
-			}
-		})
-	}
+	stopReads := startReaders(r, func() map[string]*clustertest.Node { return *live.Load() }, keys, &n)
 	for _, id := range ids {
 		held := len(nodes[id].Slices())
 		dctx, dcancel := context.WithTimeout(ctx, time.Minute)
@@ -109,11 +88,10 @@ func TestARollingRestartFailsNoRead(t *testing.T) {
 		t.Logf("%s drained %d slices and restarted; reads so far: %d hits, %d misses, %d failed",
 			id, held, n.hits.Load(), n.misses.Load(), n.failed.Load())
 		waitFor(t, time.Minute, id+" holds slices again", func() bool { return len(nodes[id].Slices()) > 0 })
-		report, err = c.WaitConverged(ctx)
+		report, err := c.WaitConverged(ctx)
 		require.NoError(t, err, "%s", report)
 	}
-	close(stop)
-	wg.Wait()
+	stopReads()
 	t.Logf("rolling restart of %d nodes; reads: %d hits, %d misses, %d failed, %d misdirected on the way",
 		len(ids), n.hits.Load(), n.misses.Load(), n.failed.Load(), n.misdirected.Load())
 	assert.Greater(t, n.hits.Load(), int64(items), "every key read at least once on average")

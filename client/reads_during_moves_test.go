@@ -58,6 +58,40 @@ func read(r *client.Router, nodes map[string]*clustertest.Node, key []byte, n *r
 	n.failed.Add(1)
 }
 
+// fillKeys writes items keys into c's source and waits until the nodes hold them.
+func fillKeys(ctx context.Context, t *testing.T, c *clustertest.Cluster, items int) [][]byte {
+	t.Helper()
+	keys := make([][]byte, items)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "item-%d", i)
+		_, err := c.Source.Put(ctx, keys[i], []byte("v"))
+		require.NoError(t, err)
+	}
+	report, err := c.WaitConverged(ctx)
+	require.NoError(t, err, "%s", report)
+	return keys
+}
+
+// startReaders reads keys round and round from two goroutines, through r and the nodes
+// nodes returns at each read, counting into n, until the returned stop is called.
+func startReaders(r *client.Router, nodes func() map[string]*clustertest.Node, keys [][]byte, n *readCount) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := w; ; i = (i + 2) % len(keys) {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				read(r, nodes(), keys[i], n)
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
+}
+
 // TestNoReaderSeesAMove reads every key continuously while an operator moves, splits,
 // merges and replicates slices over three nodes (I7, make-before-break): no read of an
 // existing key is answered "not found", and every read finds a replica that serves it.
@@ -72,16 +106,9 @@ func TestNoReaderSeesAMove(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	const items = 600
-	keys := make([][]byte, items)
-	for i := range keys {
-		keys[i] = fmt.Appendf(nil, "item-%d", i)
-		_, err := c.Source.Put(ctx, keys[i], []byte("v"))
-		require.NoError(t, err)
-	}
-	report, err := c.WaitConverged(ctx)
-	require.NoError(t, err, "%s", report)
+	keys := fillKeys(ctx, t, c, items)
 	adm := newAdmin(c)
-	_, err = adm.Freeze(ctx, &pb.FreezeRequest{Reason: "handoff test"}, grpc.WaitForReady(true))
+	_, err := adm.Freeze(ctx, &pb.FreezeRequest{Reason: "handoff test"}, grpc.WaitForReady(true))
 	require.NoError(t, err)
 	r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), Logger: quiet()})
 	require.NoError(t, err)
@@ -89,25 +116,11 @@ func TestNoReaderSeesAMove(t *testing.T) {
 	require.NoError(t, r.WaitReady(ctx))
 
 	var n readCount
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() {
-			for i := w; ; i = (i + 2) % items {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				read(r, nodes, keys[i], &n)
-			}
-		})
-	}
+	stopReads := startReaders(r, func() map[string]*clustertest.Node { return nodes }, keys, &n)
 	changes := operate(ctx, t, adm, r, keys, ids)
 	// Let the last handoffs end and be read through.
-	report, err = c.WaitConverged(ctx)
-	close(stop)
-	wg.Wait()
+	report, err := c.WaitConverged(ctx)
+	stopReads()
 	require.NoError(t, err, "%s", report)
 	t.Logf("%d changes; reads: %d hits, %d misses, %d failed, %d misdirected on the way",
 		changes, n.hits.Load(), n.misses.Load(), n.failed.Load(), n.misdirected.Load())
