@@ -33,17 +33,26 @@ func (n *Node) Drain(ctx context.Context) error {
 	}
 	defer conn.Close()
 	nodes := pb.NewNodeServiceClient(conn)
-	if err := n.askDrain(ctx, nodes); err != nil {
+	held, err := n.askDrain(ctx, nodes)
+	if err != nil {
 		return err
 	}
-	n.log.Info("draining: the node serves its slices until each is handed off", "slices", len(n.Slices()))
+	n.log.Info("draining: the node serves its slices until each is handed off", "slices", held)
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
-	for len(n.Slices()) > 0 {
+	// Both must say the node holds nothing: its own view alone would end a drain at once
+	// when the deltas giving it slices the map already holds on it have not arrived yet,
+	// and the map's alone would end it before the node applied its drops.
+	for held > 0 || len(n.Slices()) > 0 {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return fmt.Errorf("client: draining %s: %d slices left: %w", n.cfg.ID, len(n.Slices()), ctx.Err())
+			return fmt.Errorf("client: draining %s: %d slices left: %w", n.cfg.ID, max(held, len(n.Slices())), ctx.Err())
+		}
+		if len(n.Slices()) == 0 {
+			if held, err = n.askDrain(ctx, nodes); err != nil {
+				return err
+			}
 		}
 	}
 	if _, err := nodes.Deregister(ctx, &pb.DeregisterRequest{NodeId: n.cfg.ID}, grpc.WaitForReady(true)); err != nil {
@@ -54,14 +63,15 @@ func (n *Node) Drain(ctx context.Context) error {
 }
 
 // askDrain asks the assigner to drain the node, again while no leader answers (a node that
-// drains as the assigners roll too).
-func (n *Node) askDrain(ctx context.Context, nodes pb.NodeServiceClient) error {
+// drains as the assigners roll too), and returns how many slices the map still holds on
+// it. Asking a draining node again changes nothing.
+func (n *Node) askDrain(ctx context.Context, nodes pb.NodeServiceClient) (int, error) {
 	b := newBackoff()
 	for {
-		_, err := nodes.Drain(ctx, &pb.NodeServiceDrainRequest{NodeId: n.cfg.ID}, grpc.WaitForReady(true))
+		resp, err := nodes.Drain(ctx, &pb.NodeServiceDrainRequest{NodeId: n.cfg.ID}, grpc.WaitForReady(true))
 		switch status.Code(err) {
 		case codes.OK:
-			return nil
+			return int(resp.GetSlices()), nil
 		case codes.Unavailable, codes.DeadlineExceeded, codes.NotFound:
 			// No leader, or one that has not heard of the node yet: its session registers it.
 			if ctx.Err() == nil {
@@ -69,7 +79,7 @@ func (n *Node) askDrain(ctx context.Context, nodes pb.NodeServiceClient) error {
 				continue
 			}
 		}
-		return fmt.Errorf("client: draining %s: %w", n.cfg.ID, err)
+		return 0, fmt.Errorf("client: draining %s: %w", n.cfg.ID, err)
 	}
 }
 
