@@ -12,7 +12,6 @@ type metrics struct {
 	lag         prometheus.Gauge
 	quanta      prometheus.Counter
 	changes     prometheus.Counter
-	buffered    prometheus.Gauge
 	served      prometheus.Gauge
 	streams     prometheus.Gauge
 	queueOps    *prometheus.GaugeVec
@@ -24,7 +23,6 @@ type metrics struct {
 	scans       *prometheus.CounterVec
 	scanLatency prometheus.Histogram
 	applyLag    prometheus.Histogram
-	paused      prometheus.Counter
 	// quantaSilent counts quanta streams dropped because they went silent (a hung leader).
 	quantaSilent  prometheus.Counter
 	quantaRefused *prometheus.CounterVec
@@ -43,8 +41,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Quanta applied by the router."}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "changes_routed_total",
 			Help: "Source changes routed."}),
-		buffered: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "buffered_bytes",
-			Help: "Bytes of source changes waiting for a quantum."}),
 		served: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "nodes",
 			Help: "Nodes this distributor serves."}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "pull_streams",
@@ -67,8 +63,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Time from asking for a scan of a range of the source to its last item, waits for the node to take what it read included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		applyLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "apply_latency_seconds",
 			Help: "From routing a change to the node's acknowledgement of it.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
-		paused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_pauses_total",
-			Help: "Times the source watch paused because too many changes waited for a quantum."}),
 		quantaSilent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_stream_silences_total",
 			Help: "Quanta streams dropped because the assigner sent nothing, not even a heartbeat, for too long."}),
 		quantaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_refused_total",
@@ -85,8 +79,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range source.RejectReasons {
 		m.rejected.WithLabelValues(string(r))
 	}
-	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.buffered, m.served, m.streams, m.queueOps, m.queueBytes,
-		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.paused, m.quantaSilent,
+	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.served, m.streams, m.queueOps, m.queueBytes,
+		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.quantaSilent,
 		m.quantaRefused, m.rejected, m.scanPauses)
 	return m
 }

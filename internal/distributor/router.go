@@ -141,8 +141,9 @@ type Stats struct {
 
 // Router turns quanta and changes, in causal order (see Sequencer), into each served node's
 // stream of operations: for a slice a node gains, "add slice" and the slice's items as of the
-// quantum's clock (scanned by the caller); for a slice it loses, "drop slice"; for every
-// change, the change, to every replica that holds it.
+// cut, the router's clock when it applies the quantum (scanned by the caller; I2); for a
+// slice it loses, "drop slice"; for every change, the change, to every replica that holds
+// it.
 //
 // The router is passive and deterministic: events in, actions out. Every method that
 // changes what nodes are sent returns the actions that do it, which the caller applies in
@@ -405,7 +406,9 @@ func (r *Router) push(n *node, o op) {
 	r.acts = append(r.acts, Action{Kind: Enqueue, Node: n.id, slot: n.slot, Op: o})
 }
 
-// scan asks for the items of rg at the router's clock, to follow what is queued for n.
+// scan asks for the items of rg at the router's clock, to follow what is queued for n: the
+// cut of I2, which every change routed so far precedes, whether or not the quantum's own
+// clock does.
 func (r *Router) scan(n *node, rg keyspace.Range) {
 	r.nextScan++
 	id := r.nextScan

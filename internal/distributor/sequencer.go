@@ -5,12 +5,18 @@ import (
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
-// Sequencer puts quanta and source changes in causal order (the seed thesis's Algorithm 3):
-// every change with a clock <= a quantum's clock comes before the quantum, and every other
-// change after it. Quanta and changes each arrive in clock order, from different streams; a
-// change waits until a quantum at least as late as it is known (until then the map it must
-// be routed by is unknown), and a quantum waits until the source is known to have delivered
-// everything up to its clock.
+// Sequencer puts quanta and source changes in causal order (I2, docs/DESIGN.md, "The causal
+// ordering rule"): every change with a clock <= a quantum's clock comes before the quantum.
+// Quanta and changes each arrive in clock order, from different streams. A quantum waits
+// until the source is known to have delivered everything up to its clock; a change waits
+// for nothing but the first quantum (until then there is no map to route it by), and is
+// routed by the map of the quanta released so far.
+//
+// So a quantum q is applied at a cut of the change stream at or after q's clock: the clock
+// of the last change released before it (or q's clock, if that is later). Every change up to
+// the cut comes before q, every later one after it, and the router scans the slices q gives
+// at the cut. Changes never wait for the assigner: while it fails over, and no quantum comes,
+// they still reach the nodes, by the last map known.
 //
 // The source says how far it has delivered with each batch, and with batches that carry no
 // change (progress marks), which Waiting says are needed.
@@ -19,6 +25,7 @@ type Sequencer struct {
 	batches []source.Batch
 	seen    uint64 // every change with a clock <= seen has been added
 	bytes   int    // of the changes held
+	mapped  bool   // a quantum was released: changes have a map to be routed by
 }
 
 // NewSequencer returns a sequencer whose source delivers changes after clock from.
@@ -51,7 +58,7 @@ func (s *Sequencer) Rebase(clock uint64) {
 }
 
 // DropQuanta forgets the quanta held: the stream they came from broke, and a new one starts
-// with a reinitializing quantum.
+// with a reinitializing quantum. Changes go on by the map of the quanta released.
 func (s *Sequencer) DropQuanta() { s.quanta = nil }
 
 // Event is what Next releases: a quantum or a batch of changes.
@@ -60,25 +67,30 @@ type Event struct {
 	Batch   *source.Batch
 }
 
-// Next releases the next event, if one may go.
+// Next releases the next event, if one may go: a change up to the next quantum's clock
+// first; then that quantum, once every change up to its clock has gone; then any later
+// change, once a quantum has gone.
 func (s *Sequencer) Next() (Event, bool) {
+	head := len(s.quanta) > 0
 	switch {
-	case len(s.quanta) == 0:
-		return Event{}, false
-	case len(s.batches) > 0 && s.batches[0].Clock <= s.quanta[0].Clock:
+	case len(s.batches) > 0 && (s.mapped || head && s.batches[0].Clock <= s.quanta[0].Clock):
+		if head && s.seen >= s.quanta[0].Clock && s.batches[0].Clock > s.quanta[0].Clock {
+			break // the quantum goes first: its cut is then its own clock
+		}
 		b := s.batches[0]
 		s.batches[0] = source.Batch{}
 		s.batches = s.batches[1:]
 		s.bytes -= batchBytes(b)
 		return Event{Batch: &b}, true
-	case s.seen >= s.quanta[0].Clock:
-		// Every change up to the quantum's clock has been added, and the ones held are later.
-		q := s.quanta[0]
-		s.quanta[0] = quantum.Quantum{}
-		s.quanta = s.quanta[1:]
-		return Event{Quantum: &q}, true
+	case !head || s.seen < s.quanta[0].Clock:
+		return Event{}, false
 	}
-	return Event{}, false
+	// Every change up to the quantum's clock has been added and released.
+	q := s.quanta[0]
+	s.quanta[0] = quantum.Quantum{}
+	s.quanta = s.quanta[1:]
+	s.mapped = true
+	return Event{Quantum: &q}, true
 }
 
 // Waiting returns the clock the source must be known to have reached before the next
@@ -93,7 +105,8 @@ func (s *Sequencer) Waiting() (uint64, bool) {
 // Seen returns the clock up to which the source has delivered everything.
 func (s *Sequencer) Seen() uint64 { return s.seen }
 
-// Held returns the number of quanta and the bytes of changes held.
+// Held returns the number of quanta and the bytes of changes held. Changes are held only
+// until the first quantum, and between a call of AddBatch and the Next that releases them.
 func (s *Sequencer) Held() (quanta, bytes int) { return len(s.quanta), s.bytes }
 
 // batchBytes approximates the memory a batch holds.

@@ -64,9 +64,6 @@ type Config struct {
 	MaxInFlightBytes int
 	// MaxQueueBytes bounds the changes queued for one node (see RouterConfig).
 	MaxQueueBytes int
-	// MaxBufferedBytes bounds the source changes waiting for a quantum; beyond it the source
-	// watch pauses. Default 64 MiB.
-	MaxBufferedBytes int
 	// ScanWorkers is how many scans read the source at once; default 4.
 	ScanWorkers int
 	// MaxScanAheadBytes bounds what a node's snapshot holds in memory: scanned items the node
@@ -138,7 +135,6 @@ func (c *Config) Validate() error {
 		grpcserver.Default("--max-delta-bytes", &c.MaxDeltaBytes, 1<<20),
 		grpcserver.Default("--max-in-flight-bytes", &c.MaxInFlightBytes, 4<<20),
 		grpcserver.Default("--max-queue-bytes", &c.MaxQueueBytes, 64<<20),
-		grpcserver.Default("--max-buffered-bytes", &c.MaxBufferedBytes, 64<<20),
 		grpcserver.Default("--scan-workers", &c.ScanWorkers, 4),
 		grpcserver.Default("--max-scan-ahead-bytes", &c.MaxScanAheadBytes, 8<<20),
 	); err != nil {
@@ -372,7 +368,7 @@ func (s *Server) route(ctx context.Context) error {
 				s.log.Debug("asking the source for progress", "err", err)
 			}
 		case <-stats.C:
-			s.observe(seq, latest)
+			s.observe(latest)
 			continue
 		}
 		scans.add(s.app.takeScans())
@@ -384,7 +380,6 @@ func (s *Server) route(ctx context.Context) error {
 		scans.add(s.app.takeScans())
 		scans.dispatch(ctx, &wg)
 		progress = progressTimer(seq, progress)
-		s.pace(ctx, seq, &feed)
 	}
 }
 
@@ -432,21 +427,6 @@ func progressTimer(seq *Sequencer, progress <-chan time.Time) <-chan time.Time {
 	return progress
 }
 
-// pace pauses the source watch while too many changes wait for a quantum (the assigner is
-// slow or away), and resumes it once half of them have gone: memory stays bounded during a
-// burst fill, and the source keeps what was not read.
-func (s *Server) pace(ctx context.Context, seq *Sequencer, feed *sourceFeed) {
-	_, held := seq.Held()
-	switch {
-	case feed.running() && held > s.cfg.MaxBufferedBytes:
-		feed.stop()
-		s.metrics.paused.Inc()
-		s.log.Debug("source paused", "buffered_bytes", held)
-	case !feed.running() && held <= s.cfg.MaxBufferedBytes/2:
-		feed.start(ctx, seq.Seen())
-	}
-}
-
 // recoverSource restarts a failed source watch. If the source no longer holds the changes
 // after the last one seen, every node is rebased onto a snapshot at the current clock.
 func (s *Server) recoverSource(ctx context.Context, seq *Sequencer, feed *sourceFeed, err error) {
@@ -454,37 +434,33 @@ func (s *Server) recoverSource(ctx context.Context, seq *Sequencer, feed *source
 	from := seq.Seen()
 	if errors.Is(err, source.ErrCompacted) {
 		clock, cerr := s.cfg.Source.Clock(ctx)
-		if cerr != nil {
-			s.log.Warn("reading the source's clock", "err", cerr)
-			return // feed stays stopped; pace starts it again from seen, which fails again
-		}
-		s.log.Warn("the source lost changes the router had not seen; every node takes a snapshot", "from", from, "clock", clock)
-		seq.Rebase(clock)
-		s.app.rebase(clock)
-		from = clock
-	} else {
-		s.log.Warn("the source watch failed; restarting it", "err", err, "from", from)
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-ctx.Done():
+		if cerr == nil {
+			s.log.Warn("the source lost changes the router had not seen; every node takes a snapshot", "from", from, "clock", clock)
+			seq.Rebase(clock)
+			s.app.rebase(clock)
+			feed.start(ctx, clock)
 			return
 		}
+		// The watch restarted from seen fails again, and brings the router back here.
+		err = fmt.Errorf("reading the source's clock: %w", cerr)
+	}
+	s.log.Warn("the source watch failed; restarting it", "err", err, "from", from)
+	select {
+	case <-time.After(100 * time.Millisecond):
+	case <-ctx.Done():
+		return
 	}
 	feed.start(ctx, from)
 }
 
 // observe updates the gauges.
-func (s *Server) observe(seq *Sequencer, latest uint64) {
+func (s *Server) observe(latest uint64) {
 	clock := s.router.Clock()
 	s.metrics.clock.Set(float64(clock))
 	if latest > clock {
 		s.metrics.lag.Set(float64(latest - clock))
 	} else {
 		s.metrics.lag.Set(0)
-	}
-	if seq != nil {
-		_, held := seq.Held()
-		s.metrics.buffered.Set(float64(held))
 	}
 	st := s.router.Stats()
 	s.metrics.snapshots.Add(float64(st.Snapshots) - s.counted.snapshots)
@@ -502,7 +478,7 @@ func (s *Server) observe(seq *Sequencer, latest uint64) {
 	s.metrics.served.Set(float64(served))
 }
 
-// sourceFeed is the source watch, which the loop stops and starts to pace it.
+// sourceFeed is the source watch, which the loop restarts when it fails.
 type sourceFeed struct {
 	s      *Server
 	ctx    context.Context

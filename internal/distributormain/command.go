@@ -128,7 +128,9 @@ on the command line win.`,
 	f.Var(&o.maxDeltaBytes, "max-delta-bytes", "most bytes of operations in one delta (nodes accept gRPC messages of up to 4MiB)")
 	f.Var(&o.maxInFlightBytes, "max-in-flight-bytes", "most bytes sent to a node and not yet acknowledged")
 	f.Var(&o.maxQueueBytes, "max-queue-bytes", "most bytes queued for one node; beyond it the queue is dropped and the node takes a snapshot")
-	f.Var(&o.maxBufferedBytes, "max-buffered-bytes", "most bytes of source changes waiting for a quantum; beyond it the source watch pauses")
+	// Kept so that configurations naming it still start: changes no longer wait for quanta.
+	f.Var(&o.maxBufferedBytes, "max-buffered-bytes", "no effect")
+	_ = f.MarkDeprecated("max-buffered-bytes", "it has no effect: changes no longer wait for quanta")
 	f.IntVar(&o.scanWorkers, "scan-workers", 4, "snapshot scans reading the source at once")
 	f.Var(&o.maxScanAhead, "max-scan-ahead-bytes", "most bytes of a snapshot held for one node and not yet acknowledged; the scan waits for the node beyond it")
 	f.DurationVar(&o.clockInterval, "clock-interval", 50*time.Millisecond, "shortest time between the deltas that only advance a node's clock")
@@ -168,7 +170,7 @@ func (o *options) validate() error {
 	}{
 		{"max-delta-ops", o.maxDeltaOps}, {"max-delta-bytes", int(o.maxDeltaBytes)},
 		{"max-in-flight-bytes", int(o.maxInFlightBytes)}, {"max-queue-bytes", int(o.maxQueueBytes)},
-		{"max-buffered-bytes", int(o.maxBufferedBytes)}, {"scan-workers", o.scanWorkers},
+		{"scan-workers", o.scanWorkers},
 		{"max-scan-ahead-bytes", int(o.maxScanAhead)},
 	} {
 		if n.v < 1 {
@@ -202,8 +204,8 @@ func (o *options) run(ctx context.Context) error {
 		ID: o.id, Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics,
 		Assigners: o.assigners, Prefix: o.prefix, SessionTTL: o.sessionTTL,
 		MaxDeltaOps: o.maxDeltaOps, MaxDeltaBytes: int(o.maxDeltaBytes), MaxInFlightBytes: int(o.maxInFlightBytes),
-		MaxQueueBytes: int(o.maxQueueBytes), MaxBufferedBytes: int(o.maxBufferedBytes),
-		ScanWorkers: o.scanWorkers, MaxScanAheadBytes: int(o.maxScanAhead), ClockInterval: o.clockInterval,
+		MaxQueueBytes: int(o.maxQueueBytes),
+		ScanWorkers:   o.scanWorkers, MaxScanAheadBytes: int(o.maxScanAhead), ClockInterval: o.clockInterval,
 		TLS: src, Policy: policy, Insecure: o.tls.Insecure, Logger: log,
 	}
 	if err := cfg.Validate(); err != nil {
