@@ -14,9 +14,9 @@ import (
 	"github.com/sliceplane/sliceplane/internal/dial"
 )
 
-// drainPoll is how often Drain looks whether the node still holds a slice. The node learns
-// it from its deltas; a poll keeps Drain out of the pull loop's way.
-const drainPoll = 50 * time.Millisecond
+// drainPoll is how often Drain looks whether the node still holds a slice, by the map and
+// by its own deltas; a poll keeps Drain out of the pull loop's way.
+const drainPoll = 100 * time.Millisecond
 
 // Drain leaves gracefully, make-before-break: it asks the assigner to move the node's
 // slices away, waits while the node keeps serving them and applying their deltas until it
@@ -25,7 +25,8 @@ const drainPoll = 50 * time.Millisecond
 // serves and drops the slices; cancel Run's context afterwards. If ctx ends first, Drain
 // returns ctx's error and the node is still registered, and draining: it may just go, its
 // slices moving when its lease lapses, or call Leave. The assigner refuses to drain the
-// last node (FAILED_PRECONDITION): then Drain returns that error at once.
+// last node, and ends a drain when every node is draining (FAILED_PRECONDITION, as when a
+// whole cluster stops): then Drain returns that error at once.
 func (n *Node) Drain(ctx context.Context) error {
 	conn, err := dial.Leader(n.cfg.Assigners, n.tls.DialOption("assigner"))
 	if err != nil {
@@ -33,26 +34,25 @@ func (n *Node) Drain(ctx context.Context) error {
 	}
 	defer conn.Close()
 	nodes := pb.NewNodeServiceClient(conn)
-	held, err := n.askDrain(ctx, nodes)
-	if err != nil {
-		return err
-	}
-	n.log.Info("draining: the node serves its slices until each is handed off", "slices", held)
+	n.log.Info("draining: the node serves its slices until each is handed off", "slices", len(n.Slices()))
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
 	// Both must say the node holds nothing: its own view alone would end a drain at once
 	// when the deltas giving it slices the map already holds on it have not arrived yet,
-	// and the map's alone would end it before the node applied its drops.
-	for held > 0 || len(n.Slices()) > 0 {
+	// and the map's alone would end it before the node applied its drops. Asking again
+	// also learns when the drain cannot go on (every node is draining).
+	for {
+		held, err := n.askDrain(ctx, nodes)
+		if err != nil {
+			return err
+		}
+		if held == 0 && len(n.Slices()) == 0 {
+			break
+		}
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			return fmt.Errorf("client: draining %s: %d slices left: %w", n.cfg.ID, max(held, len(n.Slices())), ctx.Err())
-		}
-		if len(n.Slices()) == 0 {
-			if held, err = n.askDrain(ctx, nodes); err != nil {
-				return err
-			}
 		}
 	}
 	if _, err := nodes.Deregister(ctx, &pb.DeregisterRequest{NodeId: n.cfg.ID}, grpc.WaitForReady(true)); err != nil {

@@ -232,6 +232,9 @@ func (c *Core) drain(id assignment.NodeID, cancel bool) (*change, int, error) {
 	case cancel:
 		m.Draining = slices.DeleteFunc(slices.Clone(m.Draining), func(d assignment.NodeID) bool { return d == id })
 		return &change{write: Write{SaveMeta: true, Meta: m}, summary: fmt.Sprintf("stop draining %s", id)}, held, nil
+	case draining && len(m.Draining) >= len(c.nodes):
+		// A whole cluster stopping: each drain would wait for a node to hand to, in vain.
+		return nil, 0, fmt.Errorf("%w: every node is draining: %s has no node to hand its slices to", ErrPrecondition, id)
 	case draining:
 		return &change{write: Write{Meta: m}, summary: fmt.Sprintf("%s is already draining", id)}, held, nil
 	case len(m.Draining)+1 >= len(c.nodes):

@@ -384,10 +384,11 @@ func (c *Core) describe(ch *change) *Change {
 
 // auditRecord logs the outcome of an audited call: who (the authenticated identity, and what
 // the client claims), what, and whether it was done. A registration that renews one,
-// changing nothing, is left out: nodes re-register as often as they like.
+// changing nothing, is left out, and so is a drain asked again: nodes re-register as often
+// as they like, and a draining node asks for its drain until it is over.
 func (c *Core) auditRecord(call string, by Caller, ch *change, err error, out *Output) {
 	changed := ch.write.persists() || ch.quantum != nil
-	if err == nil && !changed && call == "register" {
+	if err == nil && !changed && (call == "register" || call == "drain") {
 		return
 	}
 	attrs := []any{"method", call, "by", by.Who}

@@ -50,6 +50,10 @@ type Config struct {
 	// Plaintext runs every link without TLS. By default the demo makes a throwaway CA in
 	// Dir/pki and runs every process with mutual TLS, as a deployment should.
 	Plaintext bool
+	// Roll restarts every node in turn while the load runs, as an orchestrator's rolling
+	// restart does: each drains on SIGTERM (its slices handed off make-before-break), stops,
+	// and starts again with its data. The summary's failed and misses say what readers saw.
+	Roll bool
 	// Out receives the live view; Log, diagnostics.
 	Out io.Writer
 	Log *slog.Logger
@@ -66,6 +70,8 @@ type Summary struct {
 	// Misses counts the reads of an existing key answered "not found", Failed those no
 	// replica answered (loadgen.Stats).
 	Misses, Failed uint64
+	// Rolled counts the nodes a rolling restart (Config.Roll) restarted.
+	Rolled int
 }
 
 func (s Summary) String() string {
@@ -140,7 +146,12 @@ func (d *demo) start(ctx context.Context) error {
 		return err
 	}
 	var err error
+	var drain time.Duration
+	if d.cfg.Roll {
+		drain = rollDrain
+	}
 	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{d.etcd.Endpoint()}, PKI: d.pki,
+		DrainTimeout: drain,
 		// Quick passes and a short memory of load, so that the demo settles in seconds.
 		AssignerArgs:    []string{"--pass-interval", "1s", "--load-half-life", "2s", "--log-format", "json"},
 		DistributorArgs: []string{"--log-format", "json"},
@@ -355,16 +366,43 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 		d.say("Ctrl-C stops the load, checks that nothing was lost, and stops every process")
 	}
 
-	lctx, stopLoad := context.WithCancel(ctx)
+	lctx, stopLoad := d.loadContext(ctx)
 	defer stopLoad()
+	loaded := make(chan error, 1)
+	go func() { loaded <- g.Run(lctx) }()
+	rolled := d.startRoll(ctx, lctx, period/2)
+	history, restarted, err := d.watch(ctx, lctx, g, period, rolled)
+	stopLoad()
+	<-loaded
+	if rolled != nil {
+		for ev := range rolled { // a roll goes on to finish its node
+			d.say("  >>> %s", ev.line)
+			restarted += ev.restarted
+		}
+	}
+	switch {
+	case err != nil:
+		return Summary{}, err
+	case len(history) < 2:
+		return Summary{}, ErrNoLoad
+	}
+	s, err := d.finish(ctx, history)
+	s.Rolled = restarted
+	return s, err
+}
+
+// loadContext returns the context the load runs in: it ends after Config.Duration, when
+// Config.Stop is closed, or when cancelled.
+func (d *demo) loadContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	lctx, stopLoad := context.WithCancel(ctx)
 	if d.cfg.Duration > 0 {
 		var cancel context.CancelFunc
 		lctx, cancel = context.WithTimeout(lctx, d.cfg.Duration)
-		defer cancel()
+		stop := stopLoad
+		stopLoad = func() { cancel(); stop() }
 	}
 	if d.cfg.Stop != nil {
-		stopped := d.cfg.Stop
-		done := lctx.Done()
+		stopped, done := d.cfg.Stop, lctx.Done()
 		go func() {
 			select {
 			case <-stopped:
@@ -373,21 +411,26 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 			}
 		}()
 	}
-	loaded := make(chan error, 1)
+	return lctx, stopLoad
+}
+
+// watch prints the live view every second until the load ends, and what a rolling restart
+// says as it goes; it returns the load generator's stats of each second and the nodes the
+// roll restarted so far. A roll's later events stay on its channel.
+func (d *demo) watch(ctx, load context.Context, g *loadgen.Generator, period time.Duration, rolled <-chan rollEvent) ([]loadgen.Stats, int, error) {
 	start := time.Now()
-	go func() { loaded <- g.Run(lctx) }()
 	var history []loadgen.Stats
+	restarted := 0
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	shifts := 1
-	for running := true; running; {
+	for shifts := 1; ; {
 		select {
-		case <-lctx.Done():
-			running = false
+		case <-load.Done():
+			return history, restarted, nil
 		case <-tick.C:
 			history = append(history, g.Stats())
 			if exited := d.cluster.Exited(); exited != nil {
-				return Summary{}, fmt.Errorf("demo: a process died: %w", exited)
+				return nil, restarted, fmt.Errorf("demo: a process died: %w", exited)
 			}
 			elapsed := time.Since(start)
 			if at := time.Duration(shifts) * period; elapsed >= at && (d.cfg.Duration == 0 || at < d.cfg.Duration) {
@@ -395,13 +438,57 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 				shifts++
 			}
 			d.view(ctx, elapsed, history)
+		case ev, ok := <-rolled:
+			if !ok {
+				rolled = nil
+				continue
+			}
+			d.say("  >>> %s", ev.line)
+			restarted += ev.restarted
 		}
 	}
-	<-loaded
-	if len(history) < 2 {
-		return Summary{}, ErrNoLoad
+}
+
+// rollDrain bounds each node's drain in a rolling restart (kvnode's --drain-timeout).
+const rollDrain = 30 * time.Second
+
+// rollEvent is what a rolling restart says: a line for the live view, and whether a node
+// is back (1) or not (0).
+type rollEvent struct {
+	line      string
+	restarted int
+}
+
+// startRoll restarts every node in turn (Config.Roll), from after wait of the load on, and
+// says how each went on the channel it returns, which it closes when done; nil without
+// Roll. A roll under way when load ends finishes its node, so that the final check finds
+// every node up; the rest are left.
+func (d *demo) startRoll(ctx, load context.Context, wait time.Duration) <-chan rollEvent {
+	if !d.cfg.Roll {
+		return nil
 	}
-	return d.finish(ctx, history)
+	out := make(chan rollEvent, len(d.cluster.Members("node"))+1)
+	go func() {
+		defer close(out)
+		select {
+		case <-time.After(wait):
+		case <-load.Done():
+			return
+		}
+		out <- rollEvent{line: "rolling restart: each node in turn drains on SIGTERM, stops and starts again"}
+		for _, m := range d.cluster.Members("node") {
+			if load.Err() != nil {
+				return
+			}
+			began := time.Now()
+			if err := d.cluster.Roll(ctx, m); err != nil {
+				out <- rollEvent{line: fmt.Sprintf("%s: %v", m.ID, err)}
+				return
+			}
+			out <- rollEvent{line: fmt.Sprintf("%s drained, stopped and back in %s", m.ID, time.Since(began).Round(100*time.Millisecond)), restarted: 1}
+		}
+	}()
+	return out
 }
 
 // rates returns the reads each node served per second over the last n seconds of history,
@@ -501,6 +588,10 @@ func (d *demo) finish(ctx context.Context, history []loadgen.Stats) (Summary, er
 	r, err := checker.Wait(cctx)
 	if err != nil {
 		return s, fmt.Errorf("demo: %w", err)
+	}
+	// Drains move slices in passes: nodes that drain as they stop need them back.
+	if _, err := d.admin.Unfreeze(cctx, &pb.UnfreezeRequest{}); err != nil {
+		return s, fmt.Errorf("demo: unfreezing the map after the check: %w", err)
 	}
 	items, err := kvcheck.Items(cctx, d.src)
 	if err != nil {

@@ -47,6 +47,10 @@ type Options struct {
 	AssignerArgs, DistributorArgs, NodeArgs []string
 	// Ready bounds the wait for a started process to serve; default 30 s.
 	Ready time.Duration
+	// DrainTimeout, when set, makes nodes drain on SIGTERM for up to that long (kvnode's
+	// --drain-timeout): Roll restarts a node without a failed read, and Stop stops the nodes
+	// one after another, each draining onto those still up. Zero stops nodes at once.
+	DrainTimeout time.Duration
 	// PKI, when set, gives every process a certificate of its identity (assigner/ID,
 	// distributor/ID, node/ID) and the cluster's own clients an admin's (admin/kvcluster):
 	// every link is mutual TLS. Nil runs everything plaintext on loopback.
@@ -232,11 +236,8 @@ func (c *Cluster) StartNode(ctx context.Context, id string) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A local cluster's nodes stop at once (no drain on SIGTERM): Stop stops them all
-	// together, and a node has nowhere to hand its slices to when every other is stopping
-	// too. NodeArgs come after, so a test of draining passes --drain-timeout there.
 	m.args = append([]string{"--id", id, "--listen", m.Addr, "--assigners", strings.Join(c.Assigners(), ","),
-		"--data-dir", filepath.Join(c.opts.Dir, "nodes", id), "--drain-timeout", "0s"}, tls...)
+		"--data-dir", filepath.Join(c.opts.Dir, "nodes", id), "--drain-timeout", c.opts.DrainTimeout.String()}, tls...)
 	m.args = append(m.args, c.opts.NodeArgs...)
 	if err := c.start(ctx, m); err != nil {
 		return nil, err
@@ -244,6 +245,21 @@ func (c *Cluster) StartNode(ctx context.Context, id string) (*Member, error) {
 	c.add(m)
 	return m, nil
 }
+
+// Roll restarts node m as an orchestrator's rolling restart does: SIGTERM, which with
+// Options.DrainTimeout hands its slices off before it exits, then the same node again, with
+// its data, once it serves.
+func (c *Cluster) Roll(ctx context.Context, m *Member) error {
+	if p := m.Proc(); p != nil {
+		if err := p.Stop(c.opts.DrainTimeout + stopGrace); err != nil {
+			return fmt.Errorf("kvcluster: rolling %s: %w", m.ID, err)
+		}
+	}
+	return c.Restart(ctx, m)
+}
+
+// stopGrace is how long a node may take to stop beyond its drain.
+const stopGrace = 10 * time.Second
 
 // Restart starts a stopped or killed member again, with the same flags, addresses and data.
 func (c *Cluster) Restart(ctx context.Context, m *Member) error {
@@ -347,8 +363,10 @@ func (c *Cluster) Exited() error {
 	return errors.Join(errs...)
 }
 
-// Stop stops every process, nodes first and assigners last, each within grace; it returns
-// the processes that did not stop cleanly.
+// Stop stops every process, nodes first and assigners last, each within grace (and a
+// draining node within its drain too); it returns the processes that did not stop cleanly.
+// Nodes that drain stop one after another: stopped together, each would wait for a node to
+// hand its slices to, and find none.
 func (c *Cluster) Stop(grace time.Duration) error {
 	var errs []error
 	for _, kind := range []string{"node", "distributor", "assigner"} {
@@ -357,6 +375,12 @@ func (c *Cluster) Stop(grace time.Duration) error {
 		for _, m := range c.Members(kind) {
 			p := m.Proc()
 			if p == nil {
+				continue
+			}
+			if kind == "node" && c.opts.DrainTimeout > 0 {
+				if err := p.Stop(c.opts.DrainTimeout + grace); err != nil {
+					errs = append(errs, err)
+				}
 				continue
 			}
 			wg.Go(func() {

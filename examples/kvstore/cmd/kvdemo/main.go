@@ -35,6 +35,10 @@ prints the slicectl command, with an admin's certificate, to inspect the cluster
 Every second it prints the load each node serves, the imbalance (busiest
 node over the mean), the slices, the churn of the last pass and the items.
 
+With --roll (or DEMO_ROLL=1), a quarter of the way in, every node is restarted in
+turn under the load, as a rolling upgrade would: each drains on SIGTERM (its slices
+handed off to the others, make-before-break), stops, and starts again with its data.
+
 It stops after --duration (default: $DEMO_SECONDS seconds, or until Ctrl-C), then
 freezes the map and checks that every node holds exactly what it must, and prints
   final imbalance=X.XX items=N lost=0 misses=N failed=N
@@ -52,6 +56,7 @@ func command() *cobra.Command {
 		Long:  longHelp,
 		Example: `  make demo                       # builds the binaries and runs this
   DEMO_SECONDS=30 make demo
+  DEMO_SECONDS=45 DEMO_ROLL=1 make demo   # a rolling restart of every node under load
   kvdemo --bin ./bin --duration 1m --keys 50000`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true, SilenceErrors: true,
@@ -106,6 +111,7 @@ func command() *cobra.Command {
 	f.Float64Var(&cfg.WriteRate, "write-rate", 20, "writes per second")
 	f.IntVar(&cfg.Nodes, "nodes", 4, "number of nodes")
 	f.BoolVar(&cfg.Plaintext, "plaintext", false, "run every link without TLS (default: mutual TLS with a throwaway CA)")
+	f.BoolVar(&cfg.Roll, "roll", os.Getenv("DEMO_ROLL") == "1", "restart every node in turn under load, each draining on SIGTERM first (default: $DEMO_ROLL=1)")
 	f.StringVar(&logLevel, "log-level", "warn", "the demo's own diagnostics: debug, info, warn or error")
 	return cmd
 }
