@@ -98,7 +98,7 @@ func Check(ctx context.Context, src source.Source, clock uint64, a *assignment.A
 			ranges[id] = append(ranges[id], s.Range)
 		}
 	}
-	err := src.Scan(ctx, keyspace.Full(), clock, func(it source.Item) error {
+	_, err := src.Scan(ctx, keyspace.Full(), clock, func(it source.Item) error {
 		r.Items++
 		_, s := a.Lookup(it.Hash)
 		for _, id := range s.Replicas {

@@ -74,7 +74,9 @@ func (a *applier) rebase(clock uint64) { a.apply(a.r.Rebase(clock)) }
 func (a *applier) scanItems(id uint64, items []op) { a.apply(a.r.ScanItems(id, items)) }
 
 // scanDone steps the end of a scan into the router; see Router.ScanDone.
-func (a *applier) scanDone(id uint64, items []op, err error) { a.apply(a.r.ScanDone(id, items, err)) }
+func (a *applier) scanDone(id uint64, items []op, at uint64, err error) {
+	a.apply(a.r.ScanDone(id, items, at, err))
+}
 
 // takeScans returns the scans the router asked for since the last call.
 func (a *applier) takeScans() []ScanRequest {

@@ -25,7 +25,7 @@ func overflowRig(t *testing.T, maxQueueBytes int) (*applier, Attached) {
 	att, err := app.attach("a", 0, 0)
 	require.NoError(t, err)
 	for _, s := range app.takeScans() {
-		app.scanDone(s.ID, nil, nil)
+		app.scanDone(s.ID, nil, 0, nil)
 	}
 	return app, att
 }

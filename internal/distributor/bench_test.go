@@ -37,7 +37,7 @@ func benchRouter(b *testing.B, nodes, slices int) (*applier, []assignment.NodeID
 		}
 	}
 	for _, s := range r.takeScans() {
-		r.scanDone(s.ID, nil, nil)
+		r.scanDone(s.ID, nil, 0, nil)
 	}
 	return r, ids, atts
 }

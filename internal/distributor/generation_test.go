@@ -68,13 +68,13 @@ func TestGenerationsAreSound(t *testing.T) {
 			case 2: // a scan ends
 				if len(scans) > 0 {
 					i := rapid.IntRange(0, len(scans)-1).Draw(t, "scan")
-					a.scanDone(scans[i].ID, []op{{data: encodeChange(source.Change{Key: []byte("item"), Value: []byte("v")}), scanned: true}}, nil)
+					a.scanDone(scans[i].ID, []op{{data: encodeChange(source.Change{Key: []byte("item"), Value: []byte("v")}), scanned: true}}, 0, nil)
 					scans = slices.Delete(scans, i, i+1)
 				}
 			}
 		}
 		for scans = append(scans, a.takeScans()...); len(scans) > 0; scans = append(scans[1:], a.takeScans()...) {
-			a.scanDone(scans[0].ID, nil, nil)
+			a.scanDone(scans[0].ID, nil, 0, nil)
 		}
 		for _, id := range ids {
 			checkStream(t, r, id, a.queues[id].ready, queued)

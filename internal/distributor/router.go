@@ -126,6 +126,15 @@ type node struct {
 	gen uint64
 }
 
+// pendingLoad is a scan of rg for node n, done in n's epoch epoch, whose items are as of
+// clock at: n has loaded rg once the changes up to at follow them.
+type pendingLoad struct {
+	n     *node
+	epoch uint64
+	rg    keyspace.Range
+	at    uint64
+}
+
 // scanned is what the router keeps of a running scan.
 type scanned struct {
 	rg  keyspace.Range
@@ -176,9 +185,12 @@ type Router struct {
 	scanning map[uint64]*node
 	nextScan uint64
 	acts     []Action // of the current call
-	slots    int32    // the slots given out
-	free     []int32  // the slots of nodes no longer served, to give out again
-	stats    Stats
+	// loads are the ends of scans positioned past the router's clock: their slice_loaded
+	// waits until the changes up to that clock are routed (see ScanDone).
+	loads []pendingLoad
+	slots int32   // the slots given out
+	free  []int32 // the slots of nodes no longer served, to give out again
+	stats Stats
 }
 
 // NewRouter returns a router with no map yet.
@@ -261,6 +273,7 @@ func (r *Router) Quantum(q quantum.Quantum) ([]Action, error) {
 		r.a = next
 		r.remap()
 	}
+	r.releaseLoads()
 	r.publish()
 	return r.acts, nil
 }
@@ -446,6 +459,7 @@ func (r *Router) Changes(b source.Batch, now time.Time) []Action {
 			r.push(n, op{data: data, seen: now})
 		}
 	}
+	r.releaseLoads()
 	r.publish()
 	return r.acts
 }
@@ -497,14 +511,18 @@ func stamp(items []op, gen uint64) {
 	}
 }
 
-// ScanDone delivers the last items a scan read, or its error. A scan whose clock the source
+// ScanDone delivers the last items a scan read, or its error, and the clock the scan is
+// positioned at (source.Source.Scan; 0 for the clock asked). A scan whose clock the source
 // no longer holds is not an error the node can see: it starts over with a snapshot at a
 // later clock.
 //
 // Once a scan is done, the node is told that it holds all of the scan's range that it still
 // holds (slice_loaded), at the end of its queue: after the scan's items and after the changes
-// routed since the scan began, which wait behind them.
-func (r *Router) ScanDone(id uint64, items []op, err error) []Action {
+// routed since the scan began, which wait behind them. A scan positioned past the router's
+// clock (a source that reads only the present) may hold items newer than changes not yet
+// routed, which the node applies over them: slice_loaded then waits until the router's
+// clock reaches the scan's, when those changes are behind the items too.
+func (r *Router) ScanDone(id uint64, items []op, at uint64, err error) []Action {
 	r.begin()
 	n := r.scanning[id]
 	if n == nil {
@@ -519,10 +537,48 @@ func (r *Router) ScanDone(id uint64, items []op, err error) []Action {
 	}
 	stamp(items, sc.gen)
 	r.act(n, Action{Kind: Fill, ScanID: id, Items: items, Done: true})
-	for _, rg := range keyspace.NewSet(sc.rg).Intersect(n.cover).Ranges() {
-		r.act(n, Action{Kind: Enqueue, Op: op{data: encodeRangeOp(opSliceLoaded, rg), scanned: true, gen: n.gen}})
+	if at > r.clock {
+		r.loads = append(r.loads, pendingLoad{n: n, epoch: n.epoch, rg: sc.rg, at: at})
+		return r.acts
 	}
+	r.loaded(n, sc.rg)
 	return r.acts
+}
+
+// loaded tells n that it holds all of rg that it still holds.
+func (r *Router) loaded(n *node, rg keyspace.Range) {
+	for _, part := range keyspace.NewSet(rg).Intersect(n.cover).Ranges() {
+		r.act(n, Action{Kind: Enqueue, Op: op{data: encodeRangeOp(opSliceLoaded, part), scanned: true, gen: n.gen}})
+	}
+}
+
+// releaseLoads emits the slice_loaded of the scans the router's clock has reached, in the
+// order the scans ended; a node no longer served, or in another epoch, is not told.
+func (r *Router) releaseLoads() {
+	kept := r.loads[:0]
+	for _, p := range r.loads {
+		switch {
+		case p.at > r.clock:
+			kept = append(kept, p)
+		case r.nodes[p.n.id] == p.n && p.n.epoch == p.epoch:
+			r.loaded(p.n, p.rg)
+		}
+	}
+	clear(r.loads[len(kept):])
+	r.loads = kept
+}
+
+// Waiting returns the clock the router waits for the source to reach, if a scan's
+// slice_loaded waits for it: the caller asks the source for progress meanwhile.
+func (r *Router) Waiting() (uint64, bool) {
+	if len(r.loads) == 0 {
+		return 0, false
+	}
+	least := r.loads[0].at
+	for _, p := range r.loads[1:] {
+		least = min(least, p.at)
+	}
+	return least, true
 }
 
 // Attach is the start of a Pull stream for node id that could not resume where the node
@@ -585,6 +641,7 @@ func (r *Router) Rebase(clock uint64) []Action {
 			r.drop(n)
 		}
 	}
+	r.releaseLoads() // every node's epoch ended: this forgets them
 	r.publish()
 	return r.acts
 }

@@ -25,6 +25,9 @@ type scanJob struct {
 	// room it has; both are set when the read starts.
 	q     *queue
 	ahead int
+	// at is the clock the reads so far are positioned at (source.Source.Scan): the latest
+	// of them, when a scan paused for its node is read on later.
+	at uint64
 }
 
 // scanPiece is what a reader hands to the loop: items of job's scan, in order. A final
@@ -116,7 +119,7 @@ func (sc *scanner) finish(p scanPiece) {
 		return
 	case p.err != nil:
 		sc.log.Warn("scan failed; the node starts over with a snapshot", "node", p.job.req.Node, "err", p.err)
-		sc.app.scanDone(id, nil, p.err)
+		sc.app.scanDone(id, nil, 0, p.err)
 	case p.rest != nil:
 		sc.app.scanItems(id, p.items)
 		p.job.rest = *p.rest
@@ -126,7 +129,7 @@ func (sc *scanner) finish(p scanPiece) {
 	default:
 		sc.metrics.scans.WithLabelValues("ok").Inc()
 		sc.metrics.scanLatency.Observe(time.Since(p.job.start).Seconds())
-		sc.app.scanDone(id, p.items, nil)
+		sc.app.scanDone(id, p.items, p.job.at, nil)
 	}
 	sc.reading--
 }
@@ -144,7 +147,7 @@ func (sc *scanner) read(ctx context.Context, job *scanJob) {
 		size := 0
 		var last uint64
 		var rest *keyspace.Range
-		err := sc.src.Scan(ctx, job.rest, job.req.Clock, func(it source.Item) error {
+		at, err := sc.src.Scan(ctx, job.rest, job.req.Clock, func(it source.Item) error {
 			// A piece ends between hashes, so that the scan can pick up at a hash.
 			if size >= sc.piece && it.Hash != last {
 				if room, _ := job.q.scanRoom(job.req.ID, job.ahead); !room {
@@ -171,6 +174,11 @@ func (sc *scanner) read(ctx context.Context, job *scanJob) {
 			last = it.Hash
 			return nil
 		})
+		if err == nil || errors.Is(err, errPause) {
+			// A read stopped early has seen the source at no later clock than a whole one
+			// would: the one asked is as good as any.
+			job.at = max(job.at, at, job.req.Clock)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return

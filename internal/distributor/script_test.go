@@ -41,10 +41,13 @@ import (
 //	                        D hears of N more quanta and changes (default all), and of the
 //	                        source's progress; naive applies them in arrival order, as a
 //	                        distributor without a sequencer would
-//	scan d=D [fail] [piece=N]
+//	scan d=D [fail] [piece=N] [present]
 //	                        D's pending scans run (or fail as compacted); with piece, each
 //	                        scan its queue lets read on (applier.scanReady) delivers its next
-//	                        N ops, the others wait, as the distributor's scanner does
+//	                        N ops, the others wait, as the distributor's scanner does; with
+//	                        present, each reads the source as it is now and is positioned at
+//	                        the source's clock, as a source that cannot read the past
+//	                        (PostgreSQL) scans
 //	pull node=N             N pulls from its distributor and applies all it can
 //	check                   every node against the source and the map (I3)
 //	show d=D                D's clock and what it holds per node
@@ -381,6 +384,7 @@ func (w *world) scan(d *datadriven.TestData) (string, error) {
 		return "", fmt.Errorf("no distributor %q", name)
 	}
 	_, fail := arg(d, "fail")
+	_, present := arg(d, "present")
 	piece, err := intArg(d, "piece", 0)
 	if err != nil {
 		return "", err
@@ -388,7 +392,13 @@ func (w *world) scan(d *datadriven.TestData) (string, error) {
 	var b strings.Builder
 	var left []ScanRequest
 	for _, req := range ds.pending {
-		fmt.Fprintf(&b, "scan %d for %s: %s at clock %d: ", req.ID, req.Node, req.Range, req.Clock)
+		at := req.Clock
+		if present {
+			at, _ = w.src.Clock(context.Background())
+			fmt.Fprintf(&b, "scan %d for %s: %s asked at clock %d, read at %d: ", req.ID, req.Node, req.Range, req.Clock, at)
+		} else {
+			fmt.Fprintf(&b, "scan %d for %s: %s at clock %d: ", req.ID, req.Node, req.Range, req.Clock)
+		}
 		if piece > 0 && !fail {
 			switch ready, stale := ds.app.scanReady(req); {
 			case stale:
@@ -403,7 +413,7 @@ func (w *world) scan(d *datadriven.TestData) (string, error) {
 		}
 		items, ok := ds.read[req.ID]
 		if !ok && !fail {
-			found, err := w.src.Items(req.Range, req.Clock)
+			found, err := w.src.Items(req.Range, at)
 			if err != nil {
 				return "", err
 			}
@@ -413,7 +423,7 @@ func (w *world) scan(d *datadriven.TestData) (string, error) {
 		}
 		if fail {
 			b.WriteString("0 ops\n") // the router hears of the failure
-			ds.app.scanDone(req.ID, nil, source.ErrCompacted)
+			ds.app.scanDone(req.ID, nil, 0, source.ErrCompacted)
 		} else if piece > 0 && len(items) > piece {
 			fmt.Fprintf(&b, "%d ops, %d to come\n", piece, len(items)-piece)
 			ds.app.scanItems(req.ID, items[:piece])
@@ -423,7 +433,7 @@ func (w *world) scan(d *datadriven.TestData) (string, error) {
 			continue
 		} else {
 			fmt.Fprintf(&b, "%d ops\n", len(items))
-			ds.app.scanDone(req.ID, items, nil)
+			ds.app.scanDone(req.ID, items, at, nil)
 		}
 		b.WriteString(ds.flush())
 		delete(ds.read, req.ID)

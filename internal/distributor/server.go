@@ -379,7 +379,7 @@ func (s *Server) route(ctx context.Context) error {
 		s.deliver(ctx, &wg, seq, quanta)
 		scans.add(s.app.takeScans())
 		scans.dispatch(ctx, &wg)
-		progress = progressTimer(seq, progress)
+		progress = progressTimer(seq, s.router, progress)
 	}
 }
 
@@ -415,10 +415,12 @@ func (s *Server) deliver(ctx context.Context, wg *sync.WaitGroup, seq *Sequencer
 }
 
 // progressTimer returns when route asks the source for progress: soon while the sequencer
-// waits for the source to reach a quantum's clock (a timer already running is kept), never
-// otherwise.
-func progressTimer(seq *Sequencer, progress <-chan time.Time) <-chan time.Time {
-	if _, waiting := seq.Waiting(); !waiting {
+// waits for the source to reach a quantum's clock, or the router for it to reach a scan's
+// (a timer already running is kept), never otherwise.
+func progressTimer(seq *Sequencer, r *Router, progress <-chan time.Time) <-chan time.Time {
+	_, quantum := seq.Waiting()
+	_, scan := r.Waiting()
+	if !quantum && !scan {
 		return nil
 	}
 	if progress == nil {

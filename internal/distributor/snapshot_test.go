@@ -51,16 +51,16 @@ func (s *genSource) Watch(ctx context.Context, _ uint64) <-chan source.Batch {
 	return out
 }
 
-func (s *genSource) Scan(ctx context.Context, r keyspace.Range, _ uint64, fn func(source.Item) error) error {
+func (s *genSource) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) (uint64, error) {
 	i, _ := slices.BinarySearch(s.hashes, r.Start)
 	for ; i < len(s.keys) && r.Contains(s.hashes[i]); i++ {
 		v := make([]byte, s.size) // as a value read from the network is
 		v[0] = byte(i)
 		if err := fn(source.Item{Key: s.keys[i], Hash: s.hashes[i], Value: v, Exists: true}); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return ctx.Err()
+	return at, ctx.Err()
 }
 
 // snapshotRig is a router serving one node that holds the whole key space, attached and
@@ -146,11 +146,12 @@ func (rig *snapshotRig) whole(t testing.TB, src source.Source) int {
 	close(rig.gate)
 	for _, req := range rig.r.takeScans() {
 		var items []op
-		require.NoError(t, src.Scan(context.Background(), req.Range, req.Clock, func(it source.Item) error {
+		_, err := src.Scan(context.Background(), req.Range, req.Clock, func(it source.Item) error {
 			items = encodeItem(it, items)
 			return nil
-		}))
-		rig.r.scanDone(req.ID, items, nil)
+		})
+		require.NoError(t, err)
+		rig.r.scanDone(req.ID, items, 0, nil)
 	}
 	return <-rig.took
 }

@@ -125,7 +125,7 @@ func (o *dataOptions) scan(ctx context.Context, cmd *cobra.Command, s *source.Et
 		fmt.Fprintf(w, "%-18s  %10s  %9s  %s\n", "HASH", "VALUE", "FRAGMENTS", "KEY")
 	}
 	n := 0
-	err = s.Scan(ctx, r, at, func(it source.Item) error {
+	_, err = s.Scan(ctx, r, at, func(it source.Item) error {
 		if so.limit > 0 && n == so.limit {
 			return errLimit
 		}

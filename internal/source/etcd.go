@@ -164,7 +164,11 @@ func (s *Etcd) Progress(ctx context.Context) error {
 // consistent snapshot, and holds one page at a time: a page asks for as many keys as make
 // about pageBytes at the sizes of the values read so far, so that neither many keys nor
 // large values make a read that does not fit in memory.
-func (s *Etcd) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(Item) error) error {
+func (s *Etcd) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(Item) error) (uint64, error) {
+	return at, s.scan(ctx, r, at, fn)
+}
+
+func (s *Etcd) scan(ctx context.Context, r keyspace.Range, at uint64, fn func(Item) error) error {
 	start := s.prefix + fmt.Sprintf("%016x", r.Start)
 	end := clientv3.GetPrefixRangeEnd(s.prefix)
 	if !r.End.IsEnd() {

@@ -61,8 +61,13 @@ type Source interface {
 	// Watch delivers every change with a clock > from, in clock order, until ctx ends or an
 	// error (the last batch) occurs; then it closes the channel.
 	Watch(ctx context.Context, from uint64) <-chan Batch
-	// Scan calls fn for every item whose hash lies in r, in hash order, as of clock at.
-	Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(Item) error) error
+	// Scan calls fn for every item whose hash lies in r, in hash order, as of a clock at or
+	// after at, which it returns: a source that can read the past (etcd) scans at at; one
+	// that cannot (PostgreSQL) reads the present, and returns a clock every change it saw
+	// precedes. Items of a change after at may then come twice, in the scan and in the
+	// change; a caller that applies the changes after at over the scan, in order, holds the
+	// range as of the returned clock once it has applied the changes up to it.
+	Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(Item) error) (uint64, error)
 	// Progress asks the watches started with ctx to say how far they have delivered: each
 	// sends, in order with its changes, a batch without changes whose clock is the clock it
 	// has reached. A source may answer late or not at all; callers ask again.

@@ -80,7 +80,7 @@ func Items(ctx context.Context, src source.Source) (int, error) {
 		return 0, err
 	}
 	n := 0
-	err = src.Scan(ctx, keyspace.Full(), clock, func(it source.Item) error {
+	_, err = src.Scan(ctx, keyspace.Full(), clock, func(it source.Item) error {
 		if string(it.Key) != string(FenceKey) {
 			n++
 		}

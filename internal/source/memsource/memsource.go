@@ -124,17 +124,17 @@ func (s *Source) Watch(ctx context.Context, from uint64) <-chan source.Batch {
 }
 
 // Scan implements source.Source.
-func (s *Source) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) error {
+func (s *Source) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) (uint64, error) {
 	items, err := s.Items(r, at)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, it := range items {
 		if err := fn(it); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return ctx.Err()
+	return at, ctx.Err()
 }
 
 // Items returns the items in r as of clock at, in hash order (then key order).

@@ -42,7 +42,7 @@ func (g *Gated) Open() {
 func (g *Gated) Waiting() int64 { return g.waiting.Load() }
 
 // Scan scans the wrapped source once the gate is open, or fails with ctx's error.
-func (g *Gated) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) error {
+func (g *Gated) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) (uint64, error) {
 	g.mu.Lock()
 	gate := g.gate
 	g.mu.Unlock()
@@ -52,7 +52,7 @@ func (g *Gated) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(s
 		select {
 		case <-gate:
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
 	return g.Source.Scan(ctx, r, at, fn)
