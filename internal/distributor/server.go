@@ -488,8 +488,6 @@ type sourceFeed struct {
 	out    <-chan source.Batch
 }
 
-func (f *sourceFeed) running() bool { return f.cancel != nil }
-
 func (f *sourceFeed) start(ctx context.Context, from uint64) {
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	f.out = f.s.cfg.Source.Watch(f.ctx, from)
