@@ -437,10 +437,13 @@ func (r *Router) forgetScans(n *node) {
 	clear(n.scans)
 }
 
-// Changes routes a batch of changes, all with one clock, to the nodes that hold them.
+// Changes routes a batch of changes, all with one clock, to the nodes that hold them. The
+// router's clock reaches the batch's with the last batch of its clock (source.Batch.More).
 func (r *Router) Changes(b source.Batch, now time.Time) []Action {
 	r.begin()
-	r.clock = max(r.clock, b.Clock)
+	if !b.More {
+		r.clock = max(r.clock, b.Clock)
+	}
 	if r.a == nil {
 		return nil // cannot happen after a Sequencer, which releases no change before a quantum
 	}

@@ -26,6 +26,9 @@ type Sequencer struct {
 	seen    uint64 // every change with a clock <= seen has been added
 	bytes   int    // of the changes held
 	mapped  bool   // a quantum was released: changes have a map to be routed by
+	// open is the clock of a batch marked More: its changes go on in the next batches, and
+	// seen stays below it until the last.
+	open uint64
 }
 
 // NewSequencer returns a sequencer whose source delivers changes after clock from.
@@ -36,12 +39,17 @@ func (s *Sequencer) AddQuantum(q quantum.Quantum) { s.quanta = append(s.quanta, 
 
 // AddBatch adds the next batch of the source: changes with one clock, or a progress mark
 // without changes. Batches at or below the clock already seen are dropped: the source
-// delivered them before (a restarted watch may repeat a mark).
+// delivered them before (a restarted watch may repeat a mark). A batch marked More is
+// followed by more of its clock; the clock counts as seen with the last.
 func (s *Sequencer) AddBatch(b source.Batch) {
-	if b.Clock <= s.seen {
+	if b.Clock <= s.seen || s.open != 0 && b.Clock != s.open {
 		return
 	}
-	s.seen = b.Clock
+	if b.More {
+		s.open = b.Clock
+	} else {
+		s.seen, s.open = b.Clock, 0
+	}
 	if len(b.Changes) == 0 {
 		return // a progress mark: it says all there is to say by advancing seen
 	}
@@ -53,7 +61,7 @@ func (s *Sequencer) AddBatch(b source.Batch) {
 // watch that had to restart from there (the changes before it are lost: every node must take
 // a snapshot at a clock >= this one).
 func (s *Sequencer) Rebase(clock uint64) {
-	s.batches, s.bytes = nil, 0
+	s.batches, s.bytes, s.open = nil, 0, 0
 	s.seen = max(s.seen, clock)
 }
 

@@ -436,3 +436,27 @@ func checkBatchOrder(t *rapid.T, batches []source.Batch, out []Event) {
 		}
 	}
 }
+
+// TestSequencerALargeTransactionComesInParts: a transaction in several batches (More) goes
+// to the router part by part, and its clock counts as seen only with the last part, so a
+// quantum at that clock waits for all of it.
+func TestSequencerALargeTransactionComesInParts(t *testing.T) {
+	s := NewSequencer(10)
+	s.AddQuantum(q(1, 10))
+	assert.Equal(t, []string{"q1"}, describe(drain(s)))
+	part := batch(12, "a")
+	part.More = true
+	s.AddBatch(part)
+	s.AddQuantum(q(2, 12))
+	s.AddBatch(source.Batch{Clock: 11}) // a stale mark, and a mark cannot split a transaction
+	assert.Equal(t, uint64(10), s.Seen(), "clock 12 is not whole yet")
+	assert.Equal(t, []string{"b12"}, describe(drain(s)), "the first part goes; the quantum at 12 waits for the rest")
+	clock, waiting := s.Waiting()
+	assert.True(t, waiting)
+	assert.Equal(t, uint64(12), clock)
+	s.AddBatch(batch(12, "b"))
+	assert.Equal(t, uint64(12), s.Seen())
+	assert.Equal(t, []string{"b12", "q2"}, describe(drain(s)))
+	s.AddBatch(batch(12, "again")) // a whole clock already seen
+	assert.Empty(t, drain(s))
+}

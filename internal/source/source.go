@@ -35,7 +35,10 @@ type Change struct {
 type Batch struct {
 	Clock   uint64
 	Changes []Change
-	Err     error
+	// More says that the changes of Clock go on in the next batch (a transaction too large
+	// for one): until the last, Clock is not delivered whole.
+	More bool
+	Err  error
 }
 
 // Fragment is a part of an item.

@@ -1,0 +1,289 @@
+// Package postgres is a source.Source over a PostgreSQL table: changes from logical
+// replication (pgoutput, through a replication slot of the reader's own), the clock is the
+// WAL position (LSN), and a slice is one index range of a BIGINT placement column that holds
+// each key's xxhash64 with its top bit flipped, so that the column's order is hash order.
+//
+// PostgreSQL cannot read the past, so a Scan reads the present: it is positioned at a clock
+// after everything it saw (the WAL insert position once its last query is done), and the
+// caller applies the changes after the clock it asked for over the scan (see
+// source.Source.Scan). That is the watermark idea of Netflix's DBLog with the high watermark
+// read rather than written: changes that race a scan win over it because they are applied
+// after it, and the slice counts as loaded once they have been.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sliceplane/sliceplane/internal/source"
+)
+
+// HashColumn returns what the placement column holds for a key's hash: the hash with its
+// top bit flipped, as a signed BIGINT, so that ordering by the column orders by hash.
+func HashColumn(hash uint64) int64 { return int64(hash ^ 1<<63) }
+
+// HashOf returns the hash a placement column value stands for.
+func HashOf(column int64) uint64 { return uint64(column) ^ 1<<63 }
+
+// Source is the table's items as a source.Source.
+type Source struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	schema string
+	table  string
+	cols   columns
+
+	// progress asks the running watches for the server's progress (see Progress).
+	mu        sync.Mutex
+	watches   map[chan struct{}]bool
+	lastFlush time.Time
+	logged    map[source.RejectReason]bool
+}
+
+// columns is what Open learned of the table's columns.
+type columns struct {
+	keyBytea, valueBytea bool
+}
+
+// Open connects, checks the table (its columns, and that its replica identity lets deletes
+// name the key), creates the publication if missing, and, with a Slot, the slot. Close it
+// when done.
+func Open(ctx context.Context, cfg Config) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connecting: %w", err)
+	}
+	s := &Source{cfg: cfg, pool: pool, watches: map[chan struct{}]bool{}, logged: map[source.RejectReason]bool{}}
+	s.schema, s.table, _ = splitTable(cfg.Table)
+	if err := s.open(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Source) open(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: connecting: %w", err)
+	}
+	if err := s.checkTable(ctx); err != nil {
+		return err
+	}
+	if err := s.ensurePublication(ctx); err != nil {
+		return err
+	}
+	if s.cfg.Slot == "" {
+		return nil
+	}
+	_, err := s.ensureSlot(ctx)
+	return err
+}
+
+// Close ends the source's connections; watches end with their contexts.
+func (s *Source) Close() { s.pool.Close() }
+
+// Pool returns the source's connection pool, for the writer and the tools.
+func (s *Source) Pool() *pgxpool.Pool { return s.pool }
+
+// Config returns the source's configuration, defaults filled.
+func (s *Source) Config() Config { return s.cfg }
+
+// qualified returns the table's quoted name.
+func (s *Source) qualified() string { return pgx.Identifier{s.schema, s.table}.Sanitize() }
+
+// quote returns a column's quoted name.
+func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// checkTable checks the table's columns and replica identity.
+func (s *Source) checkTable(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped`, s.schema, s.table)
+	if err != nil {
+		return fmt.Errorf("postgres: reading table %s: %w", s.cfg.Table, err)
+	}
+	types := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return fmt.Errorf("postgres: reading table %s: %w", s.cfg.Table, err)
+		}
+		types[name] = typ
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres: reading table %s: %w", s.cfg.Table, err)
+	}
+	if len(types) == 0 {
+		return fmt.Errorf("postgres: table %s does not exist (slicectl pg init creates it; see docs/POSTGRES.md)", s.cfg.Table)
+	}
+	c := s.cfg.Columns
+	want := map[string]string{"key": c.Key, "value": c.Value, "hash": c.Hash}
+	if c.Fragment != "" {
+		want["fragment"] = c.Fragment
+	}
+	for what, name := range want {
+		if _, ok := types[name]; !ok {
+			return fmt.Errorf("postgres: table %s has no %s column %q", s.cfg.Table, what, name)
+		}
+	}
+	if t := types[c.Hash]; t != "bigint" {
+		return fmt.Errorf("postgres: the hash column %q is %s; want bigint", c.Hash, t)
+	}
+	s.cols = columns{keyBytea: types[c.Key] == "bytea", valueBytea: types[c.Value] == "bytea"}
+	return s.checkIdentity(ctx)
+}
+
+// checkIdentity checks that a delete's old row, as logical replication sends it, names the
+// item: the replica identity is FULL, or its columns hold the key (and fragment) columns.
+func (s *Source) checkIdentity(ctx context.Context) error {
+	var ident string
+	var cols []string
+	err := s.pool.QueryRow(ctx, `SELECT c.relreplident::text, coalesce((SELECT array_agg(a.attname::text)
+		FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+		WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))), '{}')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+		s.schema, s.table).Scan(&ident, &cols)
+	if err != nil {
+		return fmt.Errorf("postgres: reading the replica identity of %s: %w", s.cfg.Table, err)
+	}
+	if ident == "f" {
+		return nil
+	}
+	need := []string{s.cfg.Columns.Key}
+	if s.cfg.Columns.Fragment != "" {
+		need = append(need, s.cfg.Columns.Fragment)
+	}
+	for _, n := range need {
+		found := false
+		for _, c := range cols {
+			found = found || c == n
+		}
+		if !found {
+			return fmt.Errorf("postgres: table %s: a delete would not name its item: the replica identity (%s) lacks column %q; "+
+				"make the key (and fragment) columns the primary key, or ALTER TABLE ... REPLICA IDENTITY FULL",
+				s.cfg.Table, strings.Join(cols, ", "), n)
+		}
+	}
+	return nil
+}
+
+// ensurePublication creates the publication of the table if there is none by its name.
+func (s *Source) ensurePublication(ctx context.Context) error {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_publication WHERE pubname = $1`, s.cfg.Publication).Scan(&n); err != nil {
+		return fmt.Errorf("postgres: reading publications: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", quote(s.cfg.Publication), s.qualified()))
+	if err != nil && !isDuplicate(err) {
+		return fmt.Errorf("postgres: creating publication %s: %w", s.cfg.Publication, err)
+	}
+	return nil
+}
+
+// Clock implements source.Source: the WAL insert position, which every change committed so
+// far precedes.
+func (s *Source) Clock(ctx context.Context) (uint64, error) {
+	lsn, err := s.insertLSN(ctx, s.pool)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: reading the clock: %w", err)
+	}
+	return lsn, nil
+}
+
+// querier is a pool or a connection.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// insertLSN reads the WAL insert position.
+func (s *Source) insertLSN(ctx context.Context, q querier) (uint64, error) {
+	var text string
+	if err := q.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
+		return 0, err
+	}
+	lsn, err := pglogrepl.ParseLSN(text)
+	return uint64(lsn), err
+}
+
+// flushEvery bounds how often Progress writes to the WAL.
+const flushEvery = 50 * time.Millisecond
+
+// Progress implements source.Source: every watch asks the server at once how far it has
+// read. A clock from Clock may lie past the WAL the server has flushed (the end of a record
+// no commit has flushed yet), which a watch would not reach until something else commits:
+// Progress therefore commits an empty logical message (at most every flushEvery), which
+// flushes the WAL up to it.
+func (s *Source) Progress(ctx context.Context) error {
+	s.mu.Lock()
+	for w := range s.watches {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+	flush := time.Since(s.lastFlush) >= flushEvery
+	if flush {
+		s.lastFlush = time.Now()
+	}
+	s.mu.Unlock()
+	if !flush {
+		return nil
+	}
+	return s.flush(ctx)
+}
+
+// flush commits a logical message, synchronously, so that the WAL is flushed up to it.
+func (s *Source) flush(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "SELECT pg_logical_emit_message(true, 'sliceplane', '')")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: flushing the WAL: %w", err)
+	}
+	return nil
+}
+
+// reject reports a row that is no item, logging the first of each reason.
+func (s *Source) reject(reason source.RejectReason, what string) {
+	if s.cfg.Rejected != nil {
+		s.cfg.Rejected(reason)
+	}
+	s.mu.Lock()
+	first := !s.logged[reason]
+	s.logged[reason] = true
+	s.mu.Unlock()
+	if first {
+		s.cfg.Logger.Warn("postgres: skipping a row that is no item; later ones for this reason are only counted",
+			"reason", string(reason), "row", what)
+	}
+}
+
+// isDuplicate reports whether err is PostgreSQL's "already exists".
+func isDuplicate(err error) bool {
+	var pe interface{ SQLState() string }
+	return errors.As(err, &pe) && pe.SQLState() == "42710"
+}
+
+var _ source.Source = (*Source)(nil)
+
+// logger is for the parts that log.
+func (s *Source) logger() *slog.Logger { return s.cfg.Logger }

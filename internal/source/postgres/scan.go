@@ -1,0 +1,147 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/source"
+)
+
+// row is one row of the table as a scan reads it.
+type row struct {
+	key, value []byte
+	frag       string
+	hash       int64
+}
+
+// exprs returns the select expressions of the key, the fragment and the value: a bytea
+// column as it is, any other as its text form.
+func (s *Source) exprs() (key, frag, value string) {
+	c := s.cfg.Columns
+	key, value, frag = quote(c.Key), quote(c.Value), "''::text"
+	if !s.cols.keyBytea {
+		key += "::text"
+	}
+	if !s.cols.valueBytea {
+		value += "::text"
+	}
+	if c.Fragment != "" {
+		frag = quote(c.Fragment) + "::text"
+	}
+	return key, frag, value
+}
+
+// chunkQueries returns the query of a scan's first chunk and of the chunks after a row:
+// rows of a hash range ($1 to $2, both in) in (hash, key, fragment) order, ChunkRows at a
+// time, the next chunk starting after the last row read (keyset pagination on the hash
+// index).
+func (s *Source) chunkQueries() (first, next string) {
+	key, frag, value := s.exprs()
+	h := quote(s.cfg.Columns.Hash)
+	sel := fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s BETWEEN $1 AND $2", key, frag, value, h, s.qualified(), h)
+	order := fmt.Sprintf(" ORDER BY %s, %s, %s LIMIT %d", h, key, frag, s.cfg.ChunkRows)
+	after := fmt.Sprintf(" AND (%s > $3 OR (%s = $3 AND (%s, %s) > ($4, $5)))", h, h, key, frag)
+	return sel + order, sel + after + order
+}
+
+// Scan implements source.Source. It reads the present, a chunk of rows per query, and is
+// positioned at the WAL insert position read once the last chunk is read: every change
+// its queries saw precedes it.
+func (s *Source) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) (uint64, error) {
+	first, next := s.chunkQueries()
+	hi := int64(math.MaxInt64)
+	if !r.End.IsEnd() {
+		hi = HashColumn(r.End.Point() - 1)
+	}
+	bounds := []any{HashColumn(r.Start), hi}
+	var cur *source.Item
+	emit := func() error {
+		if cur == nil {
+			return nil
+		}
+		it := *cur
+		cur = nil
+		return fn(it)
+	}
+	q, args := first, bounds
+	for {
+		n, last, err := s.chunk(ctx, q, args, &cur, emit)
+		if err != nil {
+			return 0, fmt.Errorf("postgres: scanning %s: %w", r, err)
+		}
+		if n < s.cfg.ChunkRows {
+			break
+		}
+		q, args = next, append(bounds[:2:2], last.hash, keyArg(last.key, s.cols.keyBytea), last.frag)
+	}
+	if err := emit(); err != nil {
+		return 0, err
+	}
+	h, err := s.insertLSN(ctx, s.pool)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: scanning %s: reading the clock: %w", r, err)
+	}
+	return max(h, at), nil
+}
+
+// chunk reads one chunk into items, calling emit for each item it completes; it returns
+// the rows read and the last one.
+func (s *Source) chunk(ctx context.Context, q string, args []any, cur **source.Item, emit func() error) (int, *row, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rows.Close()
+	n := 0
+	var last row
+	for rows.Next() {
+		var rw row
+		var key, value []byte
+		if err := rows.Scan(&key, &rw.frag, &value, &rw.hash); err != nil {
+			return n, nil, err
+		}
+		n++
+		rw.key, rw.value = key, value
+		last = rw
+		if err := s.add(rw, cur, emit); err != nil {
+			return n, nil, err
+		}
+	}
+	return n, &last, rows.Err()
+}
+
+// add adds a row to the item being read, emitting the previous one when the key changes.
+func (s *Source) add(rw row, cur **source.Item, emit func() error) error {
+	hash := keyspace.Hash(rw.key)
+	if HashOf(rw.hash) != hash {
+		s.reject(source.RejectHashMismatch, fmt.Sprintf("key %q: column %d, want %d", rw.key, rw.hash, HashColumn(hash)))
+		return nil
+	}
+	if *cur == nil || !bytes.Equal((*cur).Key, rw.key) {
+		if err := emit(); err != nil {
+			return err
+		}
+		*cur = &source.Item{Key: rw.key, Hash: hash}
+	}
+	value := rw.value
+	if value == nil {
+		value = []byte{}
+	}
+	if rw.frag == "" {
+		(*cur).Value, (*cur).Exists = value, true
+	} else {
+		(*cur).Fragments = append((*cur).Fragments, source.Fragment{ID: rw.frag, Value: value})
+	}
+	return nil
+}
+
+// keyArg passes a key back to a query: bytes for a bytea column, its text otherwise.
+func keyArg(key []byte, bytea bool) any {
+	if bytea {
+		return key
+	}
+	return string(key)
+}

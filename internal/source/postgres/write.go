@@ -1,0 +1,218 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// Init creates the items table with the configured names if it does not exist (key bytea,
+// fragment text, value bytea, the placement column bigint and its index), and the
+// publication: what a new deployment needs. An existing table is left as it is; see
+// docs/POSTGRES.md to shard one.
+func Init(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("postgres: connecting: %w", err)
+	}
+	defer pool.Close()
+	schema, table, _ := splitTable(cfg.Table)
+	name := pgx.Identifier{schema, table}.Sanitize()
+	c := cfg.Columns
+	cols := fmt.Sprintf("%s bytea NOT NULL, %s bytea, %s bigint NOT NULL", quote(c.Key), quote(c.Value), quote(c.Hash))
+	pk := quote(c.Key)
+	if c.Fragment != "" {
+		cols += fmt.Sprintf(", %s text NOT NULL DEFAULT ''", quote(c.Fragment))
+		pk += ", " + quote(c.Fragment)
+	}
+	ddl := []string{
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s, PRIMARY KEY (%s))", name, cols, pk),
+		fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (%s)", quote(table+"_"+c.Hash), name, quote(c.Hash)),
+	}
+	for _, q := range ddl {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("postgres: %s: %w", q, err)
+		}
+	}
+	cfg.Slot = "" // Init makes no slot: each reader makes its own
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	s.Close()
+	return nil
+}
+
+// keyValue returns a key as the key column takes it.
+func (s *Source) keyValue(key []byte) any { return keyArg(key, s.cols.keyBytea) }
+
+// upsert returns the statement that writes one row, and its arguments' order: key, value,
+// hash, then the fragment if the table has them.
+func (s *Source) upsert() string {
+	c := s.cfg.Columns
+	cols, vals, conflict := []string{quote(c.Key), quote(c.Value), quote(c.Hash)}, "$1, $2, $3", quote(c.Key)
+	if c.Fragment != "" {
+		cols, vals, conflict = append(cols, quote(c.Fragment)), vals+", $4", conflict+", "+quote(c.Fragment)
+	}
+	return fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO UPDATE SET %s = EXCLUDED.%s, %s = EXCLUDED.%s",
+		s.qualified(), strings.Join(cols, ", "), vals, conflict, quote(c.Value), quote(c.Value), quote(c.Hash), quote(c.Hash))
+}
+
+// rowArgs returns a row's arguments for upsert and Copy.
+func (s *Source) rowArgs(r Row) []any {
+	args := []any{s.keyValue(r.Key), s.valueArg(r.Value), HashColumn(keyspace.Hash(r.Key))}
+	if s.cfg.Columns.Fragment != "" {
+		args = append(args, r.Fragment)
+	}
+	return args
+}
+
+// Row is one row to write: an item's own value (Fragment "") or one of its fragments.
+type Row struct {
+	Key      []byte
+	Fragment string
+	Value    []byte
+}
+
+// PutRows writes rows in one transaction, with their placement column, and returns a clock
+// at or after the commit.
+func (s *Source) PutRows(ctx context.Context, rows []Row) (uint64, error) {
+	q := s.upsert()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		for _, r := range rows {
+			if err := s.checkRow(r); err != nil {
+				return err
+			}
+			b.Queue(q, s.rowArgs(r)...)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: writing %d rows: %w", len(rows), err)
+	}
+	return s.Clock(ctx)
+}
+
+// checkRow refuses what the table cannot hold as the source reads it back.
+func (s *Source) checkRow(r Row) error {
+	switch {
+	case len(r.Key) == 0:
+		return fmt.Errorf("postgres: an empty item key")
+	case r.Fragment != "" && s.cfg.Columns.Fragment == "":
+		return fmt.Errorf("postgres: table %s has no fragment column, for fragment %q of %q", s.cfg.Table, r.Fragment, r.Key)
+	}
+	return nil
+}
+
+// valueArg passes a value: bytes for a bytea column, text otherwise.
+func (s *Source) valueArg(v []byte) any {
+	if s.cols.valueBytea {
+		return v
+	}
+	return string(v)
+}
+
+// Put sets an item's own value. It returns a clock at or after the change's.
+func (s *Source) Put(ctx context.Context, key, value []byte) (uint64, error) {
+	return s.PutRows(ctx, []Row{{Key: key, Value: value}})
+}
+
+// Delete removes an item, every fragment with it.
+func (s *Source) Delete(ctx context.Context, key []byte) (uint64, error) {
+	return s.exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s = $1", s.qualified(), quote(s.cfg.Columns.Key)), s.keyValue(key))
+}
+
+// DeleteFragment removes one fragment of an item.
+func (s *Source) DeleteFragment(ctx context.Context, key []byte, id string) (uint64, error) {
+	c := s.cfg.Columns
+	if c.Fragment == "" || id == "" {
+		return 0, fmt.Errorf("postgres: deleting fragment %q of %q: no such fragment column or ID", id, key)
+	}
+	return s.exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s = $1 AND %s = $2", s.qualified(), quote(c.Key), quote(c.Fragment)),
+		s.keyValue(key), id)
+}
+
+// exec runs one statement and returns a clock at or after it.
+func (s *Source) exec(ctx context.Context, q string, args ...any) (uint64, error) {
+	if _, err := s.pool.Exec(ctx, q, args...); err != nil {
+		return 0, fmt.Errorf("postgres: %w", err)
+	}
+	return s.Clock(ctx)
+}
+
+// Copy writes rows with COPY, the fastest way in, in one transaction; it returns a clock at
+// or after the commit. The rows must be new (COPY does not update).
+func (s *Source) Copy(ctx context.Context, rows []Row) (uint64, error) {
+	c := s.cfg.Columns
+	names := []string{c.Key, c.Value, c.Hash}
+	if c.Fragment != "" {
+		names = append(names, c.Fragment)
+	}
+	i := 0
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		if i == len(rows) {
+			return nil, nil
+		}
+		r := rows[i]
+		i++
+		if err := s.checkRow(r); err != nil {
+			return nil, err
+		}
+		return s.rowArgs(r), nil
+	})
+	if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{s.schema, s.table}, names, src); err != nil {
+		return 0, fmt.Errorf("postgres: copying %d rows: %w", len(rows), err)
+	}
+	return s.Clock(ctx)
+}
+
+// Backfill fills the placement column of every row that has none, batch rows per
+// transaction, and returns how many it filled: for a table that had no such column.
+func (s *Source) Backfill(ctx context.Context, batch int) (int, error) {
+	c := s.cfg.Columns
+	key, _, _ := s.exprs()
+	sel := fmt.Sprintf("SELECT %s FROM %s WHERE %s IS NULL LIMIT %d", key, s.qualified(), quote(c.Hash), max(1, batch))
+	upd := fmt.Sprintf("UPDATE %s SET %s = $2 WHERE %s = $1 AND %s IS NULL", s.qualified(), quote(c.Hash), key, quote(c.Hash))
+	total := 0
+	for {
+		var keys [][]byte
+		rows, err := s.pool.Query(ctx, sel)
+		if err != nil {
+			return total, fmt.Errorf("postgres: backfill: %w", err)
+		}
+		for rows.Next() {
+			var k []byte
+			if err := rows.Scan(&k); err != nil {
+				rows.Close()
+				return total, fmt.Errorf("postgres: backfill: %w", err)
+			}
+			keys = append(keys, k)
+		}
+		if err := rows.Err(); err != nil {
+			return total, fmt.Errorf("postgres: backfill: %w", err)
+		}
+		if len(keys) == 0 {
+			return total, nil
+		}
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			for _, k := range keys {
+				b.Queue(upd, s.keyValue(k), HashColumn(keyspace.Hash(k)))
+			}
+			return tx.SendBatch(ctx, b).Close()
+		})
+		if err != nil {
+			return total, fmt.Errorf("postgres: backfill: %w", err)
+		}
+		total += len(keys)
+	}
+}
