@@ -47,6 +47,9 @@ type Config struct {
 	Prefix string
 	// SourcePrefix is where the data source keeps its items; default Prefix+"data/".
 	SourcePrefix string
+	// Source is the data source whose clock stamps the quanta; default the etcd prefix
+	// SourcePrefix. The leader follows only its clock (Watch's progress marks).
+	Source source.Source
 	// PassInterval is the time between balancing passes; default 1 s.
 	PassInterval time.Duration
 	// ClockInterval is the shortest time between clock-only quanta; default 20 ms.
@@ -118,13 +121,15 @@ func (c *Config) Validate() error {
 // Server is the assigner: it serves the API, campaigns for leadership and, while it leads,
 // runs the core.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *store.Store
-	source  *source.Etcd
-	metrics *metrics
-	grpc    *grpcserver.Server
-	health  *health.Server // grpc's
+	cfg    Config
+	log    *slog.Logger
+	store  *store.Store
+	source source.Source
+	// clockOnly says the source's watch is a source.ClockWatcher's: every batch is a clock.
+	clockOnly bool
+	metrics   *metrics
+	grpc      *grpcserver.Server
+	health    *health.Server // grpc's
 
 	leading    atomic.Pointer[leadership] // nil unless this server leads
 	leaderAddr atomic.Value               // string: the leader's advertised address, if known
@@ -152,13 +157,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Advertise = srv.Advertise()
+	if cfg.Source == nil {
+		cfg.Source = source.NewEtcd(cfg.Client, cfg.SourcePrefix)
+	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, grpc: srv, health: srv.Health(),
 		store:   store.New(cfg.Client, cfg.Prefix+"assigner/"),
-		source:  source.NewEtcd(cfg.Client, cfg.SourcePrefix),
+		source:  cfg.Source,
 		metrics: newMetrics(cfg.Registry),
 		now:     time.Now, keepAlive: etcdKeepAlive,
 	}
+	_, s.clockOnly = cfg.Source.(source.ClockWatcher)
 	s.leaderAddr.Store("")
 	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
 	api := &api{s: s, fresh: newFreshness(cfg.Registry)}
@@ -456,7 +465,7 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 func (s *Server) loop(ctx context.Context, l *leadership, b boot) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	clocks := s.source.Watch(watchCtx, b.clock)
+	clocks := s.watchClock(watchCtx, b.clock)
 	distributors := membership.Watch(watchCtx, s.cfg.Client, s.cfg.Prefix, b.dists, b.distRev)
 	timer := time.NewTimer(l.untilWake(s.now()))
 	defer timer.Stop()
@@ -525,13 +534,22 @@ func (s *Server) sourceMoved(ctx, watchCtx context.Context, l *leadership, clock
 			return clocks, err
 		}
 		l.wake = l.core.Step(s.now(), ClockObserved{Clock: now}).Wake
-		return s.source.Watch(watchCtx, now), nil
-	case len(b.Changes) > 0:
-		// Progress marks (asked for by a distributor sharing this etcd client) would do too,
-		// but a clock quantum for them would invite the next request.
+		return s.watchClock(watchCtx, now), nil
+	case len(b.Changes) > 0 || s.clockOnly:
+		// Progress marks of a change watch (asked for by a distributor sharing this etcd
+		// client) would do too, but a clock quantum for them would invite the next request.
 		l.wake = l.core.Step(s.now(), ClockObserved{Clock: b.Clock}).Wake
 	}
 	return clocks, nil
+}
+
+// watchClock follows the source's clock: by source.ClockWatcher if the source is one, else
+// by the changes it watches.
+func (s *Server) watchClock(ctx context.Context, from uint64) <-chan source.Batch {
+	if cw, ok := s.source.(source.ClockWatcher); ok {
+		return cw.WatchClock(ctx, from)
+	}
+	return s.source.Watch(ctx, from)
 }
 
 // handle steps a request in the leader's loop and replies to it. It returns an error only

@@ -25,6 +25,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/logging"
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/sourceflag"
 )
 
 type options struct {
@@ -52,6 +53,7 @@ type options struct {
 	logFormat     string
 	tls           mtls.Config
 	policy        string
+	source        sourceflag.Options
 }
 
 // NewCommand returns the assigner command.
@@ -65,6 +67,10 @@ func newCommand(o *options) *cobra.Command {
 		Long: `assigner keeps the map of slices of the hash space to storage nodes, runs a
 balancing pass every --pass-interval on the load the nodes report, and streams each
 change as a quantum stamped with a Lamport clock to distributors and routers.
+
+The items live in the data source: by default under the etcd prefix's data/, or in a
+PostgreSQL table (--source postgres --pg-dsn ... --pg-table ...), whose WAL position
+is then the clock that stamps the quanta.
 
 State and leadership live in etcd. With --etcd-endpoints it uses that cluster; without,
 it starts an embedded etcd in --data-dir, so one command runs a whole control plane.
@@ -113,6 +119,7 @@ on the command line win.`,
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	o.tls.AddFlags(f, true)
 	f.StringVar(&o.policy, "authz-policy", "", "YAML file granting identities roles beyond their kind's (needs TLS)")
+	o.source.AddFlags(f)
 	return cmd
 }
 
@@ -207,6 +214,17 @@ func (o *options) run(ctx context.Context) error {
 	}
 	if err := cfg.Validate(); err != nil { // before starting anything
 		return err
+	}
+	if err := o.source.Validate(); err != nil {
+		return fmt.Errorf("assigner: %w", err)
+	}
+	pg, err := o.source.Open(ctx, "", log, nil) // the leader follows only the clock: no slot
+	if err != nil {
+		return fmt.Errorf("assigner: %w", err)
+	}
+	if pg != nil {
+		defer pg.Close()
+		cfg.Source = pg
 	}
 	endpoints := o.endpoints
 	if len(endpoints) == 0 {

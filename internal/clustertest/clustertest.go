@@ -39,6 +39,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/source/postgres"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
@@ -53,6 +54,10 @@ type Options struct {
 	// authz). The functions above see the TLS set and may change it. Etcd stays plaintext
 	// on loopback.
 	TLS bool
+	// Postgres, a DSN, keeps the items in that database's default table (created) instead
+	// of etcd: the assigner follows its clock, each distributor reads it through a slot of
+	// its own, and Cluster.Source writes to it.
+	Postgres string
 }
 
 // Cluster is a running Sliceplane.
@@ -61,8 +66,9 @@ type Cluster struct {
 	own  *standalone // nil for a cluster of New: its test closes it
 	opts Options
 	Etcd *embedetcd.Server
-	// Source is the data source, on its own etcd client.
-	Source *source.Etcd
+	// Source is the data source: the etcd prefix /sliceplane/data/, on its own client, or
+	// the table of Options.Postgres.
+	Source source.Writer
 	// PKI is the CA and the certificate files of a cluster run with Options.TLS, nil
 	// otherwise. Issuing a part's certificate again (PKI.Config) rotates it in place.
 	PKI *mtlstest.PKI
@@ -163,7 +169,28 @@ func (c *Cluster) init() {
 		c.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	c.Source = source.NewEtcd(c.client(), "/sliceplane/data/")
+	if c.opts.Postgres != "" {
+		c.Source = c.postgres("")
+	}
 	c.StartAssigner()
+}
+
+// postgres opens the PostgreSQL source of Options.Postgres, through slot, closed with the
+// cluster; the first call creates the table.
+func (c *Cluster) postgres(slot string) *postgres.Source {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := postgres.Config{DSN: c.opts.Postgres, Slot: slot, Logger: c.log.With("part", "postgres")}
+	if err := postgres.Init(ctx, cfg); err != nil {
+		c.t.Fatalf("clustertest: %v", err)
+	}
+	s, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		c.t.Fatalf("clustertest: %v", err)
+	}
+	c.t.Cleanup(s.Close)
+	return s
 }
 
 // client returns a new etcd client, closed with the cluster.
@@ -212,6 +239,9 @@ func (c *Cluster) StartAssigner() *Part {
 	name := fmt.Sprintf("a%d", len(c.assigners))
 	c.mu.Unlock()
 	cfg.TLS = c.source("assigner", name)
+	if c.opts.Postgres != "" {
+		cfg.Source = c.postgres("")
+	}
 	if c.opts.Assigner != nil {
 		c.opts.Assigner(&cfg)
 	}
@@ -242,6 +272,9 @@ func (c *Cluster) StartDistributor(id string) *Part {
 	c.t.Helper()
 	cfg := distributor.Config{ID: id, Client: c.client(), Assigners: c.Assigners(), SessionTTL: sessionTTL,
 		ClockInterval: 10 * time.Millisecond, Logger: c.log.With("part", "distributor"), TLS: c.source("distributor", id)}
+	if c.opts.Postgres != "" {
+		cfg.Source = c.postgres(postgres.SlotName(id))
+	}
 	if c.opts.Distributor != nil {
 		c.opts.Distributor(&cfg)
 	}

@@ -67,6 +67,9 @@ func (a *applier) quantum(q quantum.Quantum) error {
 // changes steps a batch of changes into the router; see Router.Changes.
 func (a *applier) changes(b source.Batch, now time.Time) { a.apply(a.r.Changes(b, now)) }
 
+// progress steps the source's progress into the router; see Router.Progress.
+func (a *applier) progress(clock uint64) { a.apply(a.r.Progress(clock)) }
+
 // rebase steps a rebase into the router; see Router.Rebase.
 func (a *applier) rebase(clock uint64) { a.apply(a.r.Rebase(clock)) }
 

@@ -23,6 +23,8 @@ import (
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/distributor"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/source/postgres"
+	"github.com/sliceplane/sliceplane/internal/source/postgres/pgtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -49,6 +51,20 @@ type workload struct {
 // fill writes the first n items, with a fragment on every tenth.
 func fill(t *testing.T, c *clustertest.Cluster, n int) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if pg, ok := c.Source.(*postgres.Source); ok {
+		var rows []postgres.Row
+		for i := range n {
+			rows = append(rows, postgres.Row{Key: keyName(i), Value: fmt.Appendf(nil, "v0-%d", i)})
+			if i%10 == 0 {
+				rows = append(rows, postgres.Row{Key: keyName(i), Fragment: "f0", Value: []byte("frag")})
+			}
+		}
+		_, err := pg.Copy(ctx, rows)
+		require.NoError(t, err)
+		return
+	}
 	w := writer.New(etcdtest.Client(t, c.Etcd), "/sliceplane/data/")
 	var items []writer.Item
 	for i := range n {
@@ -58,8 +74,6 @@ func fill(t *testing.T, c *clustertest.Cluster, n int) {
 		}
 		items = append(items, it)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
 	_, err := w.PutMany(ctx, items)
 	require.NoError(t, err)
 }
@@ -215,6 +229,8 @@ type scenario struct {
 	after func(t *testing.T, c *clustertest.Cluster)
 	// tls runs every gRPC link with mutual TLS.
 	tls bool
+	// postgres, a DSN, keeps the items in PostgreSQL (clustertest.Options.Postgres).
+	postgres string
 }
 
 const nodes = 6
@@ -231,7 +247,7 @@ const patience = 2 * time.Minute
 // the scenario's disruption, stops the writers and checks that every node holds exactly what
 // it must (I3).
 func (sc scenario) run(t *testing.T) {
-	c := clustertest.New(t, clustertest.Options{Distributor: sc.distributor, TLS: sc.tls})
+	c := clustertest.New(t, clustertest.Options{Distributor: sc.distributor, TLS: sc.tls, Postgres: sc.postgres})
 	c.StartDistributor("d1")
 	c.StartDistributor("d2")
 	for i := range nodes {
@@ -326,7 +342,21 @@ func TestDataPathNodeRestartResumesFromItsCursor(t *testing.T) {
 }
 
 func TestDataPathDistributorRestart(t *testing.T) {
-	scenario{during: func(t *testing.T, c *clustertest.Cluster) {
+	scenario{during: restartD1}.run(t)
+}
+
+// TestDataPathFromPostgres runs the data path over a PostgreSQL table: every scan reads the
+// present, so the writes race the scans of the slices they touch as slices split, merge and
+// move, and a distributor restarts (its nodes take snapshots elsewhere, then come back);
+// the nodes converge all the same (I2, I3).
+func TestDataPathFromPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	scenario{postgres: pg.DSN, during: restartD1}.run(t)
+}
+
+// restartD1 stops distributor d1 until its nodes have moved to d2, then starts it again.
+func restartD1(t *testing.T, c *clustertest.Cluster) {
+	{
 		moved := map[string]client.Cursor{}
 		for id, n := range c.Nodes() {
 			if d, _, _ := n.Distributor(); d == "d1" {
@@ -353,7 +383,7 @@ func TestDataPathDistributorRestart(t *testing.T) {
 			}
 			return true
 		})
-	}}.run(t)
+	}
 }
 
 func TestDataPathStalledNodeCatchesUpBySnapshot(t *testing.T) {

@@ -467,6 +467,21 @@ func (r *Router) Changes(b source.Batch, now time.Time) []Action {
 	return r.acts
 }
 
+// Progress is the event of the source having delivered, and the router routed, every change
+// up to clock, with no quantum at or before it left to apply (Sequencer.Settled): the
+// router's clock reaches it, so that nodes learn how far they are when no change comes,
+// and the scans waiting for it are loaded. Later quanta are applied at later cuts.
+func (r *Router) Progress(clock uint64) []Action {
+	r.begin()
+	if clock <= r.clock {
+		return nil
+	}
+	r.clock = clock
+	r.releaseLoads()
+	r.publish()
+	return r.acts
+}
+
 // Overflowed is the event of node id's queue outgrowing its bound: a node whose queue of
 // changes outgrows it is dropped to a snapshot, which costs it a rescan but keeps the
 // distributor's memory bounded whatever the node does. Nothing more is applied to the

@@ -29,6 +29,9 @@ type Sequencer struct {
 	// open is the clock of a batch marked More: its changes go on in the next batches, and
 	// seen stays below it until the last.
 	open uint64
+	// midway says that some but not all batches of a clock were released: no quantum may go
+	// until the last has, or the quantum would split a transaction's changes.
+	midway bool
 }
 
 // NewSequencer returns a sequencer whose source delivers changes after clock from.
@@ -61,7 +64,7 @@ func (s *Sequencer) AddBatch(b source.Batch) {
 // watch that had to restart from there (the changes before it are lost: every node must take
 // a snapshot at a clock >= this one).
 func (s *Sequencer) Rebase(clock uint64) {
-	s.batches, s.bytes, s.open = nil, 0, 0
+	s.batches, s.bytes, s.open, s.midway = nil, 0, 0, false
 	s.seen = max(s.seen, clock)
 }
 
@@ -82,15 +85,16 @@ func (s *Sequencer) Next() (Event, bool) {
 	head := len(s.quanta) > 0
 	switch {
 	case len(s.batches) > 0 && (s.mapped || head && s.batches[0].Clock <= s.quanta[0].Clock):
-		if head && s.seen >= s.quanta[0].Clock && s.batches[0].Clock > s.quanta[0].Clock {
+		if head && !s.midway && s.seen >= s.quanta[0].Clock && s.batches[0].Clock > s.quanta[0].Clock {
 			break // the quantum goes first: its cut is then its own clock
 		}
 		b := s.batches[0]
 		s.batches[0] = source.Batch{}
 		s.batches = s.batches[1:]
 		s.bytes -= batchBytes(b)
+		s.midway = b.More
 		return Event{Batch: &b}, true
-	case !head || s.seen < s.quanta[0].Clock:
+	case !head || s.seen < s.quanta[0].Clock || s.midway:
 		return Event{}, false
 	}
 	// Every change up to the quantum's clock has been added and released.
@@ -108,6 +112,16 @@ func (s *Sequencer) Waiting() (uint64, bool) {
 		return s.quanta[0].Clock, true
 	}
 	return 0, false
+}
+
+// Settled returns the clock up to which every change and every quantum has been released,
+// when Next has nothing more to release: the changes up to Seen have gone, and every quantum
+// held is later. ok is false while a change waits (before the first quantum).
+func (s *Sequencer) Settled() (uint64, bool) {
+	if len(s.batches) > 0 || s.midway || len(s.quanta) > 0 && s.quanta[0].Clock <= s.seen {
+		return 0, false
+	}
+	return s.seen, true
 }
 
 // Seen returns the clock up to which the source has delivered everything.

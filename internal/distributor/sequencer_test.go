@@ -459,4 +459,41 @@ func TestSequencerALargeTransactionComesInParts(t *testing.T) {
 	assert.Equal(t, []string{"b12", "q2"}, describe(drain(s)))
 	s.AddBatch(batch(12, "again")) // a whole clock already seen
 	assert.Empty(t, drain(s))
+
+	// A quantum stamped before a transaction whose first part went waits for its last part:
+	// its cut must not split the transaction.
+	part = batch(14, "c")
+	part.More = true
+	s.AddBatch(part)
+	assert.Equal(t, []string{"b14"}, describe(drain(s)))
+	s.AddQuantum(q(3, 12))
+	assert.Empty(t, drain(s), "midway through the transaction at 14")
+	_, ok := s.Settled()
+	assert.False(t, ok)
+	s.AddBatch(batch(14, "d"))
+	assert.Equal(t, []string{"b14", "q3"}, describe(drain(s)))
+}
+
+func TestSequencerSettlesOnceNothingUpToSeenWaits(t *testing.T) {
+	s := NewSequencer(10)
+	s.AddBatch(batch(11, "a"))
+	_, ok := s.Settled()
+	assert.False(t, ok, "a change waits for the first quantum")
+	s.AddQuantum(q(1, 10))
+	drain(s)
+	clock, ok := s.Settled()
+	assert.True(t, ok)
+	assert.Equal(t, uint64(11), clock)
+	s.AddQuantum(q(2, 20))
+	s.AddBatch(source.Batch{Clock: 15})
+	clock, ok = s.Settled()
+	assert.True(t, ok, "the quantum held is later than what was seen")
+	assert.Equal(t, uint64(15), clock)
+	s.AddBatch(source.Batch{Clock: 20})
+	_, ok = s.Settled()
+	assert.False(t, ok, "the quantum at 20 is to go first")
+	drain(s)
+	clock, ok = s.Settled()
+	assert.True(t, ok)
+	assert.Equal(t, uint64(20), clock)
 }

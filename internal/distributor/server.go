@@ -197,22 +197,11 @@ func New(cfg Config) (*Server, error) {
 		done:   make(chan struct{}),
 	}
 	s.app = newApplier(s.router)
-	if e, ok := cfg.Source.(*source.Etcd); ok {
-		s.observeSource(e)
+	if o, ok := cfg.Source.(source.Observed); ok {
+		o.Observe(s.log, func(r source.RejectReason) { s.metrics.rejected.WithLabelValues(string(r)).Inc() })
 	}
 	pb.RegisterDistributorServiceServer(srv, &puller{s: s})
 	return s, nil
-}
-
-// observeSource counts the keys the etcd source skips, and has it log through the
-// distributor's logger, unless whoever made the source chose otherwise.
-func (s *Server) observeSource(e *source.Etcd) {
-	if e.Rejected == nil {
-		e.Rejected = func(r source.RejectReason) { s.metrics.rejected.WithLabelValues(string(r)).Inc() }
-	}
-	if e.Logger == nil {
-		e.Logger = s.log
-	}
 }
 
 // Addr returns the address the gRPC server listens on.
@@ -384,11 +373,15 @@ func (s *Server) route(ctx context.Context) error {
 }
 
 // deliver hands the router, in order, what the sequencer has released: quanta and batches of
-// changes. A refused quantum ends it: the quanta are resubscribed to, from a reinit.
+// changes, then how far the source has delivered. A refused quantum ends it: the quanta are
+// resubscribed to, from a reinit.
 func (s *Server) deliver(ctx context.Context, wg *sync.WaitGroup, seq *Sequencer, quanta *quantaFeed) {
 	for {
 		ev, ok := seq.Next()
 		if !ok {
+			if clock, settled := seq.Settled(); settled {
+				s.app.progress(clock)
+			}
 			return
 		}
 		if ev.Quantum != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/distributor"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/source"
 )
 
 // TestStrayKeyUnderThePrefixLeavesTheItem writes an item, then the item's etcd key with an
@@ -39,7 +40,7 @@ func TestStrayKeyUnderThePrefixLeavesTheItem(t *testing.T) {
 	require.NoError(t, err)
 
 	raw := etcdtest.Client(t, c.Etcd)
-	stray := c.Source.ItemKey(key) + "/"
+	stray := c.Source.(*source.Etcd).ItemKey(key) + "/"
 	_, err = raw.Put(ctx, stray, "stray")
 	require.NoError(t, err)
 	// A node that starts over takes a snapshot while the stray key is there: the scan must

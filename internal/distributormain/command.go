@@ -25,6 +25,8 @@ import (
 	"github.com/sliceplane/sliceplane/internal/logging"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/source/postgres"
+	"github.com/sliceplane/sliceplane/internal/sourceflag"
 )
 
 // ErrUsage is wrapped by errors about how the command was called (bad flags, arguments or
@@ -64,6 +66,7 @@ type options struct {
 	logFormat        string
 	tls              mtls.Config
 	authzPolicy      string
+	source           sourceflag.Options
 }
 
 // NewCommand returns the distributor command.
@@ -76,7 +79,8 @@ func NewCommand() *cobra.Command {
 		Use:   "distributor",
 		Short: "Run a Sliceplane distributor: stream to each node the changes of its slices",
 		Long: `distributor follows the assigner's quanta (the changes of the slice map) and the data
-source's changes in etcd, puts them in causal order, and keeps for each node it serves a
+source's changes (in etcd, or a PostgreSQL table with --source postgres, read by logical
+replication through a slot named after --id), puts them in causal order, and keeps for each node it serves a
 queue of deltas that brings the node's data in line with its slices; nodes pull their
 queues over gRPC. Several distributors share the nodes: each registers in etcd under --id
 and the assigner spreads the nodes over those registered. A restart is safe: queues live
@@ -138,6 +142,7 @@ on the command line win.`,
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	o.tls.AddFlags(f, true)
 	f.StringVar(&o.authzPolicy, "authz-policy", "", "YAML file granting identities roles beyond their kind's (with TLS)")
+	o.source.AddFlags(f)
 	return cmd
 }
 
@@ -155,6 +160,9 @@ func (o *options) validate() error {
 			return usagef("--id is not set and the host name cannot be the ID (%w); set --id", err)
 		}
 		o.id = h
+	}
+	if err := o.source.Validate(); err != nil {
+		return usageError(err)
 	}
 	switch {
 	case len(o.endpoints) == 0:
@@ -210,6 +218,15 @@ func (o *options) run(ctx context.Context) error {
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
+	}
+	// A slot of its own: a slot is confirmed by its one reader.
+	pg, err := o.source.Open(ctx, postgres.SlotName(o.id), log, nil)
+	if err != nil {
+		return fmt.Errorf("distributor: %w", err)
+	}
+	if pg != nil {
+		defer pg.Close()
+		cfg.Source = pg
 	}
 	cfg.Client, err = clientv3.New(clientv3.Config{Endpoints: o.endpoints, DialTimeout: 5 * time.Second, Context: ctx,
 		Logger: etcdlog.New(log, zapcore.WarnLevel, nil), TLS: src.ClientTLS()})

@@ -158,6 +158,9 @@ func TestBadSettingsAreUsageErrors(t *testing.T) {
 		{[]string{"--max-in-flight-bytes", "-1"}, `"--max-in-flight-bytes"`},
 		{[]string{"--max-queue-bytes", "12XB"}, `"--max-queue-bytes"`},
 		{[]string{"--scan-workers", "-2"}, "--scan-workers -2: want at least 1"},
+		{[]string{"--source", "mysql"}, `--source "mysql": want etcd or postgres`},
+		{[]string{"--source", "postgres"}, "--source postgres needs --pg-dsn"},
+		{[]string{"--source", "postgres", "--pg-dsn", "host=x", "--pg-table", "a;b"}, "plain identifiers"},
 		{[]string{"--max-scan-ahead-bytes", "0"}, "--max-scan-ahead-bytes 0: want at least 1"},
 	} {
 		args := c.args

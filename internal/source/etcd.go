@@ -79,6 +79,16 @@ func (s *Etcd) parse(k []byte) (hash uint64, key []byte, frag string, ok bool) {
 	return 0, nil, "", false
 }
 
+// Observe implements Observed.
+func (s *Etcd) Observe(log *slog.Logger, rejected func(RejectReason)) {
+	if s.Rejected == nil {
+		s.Rejected = rejected
+	}
+	if s.Logger == nil {
+		s.Logger = log
+	}
+}
+
 // Clock implements Source.
 func (s *Etcd) Clock(ctx context.Context) (uint64, error) {
 	resp, err := s.client.Get(ctx, s.prefix, clientv3.WithCountOnly())
@@ -332,4 +342,4 @@ func (s *Etcd) Get(ctx context.Context, key []byte) (item Item, ok bool, err err
 	return item, item.Exists || len(item.Fragments) > 0, nil
 }
 
-var _ Source = (*Etcd)(nil)
+var _ Writer = (*Etcd)(nil)

@@ -9,6 +9,7 @@ package source
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
@@ -55,6 +56,32 @@ type Item struct {
 	Fragments []Fragment
 	// Exists is false for an item that has fragments but no value of its own.
 	Exists bool
+}
+
+// Writer is a source that can be written to as a backend's application would: the etcd
+// prefix (Etcd) and a PostgreSQL table both are. Each method returns a clock at or after
+// its change's.
+type Writer interface {
+	Source
+	Put(ctx context.Context, key, value []byte) (uint64, error)
+	PutFragment(ctx context.Context, key []byte, id string, value []byte) (uint64, error)
+	Delete(ctx context.Context, key []byte) (uint64, error)
+	DeleteFragment(ctx context.Context, key []byte, id string) (uint64, error)
+}
+
+// ClockWatcher is a source that can follow its clock alone, more cheaply than its changes:
+// what an assigner needs, to stamp its quanta. WatchClock delivers clocks past from, each
+// a batch without changes, as the source moves, until ctx ends or an error (the last
+// batch); then it closes the channel.
+type ClockWatcher interface {
+	WatchClock(ctx context.Context, from uint64) <-chan Batch
+}
+
+// Observed is a source that skips entries that are no items (a stray key, a row placed at
+// the wrong hash): Observe has it tell rejected of each, and log through log, unless
+// whoever made it chose otherwise. Call it before the source is used.
+type Observed interface {
+	Observe(log *slog.Logger, rejected func(RejectReason))
 }
 
 // Source is the backend's ordered log of changes.

@@ -25,7 +25,7 @@ var FenceKey = []byte("kvcheck-fence")
 // Checker checks one cluster.
 type Checker struct {
 	// Source is the cluster's data source; Put is used to write the fence.
-	Source *source.Etcd
+	Source source.Writer
 	// Assigner is a connection to the leading assigner (internal/dial.Leader).
 	Assigner grpc.ClientConnInterface
 	// Nodes are the nodes' HTTP clients.

@@ -21,7 +21,8 @@ type relation struct {
 
 // txn is the transaction being read.
 type txn struct {
-	clock   uint64 // its commit LSN
+	xid     uint32
+	clock   uint64 // just past the start of its commit record (see decode)
 	skip    bool   // committed at or before the watch's from: sent before
 	changes []source.Change
 }
@@ -36,13 +37,19 @@ func (st *stream) decode(ctx context.Context, data []byte) error {
 	case *pglogrepl.RelationMessage:
 		st.relations[m.RelationID] = st.relation(m)
 	case *pglogrepl.BeginMessage:
-		st.txn = &txn{clock: uint64(m.FinalLSN), skip: uint64(m.FinalLSN) <= st.from}
+		// The clock of a transaction is just past the start of its commit record: a clock the
+		// server's progress (the end of the last record it read) reaches only once it has
+		// sent the transaction. The start itself is the end of the record before, which the
+		// server may report before it sends this transaction.
+		clock := uint64(m.FinalLSN) + 1
+		st.txn = &txn{xid: m.Xid, clock: clock, skip: clock <= st.from}
 	case *pglogrepl.CommitMessage:
 		t := st.txn
 		st.txn = nil
 		if t == nil || t.skip || t.clock <= st.read {
 			return nil
 		}
+		st.s.remember(t.xid, t.clock)
 		return st.send(ctx, source.Batch{Clock: t.clock, Changes: t.changes})
 	case *pglogrepl.InsertMessage:
 		return st.change(ctx, m.RelationID, nil, m.Tuple)

@@ -3,12 +3,15 @@
 // WAL position (LSN), and a slice is one index range of a BIGINT placement column that holds
 // each key's xxhash64 with its top bit flipped, so that the column's order is hash order.
 //
-// PostgreSQL cannot read the past, so a Scan reads the present: it is positioned at a clock
-// after everything it saw (the WAL insert position once its last query is done), and the
-// caller applies the changes after the clock it asked for over the scan (see
-// source.Source.Scan). That is the watermark idea of Netflix's DBLog with the high watermark
-// read rather than written: changes that race a scan win over it because they are applied
-// after it, and the slice counts as loaded once they have been.
+// PostgreSQL cannot read the past, so a Scan reads the present, in one snapshot: it is
+// positioned at a clock after everything it saw (the WAL insert position, read in that
+// snapshot), and the caller applies the changes after the clock it asked for over the scan
+// (see source.Source.Scan). That is the watermark idea of Netflix's DBLog with the high
+// watermark read rather than written: changes that race a scan win over it because they are
+// applied after it, and the slice counts as loaded once they have been. The low side needs
+// care of its own: a transaction reaches the WAL, and the replication stream, a moment
+// before it is visible to new snapshots, so a scan waits until every transaction delivered
+// up to the clock asked for is visible in its snapshot (visible.go).
 package postgres
 
 import (
@@ -47,6 +50,8 @@ type Source struct {
 	watches   map[chan struct{}]bool
 	lastFlush time.Time
 	logged    map[source.RejectReason]bool
+	// recent are the transactions the watches delivered lately (see visible.go).
+	recent []delivered
 }
 
 // columns is what Open learned of the table's columns.
@@ -89,6 +94,16 @@ func (s *Source) open(ctx context.Context) error {
 	}
 	_, err := s.ensureSlot(ctx)
 	return err
+}
+
+// Observe implements source.Observed.
+func (s *Source) Observe(log *slog.Logger, rejected func(source.RejectReason)) {
+	if s.cfg.Rejected == nil {
+		s.cfg.Rejected = rejected
+	}
+	if s.cfg.Logger == slog.Default() {
+		s.cfg.Logger = log
+	}
 }
 
 // Close ends the source's connections; watches end with their contexts.
@@ -283,7 +298,7 @@ func isDuplicate(err error) bool {
 	return errors.As(err, &pe) && pe.SQLState() == "42710"
 }
 
-var _ source.Source = (*Source)(nil)
+var _ source.Writer = (*Source)(nil)
 
 // logger is for the parts that log.
 func (s *Source) logger() *slog.Logger { return s.cfg.Logger }

@@ -3,8 +3,12 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/source"
@@ -47,10 +51,40 @@ func (s *Source) chunkQueries() (first, next string) {
 	return sel + order, sel + after + order
 }
 
-// Scan implements source.Source. It reads the present, a chunk of rows per query, and is
-// positioned at the WAL insert position read once the last chunk is read: every change
-// its queries saw precedes it.
+// Scan implements source.Source. It reads the present in one snapshot, a chunk of rows per
+// query, once every transaction its watches delivered up to at is visible in it (see
+// visible.go), and is positioned at the WAL insert position read in that snapshot: every
+// change it saw precedes it.
 func (s *Source) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) (uint64, error) {
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		var h uint64
+		err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			if err := s.checkVisible(ctx, tx, at); err != nil {
+				return err
+			}
+			var err error
+			if h, err = s.insertLSN(ctx, tx); err != nil {
+				return err
+			}
+			return s.scan(ctx, tx, r, fn)
+		})
+		switch {
+		case errors.Is(err, errNotVisible):
+			select {
+			case <-time.After(wait):
+				continue
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		case err != nil:
+			return 0, err
+		}
+		return max(h, at), nil
+	}
+}
+
+// scan reads r in chunks in tx, calling fn for each item.
+func (s *Source) scan(ctx context.Context, tx pgx.Tx, r keyspace.Range, fn func(source.Item) error) error {
 	first, next := s.chunkQueries()
 	hi := int64(math.MaxInt64)
 	if !r.End.IsEnd() {
@@ -68,31 +102,23 @@ func (s *Source) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(
 	}
 	q, args := first, bounds
 	for {
-		n, last, err := s.chunk(ctx, q, args, &cur, emit)
+		n, last, err := s.chunk(ctx, tx, q, args, &cur, emit)
 		if err != nil {
-			return 0, fmt.Errorf("postgres: scanning %s: %w", r, err)
+			return err
 		}
 		if n < s.cfg.ChunkRows {
-			break
+			return emit()
 		}
 		q, args = next, append(bounds[:2:2], last.hash, keyArg(last.key, s.cols.keyBytea), last.frag)
 	}
-	if err := emit(); err != nil {
-		return 0, err
-	}
-	h, err := s.insertLSN(ctx, s.pool)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: scanning %s: reading the clock: %w", r, err)
-	}
-	return max(h, at), nil
 }
 
 // chunk reads one chunk into items, calling emit for each item it completes; it returns
-// the rows read and the last one.
-func (s *Source) chunk(ctx context.Context, q string, args []any, cur **source.Item, emit func() error) (int, *row, error) {
-	rows, err := s.pool.Query(ctx, q, args...)
+// the rows read and the last one. An error of emit (fn's) comes back as it is.
+func (s *Source) chunk(ctx context.Context, tx pgx.Tx, q string, args []any, cur **source.Item, emit func() error) (int, *row, error) {
+	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, fmt.Errorf("postgres: scanning: %w", err)
 	}
 	defer rows.Close()
 	n := 0
@@ -101,7 +127,7 @@ func (s *Source) chunk(ctx context.Context, q string, args []any, cur **source.I
 		var rw row
 		var key, value []byte
 		if err := rows.Scan(&key, &rw.frag, &value, &rw.hash); err != nil {
-			return n, nil, err
+			return n, nil, fmt.Errorf("postgres: scanning: %w", err)
 		}
 		n++
 		rw.key, rw.value = key, value
@@ -110,7 +136,10 @@ func (s *Source) chunk(ctx context.Context, q string, args []any, cur **source.I
 			return n, nil, err
 		}
 	}
-	return n, &last, rows.Err()
+	if err := rows.Err(); err != nil {
+		return n, nil, fmt.Errorf("postgres: scanning: %w", err)
+	}
+	return n, &last, nil
 }
 
 // add adds a row to the item being read, emitting the previous one when the key changes.

@@ -23,21 +23,30 @@ const maxBatchChanges = 4096
 // transaction's commit LSN. While no change comes, the server's progress arrives as
 // progress marks. If the slot no longer holds the changes after from (it was dropped,
 // recreated or lost its WAL, or it was confirmed past from), the last batch is
-// source.ErrCompacted, and the caller starts over from a later clock, after a rescan.
-//
-// Without a Slot, Watch delivers only progress marks, every Status: the clock, which is all
-// an assigner follows.
+// source.ErrCompacted, and the caller starts over from a later clock, after a rescan. A
+// source without a Slot cannot Watch (it fails at once): use WatchClock.
 func (s *Source) Watch(ctx context.Context, from uint64) <-chan source.Batch {
+	return s.run(ctx, func(out chan<- source.Batch) error {
+		if s.cfg.Slot == "" {
+			return errors.New("postgres: watching the changes needs a replication slot (Config.Slot)")
+		}
+		return s.watch(ctx, from, out)
+	})
+}
+
+// WatchClock implements source.ClockWatcher: the WAL insert position, every Status when it
+// moved past from. It needs no slot.
+func (s *Source) WatchClock(ctx context.Context, from uint64) <-chan source.Batch {
+	return s.run(ctx, func(out chan<- source.Batch) error { return s.watchClock(ctx, from, out) })
+}
+
+// run runs a watch on its own goroutine, which sends its error as the last batch and closes
+// the channel.
+func (s *Source) run(ctx context.Context, watch func(chan<- source.Batch) error) <-chan source.Batch {
 	out := make(chan source.Batch)
 	go func() {
 		defer close(out)
-		var err error
-		if s.cfg.Slot == "" {
-			err = s.watchClock(ctx, from, out)
-		} else {
-			err = s.watch(ctx, from, out)
-		}
-		if err != nil && ctx.Err() == nil {
+		if err := watch(out); err != nil && ctx.Err() == nil {
 			select {
 			case out <- source.Batch{Err: err}:
 			case <-ctx.Done():

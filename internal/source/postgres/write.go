@@ -126,6 +126,14 @@ func (s *Source) Put(ctx context.Context, key, value []byte) (uint64, error) {
 	return s.PutRows(ctx, []Row{{Key: key, Value: value}})
 }
 
+// PutFragment sets one fragment of an item.
+func (s *Source) PutFragment(ctx context.Context, key []byte, id string, value []byte) (uint64, error) {
+	if id == "" {
+		return 0, fmt.Errorf("postgres: put %q: empty fragment ID (it would read back as the item's own value)", key)
+	}
+	return s.PutRows(ctx, []Row{{Key: key, Fragment: id, Value: value}})
+}
+
 // Delete removes an item, every fragment with it.
 func (s *Source) Delete(ctx context.Context, key []byte) (uint64, error) {
 	return s.exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s = $1", s.qualified(), quote(s.cfg.Columns.Key)), s.keyValue(key))

@@ -1,0 +1,68 @@
+// Package sourceflag is the command line's choice of the data source, one set of flags that
+// the assigner and the distributor share: the etcd prefix (the default, zero setup) or a
+// PostgreSQL table followed by logical replication.
+package sourceflag
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/source/postgres"
+)
+
+// The kinds of source.
+const (
+	Etcd     = "etcd"
+	Postgres = "postgres"
+)
+
+// Options are the flags' values.
+type Options struct {
+	Kind string
+	PG   postgres.Config
+}
+
+// AddFlags adds --source and the --pg-* flags.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Kind, "source", Etcd, "where the items are: etcd (under the prefix's data/) or postgres (a table, by logical replication: --pg-dsn, --pg-table)")
+	f.StringVar(&o.PG.DSN, "pg-dsn", "", "with --source postgres: the database, as libpq takes it (TLS: sslmode=verify-full sslrootcert=... sslcert=... sslkey=...)")
+	f.StringVar(&o.PG.Table, "pg-table", postgres.DefaultTable, "with --source postgres: the table of items, [schema.]table")
+	f.StringVar(&o.PG.Columns.Key, "pg-key-column", postgres.DefaultColumns.Key, "with --source postgres: the key column (bytea: its bytes; any other type: its text)")
+	f.StringVar(&o.PG.Columns.Value, "pg-value-column", postgres.DefaultColumns.Value, "with --source postgres: the value column (bytea: its bytes; any other type: its text)")
+	f.StringVar(&o.PG.Columns.Hash, "pg-hash-column", postgres.DefaultColumns.Hash, "with --source postgres: the BIGINT placement column, indexed (slicectl pg backfill fills it)")
+	f.StringVar(&o.PG.Columns.Fragment, "pg-fragment-column", postgres.DefaultColumns.Fragment, "with --source postgres: the fragment ID column; empty: each row is an item")
+	f.StringVar(&o.PG.Publication, "pg-publication", "sliceplane", "with --source postgres: the publication of the table, created when missing")
+}
+
+// Validate checks the choice, naming the flag at fault.
+func (o *Options) Validate() error {
+	switch o.Kind {
+	case Etcd, "":
+		return nil
+	case Postgres:
+		if o.PG.DSN == "" {
+			return fmt.Errorf("--source postgres needs --pg-dsn")
+		}
+		cfg := o.PG
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("--source postgres: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("--source %q: want etcd or postgres", o.Kind)
+}
+
+// Open opens the PostgreSQL source, reading through the replication slot slot ("" for one
+// that follows only the clock); it returns nil for etcd, whose source the caller makes.
+func (o *Options) Open(ctx context.Context, slot string, log *slog.Logger, rejected func(source.RejectReason)) (*postgres.Source, error) {
+	if o.Kind != Postgres {
+		return nil, nil
+	}
+	cfg := o.PG
+	cfg.Slot, cfg.Logger, cfg.Rejected = slot, log, rejected
+	return postgres.Open(ctx, cfg)
+}
