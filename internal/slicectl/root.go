@@ -142,7 +142,7 @@ func addCommands(root *cobra.Command, g *globalOptions) {
 		c.GroupID = groupOverride
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newSimCommand(g), newDataCommand(g)} {
+	for _, c := range []*cobra.Command{newSimCommand(g), newDataCommand(g), newPGCommand(g)} {
 		c.GroupID = groupOffline
 		root.AddCommand(c)
 	}

@@ -29,13 +29,19 @@ type Options struct {
 // AddFlags adds --source and the --pg-* flags.
 func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Kind, "source", Etcd, "where the items are: etcd (under the prefix's data/) or postgres (a table, by logical replication: --pg-dsn, --pg-table)")
-	f.StringVar(&o.PG.DSN, "pg-dsn", "", "with --source postgres: the database, as libpq takes it (TLS: sslmode=verify-full sslrootcert=... sslcert=... sslkey=...)")
-	f.StringVar(&o.PG.Table, "pg-table", postgres.DefaultTable, "with --source postgres: the table of items, [schema.]table")
-	f.StringVar(&o.PG.Columns.Key, "pg-key-column", postgres.DefaultColumns.Key, "with --source postgres: the key column (bytea: its bytes; any other type: its text)")
-	f.StringVar(&o.PG.Columns.Value, "pg-value-column", postgres.DefaultColumns.Value, "with --source postgres: the value column (bytea: its bytes; any other type: its text)")
-	f.StringVar(&o.PG.Columns.Hash, "pg-hash-column", postgres.DefaultColumns.Hash, "with --source postgres: the BIGINT placement column, indexed (slicectl pg backfill fills it)")
-	f.StringVar(&o.PG.Columns.Fragment, "pg-fragment-column", postgres.DefaultColumns.Fragment, "with --source postgres: the fragment ID column; empty: each row is an item")
-	f.StringVar(&o.PG.Publication, "pg-publication", "sliceplane", "with --source postgres: the publication of the table, created when missing")
+	AddPostgresFlags(f, &o.PG, "with --source postgres: ")
+}
+
+// AddPostgresFlags adds the --pg-* flags of a PostgreSQL source to f, each help prefixed
+// with when.
+func AddPostgresFlags(f *pflag.FlagSet, c *postgres.Config, when string) {
+	f.StringVar(&c.DSN, "pg-dsn", "", when+"the database, as libpq takes it (TLS: sslmode=verify-full sslrootcert=... sslcert=... sslkey=...)")
+	f.StringVar(&c.Table, "pg-table", postgres.DefaultTable, when+"the table of items, [schema.]table")
+	f.StringVar(&c.Columns.Key, "pg-key-column", postgres.DefaultColumns.Key, when+"the key column (bytea: its bytes; any other type: its text)")
+	f.StringVar(&c.Columns.Value, "pg-value-column", postgres.DefaultColumns.Value, when+"the value column (bytea: its bytes; any other type: its text)")
+	f.StringVar(&c.Columns.Hash, "pg-hash-column", postgres.DefaultColumns.Hash, when+"the BIGINT placement column, indexed (slicectl pg backfill fills it)")
+	f.StringVar(&c.Columns.Fragment, "pg-fragment-column", postgres.DefaultColumns.Fragment, when+"the fragment ID column; empty: each row is an item")
+	f.StringVar(&c.Publication, "pg-publication", "sliceplane", when+"the publication of the table, created when missing")
 }
 
 // Validate checks the choice, naming the flag at fault.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -223,4 +224,65 @@ func (s *Source) Backfill(ctx context.Context, batch int) (int, error) {
 		}
 		total += len(keys)
 	}
+}
+
+// Status is what an operator checks of the source: the table and the replication slots.
+type Status struct {
+	Table string
+	// Rows counts the table's rows; Unplaced those without a placement column value, which
+	// no scan finds (slicectl pg backfill fills them).
+	Rows, Unplaced int64
+	Publication    bool // the publication exists
+	Slots          []Slot
+	// Clock is the WAL insert position.
+	Clock uint64
+}
+
+// Slot is a replication slot of Sliceplane's (its name starts with "sliceplane").
+type Slot struct {
+	Name   string
+	Active bool
+	// Confirmed is how far its reader confirmed; Behind, how many bytes of WAL the server
+	// keeps for it beyond that.
+	Confirmed, Behind uint64
+	// WALStatus is PostgreSQL's: reserved, extended, unreserved or lost.
+	WALStatus string
+}
+
+// Status reads the source's status.
+func (s *Source) Status(ctx context.Context) (Status, error) {
+	st := Status{Table: s.cfg.Table}
+	q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE %s IS NULL) FROM %s", quote(s.cfg.Columns.Hash), s.qualified())
+	if err := s.pool.QueryRow(ctx, q).Scan(&st.Rows, &st.Unplaced); err != nil {
+		return st, fmt.Errorf("postgres: counting rows: %w", err)
+	}
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_publication WHERE pubname = $1", s.cfg.Publication).Scan(&st.Publication); err != nil {
+		return st, fmt.Errorf("postgres: reading publications: %w", err)
+	}
+	var err error
+	if st.Clock, err = s.Clock(ctx); err != nil {
+		return st, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT slot_name::text, active, coalesce(confirmed_flush_lsn::text, '0/0'),
+		coalesce(pg_current_wal_lsn() - confirmed_flush_lsn, 0)::bigint, coalesce(wal_status, '')
+		FROM pg_replication_slots WHERE slot_name LIKE 'sliceplane%' ORDER BY slot_name`)
+	if err != nil {
+		return st, fmt.Errorf("postgres: reading slots: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sl Slot
+		var confirmed string
+		var behind int64
+		if err := rows.Scan(&sl.Name, &sl.Active, &confirmed, &behind, &sl.WALStatus); err != nil {
+			return st, fmt.Errorf("postgres: reading slots: %w", err)
+		}
+		lsn, err := pglogrepl.ParseLSN(confirmed)
+		if err != nil {
+			return st, fmt.Errorf("postgres: slot %s: %w", sl.Name, err)
+		}
+		sl.Confirmed, sl.Behind = uint64(lsn), uint64(max(behind, 0))
+		st.Slots = append(st.Slots, sl)
+	}
+	return st, rows.Err()
 }
