@@ -37,7 +37,7 @@ CHAOS_FAULTS ?= all
 CHAOS_ROUNDS ?= 3
 CHAOS_SEED   ?= 1
 
-.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose build tools clean chaos
+.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres build tools clean chaos
 
 ## test: proto and lint checks, every test with the race detector, the data path at full size,
 ## every fuzz target for a moment
@@ -100,6 +100,18 @@ chaos:
 	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_ROUNDS=1 CHAOS_SEED=$(CHAOS_SEED) CHAOS_RACE=1 \
 		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos$$' ./chaos || rc=1; \
 	exit $$rc
+
+## e2e-postgres: the real binaries on a throwaway PostgreSQL (1 assigner, 2 distributors, 4
+## nodes): a fill by COPY timed against the COPY, writes while slices move and a distributor is
+## killed and restarted, then the convergence check. Its last line reads
+## "postgres e2e: items=N copy=... fill=... (X× the COPY) lost=0". make test runs it too (in
+## ./e2e); it skips where no PostgreSQL server is installed.
+e2e-postgres:
+	@out=$$(mktemp); trap 'rm -f "$$out"' EXIT; rc=0; \
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestPostgresEndToEnd$$$$' -v ./e2e >"$$out" 2>&1 || rc=$$?; \
+	grep -E '^(--- |ok|FAIL|PASS)|postgres_test.go' "$$out" | grep -v 'postgres e2e:' || true; \
+	if [ $$rc -ne 0 ]; then tail -50 "$$out"; exit $$rc; fi; \
+	grep -o 'postgres e2e: .*' "$$out" || { echo "e2e-postgres: skipped (no PostgreSQL server?)"; grep -- '--- SKIP' -A2 "$$out"; }
 
 ## e2e-compose: the docker-compose deployment, built, broken and checked (skips without Docker)
 e2e-compose:
