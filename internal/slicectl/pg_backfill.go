@@ -20,7 +20,7 @@ until none is left: for an existing table that just got the column. Rows written
 meanwhile by the writer library come with it filled. Scans cannot find a row
 without one: backfill before the distributors start.`,
 		Example: `  slicectl pg backfill --pg-dsn postgres://app@db/app --pg-table users --pg-key-column name --pg-value-column profile --pg-fragment-column ''`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
 				return usageError(err)
