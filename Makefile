@@ -86,10 +86,12 @@ bench:
 build:
 	$(GO) build -o $(BIN)/ ./cmd/... ./examples/kvstore/cmd/...
 
-## demo: a balancing cluster on loopback with a live view; DEMO_SECONDS=N stops it after N s
+## demo: a balancing cluster on loopback with a live view; DEMO_SECONDS=N stops it after N s,
+## DEMO_ROLL=1 restarts every node in turn, SOURCE=postgres keeps the items in a throwaway
+## PostgreSQL table (when PostgreSQL is installed)
 demo:
 	$(GO) build -o $(BIN)/ $(DEMO_BINARIES)
-	$(BIN)/kvdemo --bin $(BIN)
+	$(BIN)/kvdemo --bin $(BIN) $(if $(SOURCE),--source $(SOURCE))
 
 ## chaos: every fault of the chaos suite on plain binaries, then on race-built ones; both
 ## runs report, and the target fails if either did

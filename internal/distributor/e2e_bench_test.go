@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -20,7 +22,10 @@ import (
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/distributor"
+	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
+	"github.com/sliceplane/sliceplane/internal/source/postgres"
+	"github.com/sliceplane/sliceplane/internal/source/postgres/pgtest"
 )
 
 // benchCluster starts 1 assigner, 2 distributors and n nodes on stores made by store, and
@@ -73,7 +78,9 @@ func settle(b *testing.B, c *clustertest.Cluster) {
 // BenchmarkBurstFill measures a burst fill end to end: 1M items with 100-byte values, written
 // to the etcd source by 4 writers in transactions of 128 items, reach 100 nodes through 2
 // distributors. The time runs from the first write until every node applied the last one.
-// Everything (etcd, assigner, distributors, nodes) shares the machine's cores.
+// Everything (etcd, assigner, distributors, nodes) shares the machine's cores. Each run first
+// writes the same items to an etcd of its own with nothing else running, the baseline the
+// fill is reported against (x-etcd-alone).
 func BenchmarkBurstFill(b *testing.B) { burstFill(b, 1_000_000, 100, false) }
 
 // BenchmarkBurstFillTLS runs a smaller burst fill (200k items, 20 nodes) with plaintext and
@@ -86,40 +93,20 @@ func BenchmarkBurstFillTLS(b *testing.B) {
 
 // burstFill writes items to a cluster of nodes, with mutual TLS if secure.
 func burstFill(b *testing.B, items, nodes int, secure bool) {
-	const writers = 4
 	for range b.N {
 		b.StopTimer()
+		alone := etcdAlone(b, items)
 		c := benchClusterTLS(b, nodes, func() clustertest.Store { return memstore.New() }, secure)
 		w := writer.New(etcdtest.Client(b, c.Etcd), "/sliceplane/data/")
-		value := make([]byte, 100)
-		var last atomic.Uint64
 		b.StartTimer()
 		start := time.Now()
-		var g errgroup.Group
-		for wi := range writers {
-			g.Go(func() error {
-				batch := make([]writer.Item, 0, writer.MaxTxnOps)
-				for i := wi; i < items; i += writers {
-					batch = append(batch, writer.Item{Key: fmt.Appendf(nil, "fill-%07d", i), Value: value, HasValue: true})
-					if len(batch) == cap(batch) || i+writers >= items {
-						clock, err := w.PutMany(context.Background(), batch)
-						if err != nil {
-							return err
-						}
-						for old := last.Load(); clock > old && !last.CompareAndSwap(old, clock); old = last.Load() {
-						}
-						batch = batch[:0]
-					}
-				}
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
+		last, err := writeItems(w, items)
+		if err != nil {
 			b.Fatal(err)
 		}
 		wrote := time.Since(start)
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
-		err := c.WaitClock(ctx, last.Load())
+		err = c.WaitClock(ctx, last)
 		cancel()
 		if err != nil {
 			b.Fatal(err)
@@ -137,7 +124,62 @@ func burstFill(b *testing.B, items, nodes int, secure bool) {
 		b.ReportMetric(wrote.Seconds(), "s-writing/fill")
 		b.ReportMetric(float64(items)/elapsed.Seconds(), "items/s")
 		b.ReportMetric((elapsed - wrote).Seconds(), "s-draining/fill")
+		b.ReportMetric(alone.Seconds(), "s-etcd-alone/fill")
+		b.ReportMetric(elapsed.Seconds()/alone.Seconds(), "x-etcd-alone")
 	}
+}
+
+// etcdAlone returns how long an embedded etcd of its own, with nothing else running, takes
+// to accept items as burstFill writes them; the etcd is stopped before it returns.
+func etcdAlone(b *testing.B, items int) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	// As the cluster's etcd: embedded, without fsync.
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: b.TempDir(), Fast: true, LogLevel: "fatal"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer etcd.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	start := time.Now()
+	if _, err := writeItems(writer.New(cli, "/sliceplane/data/"), items); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// writeItems writes items 100-byte items with 4 writers, in transactions of the most items
+// etcd takes, and returns the clock of the last.
+func writeItems(w *writer.Writer, items int) (uint64, error) {
+	const writers = 4
+	value := make([]byte, 100)
+	var last atomic.Uint64
+	var g errgroup.Group
+	for wi := range writers {
+		g.Go(func() error {
+			batch := make([]writer.Item, 0, writer.MaxTxnOps)
+			for i := wi; i < items; i += writers {
+				batch = append(batch, writer.Item{Key: fmt.Appendf(nil, "fill-%07d", i), Value: value, HasValue: true})
+				if len(batch) == cap(batch) || i+writers >= items {
+					clock, err := w.PutMany(context.Background(), batch)
+					if err != nil {
+						return err
+					}
+					for old := last.Load(); clock > old && !last.CompareAndSwap(old, clock); old = last.Load() {
+					}
+					batch = batch[:0]
+				}
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return last.Load(), err
 }
 
 // BenchmarkChangeToApplied measures how long a change takes from its write to the source
@@ -359,4 +401,59 @@ func snapshotCluster(b *testing.B, secure bool) (*clustertest.Cluster, []string,
 	}
 	settle(b, c)
 	return c, ids, last
+}
+
+// BenchmarkPostgresFill measures a burst fill from PostgreSQL: 1M rows with 100-byte values,
+// written by one COPY, reach 10 nodes through 2 distributors, each reading the table's
+// changes through its own replication slot. Reported side by side from one run: the COPY
+// alone (until it returns, committed) and the fill (from the COPY's start until every node
+// applied it). Skips without a PostgreSQL server.
+func BenchmarkPostgresFill(b *testing.B) {
+	const rows, nodes = 1_000_000, 10
+	for range b.N {
+		b.StopTimer()
+		pg := pgtest.Start(b)
+		c := clustertest.New(b, clustertest.Options{
+			Assigner:    func(cfg *assigner.Config) { cfg.ClockInterval = 0 },
+			Distributor: func(cfg *distributor.Config) { cfg.ClockInterval = 0 },
+			Postgres:    pg.DSN,
+		})
+		c.StartDistributor("d1")
+		c.StartDistributor("d2")
+		for i := range nodes {
+			c.StartNode(fmt.Sprintf("node-%03d", i), memstore.New())
+		}
+		settle(b, c)
+		src := c.Source.(*postgres.Source)
+		value := make([]byte, 100)
+		batch := make([]postgres.Row, rows)
+		for i := range batch {
+			batch[i] = postgres.Row{Key: fmt.Appendf(nil, "fill-%07d", i), Value: value}
+		}
+		b.StartTimer()
+		start := time.Now()
+		clock, err := src.Copy(context.Background(), batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		copied := time.Since(start)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		err = c.WaitClock(ctx, clock)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		elapsed := time.Since(start)
+		b.StopTimer()
+		var held int
+		for _, n := range c.Nodes() {
+			held += n.Store.(*memstore.Store).Len()
+		}
+		if want := rows + 1; held != want { // and the fence of the settling check
+			b.Fatalf("the nodes hold %d items, want %d", held, want)
+		}
+		b.ReportMetric(copied.Seconds(), "s-copy/fill")
+		b.ReportMetric(elapsed.Seconds(), "s/fill")
+		b.ReportMetric(elapsed.Seconds()/copied.Seconds(), "x-copy")
+	}
 }

@@ -24,6 +24,7 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/client/pgwriter"
 	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
@@ -33,6 +34,8 @@ import (
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/source/postgres"
+	"github.com/sliceplane/sliceplane/internal/source/postgres/pgcluster"
 )
 
 // Config shapes the demo.
@@ -50,6 +53,10 @@ type Config struct {
 	// Plaintext runs every link without TLS. By default the demo makes a throwaway CA in
 	// Dir/pki and runs every process with mutual TLS, as a deployment should.
 	Plaintext bool
+	// Source is where the items live: "etcd" (the default, under the embedded etcd's data
+	// prefix) or "postgres" (a table of a throwaway PostgreSQL server the demo starts in
+	// Dir/postgres, read by logical replication; needs the server's binaries).
+	Source string
 	// Roll restarts every node in turn while the load runs, as an orchestrator's rolling
 	// restart does: each drains on SIGTERM (its slices handed off make-before-break), stops,
 	// and starts again with its data. The summary's failed and misses say what readers saw.
@@ -110,16 +117,20 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 }
 
 type demo struct {
-	cfg     Config
-	out     io.Writer
-	pki     *launch.PKI
-	etcd    *embedetcd.Server
-	cli     *clientv3.Client
-	cluster *kvcluster.Cluster
-	conn    *grpc.ClientConn
-	admin   pb.AdminServiceClient
-	src     *source.Etcd
-	router  *client.Router
+	cfg  Config
+	out  io.Writer
+	pki  *launch.PKI
+	etcd *embedetcd.Server
+	cli  *clientv3.Client
+	// writer writes the items; sourceArgs tell the assigner and distributors where they are.
+	writer     loadgen.Writer
+	sourceArgs []string
+	dsn        string // of the PostgreSQL source, if it is the source
+	cluster    *kvcluster.Cluster
+	conn       *grpc.ClientConn
+	admin      pb.AdminServiceClient
+	src        source.Writer
+	router     *client.Router
 	// http reads from the nodes for the load generator.
 	http    *http.Client
 	stopAll []func()
@@ -145,6 +156,9 @@ func (d *demo) start(ctx context.Context) error {
 	if err := d.startEtcd(ctx); err != nil {
 		return err
 	}
+	if err := d.startPostgres(ctx); err != nil {
+		return err
+	}
 	var err error
 	var drain time.Duration
 	if d.cfg.Roll {
@@ -153,8 +167,8 @@ func (d *demo) start(ctx context.Context) error {
 	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{d.etcd.Endpoint()}, PKI: d.pki,
 		DrainTimeout: drain,
 		// Quick passes and a short memory of load, so that the demo settles in seconds.
-		AssignerArgs:    []string{"--pass-interval", "1s", "--load-half-life", "2s", "--log-format", "json"},
-		DistributorArgs: []string{"--log-format", "json"},
+		AssignerArgs:    append([]string{"--pass-interval", "1s", "--load-half-life", "2s", "--log-format", "json"}, d.sourceArgs...),
+		DistributorArgs: append([]string{"--log-format", "json"}, d.sourceArgs...),
 		NodeArgs:        []string{"--report-interval", "500ms", "--log-format", "json"}})
 	if err != nil {
 		return err
@@ -260,7 +274,40 @@ func (d *demo) startEtcd(ctx context.Context) error {
 		return fmt.Errorf("demo: connecting to etcd: %w", err)
 	}
 	d.stopAll = append(d.stopAll, func() { d.cli.Close() })
-	d.src = source.NewEtcd(d.cli, writer.DefaultPrefix)
+	d.src, d.writer = source.NewEtcd(d.cli, writer.DefaultPrefix), writer.New(d.cli, writer.DefaultPrefix)
+	return nil
+}
+
+// startPostgres starts, with Config.Source "postgres", a throwaway PostgreSQL server with
+// the items table, and makes it the demo's source; the etcd stays, for the assigner's state.
+func (d *demo) startPostgres(ctx context.Context) error {
+	switch d.cfg.Source {
+	case "", "etcd":
+		return nil
+	case "postgres":
+	default:
+		return fmt.Errorf("demo: source %q: want etcd or postgres", d.cfg.Source)
+	}
+	pg, err := pgcluster.Start(ctx, filepath.Join(d.cfg.Dir, "postgres"), pgcluster.Options{})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	d.stopAll = append(d.stopAll, func() { pg.Stop() }) //nolint:errcheck // throwaway
+	if err := postgres.Init(ctx, postgres.Config{DSN: pg.DSN}); err != nil {
+		return err
+	}
+	src, err := postgres.Open(ctx, postgres.Config{DSN: pg.DSN, Logger: d.cfg.Log})
+	if err != nil {
+		return err
+	}
+	w, err := pgwriter.Open(ctx, pgwriter.Config{DSN: pg.DSN})
+	if err != nil {
+		src.Close()
+		return err
+	}
+	d.stopAll = append(d.stopAll, src.Close, w.Close)
+	d.src, d.writer, d.dsn = src, w, pg.DSN
+	d.sourceArgs = []string{"--source", "postgres", "--pg-dsn", pg.DSN}
 	return nil
 }
 
@@ -292,6 +339,9 @@ func (d *demo) intro(assigner *kvcluster.Member, started time.Time) error {
 			d.cluster.Members("node")[0].Addr)
 	} else {
 		d.say("  inspect:   %s status   (also: nodes, slices, explain, quanta --follow)", slicectl)
+	}
+	if d.dsn != "" {
+		d.say("  source:    PostgreSQL, table sliceplane_items: psql '%s'", d.dsn)
 	}
 	d.say("  logs:      %s (kvdemo --keep keeps them)", d.cluster.LogDir())
 	return nil
@@ -345,7 +395,7 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 	if d.cfg.Duration > 0 {
 		period = max(d.cfg.Duration/2, 5*time.Second)
 	}
-	g, err := loadgen.New(loadgen.Config{Writer: writer.New(d.cli, writer.DefaultPrefix), Router: d.router, HTTP: d.http, Keys: d.cfg.Keys,
+	g, err := loadgen.New(loadgen.Config{Writer: d.writer, Router: d.router, HTTP: d.http, Keys: d.cfg.Keys,
 		Workload: fmt.Sprintf("hotspot-shift:1.1:%d", int(period/time.Second)), ReadRate: d.cfg.ReadRate, WriteRate: d.cfg.WriteRate,
 		Seed: 1, Logger: d.cfg.Log})
 	if err != nil {

@@ -24,10 +24,18 @@ import (
 	"github.com/sliceplane/sliceplane/internal/sim"
 )
 
+// Writer writes items to the data source: client/writer (etcd) or client/pgwriter
+// (PostgreSQL).
+type Writer interface {
+	PutMany(ctx context.Context, items []writer.Item) (uint64, error)
+	Put(ctx context.Context, key, value []byte) (uint64, error)
+	Delete(ctx context.Context, key []byte) (uint64, error)
+}
+
 // Config configures a Generator.
 type Config struct {
 	// Writer writes items to the data source.
-	Writer *writer.Writer
+	Writer Writer
 	// Router finds the nodes holding a key (a *client.Router); Run reads through it. Fill
 	// needs none.
 	Router kvclient.Router

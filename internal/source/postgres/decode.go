@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -147,7 +148,7 @@ func (st *stream) item(r *relation, t *pglogrepl.TupleData, deleted bool) (*sour
 		return nil, nil
 	}
 	c := &source.Change{Key: key, Hash: keyspace.Hash(key), Delete: deleted}
-	if f := col(r.frag); f != nil && f.DataType == pglogrepl.TupleDataTypeText {
+	if f := col(r.frag); f != nil && (f.DataType == pglogrepl.TupleDataTypeText || f.DataType == pglogrepl.TupleDataTypeBinary) {
 		c.Fragment = string(f.Data)
 	}
 	if deleted {
@@ -173,11 +174,17 @@ func (st *stream) item(r *relation, t *pglogrepl.TupleData, deleted bool) (*sour
 // hashMatches checks a new row's placement column against its key: a row placed at another
 // hash than its key's would be scanned in one slice and sent to another.
 func (st *stream) hashMatches(c *source.Change, h *pglogrepl.TupleDataColumn) bool {
-	if h == nil || h.DataType != pglogrepl.TupleDataTypeText {
+	var v int64
+	var err error
+	switch {
+	case h != nil && h.DataType == pglogrepl.TupleDataTypeBinary && len(h.Data) == 8:
+		v = int64(binary.BigEndian.Uint64(h.Data))
+	case h != nil && h.DataType == pglogrepl.TupleDataTypeText:
+		v, err = strconv.ParseInt(string(h.Data), 10, 64)
+	default:
 		st.s.reject(source.RejectHash, fmt.Sprintf("key %q has no %s (slicectl pg backfill fills it)", c.Key, st.s.cfg.Columns.Hash))
 		return false
 	}
-	v, err := strconv.ParseInt(string(h.Data), 10, 64)
 	if err != nil || HashOf(v) != c.Hash {
 		st.s.reject(source.RejectHashMismatch, fmt.Sprintf("key %q: %s is %s, want %d", c.Key, st.s.cfg.Columns.Hash, h.Data, HashColumn(c.Hash)))
 		return false
@@ -185,9 +192,12 @@ func (st *stream) hashMatches(c *source.Change, h *pglogrepl.TupleDataColumn) bo
 	return true
 }
 
-// bytesOf returns a text-format column's bytes: a bytea's decoded, any other type's text.
-// ok is false for a NULL.
+// bytesOf returns a column's bytes: a bytea's, any other type's text; a binary-format
+// column (a bytea or a text) is its bytes as they come. ok is false for a NULL.
 func bytesOf(c *pglogrepl.TupleDataColumn, bytea bool) ([]byte, bool, error) {
+	if c != nil && c.DataType == pglogrepl.TupleDataTypeBinary {
+		return c.Data, true, nil
+	}
 	if c == nil || c.DataType != pglogrepl.TupleDataTypeText {
 		return nil, false, nil
 	}

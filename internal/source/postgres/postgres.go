@@ -57,6 +57,10 @@ type Source struct {
 // columns is what Open learned of the table's columns.
 type columns struct {
 	keyBytea, valueBytea bool
+	// binary says that every column the stream reads has a binary form that is its bytes
+	// (bytea, text): the stream then asks for rows in binary, which costs the server
+	// and the source less than text (a bytea's hex, in particular).
+	binary bool
 }
 
 // Open connects, checks the table (its columns, and that its replica identity lets deletes
@@ -156,9 +160,13 @@ func (s *Source) checkTable(ctx context.Context) error {
 	if t := types[c.Hash]; t != "bigint" {
 		return fmt.Errorf("postgres: the hash column %q is %s; want bigint", c.Hash, t)
 	}
-	s.cols = columns{keyBytea: types[c.Key] == "bytea", valueBytea: types[c.Value] == "bytea"}
+	s.cols = columns{keyBytea: types[c.Key] == "bytea", valueBytea: types[c.Value] == "bytea",
+		binary: raw(types[c.Key]) && raw(types[c.Value]) && (c.Fragment == "" || raw(types[c.Fragment]))}
 	return s.checkIdentity(ctx)
 }
+
+// raw reports whether a type's binary form is its bytes, as its value is read.
+func raw(typ string) bool { return typ == "bytea" || typ == "text" }
 
 // checkIdentity checks that a delete's old row, as logical replication sends it, names the
 // item: the replica identity is FULL, or its columns hold the key (and fragment) columns.

@@ -98,6 +98,9 @@ func (s *Source) watch(ctx context.Context, from uint64, out chan<- source.Batch
 	defer conn.Close(context.WithoutCancel(ctx))
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{"proto_version '1'",
 		fmt.Sprintf("publication_names '%s'", s.cfg.Publication)}}
+	if s.cols.binary {
+		opts.PluginArgs = append(opts.PluginArgs, "binary 'true'")
+	}
 	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, pglogrepl.LSN(from), opts); err != nil {
 		return s.slotError(fmt.Errorf("postgres: starting replication from slot %s: %w", s.cfg.Slot, err))
 	}

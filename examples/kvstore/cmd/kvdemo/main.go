@@ -57,6 +57,7 @@ func command() *cobra.Command {
 		Example: `  make demo                       # builds the binaries and runs this
   DEMO_SECONDS=30 make demo
   DEMO_SECONDS=45 DEMO_ROLL=1 make demo   # a rolling restart of every node under load
+  make demo SOURCE=postgres              # the items in a throwaway PostgreSQL table
   kvdemo --bin ./bin --duration 1m --keys 50000`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true, SilenceErrors: true,
@@ -111,9 +112,18 @@ func command() *cobra.Command {
 	f.Float64Var(&cfg.WriteRate, "write-rate", 20, "writes per second")
 	f.IntVar(&cfg.Nodes, "nodes", 4, "number of nodes")
 	f.BoolVar(&cfg.Plaintext, "plaintext", false, "run every link without TLS (default: mutual TLS with a throwaway CA)")
+	f.StringVar(&cfg.Source, "source", sourceDefault(), "where the items live: etcd, or postgres (a throwaway PostgreSQL server; needs its binaries) (default: $SOURCE, else etcd)")
 	f.BoolVar(&cfg.Roll, "roll", os.Getenv("DEMO_ROLL") == "1", "restart every node in turn under load, each draining on SIGTERM first (default: $DEMO_ROLL=1)")
 	f.StringVar(&logLevel, "log-level", "warn", "the demo's own diagnostics: debug, info, warn or error")
 	return cmd
+}
+
+// sourceDefault is $SOURCE, which make demo passes on (make demo SOURCE=postgres), or etcd.
+func sourceDefault() string {
+	if s := os.Getenv("SOURCE"); s != "" {
+		return s
+	}
+	return "etcd"
 }
 
 // durationFromEnv sets *d from $DEMO_SECONDS, which make demo passes on, unless --duration
