@@ -56,7 +56,9 @@ func Open(ctx context.Context, cfg Config) (*Writer, error) {
 func (w *Writer) Close() { w.s.Close() }
 
 // Put sets an item's own value.
-func (w *Writer) Put(ctx context.Context, key, value []byte) (uint64, error) { return w.s.Put(ctx, key, value) }
+func (w *Writer) Put(ctx context.Context, key, value []byte) (uint64, error) {
+	return w.s.Put(ctx, key, value)
+}
 
 // PutFragment sets one fragment of an item.
 func (w *Writer) PutFragment(ctx context.Context, key []byte, id string, value []byte) (uint64, error) {
@@ -72,7 +74,9 @@ func (w *Writer) DeleteFragment(ctx context.Context, key []byte, id string) (uin
 }
 
 // PutRows writes rows (inserted, or updated if they exist) in one transaction.
-func (w *Writer) PutRows(ctx context.Context, rows []Row) (uint64, error) { return w.s.PutRows(ctx, rows) }
+func (w *Writer) PutRows(ctx context.Context, rows []Row) (uint64, error) {
+	return w.s.PutRows(ctx, rows)
+}
 
 // PutMany writes items, each as its own row and one per fragment, in one transaction, as
 // client/writer's PutMany does for etcd.

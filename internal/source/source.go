@@ -77,6 +77,13 @@ type ClockWatcher interface {
 	WatchClock(ctx context.Context, from uint64) <-chan Batch
 }
 
+// Fencer is a source that can give a fence without writing an item: a clock that every
+// change committed so far precedes, and that its watches will reach. A convergence check
+// then leaves the data as it is (an application's table, say).
+type Fencer interface {
+	Fence(ctx context.Context) (uint64, error)
+}
+
 // Observed is a source that skips entries that are no items (a stray key, a row placed at
 // the wrong hash): Observe has it tell rejected of each, and log through log, unless
 // whoever made it chose otherwise. Call it before the source is used.

@@ -24,7 +24,8 @@ var FenceKey = []byte("kvcheck-fence")
 
 // Checker checks one cluster.
 type Checker struct {
-	// Source is the cluster's data source; Put is used to write the fence.
+	// Source is the cluster's data source; the fence is written through Put, unless it
+	// is a source.Fencer.
 	Source source.Writer
 	// Assigner is a connection to the leading assigner (internal/dial.Leader).
 	Assigner grpc.ClientConnInterface
@@ -49,7 +50,12 @@ func (c *Checker) Wait(ctx context.Context) (converge.Report, error) {
 // assigner, the nodes over HTTP.
 type cluster struct{ c *Checker }
 
+// Fence writes the fence item, or, of a source that can fence without writing (a
+// PostgreSQL table, which is an application's), takes its fence clock.
 func (k cluster) Fence(ctx context.Context) (uint64, error) {
+	if f, ok := k.c.Source.(source.Fencer); ok {
+		return f.Fence(ctx)
+	}
 	return k.c.Source.Put(ctx, FenceKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 }
 

@@ -243,6 +243,16 @@ func (s *Source) insertLSN(ctx context.Context, q querier) (uint64, error) {
 	return uint64(lsn), err
 }
 
+// Fence implements source.Fencer: the WAL insert position, once an empty logical message
+// has flushed the WAL up to it (so that the watches reach it); nothing is written to the
+// table.
+func (s *Source) Fence(ctx context.Context) (uint64, error) {
+	if err := s.flush(ctx); err != nil {
+		return 0, err
+	}
+	return s.Clock(ctx)
+}
+
 // flushEvery bounds how often Progress writes to the WAL.
 const flushEvery = 50 * time.Millisecond
 

@@ -25,6 +25,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/logging"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/sourceflag"
 )
 
 // errNotConverged makes check exit with status 1 after printing its report.
@@ -228,6 +229,7 @@ func runRouted(ctx context.Context, router *client.Router, g *loadgen.Generator,
 func checkCommand(o *options, out io.Writer) *cobra.Command {
 	var nodes []string
 	var timeout time.Duration
+	var data sourceflag.Options
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Wait until every node holds exactly what it must",
@@ -235,19 +237,23 @@ func checkCommand(o *options, out io.Writer) *cobra.Command {
 and the assigner's map, until they agree or --timeout passes: it prints the
 report of Sliceplane's convergence checker (items missing, leaked or stale) and
 exits 0 when nothing is lost or leaked, 1 otherwise. Stop writers first.`,
-		Example: `  kvload check --nodes http://127.0.0.1:7090,http://127.0.0.1:7091 --timeout 1m`,
-		Args:    cobra.NoArgs,
+		Example: `  kvload check --nodes http://127.0.0.1:7090,http://127.0.0.1:7091 --timeout 1m
+  kvload check --nodes 127.0.0.1:7090,127.0.0.1:7091 --source postgres --pg-dsn postgres://app@db/app --pg-table users ...`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(nodes) == 0 {
 				return errors.New("--nodes: name every node's HTTP address")
 			}
+			if err := data.Validate(); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			cli, err := o.etcd(ctx)
+			items, closeItems, err := o.items(ctx, &data)
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
+			defer closeItems()
 			src, err := o.source()
 			if err != nil {
 				return err
@@ -257,7 +263,7 @@ exits 0 when nothing is lost or leaked, 1 otherwise. Stop writers first.`,
 				return err
 			}
 			defer conn.Close()
-			c := &kvcheck.Checker{Source: source.NewEtcd(cli, o.prefix+"data/"), Assigner: conn}
+			c := &kvcheck.Checker{Source: items, Assigner: conn}
 			hc := kvclient.HTTPClient(src, 30*time.Second)
 			for _, n := range nodes {
 				c.Nodes = append(c.Nodes, kvclient.New(n, hc))
@@ -272,5 +278,23 @@ exits 0 when nothing is lost or leaked, 1 otherwise. Stop writers first.`,
 	}
 	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "addresses of every node (host:port, or a URL; https with --tls-*)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait")
+	data.AddFlags(cmd.Flags())
 	return cmd
+}
+
+// items opens the data source the check compares the nodes with: the etcd prefix, or the
+// PostgreSQL table of --source postgres; the returned function closes it.
+func (o *options) items(ctx context.Context, data *sourceflag.Options) (source.Writer, func(), error) {
+	pg, err := data.Open(ctx, "", nil, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if pg != nil {
+		return pg, pg.Close, nil
+	}
+	cli, err := o.etcd(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return source.NewEtcd(cli, o.prefix+"data/"), func() { cli.Close() }, nil
 }
