@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -15,8 +16,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/source/postgres"
+	"github.com/sliceplane/sliceplane/internal/source/postgres/pgcluster"
 	"github.com/sliceplane/sliceplane/internal/source/postgres/pgtest"
 )
 
@@ -352,4 +355,43 @@ func TestSlotNames(t *testing.T) {
 	assert.Equal(t, uint64(0), postgres.HashOf(postgres.HashColumn(0)))
 	assert.Less(t, postgres.HashColumn(1<<63-1), postgres.HashColumn(1<<63), "the column orders as the hash")
 	assert.True(t, errors.Is(fmt.Errorf("x: %w", source.ErrCompacted), source.ErrCompacted))
+}
+
+// The source talks TLS to the server when the DSN asks for it, for queries and for
+// replication alike, and refuses a server its CA did not sign.
+func TestTheSourceSpeaksTLS(t *testing.T) {
+	dir := t.TempDir()
+	pki, err := launch.NewPKI(filepath.Join(dir, "pki"), 0)
+	require.NoError(t, err)
+	server, err := pki.Issue("distributor", "postgres")
+	require.NoError(t, err)
+	ctx := t.Context()
+	pg, err := pgcluster.Start(ctx, filepath.Join(dir, "pg"), pgcluster.Options{CertFile: server.Cert, KeyFile: server.Key})
+	if errors.Is(err, pgcluster.ErrNoServer) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	defer pg.Stop()
+	dsn := fmt.Sprintf("postgres://sliceplane@127.0.0.1:%d/sliceplane?sslmode=verify-full&sslrootcert=%s", pg.Port, server.CA)
+	require.NoError(t, postgres.Init(ctx, postgres.Config{DSN: dsn}))
+	s, err := postgres.Open(ctx, postgres.Config{DSN: dsn, Slot: "tls"})
+	require.NoError(t, err)
+	defer s.Close()
+	from, err := s.Clock(ctx)
+	require.NoError(t, err)
+	w := watch(t, s, from)
+	last, err := s.Put(ctx, []byte("k"), []byte("v"))
+	require.NoError(t, err)
+	require.Len(t, w.until(t, s, last), 1, "the change came over a TLS replication connection")
+	var ssl bool
+	require.NoError(t, s.Pool().QueryRow(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl))
+	assert.True(t, ssl)
+
+	other, err := launch.NewPKI(filepath.Join(dir, "other"), 0)
+	require.NoError(t, err)
+	stranger, err := other.Issue("admin", "x")
+	require.NoError(t, err)
+	bad := fmt.Sprintf("postgres://sliceplane@127.0.0.1:%d/sliceplane?sslmode=verify-full&sslrootcert=%s", pg.Port, stranger.CA)
+	_, err = postgres.Open(ctx, postgres.Config{DSN: bad})
+	require.Error(t, err, "a server certificate of another CA is refused")
 }

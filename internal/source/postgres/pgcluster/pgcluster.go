@@ -43,6 +43,9 @@ type Options struct {
 	// Settings are extra server settings (name → value), after the ones logical
 	// replication needs (wal_level=logical and enough slots and senders).
 	Settings map[string]string
+	// CertFile and KeyFile, when set, turn TLS on with that certificate (clients may still
+	// connect without it: sslmode says what a client insists on).
+	CertFile, KeyFile string
 }
 
 // Start initializes a cluster in dir (which it creates), starts it and creates the database.
@@ -65,7 +68,11 @@ func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 	if c.Port, err = freePort(); err != nil {
 		return nil, err
 	}
-	if err := c.start(ctx, opts.Settings); err != nil {
+	settings, err := c.tls(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.start(ctx, settings); err != nil {
 		return nil, err
 	}
 	c.DSN = fmt.Sprintf("postgres://sliceplane@127.0.0.1:%d/sliceplane?sslmode=disable", c.Port)
@@ -74,6 +81,51 @@ func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// tls copies the certificate and key of opts into the data directory, where the server's
+// user owns them (PostgreSQL refuses a key others can read), and returns the settings with
+// TLS on.
+func (c *Cluster) tls(opts Options) (map[string]string, error) {
+	settings := maps.Clone(opts.Settings)
+	if opts.CertFile == "" {
+		return settings, nil
+	}
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	for _, f := range []struct{ from, to string }{{opts.CertFile, "server.crt"}, {opts.KeyFile, "server.key"}} {
+		b, err := os.ReadFile(f.from)
+		if err != nil {
+			return nil, fmt.Errorf("pgcluster: %w", err)
+		}
+		to := filepath.Join(c.data, f.to)
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			return nil, fmt.Errorf("pgcluster: %w", err)
+		}
+		if err := c.own(to); err != nil {
+			return nil, err
+		}
+	}
+	settings["ssl"] = "on"
+	return settings, nil
+}
+
+// own gives path to the server's OS user, when the cluster runs as one.
+func (c *Cluster) own(path string) error {
+	if len(c.as) == 0 {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(path, uid, gid); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	return nil
 }
 
 // start starts the server on c.Port with settings, and waits until it accepts connections.
