@@ -195,38 +195,10 @@ func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) 
 	if raceEnabled {
 		t.Skip("runs without the race detector, in make test's second step (the binaries it starts are not instrumented either)")
 	}
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &scenario{t: t, ctx: ctx, bin: t.TempDir()}
-	var pkgs []string
-	for _, p := range kvcluster.Binaries {
-		pkgs = append(pkgs, p)
-	}
-	if err := launch.Build(ctx, root, s.bin, false, pkgs...); err != nil {
-		t.Fatal(err)
-	}
-	if s.pki, err = launch.NewPKI(t.TempDir(), 0); err != nil {
-		t.Fatal(err)
-	}
-	if s.admin, err = s.pki.Issue("admin", "e2e"); err != nil {
-		t.Fatal(err)
-	}
+	s := newScenario(t, ctx)
 	etcd, cli := s.startEtcd()
 	s.src, s.writer = source.NewEtcd(cli, writer.DefaultPrefix), writer.New(cli, writer.DefaultPrefix)
-	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{etcd.Endpoint()}, PKI: s.pki,
-		AssignerArgs:    []string{"--pass-interval", "200ms", "--session-ttl", "2s", "--node-ttl", "20s"},
-		DistributorArgs: []string{"--session-ttl", "2s"},
-		NodeArgs:        []string{"--report-interval", "200ms"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.cluster.Stop(10 * time.Second); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	})
+	s.newCluster(etcd.Endpoint())
 	for _, id := range []string{"a1", "a2"} {
 		if _, err := s.cluster.StartAssigner(ctx, id); err != nil {
 			t.Fatal(err)
@@ -245,7 +217,7 @@ func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) 
 	s.write(fill)
 	wctx, wcancel := context.WithTimeout(ctx, patience)
 	defer wcancel()
-	err = launch.WaitFor(wctx, "every node to hold slices", 100*time.Millisecond, func(ctx context.Context) error {
+	err := launch.WaitFor(wctx, "every node to hold slices", 100*time.Millisecond, func(ctx context.Context) error {
 		for _, n := range s.cluster.Nodes() {
 			for i := range 300 {
 				n.Get(ctx, loadgen.Key(i)) //nolint:errcheck // only the load counts here
@@ -264,6 +236,59 @@ func startCluster(t *testing.T, ctx context.Context, fill int, nodes ...string) 
 	s.slicectl("freeze", "--reason", "e2e")
 	s.converged("the first fill")
 	return s
+}
+
+// newCluster prepares the scenario's cluster on the etcd at endpoint, with 2 s leases and
+// quick passes; source are the assigners' and distributors' flags of the data source (none:
+// the etcd prefix). It is stopped when the test ends.
+func (s *scenario) newCluster(endpoint string, source ...string) {
+	t := s.t
+	var err error
+	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{endpoint}, PKI: s.pki,
+		AssignerArgs:    append([]string{"--pass-interval", "200ms", "--session-ttl", "2s", "--node-ttl", "20s"}, source...),
+		DistributorArgs: append([]string{"--session-ttl", "2s"}, source...),
+		NodeArgs:        []string{"--report-interval", "200ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.cluster.Stop(10 * time.Second); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+}
+
+// newScenario builds the binaries and makes the PKI and the certificate of slicectl, an
+// admin's.
+func newScenario(t *testing.T, ctx context.Context) *scenario {
+	t.Helper()
+	s := &scenario{t: t, ctx: ctx, bin: buildBinaries(t, ctx)}
+	var err error
+	if s.pki, err = launch.NewPKI(t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if s.admin, err = s.pki.Issue("admin", "e2e"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// buildBinaries builds the binaries of kvcluster.Binaries into a directory of t's.
+func buildBinaries(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	var pkgs []string
+	for _, p := range kvcluster.Binaries {
+		pkgs = append(pkgs, p)
+	}
+	if err := launch.Build(ctx, root, bin, false, pkgs...); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 // startEtcd starts an embedded etcd that serves mutual TLS, and a client of it with the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,6 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
-	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
 	"github.com/sliceplane/sliceplane/internal/converge"
 	"github.com/sliceplane/sliceplane/internal/launch"
@@ -72,24 +70,7 @@ func TestPostgresEndToEnd(t *testing.T) {
 // embedded etcd keeps the assigner's state), and returns it with a writer of the table.
 func startPostgresCluster(t *testing.T, ctx context.Context, dsn string) (*scenario, *postgres.Source) {
 	t.Helper()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &scenario{t: t, ctx: ctx, bin: t.TempDir()}
-	var pkgs []string
-	for _, p := range kvcluster.Binaries {
-		pkgs = append(pkgs, p)
-	}
-	if err := launch.Build(ctx, root, s.bin, false, pkgs...); err != nil {
-		t.Fatal(err)
-	}
-	if s.pki, err = launch.NewPKI(t.TempDir(), 0); err != nil {
-		t.Fatal(err)
-	}
-	if s.admin, err = s.pki.Issue("admin", "e2e"); err != nil {
-		t.Fatal(err)
-	}
+	s := newScenario(t, ctx)
 	if err := postgres.Init(ctx, postgres.Config{DSN: dsn}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,19 +80,7 @@ func startPostgresCluster(t *testing.T, ctx context.Context, dsn string) (*scena
 	}
 	t.Cleanup(src.Close)
 	etcd, _ := s.startEtcd()
-	pgArgs := []string{"--source", "postgres", "--pg-dsn", dsn}
-	s.cluster, err = kvcluster.New(kvcluster.Options{Bin: s.bin, Dir: t.TempDir(), Etcd: []string{etcd.Endpoint()}, PKI: s.pki,
-		AssignerArgs:    append([]string{"--pass-interval", "200ms", "--session-ttl", "2s", "--node-ttl", "20s"}, pgArgs...),
-		DistributorArgs: append([]string{"--session-ttl", "2s"}, pgArgs...),
-		NodeArgs:        []string{"--report-interval", "200ms"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.cluster.Stop(10 * time.Second); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	})
+	s.newCluster(etcd.Endpoint(), "--source", "postgres", "--pg-dsn", dsn)
 	s.startMembers(1, 2, 4)
 	return s, src
 }

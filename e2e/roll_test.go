@@ -2,14 +2,11 @@ package e2e_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sliceplane/sliceplane/examples/kvstore/demo"
-	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
-	"github.com/sliceplane/sliceplane/internal/launch"
 )
 
 // lineWriter logs what the demo prints, a line per call.
@@ -33,18 +30,7 @@ func TestARollingRestartOfTheDemoFailsNoRead(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	var pkgs []string
-	for _, p := range kvcluster.Binaries {
-		pkgs = append(pkgs, p)
-	}
-	if err := launch.Build(ctx, root, bin, false, pkgs...); err != nil {
-		t.Fatal(err)
-	}
+	bin := buildBinaries(t, ctx)
 	// Four nodes of about 4 s each: the roll starts a quarter of the way in and is over well
 	// before the end.
 	s, err := demo.Run(ctx, demo.Config{Bin: bin, Dir: t.TempDir(), Duration: 40 * time.Second, Keys: 3000,

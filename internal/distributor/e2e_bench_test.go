@@ -105,21 +105,7 @@ func burstFill(b *testing.B, items, nodes int, secure bool) {
 			b.Fatal(err)
 		}
 		wrote := time.Since(start)
-		ctx, cancel := context.WithTimeout(context.Background(), patience)
-		err = c.WaitClock(ctx, last)
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		elapsed := time.Since(start)
-		b.StopTimer()
-		var held int
-		for _, n := range c.Nodes() {
-			held += n.Store.(*memstore.Store).Len()
-		}
-		if want := items + 1; held != want { // and the fence of the settling check
-			b.Fatalf("the nodes hold %d items, want %d", held, want)
-		}
+		elapsed := filled(b, c, last, start, items)
 		b.ReportMetric(elapsed.Seconds(), "s/fill")
 		b.ReportMetric(wrote.Seconds(), "s-writing/fill")
 		b.ReportMetric(float64(items)/elapsed.Seconds(), "items/s")
@@ -127,6 +113,28 @@ func burstFill(b *testing.B, items, nodes int, secure bool) {
 		b.ReportMetric(alone.Seconds(), "s-etcd-alone/fill")
 		b.ReportMetric(elapsed.Seconds()/alone.Seconds(), "x-etcd-alone")
 	}
+}
+
+// filled waits until every node of c applied clock, stops the timer and returns the time
+// since start, once it checked that the nodes hold the items written and the fence of the
+// settling check.
+func filled(b *testing.B, c *clustertest.Cluster, clock uint64, start time.Time, items int) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := c.WaitClock(ctx, clock); err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	var held int
+	for _, n := range c.Nodes() {
+		held += n.Store.(*memstore.Store).Len()
+	}
+	if want := items + 1; held != want {
+		b.Fatalf("the nodes hold %d items, want %d", held, want)
+	}
+	return elapsed
 }
 
 // etcdAlone returns how long an embedded etcd of its own, with nothing else running, takes
@@ -437,21 +445,7 @@ func BenchmarkPostgresFill(b *testing.B) {
 			b.Fatal(err)
 		}
 		copied := time.Since(start)
-		ctx, cancel := context.WithTimeout(context.Background(), patience)
-		err = c.WaitClock(ctx, clock)
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		elapsed := time.Since(start)
-		b.StopTimer()
-		var held int
-		for _, n := range c.Nodes() {
-			held += n.Store.(*memstore.Store).Len()
-		}
-		if want := rows + 1; held != want { // and the fence of the settling check
-			b.Fatalf("the nodes hold %d items, want %d", held, want)
-		}
+		elapsed := filled(b, c, clock, start, rows)
 		b.ReportMetric(copied.Seconds(), "s-copy/fill")
 		b.ReportMetric(elapsed.Seconds(), "s/fill")
 		b.ReportMetric(elapsed.Seconds()/copied.Seconds(), "x-copy")
