@@ -26,6 +26,7 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
+	"github.com/sliceplane/sliceplane/internal/converge"
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/mtls"
@@ -43,7 +44,7 @@ type scenario struct {
 	ctx     context.Context
 	bin     string
 	cluster *kvcluster.Cluster
-	src     *source.Etcd
+	src     source.Writer
 	writer  *writer.Writer
 	written int
 	// pki made every process's certificate; admin is the files of slicectl's, an admin's.
@@ -90,8 +91,22 @@ func (s *scenario) write(n int) {
 	s.written += n
 }
 
-// converged waits until every node holds exactly what it must.
+// converged waits until every node holds exactly what it must, and every item written is
+// in the source.
 func (s *scenario) converged(after string) {
+	s.t.Helper()
+	r := s.check(after)
+	if r.Items != s.written+1 { // the checker's fence is an item too
+		s.t.Fatalf("after %s: the source holds %d items, want %d", after, r.Items-1, s.written)
+	}
+	if err := s.cluster.Exited(); err != nil {
+		s.t.Fatalf("after %s: %v", after, err)
+	}
+}
+
+// check waits until every node holds exactly what the source says it must, and returns the
+// checker's report.
+func (s *scenario) check(after string) converge.Report {
 	s.t.Helper()
 	start := time.Now()
 	conn, err := s.cluster.Dial()
@@ -101,18 +116,12 @@ func (s *scenario) converged(after string) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(s.ctx, patience)
 	defer cancel()
-	c := &kvcheck.Checker{Source: s.src, Assigner: conn, Nodes: s.cluster.Nodes()}
-	r, err := c.Wait(ctx)
+	r, err := (&kvcheck.Checker{Source: s.src, Assigner: conn, Nodes: s.cluster.Nodes()}).Wait(ctx)
 	if err != nil {
 		s.t.Fatalf("after %s: %v\nlogs in %s", after, err, s.cluster.LogDir())
 	}
-	if r.Items != s.written+1 { // the checker's fence is an item too
-		s.t.Fatalf("after %s: the source holds %d items, want %d", after, r.Items-1, s.written)
-	}
 	s.t.Logf("after %s: %s (in %s)", after, r, time.Since(start).Round(time.Millisecond))
-	if err := s.cluster.Exited(); err != nil {
-		s.t.Fatalf("after %s: %v", after, err)
-	}
+	return r
 }
 
 // leader returns the assigner that leads, waiting for one.

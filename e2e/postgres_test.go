@@ -12,9 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
-	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
-	"github.com/sliceplane/sliceplane/internal/converge"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/source/postgres"
 	"github.com/sliceplane/sliceplane/internal/source/postgres/pgtest"
@@ -60,7 +58,7 @@ func TestPostgresEndToEnd(t *testing.T) {
 
 	s.churn(src, pgRows)
 	s.slicectl("freeze", "--reason", "e2e-postgres")
-	rep := s.checkPostgres(src)
+	rep := s.check("the writes")
 	lost := rep.Missing + rep.Leaked + rep.Stale + rep.Slices
 	t.Logf("postgres e2e: items=%d copy=%s fill=%s (%.2f× the COPY) lost=%d", rep.Items,
 		copied.Round(time.Millisecond), filled.Round(time.Millisecond), filled.Seconds()/copied.Seconds(), lost)
@@ -79,6 +77,7 @@ func startPostgresCluster(t *testing.T, ctx context.Context, dsn string) (*scena
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
+	s.src = src
 	etcd, _ := s.startEtcd()
 	s.newCluster(etcd.Endpoint(), "--source", "postgres", "--pg-dsn", dsn)
 	s.startMembers(1, 2, 4)
@@ -260,22 +259,4 @@ func moveSlices(ctx context.Context, admin pb.AdminServiceClient, n *atomic.Int6
 		}
 	}
 	return nil
-}
-
-// checkPostgres waits until every node holds exactly what the table says it must.
-func (s *scenario) checkPostgres(src *postgres.Source) (r converge.Report) {
-	conn, err := s.cluster.Dial()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(s.ctx, patience)
-	defer cancel()
-	start := time.Now()
-	r, err = (&kvcheck.Checker{Source: src, Assigner: conn, Nodes: s.cluster.Nodes()}).Wait(ctx)
-	if err != nil {
-		s.t.Fatalf("the nodes do not hold what the table says: %v\nlogs in %s", err, s.cluster.LogDir())
-	}
-	s.t.Logf("%s (in %s)", r, time.Since(start).Round(time.Millisecond))
-	return r
 }

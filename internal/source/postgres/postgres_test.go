@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -166,7 +167,7 @@ func TestScanReadsRangesInHashOrderAcrossChunks(t *testing.T) {
 
 	whole, _ := scanAll(t, s, keyspace.Full(), last)
 	require.Len(t, whole, 40)
-	assert.True(t, slices.IsSortedFunc(whole, func(a, b source.Item) int { return cmpHash(a.Hash, b.Hash) }))
+	assert.True(t, slices.IsSortedFunc(whole, func(a, b source.Item) int { return cmp.Compare(a.Hash, b.Hash) }))
 	frags := 0
 	for _, it := range whole {
 		assert.True(t, it.Exists)
@@ -189,16 +190,6 @@ func TestScanReadsRangesInHashOrderAcrossChunks(t *testing.T) {
 		parts = append(parts, items...)
 	}
 	assert.Equal(t, whole, parts)
-}
-
-func cmpHash(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func TestALargeTransactionComesInParts(t *testing.T) {
