@@ -60,7 +60,10 @@ type Config struct {
 	// Roll restarts every node in turn while the load runs, as an orchestrator's rolling
 	// restart does: each drains on SIGTERM (its slices handed off make-before-break), stops,
 	// and starts again with its data. The summary's failed and misses say what readers saw.
-	Roll bool
+	// RollAfter is when the roll begins, after the load starts; 0 means a quarter of the
+	// way through a timed demo (half the hot keys' period otherwise).
+	Roll      bool
+	RollAfter time.Duration
 	// Out receives the live view; Log, diagnostics.
 	Out io.Writer
 	Log *slog.Logger
@@ -420,7 +423,11 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 	defer stopLoad()
 	loaded := make(chan error, 1)
 	go func() { loaded <- g.Run(lctx) }()
-	rolled := d.startRoll(ctx, lctx, period/2)
+	after := d.cfg.RollAfter
+	if after == 0 {
+		after = period / 2
+	}
+	rolled := d.startRoll(ctx, lctx, after)
 	history, restarted, err := d.watch(ctx, lctx, g, period, rolled)
 	stopLoad()
 	<-loaded
