@@ -116,9 +116,6 @@ func (s *Source) Close() { s.pool.Close() }
 // Pool returns the source's connection pool, for the writer and the tools.
 func (s *Source) Pool() *pgxpool.Pool { return s.pool }
 
-// Config returns the source's configuration, defaults filled.
-func (s *Source) Config() Config { return s.cfg }
-
 // qualified returns the table's quoted name.
 func (s *Source) qualified() string { return pgx.Identifier{s.schema, s.table}.Sanitize() }
 

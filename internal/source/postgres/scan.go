@@ -109,7 +109,7 @@ func (s *Source) scan(ctx context.Context, tx pgx.Tx, r keyspace.Range, fn func(
 		if n < s.cfg.ChunkRows {
 			return emit()
 		}
-		q, args = next, append(bounds[:2:2], last.hash, keyArg(last.key, s.cols.keyBytea), last.frag)
+		q, args = next, append(bounds[:2:2], last.hash, s.keyValue(last.key), last.frag)
 	}
 }
 
@@ -165,12 +165,4 @@ func (s *Source) add(rw row, cur **source.Item, emit func() error) error {
 		(*cur).Fragments = append((*cur).Fragments, source.Fragment{ID: rw.frag, Value: value})
 	}
 	return nil
-}
-
-// keyArg passes a key back to a query: bytes for a bytea column, its text otherwise.
-func keyArg(key []byte, bytea bool) any {
-	if bytea {
-		return key
-	}
-	return string(key)
 }

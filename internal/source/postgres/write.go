@@ -52,8 +52,18 @@ func Init(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// keyValue returns a key as the key column takes it.
-func (s *Source) keyValue(key []byte) any { return keyArg(key, s.cols.keyBytea) }
+// keyValue and valueArg pass a key and a value to a query as their columns take them: bytes
+// for a bytea column, text otherwise.
+func (s *Source) keyValue(key []byte) any { return asColumn(key, s.cols.keyBytea) }
+
+func (s *Source) valueArg(v []byte) any { return asColumn(v, s.cols.valueBytea) }
+
+func asColumn(b []byte, bytea bool) any {
+	if bytea {
+		return b
+	}
+	return string(b)
+}
 
 // upsert returns the statement that writes one row, and its arguments' order: key, value,
 // hash, then the fragment if the table has them.
@@ -112,14 +122,6 @@ func (s *Source) checkRow(r Row) error {
 		return fmt.Errorf("postgres: table %s has no fragment column, for fragment %q of %q", s.cfg.Table, r.Fragment, r.Key)
 	}
 	return nil
-}
-
-// valueArg passes a value: bytes for a bytea column, text otherwise.
-func (s *Source) valueArg(v []byte) any {
-	if s.cols.valueBytea {
-		return v
-	}
-	return string(v)
 }
 
 // Put sets an item's own value. It returns a clock at or after the change's.
