@@ -11,6 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
@@ -93,7 +95,7 @@ func (s *Etcd) Observe(log *slog.Logger, rejected func(RejectReason)) {
 func (s *Etcd) Clock(ctx context.Context) (uint64, error) {
 	resp, err := s.client.Get(ctx, s.prefix, clientv3.WithCountOnly())
 	if err != nil {
-		return 0, fmt.Errorf("source: reading the clock: %w", err)
+		return 0, classifyEtcd(fmt.Errorf("source: reading the clock: %w", err))
 	}
 	return uint64(resp.Header.Revision), nil
 }
@@ -119,7 +121,7 @@ func (s *Etcd) Watch(ctx context.Context, from uint64) <-chan Batch {
 				return
 			}
 			if err := resp.Err(); err != nil {
-				send(Batch{Err: fmt.Errorf("source: watch: %w", err)})
+				send(Batch{Err: classifyEtcd(fmt.Errorf("source: watch: %w", err))})
 				return
 			}
 			if resp.IsProgressNotify() {
@@ -154,7 +156,7 @@ func (s *Etcd) Watch(ctx context.Context, from uint64) <-chan Batch {
 			}
 		}
 		if ctx.Err() == nil {
-			send(Batch{Err: errors.New("source: watch ended")})
+			send(Batch{Err: MarkUnavailable(errors.New("source: watch ended"))})
 		}
 	}()
 	return out
@@ -165,7 +167,7 @@ func (s *Etcd) Watch(ctx context.Context, from uint64) <-chan Batch {
 func (s *Etcd) Progress(ctx context.Context) error {
 	// The watches' stream is found by ctx's metadata, which Watch set with WithRequireLeader.
 	if err := s.client.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
-		return fmt.Errorf("source: requesting progress: %w", err)
+		return classifyEtcd(fmt.Errorf("source: requesting progress: %w", err))
 	}
 	return nil
 }
@@ -201,7 +203,7 @@ func (s *Etcd) scan(ctx context.Context, r keyspace.Range, at uint64, fn func(It
 			return fmt.Errorf("%w: scanning %s at %d: %w", ErrCompacted, r, at, err)
 		}
 		if err != nil {
-			return fmt.Errorf("source: scanning %s at %d: %w", r, at, err)
+			return classifyEtcd(fmt.Errorf("source: scanning %s at %d: %w", r, at, err))
 		}
 		for _, kv := range resp.Kvs {
 			hash, key, frag, ok := s.parse(kv.Key)
@@ -343,3 +345,22 @@ func (s *Etcd) Get(ctx context.Context, key []byte) (item Item, ok bool, err err
 }
 
 var _ Writer = (*Etcd)(nil)
+
+// classifyEtcd marks an error of etcd with its class (see Class): credentials or permissions
+// refused are Misconfigured, no retry mends them; anything else is Unavailable (no leader, a
+// member lost, a timeout: etcd's client retries what it can, and the caller the rest).
+func classifyEtcd(err error) error {
+	if err == nil || errors.Is(err, ErrCompacted) {
+		return err
+	}
+	c := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		c = ee.Code()
+	}
+	refused := errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrInvalidAuthToken)
+	if c == codes.PermissionDenied || c == codes.Unauthenticated || refused {
+		return MarkMisconfigured(err)
+	}
+	return MarkUnavailable(err)
+}

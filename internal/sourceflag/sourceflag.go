@@ -63,12 +63,27 @@ func (o *Options) Validate() error {
 }
 
 // Open opens the PostgreSQL source, reading through the replication slot slot ("" for one
-// that follows only the clock); it returns nil for etcd, whose source the caller makes.
+// that follows only the clock); it returns nil for etcd, whose source the caller makes. A
+// source that cannot be reached now does not stop the process: it is checked again at its
+// first use, and the process serves (a standby campaigns) meanwhile; one that answers but
+// cannot work as configured (source.Misconfigured) is refused at once, with what to fix.
 func (o *Options) Open(ctx context.Context, slot string, log *slog.Logger, rejected func(source.RejectReason)) (*postgres.Source, error) {
 	if o.Kind != Postgres {
 		return nil, nil
 	}
 	cfg := o.PG
 	cfg.Slot, cfg.Logger, cfg.Rejected = slot, log, rejected
-	return postgres.Open(ctx, cfg)
+	s, err := postgres.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	switch err := s.Check(ctx); {
+	case err == nil:
+	case source.ClassOf(err) == source.Misconfigured:
+		s.Close()
+		return nil, err
+	default:
+		log.Warn("the source is unreachable; starting all the same, and checking it again at its first use", "err", err)
+	}
+	return s, nil
 }

@@ -33,6 +33,13 @@ type Config struct {
 	// Status is the time between the status updates a watch sends (which confirm what it
 	// read and ask for the server's progress); default 100 ms.
 	Status time.Duration
+	// Timeout is how long the source waits for the server to answer a request of its own (a
+	// clock read, a slot's state, a flush), and how long a replication stream may stay
+	// silent while it asks for the server's status every Status: past it the server counts
+	// as unreachable (source.Unavailable) and the request is given up, so that a link that
+	// drops every packet is noticed as soon as one that resets. Default 2 s; a chunk of a
+	// scan gets ten times as long.
+	Timeout time.Duration
 	// Logger reports rows skipped and replication restarts; default slog.Default().
 	Logger *slog.Logger
 	// Rejected, if set, is told of every row skipped, with the reason.
@@ -82,6 +89,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Status <= 0 {
 		c.Status = 100 * time.Millisecond
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 2 * time.Second
+	}
+	if c.Timeout < 2*c.Status {
+		return fmt.Errorf("postgres: timeout %s: want at least twice the status interval (%s)", c.Timeout, c.Status)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

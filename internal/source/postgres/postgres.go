@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -52,6 +53,14 @@ type Source struct {
 	logged    map[source.RejectReason]bool
 	// recent are the transactions the watches delivered lately (see visible.go).
 	recent []delivered
+
+	// checkMu serializes Check, which sets cols; checked says one passed.
+	checkMu sync.Mutex
+	checked atomic.Bool
+	// flushing says a flush of Progress runs; flushes are the source's goroutines, which
+	// Close waits for.
+	flushing atomic.Bool
+	flushes  sync.WaitGroup
 }
 
 // columns is what Open learned of the table's columns.
@@ -63,24 +72,65 @@ type columns struct {
 	binary bool
 }
 
-// Open connects, checks the table (its columns, and that its replica identity lets deletes
-// name the key), creates the publication if missing, and, with a Slot, the slot. Close it
-// when done.
-func Open(ctx context.Context, cfg Config) (*Source, error) {
+// New returns the source of cfg without reaching the server: Check does, and every read
+// that needs what it learns (Watch, Scan, the writes) checks first until a Check passed.
+// An error is source.Misconfigured (cfg itself is wrong). Close the source when done.
+func New(cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, source.MarkMisconfigured(err)
 	}
-	pool, err := pgxpool.New(ctx, cfg.DSN)
+	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: connecting: %w", err)
+		return nil, source.MarkMisconfigured(fmt.Errorf("postgres: the DSN: %w", err))
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg) // it connects when used
+	if err != nil {
+		return nil, classify(fmt.Errorf("postgres: connecting: %w", err))
 	}
 	s := &Source{cfg: cfg, pool: pool, watches: map[chan struct{}]bool{}, logged: map[source.RejectReason]bool{}}
 	s.schema, s.table, _ = splitTable(cfg.Table)
-	if err := s.open(ctx); err != nil {
-		pool.Close()
+	return s, nil
+}
+
+// Open returns the source once Check has passed; Close it when done.
+func Open(ctx context.Context, cfg Config) (*Source, error) {
+	s, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Check(ctx); err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// Check connects, checks the table (its columns, and that its replica identity lets
+// deletes name the key), creates the publication if missing, and, with a Slot, the slot.
+// Its errors are classified (source.ClassOf): a Misconfigured one names what to fix, an
+// Unavailable one passes with the server's return. Once one Check passed, later ones do
+// nothing.
+func (s *Source) Check(ctx context.Context) error {
+	s.checkMu.Lock()
+	defer s.checkMu.Unlock()
+	if s.checked.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*s.cfg.Timeout)
+	defer cancel()
+	if err := s.open(ctx); err != nil {
+		return classify(err)
+	}
+	s.checked.Store(true)
+	return nil
+}
+
+// ready runs Check unless one passed.
+func (s *Source) ready(ctx context.Context) error {
+	if s.checked.Load() {
+		return nil
+	}
+	return s.Check(ctx)
 }
 
 func (s *Source) open(ctx context.Context) error {
@@ -100,6 +150,11 @@ func (s *Source) open(ctx context.Context) error {
 	return err
 }
 
+// bounded returns ctx bounded by the source's Timeout, for one request of its own.
+func (s *Source) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.Timeout)
+}
+
 // Observe implements source.Observed.
 func (s *Source) Observe(log *slog.Logger, rejected func(source.RejectReason)) {
 	if s.cfg.Rejected == nil {
@@ -110,8 +165,12 @@ func (s *Source) Observe(log *slog.Logger, rejected func(source.RejectReason)) {
 	}
 }
 
-// Close ends the source's connections; watches end with their contexts.
-func (s *Source) Close() { s.pool.Close() }
+// Close ends the source's connections once its flushes are done; watches end with their
+// contexts.
+func (s *Source) Close() {
+	s.flushes.Wait()
+	s.pool.Close()
+}
 
 // Pool returns the source's connection pool, for the writer and the tools.
 func (s *Source) Pool() *pgxpool.Pool { return s.pool }
@@ -142,7 +201,7 @@ func (s *Source) checkTable(ctx context.Context) error {
 		return fmt.Errorf("postgres: reading table %s: %w", s.cfg.Table, err)
 	}
 	if len(types) == 0 {
-		return fmt.Errorf("postgres: table %s does not exist (slicectl pg init creates it; see docs/POSTGRES.md)", s.cfg.Table)
+		return source.MarkMisconfigured(fmt.Errorf("postgres: table %s does not exist (slicectl pg init creates it; see docs/POSTGRES.md)", s.cfg.Table))
 	}
 	c := s.cfg.Columns
 	want := map[string]string{"key": c.Key, "value": c.Value, "hash": c.Hash}
@@ -151,11 +210,11 @@ func (s *Source) checkTable(ctx context.Context) error {
 	}
 	for what, name := range want {
 		if _, ok := types[name]; !ok {
-			return fmt.Errorf("postgres: table %s has no %s column %q", s.cfg.Table, what, name)
+			return source.MarkMisconfigured(fmt.Errorf("postgres: table %s has no %s column %q", s.cfg.Table, what, name))
 		}
 	}
 	if t := types[c.Hash]; t != "bigint" {
-		return fmt.Errorf("postgres: the hash column %q is %s; want bigint", c.Hash, t)
+		return source.MarkMisconfigured(fmt.Errorf("postgres: the hash column %q is %s; want bigint", c.Hash, t))
 	}
 	s.cols = columns{keyBytea: types[c.Key] == "bytea", valueBytea: types[c.Value] == "bytea",
 		binary: raw(types[c.Key]) && raw(types[c.Value]) && (c.Fragment == "" || raw(types[c.Fragment]))}
@@ -191,9 +250,9 @@ func (s *Source) checkIdentity(ctx context.Context) error {
 			found = found || c == n
 		}
 		if !found {
-			return fmt.Errorf("postgres: table %s: a delete would not name its item: the replica identity (%s) lacks column %q; "+
+			return source.MarkMisconfigured(fmt.Errorf("postgres: table %s: a delete would not name its item: the replica identity (%s) lacks column %q; "+
 				"make the key (and fragment) columns the primary key, or ALTER TABLE ... REPLICA IDENTITY FULL",
-				s.cfg.Table, strings.Join(cols, ", "), n)
+				s.cfg.Table, strings.Join(cols, ", "), n))
 		}
 	}
 	return nil
@@ -218,9 +277,11 @@ func (s *Source) ensurePublication(ctx context.Context) error {
 // Clock implements source.Source: the WAL insert position, which every change committed so
 // far precedes.
 func (s *Source) Clock(ctx context.Context) (uint64, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	lsn, err := s.insertLSN(ctx, s.pool)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: reading the clock: %w", err)
+		return 0, classify(fmt.Errorf("postgres: reading the clock: %w", err))
 	}
 	return lsn, nil
 }
@@ -244,7 +305,10 @@ func (s *Source) insertLSN(ctx context.Context, q querier) (uint64, error) {
 // has flushed the WAL up to it (so that the watches reach it); nothing is written to the
 // table.
 func (s *Source) Fence(ctx context.Context) (uint64, error) {
-	if err := s.flush(ctx); err != nil {
+	fctx, cancel := s.bounded(ctx)
+	err := s.flush(fctx)
+	cancel()
+	if err != nil {
 		return 0, err
 	}
 	return s.Clock(ctx)
@@ -256,8 +320,9 @@ const flushEvery = 50 * time.Millisecond
 // Progress implements source.Source: every watch asks the server at once how far it has
 // read. A clock from Clock may lie past the WAL the server has flushed (the end of a record
 // no commit has flushed yet), which a watch would not reach until something else commits:
-// Progress therefore commits an empty logical message (at most every flushEvery), which
-// flushes the WAL up to it.
+// Progress therefore also commits an empty logical message (at most every flushEvery), which
+// flushes the WAL up to it. It never waits for the server: the flush runs on a goroutine of
+// the source's (Close waits for it), bounded by Timeout and ctx, and the caller asks again.
 func (s *Source) Progress(ctx context.Context) error {
 	s.mu.Lock()
 	for w := range s.watches {
@@ -266,15 +331,25 @@ func (s *Source) Progress(ctx context.Context) error {
 		default:
 		}
 	}
-	flush := time.Since(s.lastFlush) >= flushEvery
+	flush := time.Since(s.lastFlush) >= flushEvery && s.flushing.CompareAndSwap(false, true)
 	if flush {
 		s.lastFlush = time.Now()
+		s.flushes.Add(1)
 	}
 	s.mu.Unlock()
 	if !flush {
 		return nil
 	}
-	return s.flush(ctx)
+	go func() {
+		defer s.flushes.Done()
+		defer s.flushing.Store(false)
+		fctx, cancel := s.bounded(ctx)
+		defer cancel()
+		if err := s.flush(fctx); err != nil && ctx.Err() == nil {
+			s.logger().Debug("postgres: flushing the WAL for progress", "err", err)
+		}
+	}()
+	return nil
 }
 
 // flush commits a logical message, synchronously, so that the WAL is flushed up to it.
@@ -287,7 +362,7 @@ func (s *Source) flush(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("postgres: flushing the WAL: %w", err)
+		return classify(fmt.Errorf("postgres: flushing the WAL: %w", err))
 	}
 	return nil
 }

@@ -56,14 +56,21 @@ func (s *Source) chunkQueries() (first, next string) {
 // visible.go), and is positioned at the WAL insert position read in that snapshot: every
 // change it saw precedes it.
 func (s *Source) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(source.Item) error) (uint64, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		var h uint64
 		err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			if err := s.checkVisible(ctx, tx, at); err != nil {
+			// Each statement is bounded, not the transaction: a scan lasts as long as its
+			// caller takes its items.
+			qctx, cancel := s.bounded(ctx)
+			defer cancel()
+			if err := s.checkVisible(qctx, tx, at); err != nil {
 				return err
 			}
 			var err error
-			if h, err = s.insertLSN(ctx, tx); err != nil {
+			if h, err = s.insertLSN(qctx, tx); err != nil {
 				return err
 			}
 			return s.scan(ctx, tx, r, fn)
@@ -77,7 +84,7 @@ func (s *Source) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(
 				return 0, ctx.Err()
 			}
 		case err != nil:
-			return 0, err
+			return 0, classify(err)
 		}
 		return max(h, at), nil
 	}
@@ -116,6 +123,8 @@ func (s *Source) scan(ctx context.Context, tx pgx.Tx, r keyspace.Range, fn func(
 // chunk reads one chunk into items, calling emit for each item it completes; it returns
 // the rows read and the last one. An error of emit (fn's) comes back as it is.
 func (s *Source) chunk(ctx context.Context, tx pgx.Tx, q string, args []any, cur **source.Item, emit func() error) (int, *row, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*s.cfg.Timeout) // a stalled link resets nothing
+	defer cancel()
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		return 0, nil, fmt.Errorf("postgres: scanning: %w", err)

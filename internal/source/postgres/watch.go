@@ -21,14 +21,18 @@ const maxBatchChanges = 4096
 // Watch implements source.Source: the changes committed after from, one batch per
 // transaction (or several, for a large one), through the slot; the clock of a change is its
 // transaction's commit LSN. While no change comes, the server's progress arrives as
-// progress marks. If the slot no longer holds the changes after from (it was dropped,
+// progress marks: at least every Status while the server answers (a mark that repeats
+// the last clock says only that the stream lives), none while it does not. If the slot no longer holds the changes after from (it was dropped,
 // recreated or lost its WAL, or it was confirmed past from), the last batch is
 // source.ErrCompacted, and the caller starts over from a later clock, after a rescan. A
 // source without a Slot cannot Watch (it fails at once): use WatchClock.
 func (s *Source) Watch(ctx context.Context, from uint64) <-chan source.Batch {
 	return s.run(ctx, func(out chan<- source.Batch) error {
 		if s.cfg.Slot == "" {
-			return errors.New("postgres: watching the changes needs a replication slot (Config.Slot)")
+			return source.MarkMisconfigured(errors.New("postgres: watching the changes needs a replication slot (Config.Slot)"))
+		}
+		if err := s.ready(ctx); err != nil {
+			return err
 		}
 		return s.watch(ctx, from, out)
 	})
@@ -40,15 +44,15 @@ func (s *Source) WatchClock(ctx context.Context, from uint64) <-chan source.Batc
 	return s.run(ctx, func(out chan<- source.Batch) error { return s.watchClock(ctx, from, out) })
 }
 
-// run runs a watch on its own goroutine, which sends its error as the last batch and closes
-// the channel.
+// run runs a watch on its own goroutine, which sends its error, classified, as the last
+// batch and closes the channel.
 func (s *Source) run(ctx context.Context, watch func(chan<- source.Batch) error) <-chan source.Batch {
 	out := make(chan source.Batch)
 	go func() {
 		defer close(out)
 		if err := watch(out); err != nil && ctx.Err() == nil {
 			select {
-			case out <- source.Batch{Err: err}:
+			case out <- source.Batch{Err: classify(err)}:
 			case <-ctx.Done():
 			}
 		}
@@ -83,7 +87,9 @@ func (s *Source) watchClock(ctx context.Context, from uint64, out chan<- source.
 
 // watch follows the slot from from until ctx ends or the stream fails.
 func (s *Source) watch(ctx context.Context, from uint64, out chan<- source.Batch) error {
-	start, err := s.ensureSlot(ctx)
+	rctx, cancel := s.bounded(ctx)
+	defer cancel()
+	start, err := s.ensureSlot(rctx)
 	if err != nil {
 		return err
 	}
@@ -91,7 +97,7 @@ func (s *Source) watch(ctx context.Context, from uint64, out chan<- source.Batch
 		return fmt.Errorf("%w: watching from %s, slot %s starts at %s", source.ErrCompacted,
 			pglogrepl.LSN(from), s.cfg.Slot, pglogrepl.LSN(start))
 	}
-	conn, err := s.replicationConn(ctx)
+	conn, err := s.replicationConn(rctx)
 	if err != nil {
 		return err
 	}
@@ -101,8 +107,8 @@ func (s *Source) watch(ctx context.Context, from uint64, out chan<- source.Batch
 	if s.cols.binary {
 		opts.PluginArgs = append(opts.PluginArgs, "binary 'true'")
 	}
-	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, pglogrepl.LSN(from), opts); err != nil {
-		return s.slotError(fmt.Errorf("postgres: starting replication from slot %s: %w", s.cfg.Slot, err))
+	if err := pglogrepl.StartReplication(rctx, conn, s.cfg.Slot, pglogrepl.LSN(from), opts); err != nil {
+		return slotError(fmt.Errorf("postgres: starting replication from slot %s: %w", s.cfg.Slot, err))
 	}
 	st := &stream{s: s, conn: conn, out: out, from: from, read: from, relations: map[uint32]*relation{}}
 	progress := s.addWatch()
@@ -167,17 +173,6 @@ func (s *Source) createSlot(ctx context.Context) (uint64, error) {
 	return uint64(lsn), err
 }
 
-// slotError makes an error about a slot that is gone, or whose WAL is, source.ErrCompacted.
-func (s *Source) slotError(err error) error {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "42704" || pe.Code == "55000" || pe.Code == "58P01") {
-		// undefined_object (no slot), object_not_in_prerequisite_state (invalidated),
-		// undefined_file (WAL removed).
-		return fmt.Errorf("%w: %w", source.ErrCompacted, err)
-	}
-	return err
-}
-
 // addWatch registers a running watch for Progress, which signals the returned channel.
 func (s *Source) addWatch() chan struct{} {
 	c := make(chan struct{}, 1)
@@ -206,12 +201,17 @@ type stream struct {
 	// walEnd is the last position the server said it had sent, and moved when it last grew.
 	walEnd uint64
 	moved  time.Time
+	// heard is when the server last sent anything, and marked when the stream last sent a
+	// progress mark.
+	heard, marked time.Time
 }
 
-// run reads the stream until ctx ends or it fails.
+// run reads the stream until ctx ends or it fails. A server that answers none of the
+// status requests for Timeout counts as unreachable: a link that drops every packet resets
+// nothing, and the stream would otherwise wait for the kernel's keepalive.
 func (st *stream) run(ctx context.Context, progress <-chan struct{}) error {
 	status := time.Now()
-	st.moved = time.Now()
+	st.moved, st.heard = status, status
 	for {
 		if time.Since(status) >= st.s.cfg.Status {
 			if err := st.status(ctx, true); err != nil {
@@ -236,10 +236,14 @@ func (st *stream) run(ctx context.Context, progress <-chan struct{}) error {
 		case ctx.Err() != nil:
 			return nil
 		case pgconn.Timeout(err):
+			if silent := time.Since(st.heard); silent > st.s.cfg.Timeout {
+				return source.MarkUnavailable(fmt.Errorf("postgres: replication stream: the server has not answered for %s", silent.Round(time.Millisecond)))
+			}
 			continue
 		case err != nil:
-			return st.s.slotError(fmt.Errorf("postgres: replication stream: %w", err))
+			return slotError(fmt.Errorf("postgres: replication stream: %w", err))
 		}
+		st.heard = time.Now()
 		if err := st.handle(ctx, msg); err != nil {
 			return err
 		}
@@ -264,6 +268,8 @@ func (st *stream) unstick(ctx context.Context) error {
 		return nil
 	}
 	st.moved = time.Now()
+	ctx, cancel := st.s.bounded(ctx)
+	defer cancel()
 	insert, err := st.s.insertLSN(ctx, st.s.pool)
 	if err != nil {
 		st.s.logger().Debug("postgres: reading the clock", "err", err)
@@ -280,11 +286,16 @@ func (st *stream) unstick(ctx context.Context) error {
 
 // handle handles one message of the stream.
 func (st *stream) handle(ctx context.Context, msg pgproto3.BackendMessage) error {
-	cd, ok := msg.(*pgproto3.CopyData)
-	if !ok {
-		if e, ok := msg.(*pgproto3.ErrorResponse); ok {
-			return st.s.slotError(fmt.Errorf("postgres: replication stream: %w", pgconn.ErrorResponseToPgError(e)))
-		}
+	var cd *pgproto3.CopyData
+	switch m := msg.(type) {
+	case *pgproto3.CopyData:
+		cd = m
+	case *pgproto3.ErrorResponse:
+		return slotError(fmt.Errorf("postgres: replication stream: %w", pgconn.ErrorResponseToPgError(m)))
+	case *pgproto3.CopyDone, *pgproto3.CommandComplete, *pgproto3.ReadyForQuery:
+		// The server ends the stream so when it shuts down (a restart, a switchover).
+		return errStreamEnded
+	default:
 		return fmt.Errorf("postgres: replication stream: unexpected %T", msg)
 	}
 	if len(cd.Data) == 0 {
@@ -313,15 +324,22 @@ func (st *stream) handle(ctx context.Context, msg pgproto3.BackendMessage) error
 }
 
 // progress sends a progress mark at the server's position, outside transactions: every
-// transaction committed before it has been sent.
+// transaction committed before it has been sent. Where the position has not moved, a mark
+// of the clock read already goes out every Status all the same: it tells the reader that
+// the stream lives.
 func (st *stream) progress(ctx context.Context, end uint64) error {
+	now := time.Now()
 	if end > st.walEnd {
-		st.walEnd, st.moved = end, time.Now()
+		st.walEnd, st.moved = end, now
 	}
-	if st.txn != nil || end <= st.read {
+	switch {
+	case st.txn != nil:
+		return nil
+	case end <= st.read && now.Sub(st.marked) < st.s.cfg.Status:
 		return nil
 	}
-	return st.send(ctx, source.Batch{Clock: end})
+	st.marked = now
+	return st.send(ctx, source.Batch{Clock: max(end, st.read)})
 }
 
 // send sends a batch and records what was read.

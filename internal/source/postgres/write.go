@@ -96,6 +96,9 @@ type Row struct {
 // PutRows writes rows in one transaction, with their placement column, and returns a clock
 // at or after the commit.
 func (s *Source) PutRows(ctx context.Context, rows []Row) (uint64, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
 	q := s.upsert()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
@@ -108,7 +111,7 @@ func (s *Source) PutRows(ctx context.Context, rows []Row) (uint64, error) {
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return 0, fmt.Errorf("postgres: writing %d rows: %w", len(rows), err)
+		return 0, classify(fmt.Errorf("postgres: writing %d rows: %w", len(rows), err))
 	}
 	return s.Clock(ctx)
 }
@@ -154,8 +157,11 @@ func (s *Source) DeleteFragment(ctx context.Context, key []byte, id string) (uin
 
 // exec runs one statement and returns a clock at or after it.
 func (s *Source) exec(ctx context.Context, q string, args ...any) (uint64, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
 	if _, err := s.pool.Exec(ctx, q, args...); err != nil {
-		return 0, fmt.Errorf("postgres: %w", err)
+		return 0, classify(fmt.Errorf("postgres: %w", err))
 	}
 	return s.Clock(ctx)
 }
@@ -163,6 +169,9 @@ func (s *Source) exec(ctx context.Context, q string, args ...any) (uint64, error
 // Copy writes rows with COPY, the fastest way in, in one transaction; it returns a clock at
 // or after the commit. The rows must be new (COPY does not update).
 func (s *Source) Copy(ctx context.Context, rows []Row) (uint64, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
 	c := s.cfg.Columns
 	names := []string{c.Key, c.Value, c.Hash}
 	if c.Fragment != "" {
@@ -181,7 +190,7 @@ func (s *Source) Copy(ctx context.Context, rows []Row) (uint64, error) {
 		return s.rowArgs(r), nil
 	})
 	if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{s.schema, s.table}, names, src); err != nil {
-		return 0, fmt.Errorf("postgres: copying %d rows: %w", len(rows), err)
+		return 0, classify(fmt.Errorf("postgres: copying %d rows: %w", len(rows), err))
 	}
 	return s.Clock(ctx)
 }

@@ -154,6 +154,13 @@ func (c *Cluster) Stop() error {
 	return c.run(ctx, "pg_ctl", "-D", c.data, "-m", "immediate", "-w", "stop")
 }
 
+// Restart restarts the server with pg_ctl's shutdown mode ("fast", as a minor-version
+// upgrade does; "immediate", as a crash does; "smart") and waits until it accepts
+// connections again, on the same port and with the same settings.
+func (c *Cluster) Restart(ctx context.Context, mode string) error {
+	return c.run(ctx, "pg_ctl", "-D", c.data, "-l", filepath.Join(c.Dir, "postgres.log"), "-m", mode, "-w", "-t", "60", "restart")
+}
+
 // Log returns the last lines of the server's log, for error messages.
 func (c *Cluster) Log() string {
 	b, err := os.ReadFile(filepath.Join(c.Dir, "postgres.log"))
