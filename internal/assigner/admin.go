@@ -304,6 +304,11 @@ type Status struct {
 	PassErrorTime time.Time
 	// Handoffs counts the slices in handoff.
 	Handoffs int
+	// SourceError, when not empty, says why the source cannot be followed, since
+	// SourceLostSince (SourceMisconfigured: no retry mends it); balancing passes are held.
+	SourceError         string
+	SourceLostSince     time.Time
+	SourceMisconfigured bool
 }
 
 // Status returns the core's status.
@@ -313,6 +318,7 @@ func (c *Core) Status() Status {
 		Frozen: c.meta.Frozen, Reason: c.meta.FreezeReason, Algorithm: c.meta.Algorithm, Params: c.meta.Params,
 		LastPass: c.lastPass, Pinned: c.meta.Pins, Imbalance: 1,
 		PassFailures: c.failed.count, PassError: c.failed.err, PassErrorTime: c.failed.at, Handoffs: c.Handoffs(),
+		SourceError: c.src.err, SourceLostSince: c.src.since, SourceMisconfigured: c.src.misconfigured,
 	}
 	if c.a != nil {
 		st.Generation, st.Slices = c.a.Generation(), c.a.Len()

@@ -426,6 +426,10 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 	if !st.PassErrorTime.IsZero() {
 		out.PassErrorTime = timestamppb.New(st.PassErrorTime)
 	}
+	if st.SourceError != "" {
+		out.SourceError, out.SourceLostSince = st.SourceError, timestamppb.New(st.SourceLostSince)
+		out.SourceMisconfigured = st.SourceMisconfigured
+	}
 	for _, r := range st.Pinned {
 		out.Pinned = append(out.Pinned, wire.RangeToProto(r))
 	}

@@ -171,6 +171,7 @@ type Core struct {
 	lastPass  time.Time
 	dists     quantum.Distributors
 	failed    passFailure
+	src       sourceState
 
 	ho handoffs // the handoffs under way, as of a
 
@@ -410,7 +411,8 @@ func (c *Core) changeMap(ops []assignment.Op, moves []balance.Move, cause string
 
 // pass proposes a balancing pass, or returns nil when there is nothing to do: balancing is
 // frozen, or no node can hold slices. The first map is made even when balancing is frozen:
-// without it nothing can be served.
+// without it nothing can be served. While the source is lost, a pass is only the clean-up
+// of departed nodes (see sourceLost).
 func (c *Core) pass(now time.Time) (*change, error) {
 	live := c.placement()
 	switch {
@@ -420,6 +422,8 @@ func (c *Core) pass(now time.Time) (*change, error) {
 		return c.initial(live, now)
 	case c.meta.Frozen:
 		return nil, nil
+	case c.src.lost:
+		return c.cleanup(now)
 	}
 	est := c.est.Fold(c.a, now)
 	in := balance.Input{

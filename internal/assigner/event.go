@@ -122,8 +122,15 @@ type (
 	// PassInterval, a clock-only quantum at most every ClockInterval). The driver steps it at
 	// Output.Wake; stepping it at other times is harmless.
 	Tick struct{}
-	// ClockObserved says the source reached Clock.
+	// ClockObserved says the source reached Clock: it answers.
 	ClockObserved struct{ Clock uint64 }
+	// SourceLost says the source's clock cannot be followed now: Err says why, and
+	// Misconfigured whether a retry cannot mend it (source.Misconfigured). Balancing passes
+	// are held until the next ClockObserved.
+	SourceLost struct {
+		Err           string
+		Misconfigured bool
+	}
 	// DistributorsChanged gives the set of live distributors.
 	DistributorsChanged struct{ Distributors quantum.Distributors }
 	// WriteCommitted says Output.Write was persisted.
@@ -164,6 +171,7 @@ func (ListSlices) event()          {}
 func (GetExplain) event()          {}
 func (Tick) event()                {}
 func (ClockObserved) event()       {}
+func (SourceLost) event()          {}
 func (DistributorsChanged) event() {}
 func (WriteCommitted) event()      {}
 func (WriteFailed) event()         {}

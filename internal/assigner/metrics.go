@@ -2,6 +2,8 @@ package assigner
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sliceplane/sliceplane/internal/source"
 )
 
 // metrics are the assigner's Prometheus metrics, in their own registry: the embedded etcd
@@ -31,6 +33,10 @@ type metrics struct {
 	handoffsStarted, handoffsCompleted, handoffsRolledBack prometheus.Counter
 	handoffsInProgress                                     prometheus.Gauge
 	handoffDuration                                        prometheus.Histogram
+	// sourceAvailable is 0 while the leader cannot follow its source's clock; sourceErrors
+	// counts the failed watches and clock reads, by class (source.Class).
+	sourceAvailable prometheus.Gauge
+	sourceErrors    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -81,12 +87,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		handoffDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "handoff_duration_seconds",
 			Help:    "Time from the start of a handoff to its completion, as the leader that completed it saw it.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
+		sourceAvailable: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "source_available",
+			Help: "0 while this assigner leads and cannot follow its source's clock (balancing passes are held), else 1."}),
+		sourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_errors_total",
+			Help: "Failed watches and clock reads of the source, by class (unavailable, misconfigured, compacted)."}, []string{"class"}),
+	}
+	m.sourceAvailable.Set(1)
+	for _, c := range []source.Class{source.Unavailable, source.Misconfigured, source.Compacted} {
+		m.sourceErrors.WithLabelValues(c.String())
 	}
 	for _, r := range []string{"malformed", "unknown_node", "not_finite", "negative", "over_cap"} {
 		m.reportsRejected.WithLabelValues(r) // exported at 0, so that rates and alerts see them
 	}
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
 		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.etcdRetries, m.adminChanges,
-		m.handoffsStarted, m.handoffsCompleted, m.handoffsRolledBack, m.handoffsInProgress, m.handoffDuration)
+		m.handoffsStarted, m.handoffsCompleted, m.handoffsRolledBack, m.handoffsInProgress, m.handoffDuration,
+		m.sourceAvailable, m.sourceErrors)
 	return m
 }

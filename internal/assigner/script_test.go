@@ -36,6 +36,7 @@ import (
 //	tick [+D]                 D passes (default: until the core's wake), then a Tick
 //	stall +D                  D passes with the driver away, then LoopStalled
 //	clock c=C                 the source reached C
+//	source-lost err=E [misconfigured]   the source's clock cannot be followed, for E
 //	distributors [IDS...]     the live distributors, each at "ID:7001"
 //	register id=N [cap=C] [addr=A]
 //	config [make-before-break] [handoff-timeout=D]   a new core so configured (first command)
@@ -227,6 +228,9 @@ func (h *script) event(d *datadriven.TestData) (Event, error) {
 	case "clock":
 		clock, err := strconv.ParseUint(take(d, "c", "0"), 10, 64)
 		return ClockObserved{Clock: clock}, err
+	case "source-lost":
+		mis := flag(d, "misconfigured")
+		return SourceLost{Err: take(d, "err", ""), Misconfigured: mis}, nil
 	case "distributors":
 		ds := quantum.Distributors{}
 		for _, a := range d.CmdArgs {
@@ -549,6 +553,9 @@ func (h *script) printQuery(b *strings.Builder, r *Reply) {
 			st.Position, st.Clock, st.Generation, st.Imbalance, st.Slices, st.Nodes, st.Frozen, st.Algorithm, h.at(st.LastPass), st.PassFailures)
 		if st.Handoffs > 0 {
 			fmt.Fprintf(b, "  handoffs %d\n", st.Handoffs)
+		}
+		if st.SourceError != "" {
+			fmt.Fprintf(b, "  source lost at %s misconfigured %t: %s\n", h.at(st.SourceLostSince), st.SourceMisconfigured, st.SourceError)
 		}
 	}
 	for _, n := range r.Nodes {

@@ -340,13 +340,14 @@ func (l *leadership) send(ctx context.Context, r request) result {
 }
 
 // boot is what a new leader reads before it serves: the stored state, the source's clock
-// and the live distributors.
+// (0 if the source did not answer: sourceErr says why) and the live distributors.
 type boot struct {
-	st      store.State
-	found   bool
-	clock   uint64
-	dists   quantum.Distributors
-	distRev int64
+	st        store.State
+	found     bool
+	clock     uint64
+	sourceErr error
+	dists     quantum.Distributors
+	distRev   int64
 }
 
 // lead runs the leader's loop until the session ends, ctx ends or a write is fenced off.
@@ -404,6 +405,7 @@ func (s *Server) leaveOffice(l *leadership, cancel context.CancelFunc) {
 	l.background.Wait()
 	l.core.Step(s.now(), LeadershipLost{})
 	s.leading.Store(nil)
+	s.metrics.sourceAvailable.Set(1) // a standby follows no source: it knows of no outage
 	close(l.done)
 	l.hub.Close()
 	s.metrics.leader.Set(0)
@@ -420,12 +422,15 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 		if b.st, b.found, err = s.store.Load(ctx); err != nil {
 			return fmt.Errorf("loading the state: %w", err)
 		}
-		b.clock, err = s.source.Clock(ctx)
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, b, err
 	}
+	// The source's clock once, bounded, never retried: a source that does not answer says
+	// nothing of leadership, which only the etcd lease decides. The new term then starts
+	// from the stored clock, with balancing held until the source answers (sourceLost).
+	b.clock, b.sourceErr = s.readClock(ctx)
 	cfg := s.cfg.Core
 	cfg.PassInterval, cfg.ClockInterval = s.cfg.PassInterval, s.cfg.ClockInterval
 	core, err := NewCore(cfg)
@@ -457,6 +462,11 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 	if _, err := s.run(ctx, l, s.now(), DistributorsChanged{Distributors: b.dists}); err != nil {
 		return nil, b, err
 	}
+	if b.sourceErr != nil {
+		if err := s.sourceEvent(ctx, l, s.sourceLost(b.sourceErr)); err != nil {
+			return nil, b, err
+		}
+	}
 	return l, b, nil
 }
 
@@ -464,8 +474,11 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 // source's clock. It returns when ctx ends (nil) or leadership is lost.
 func (s *Server) loop(ctx context.Context, l *leadership, b boot) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
+	var following sync.WaitGroup
+	defer following.Wait()
 	defer stopWatch()
-	clocks := s.watchClock(watchCtx, b.clock)
+	sourceEvents := make(chan Event)
+	following.Go(func() { s.followSource(watchCtx, l.log, b.clock, sourceEvents) })
 	distributors := membership.Watch(watchCtx, s.cfg.Client, s.cfg.Prefix, b.dists, b.distRev)
 	timer := time.NewTimer(l.untilWake(s.now()))
 	defer timer.Stop()
@@ -483,11 +496,8 @@ func (s *Server) loop(ctx context.Context, l *leadership, b boot) error {
 				return errors.New("the watch of the distributors ended")
 			}
 			err = s.observed(ctx, l, DistributorsChanged{Distributors: d})
-		case batch, ok := <-clocks:
-			if !ok {
-				return errors.New("the source watch ended")
-			}
-			clocks, err = s.sourceMoved(ctx, watchCtx, l, clocks, batch)
+		case ev := <-sourceEvents:
+			err = s.sourceEvent(ctx, l, ev)
 		}
 		if err != nil {
 			return err
@@ -519,28 +529,21 @@ func (s *Server) observed(ctx context.Context, l *leadership, ev Event) error {
 	return err
 }
 
-// sourceMoved steps the clock the source reached, restarting its watch if it failed; it
-// returns the watch to read from then.
-func (s *Server) sourceMoved(ctx, watchCtx context.Context, l *leadership, clocks <-chan source.Batch, b source.Batch) (<-chan source.Batch, error) {
-	switch {
-	case b.Err != nil:
-		l.log.Warn("the source watch failed; restarting it", "err", b.Err)
-		var now uint64
-		err := s.retry(ctx, l.lease, "clock", func(ctx context.Context) (err error) {
-			now, err = s.source.Clock(ctx)
-			return err
-		})
-		if err != nil {
-			return clocks, err
-		}
-		l.wake = l.core.Step(s.now(), ClockObserved{Clock: now}).Wake
-		return s.watchClock(watchCtx, now), nil
-	case len(b.Changes) > 0 || s.clockOnly:
-		// Progress marks of a change watch (asked for by a distributor sharing this etcd
-		// client) would do too, but a clock quantum for them would invite the next request.
-		l.wake = l.core.Step(s.now(), ClockObserved{Clock: b.Clock}).Wake
+// sourceEvent steps what the follower learned of the source (ClockObserved, SourceLost),
+// and says it in the metrics. It changes nothing durable, so it needs no lease.
+func (s *Server) sourceEvent(ctx context.Context, l *leadership, ev Event) error {
+	available := 1.0
+	if _, lost := ev.(SourceLost); lost {
+		available = 0
 	}
-	return clocks, nil
+	s.metrics.sourceAvailable.Set(available)
+	_, err := s.run(ctx, l, s.now(), ev)
+	return err
+}
+
+// sourceLost is the event of a source that did not answer, for err.
+func (s *Server) sourceLost(err error) SourceLost {
+	return SourceLost{Err: err.Error(), Misconfigured: source.ClassOf(err) == source.Misconfigured}
 }
 
 // watchClock follows the source's clock: by source.ClockWatcher if the source is one, else

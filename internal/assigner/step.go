@@ -28,6 +28,9 @@ func (c *Core) Step(now time.Time, ev Event) Output {
 		c.leading, c.inflight, c.todo = false, nil, agenda{}
 	case ClockObserved:
 		c.clock = max(c.clock, ev.Clock)
+		c.sourceBack(now, &out)
+	case SourceLost:
+		c.sourceLost(now, ev, &out)
 	case WriteCommitted:
 		c.committed(now, &out)
 	case WriteFailed:

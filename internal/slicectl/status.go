@@ -26,6 +26,15 @@ type jsonStatus struct {
 	Pinned        []jsonRange       `json:"pinned"`
 	Handoffs      uint32            `json:"handoffs"`
 	jsonPassFailures
+	// Source is set while the leader cannot follow its data source.
+	Source *jsonSourceLost `json:"source_lost,omitempty"`
+}
+
+// jsonSourceLost is why, and since when, the leader cannot follow its source.
+type jsonSourceLost struct {
+	Error         string     `json:"error"`
+	Since         *time.Time `json:"since"`
+	Misconfigured bool       `json:"misconfigured"`
 }
 
 func statusJSON(st *pb.StatusResponse) jsonStatus {
@@ -39,6 +48,10 @@ func statusJSON(st *pb.StatusResponse) jsonStatus {
 	}
 	if out.Params == nil {
 		out.Params = map[string]string{}
+	}
+	if st.GetSourceError() != "" {
+		out.Source = &jsonSourceLost{Error: st.GetSourceError(), Since: jsonTime(st.GetSourceLostSince()),
+			Misconfigured: st.GetSourceMisconfigured()}
 	}
 	for _, r := range st.GetPinned() {
 		out.Pinned = append(out.Pinned, rangeJSON(r))
@@ -57,7 +70,9 @@ capacity; 1 is perfect), the numbers of slices and nodes, whether balancing is
 frozen, the balancing algorithm and the constants set for it, when the last
 balancing pass ran, and the ranges pinned in place; while slices are handed off
 make-before-break, "handoffs" counts them. When balancing passes fail,
-"balancing" says so: how many failed in a row, when the last did and why.`,
+"balancing" says so: how many failed in a row, when the last did and why.
+While the leader cannot reach its data source, "source" says since when and
+why, and balancing passes are held (the leader keeps its term and serves).`,
 		Example: `  slicectl status
   slicectl status -o json | jq .imbalance
   slicectl --assigner 10.0.0.1:7070,10.0.0.2:7070 status`,
@@ -86,9 +101,12 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 		leader = "no; the leader is at " + st.GetLeaderAddress()
 	}
 	balancing := "running"
-	if st.GetFrozen() {
+	switch f := showPassFailures(st.GetPassFailures(), st.GetPassError(), st.GetPassErrorTime()); {
+	case st.GetFrozen():
 		balancing = "frozen (passes do not run; slicectl unfreeze resumes them)"
-	} else if f := showPassFailures(st.GetPassFailures(), st.GetPassError(), st.GetPassErrorTime()); f != "" {
+	case st.GetSourceError() != "":
+		balancing = "held until the source answers (only departed nodes' slices move)"
+	case f != "":
 		balancing = f
 	}
 	row(w, "leader", leader)
@@ -101,6 +119,13 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 	row(w, "nodes", fmt.Sprint(st.GetNodes()))
 	if st.GetHandoffs() > 0 {
 		row(w, "handoffs", fmt.Sprintf("%d slices moving (loading on their new nodes, or served by both while the old ones linger)", st.GetHandoffs()))
+	}
+	if e := st.GetSourceError(); e != "" {
+		what := "unreachable"
+		if st.GetSourceMisconfigured() {
+			what = "misconfigured"
+		}
+		row(w, "source", fmt.Sprintf("%s since %s: %s", what, showTime(st.GetSourceLostSince(), time.Now()), e))
 	}
 	row(w, "balancing", balancing)
 	row(w, "algorithm", st.GetAlgorithm()+" "+showParams(st.GetParams()))

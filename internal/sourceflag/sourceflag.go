@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -42,6 +43,7 @@ func AddPostgresFlags(f *pflag.FlagSet, c *postgres.Config, when string) {
 	f.StringVar(&c.Columns.Hash, "pg-hash-column", postgres.DefaultColumns.Hash, when+"the BIGINT placement column, indexed (slicectl pg backfill fills it)")
 	f.StringVar(&c.Columns.Fragment, "pg-fragment-column", postgres.DefaultColumns.Fragment, when+"the fragment ID column; empty: each row is an item")
 	f.StringVar(&c.Publication, "pg-publication", "sliceplane", when+"the publication of the table, created when missing")
+	f.DurationVar(&c.Timeout, "pg-timeout", 2*time.Second, when+"how long a request, or a replication stream, may go unanswered before the server counts as unreachable")
 }
 
 // Validate checks the choice, naming the flag at fault.

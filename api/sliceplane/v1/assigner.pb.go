@@ -1689,9 +1689,16 @@ type StatusResponse struct {
 	PassError     string                 `protobuf:"bytes,15,opt,name=pass_error,json=passError,proto3" json:"pass_error,omitempty"`
 	PassErrorTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=pass_error_time,json=passErrorTime,proto3" json:"pass_error_time,omitempty"`
 	// handoffs counts the slices in a make-before-break handoff.
-	Handoffs      uint32 `protobuf:"varint,17,opt,name=handoffs,proto3" json:"handoffs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Handoffs uint32 `protobuf:"varint,17,opt,name=handoffs,proto3" json:"handoffs,omitempty"`
+	// source_error, when set, says why the leader cannot follow its data source, since
+	// source_lost_since (source_misconfigured: no retry mends it; the error names what to
+	// fix). Balancing passes are held until the source answers again; the leader keeps its
+	// term and serves the map meanwhile.
+	SourceError         string                 `protobuf:"bytes,18,opt,name=source_error,json=sourceError,proto3" json:"source_error,omitempty"`
+	SourceLostSince     *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=source_lost_since,json=sourceLostSince,proto3" json:"source_lost_since,omitempty"`
+	SourceMisconfigured bool                   `protobuf:"varint,20,opt,name=source_misconfigured,json=sourceMisconfigured,proto3" json:"source_misconfigured,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1841,6 +1848,27 @@ func (x *StatusResponse) GetHandoffs() uint32 {
 		return x.Handoffs
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetSourceError() string {
+	if x != nil {
+		return x.SourceError
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetSourceLostSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SourceLostSince
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetSourceMisconfigured() bool {
+	if x != nil {
+		return x.SourceMisconfigured
+	}
+	return false
 }
 
 type ListNodesRequest struct {
@@ -3663,7 +3691,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x12#\n" +
 	"\x03ops\x18\x03 \x03(\v2\x11.sliceplane.v1.OpR\x03ops\x12\x18\n" +
 	"\asummary\x18\x04 \x01(\tR\asummary\"\x0f\n" +
-	"\rStatusRequest\"\xc5\x05\n" +
+	"\rStatusRequest\"\xe3\x06\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\bR\x06leader\x12%\n" +
 	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress\x123\n" +
@@ -3685,7 +3713,10 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\n" +
 	"pass_error\x18\x0f \x01(\tR\tpassError\x12B\n" +
 	"\x0fpass_error_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\rpassErrorTime\x12\x1a\n" +
-	"\bhandoffs\x18\x11 \x01(\rR\bhandoffs\x1a9\n" +
+	"\bhandoffs\x18\x11 \x01(\rR\bhandoffs\x12!\n" +
+	"\fsource_error\x18\x12 \x01(\tR\vsourceError\x12F\n" +
+	"\x11source_lost_since\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\x0fsourceLostSince\x121\n" +
+	"\x14source_misconfigured\x18\x14 \x01(\bR\x13sourceMisconfigured\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
@@ -3956,81 +3987,82 @@ var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	64, // 28: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
 	0,  // 29: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
 	64, // 30: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	65, // 31: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	60, // 32: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	64, // 33: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	66, // 34: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
-	29, // 35: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 36: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	32, // 37: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 38: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	24, // 39: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 40: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	24, // 41: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 42: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	24, // 43: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	24, // 44: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	25, // 45: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	24, // 46: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 47: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	24, // 48: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 49: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	61, // 50: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 51: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 52: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	55, // 53: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	64, // 54: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	5,  // 55: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 56: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 57: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 58: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 59: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 60: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 61: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	22, // 62: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	18, // 63: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
-	26, // 64: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	28, // 65: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	31, // 66: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	34, // 67: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	36, // 68: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	38, // 69: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	40, // 70: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	42, // 71: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	44, // 72: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	46, // 73: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	48, // 74: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	50, // 75: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	52, // 76: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	54, // 77: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 78: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 79: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 80: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 81: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 82: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 83: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	20, // 84: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	23, // 85: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	19, // 86: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
-	27, // 87: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	30, // 88: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	33, // 89: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	35, // 90: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	37, // 91: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	39, // 92: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	41, // 93: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	43, // 94: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	45, // 95: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	47, // 96: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	49, // 97: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	51, // 98: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	53, // 99: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	56, // 100: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	78, // [78:101] is the sub-list for method output_type
-	55, // [55:78] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	64, // 31: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
+	65, // 32: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	60, // 33: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	64, // 34: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	66, // 35: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	29, // 36: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 37: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	32, // 38: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 39: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	24, // 40: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 41: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	24, // 42: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 43: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	24, // 44: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	24, // 45: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	25, // 46: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	24, // 47: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 48: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	24, // 49: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 50: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	61, // 51: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 52: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 53: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	55, // 54: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	64, // 55: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	5,  // 56: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 57: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 58: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 59: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 60: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 61: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 62: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	22, // 63: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	18, // 64: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
+	26, // 65: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	28, // 66: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	31, // 67: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	34, // 68: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	36, // 69: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	38, // 70: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	40, // 71: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	42, // 72: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	44, // 73: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	46, // 74: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	48, // 75: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	50, // 76: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	52, // 77: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	54, // 78: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 79: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 80: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 81: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 82: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 83: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 84: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	20, // 85: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	23, // 86: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	19, // 87: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
+	27, // 88: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	30, // 89: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	33, // 90: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	35, // 91: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	37, // 92: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	39, // 93: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	41, // 94: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	43, // 95: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	45, // 96: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	47, // 97: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	49, // 98: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	51, // 99: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	53, // 100: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	56, // 101: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	79, // [79:102] is the sub-list for method output_type
+	56, // [56:79] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }

@@ -1,0 +1,138 @@
+package assigner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/sliceplane/sliceplane/internal/source"
+)
+
+// How the leader waits for a source it lost: from the first retry to the longest wait
+// between two, so that it follows the source again within about a second of its return.
+const (
+	minSourceBackoff = 50 * time.Millisecond
+	maxSourceBackoff = time.Second
+	// sourceReadTimeout bounds one clock read: a source that drops every packet must not
+	// hold the leader's takeover, or the follower, for long.
+	sourceReadTimeout = 2 * time.Second
+)
+
+// followSource follows the source's clock for the leader's loop until ctx ends, on the
+// goroutine the loop starts for it, and sends what it learns as core events: ClockObserved
+// as the clock moves, SourceLost when a watch ends and the source does not answer a clock
+// read right after (an etcd election ends a watch and changes nothing). Once lost, it reads
+// the clock again, backing off from minSourceBackoff to maxSourceBackoff, and watches from
+// where the source answers. from is the clock to watch from, 0 if unknown (it is read first).
+//
+// Only the source's errors reach the core: leadership does not depend on the source.
+func (s *Server) followSource(ctx context.Context, log *slog.Logger, from uint64, out chan<- Event) {
+	f := &follower{s: s, log: log, out: out, backoff: minSourceBackoff}
+	for ctx.Err() == nil {
+		if from == 0 {
+			clock, err := s.readClock(ctx)
+			if err != nil {
+				if !f.failed(ctx, err) {
+					return
+				}
+				continue
+			}
+			if !f.send(ctx, ClockObserved{Clock: clock}) {
+				return
+			}
+			from = clock
+		}
+		if !f.watch(ctx, &from) {
+			return
+		}
+		from = 0 // a watch that ended: where the source stands is read again first
+	}
+}
+
+// follower is the state of followSource between its steps.
+type follower struct {
+	s       *Server
+	log     *slog.Logger
+	out     chan<- Event
+	backoff time.Duration
+	lost    bool // SourceLost was sent, and no clock since
+	errs    int  // failed attempts in a row
+}
+
+// readClock reads the source's clock, bounded by sourceReadTimeout.
+func (s *Server) readClock(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, sourceReadTimeout)
+	defer cancel()
+	return s.source.Clock(ctx)
+}
+
+// watch runs one watch from *from, sending the clocks it delivers, until it ends; it
+// reports false once ctx ended.
+func (f *follower) watch(ctx context.Context, from *uint64) bool {
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for b := range f.s.watchClock(wctx, *from) {
+		switch {
+		case b.Err != nil:
+			f.ended(b.Err)
+			return ctx.Err() == nil
+		case len(b.Changes) > 0 || f.s.clockOnly || f.lost:
+			// Progress marks of a change watch (asked for by a distributor sharing this etcd
+			// client) would do too, but a clock quantum for each would invite the next
+			// request; after a loss, any batch says the source answers.
+			if !f.send(ctx, ClockObserved{Clock: b.Clock}) {
+				return false
+			}
+			*from = max(*from, b.Clock)
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// ended logs a watch that ended: at info if the source ended it in order (a database
+// shutting down), at warn the first time in a row otherwise.
+func (f *follower) ended(err error) {
+	switch {
+	case errors.Is(err, source.ErrEnded):
+		f.log.Info("the source ended its watch; following it again", "err", err)
+	case f.errs == 0:
+		f.log.Warn("the source watch failed; following it again", "err", err, "class", source.ClassOf(err).String())
+	}
+	f.s.metrics.sourceErrors.WithLabelValues(source.ClassOf(err).String()).Inc()
+}
+
+// failed reports a failed clock read: the source is lost (said once, and again when its
+// class changes) and the next read waits for the backoff. It reports false once ctx ended.
+func (f *follower) failed(ctx context.Context, err error) bool {
+	class := source.ClassOf(err)
+	f.s.metrics.sourceErrors.WithLabelValues(class.String()).Inc()
+	f.errs++
+	f.log.Debug("reading the source's clock failed", "err", err, "attempt", f.errs, "retry_in", f.backoff)
+	if !f.send(ctx, f.s.sourceLost(err)) {
+		return false
+	}
+	select {
+	case <-time.After(f.backoff):
+	case <-ctx.Done():
+		return false
+	}
+	f.backoff = min(2*f.backoff, maxSourceBackoff)
+	return true
+}
+
+// send hands ev to the loop. A clock ends a loss and its backoff.
+func (f *follower) send(ctx context.Context, ev Event) bool {
+	select {
+	case f.out <- ev:
+	case <-ctx.Done():
+		return false
+	}
+	switch ev.(type) {
+	case ClockObserved:
+		f.lost, f.errs, f.backoff = false, 0, minSourceBackoff
+	case SourceLost:
+		f.lost = true
+	}
+	return true
+}
