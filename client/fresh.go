@@ -24,12 +24,16 @@ type sighting struct {
 // heard of it. It is passive: the node tells it what happens, with the time, and asks it.
 //
 // The node's data is within the bound at time now if it heard from its distributor within
-// the bound, is not loading a snapshot, and reflects every source clock it heard of before
-// now-bound: a write older than the bound that its distributor had read, it has applied.
+// the bound, its distributor heard from the source within the bound, it is not loading a
+// snapshot, and it reflects every source clock it heard of before now-bound: a write older
+// than the bound that its distributor had read, it has applied.
 type freshness struct {
 	bound   time.Duration
 	started time.Time
 	heard   time.Time // zero: never
+	// sourceHeard is when the distributor last heard from its source, as its last message
+	// said: zero if it never said.
+	sourceHeard time.Time
 	applied uint64
 	loading bool
 	// behind lists, oldest first, source clocks the data does not reflect, rising.
@@ -41,10 +45,11 @@ func newFreshness(bound time.Duration, started time.Time) *freshness {
 }
 
 // heardFrom records a message of the distributor at now: source is the distributor's source
-// clock (0: not said), applied the clock the node's data reflects after it, and loading
-// whether a snapshot is under way.
-func (f *freshness) heardFrom(now time.Time, source, applied uint64, loading bool) {
-	f.heard, f.loading = now, loading
+// clock (0: not said), silence how long the distributor had not heard from its source,
+// applied the clock the node's data reflects after it, and loading whether a snapshot is
+// under way.
+func (f *freshness) heardFrom(now time.Time, source uint64, silence time.Duration, applied uint64, loading bool) {
+	f.heard, f.loading, f.sourceHeard = now, loading, now.Add(-silence)
 	if applied < f.applied {
 		// A snapshot completed at an older clock than the node had: it lacks changes its
 		// distributor read no one knows how long ago, so as long ago as can be.
@@ -82,8 +87,16 @@ func (f *freshness) fresh(now time.Time) (bool, string) {
 		return false, fmt.Sprintf("no word from a distributor in the %s since the node started", now.Sub(f.started).Round(time.Millisecond))
 	case f.heard.IsZero():
 		return false, "no word from a distributor yet"
-	case now.Sub(f.heard) > f.bound:
-		return false, fmt.Sprintf("distributor silent for %s (bound %s)", now.Sub(f.heard).Round(time.Millisecond), f.bound)
+	case now.Sub(f.sourceHeard) > f.bound && now.Sub(f.heard) < f.heard.Sub(f.sourceHeard):
+		// Most of the silence is the source's, as the distributor last said.
+		return false, fmt.Sprintf("the distributor has not heard from its source for %s (bound %s)",
+			now.Sub(f.sourceHeard).Round(time.Millisecond), f.bound)
+	case now.Sub(f.sourceHeard) > f.bound:
+		why := fmt.Sprintf("distributor silent for %s", now.Sub(f.heard).Round(time.Millisecond))
+		if before := f.heard.Sub(f.sourceHeard); before > 0 {
+			why += fmt.Sprintf(", and its source for %s before", before.Round(time.Millisecond))
+		}
+		return false, why + fmt.Sprintf(" (bound %s)", f.bound)
 	case f.loading:
 		return false, "loading a snapshot"
 	case len(f.behind) > 0 && now.Sub(f.behind[0].at) > f.bound:
@@ -99,10 +112,10 @@ type lockedFreshness struct {
 	f  *freshness
 }
 
-func (l *lockedFreshness) heardFrom(now time.Time, source, applied uint64, loading bool) {
+func (l *lockedFreshness) heardFrom(now time.Time, source uint64, silence time.Duration, applied uint64, loading bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.f.heardFrom(now, source, applied, loading)
+	l.f.heardFrom(now, source, silence, applied, loading)
 }
 
 func (l *lockedFreshness) fresh(now time.Time) (bool, string) {

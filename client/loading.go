@@ -63,6 +63,22 @@ func nextLoading(set, held keyspace.Set, ops []Op) (next, nextHeld keyspace.Set,
 	return set, held, loaded
 }
 
+// dropping returns the points whose data ops drop, if any: every point for a reset, a
+// dropped slice's range.
+func dropping(ops []Op) (keyspace.Set, bool) {
+	var gone keyspace.Set
+	dropped := false
+	for _, op := range ops {
+		switch op.Kind {
+		case OpReset:
+			return keyspace.NewSet(keyspace.Full()), true
+		case OpDropSlice:
+			gone, dropped = gone.Union(keyspace.NewSet(op.Range.keyspace())), true
+		}
+	}
+	return gone, dropped
+}
+
 // rangesOf returns the ranges of s in the client's type.
 func rangesOf(s keyspace.Set) []Range {
 	out := make([]Range, len(s.Ranges()))

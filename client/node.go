@@ -85,6 +85,9 @@ type Node struct {
 	// pending is what the node loads, and the generation of the last delta applied; only
 	// the pull loop replaces it.
 	pending atomic.Pointer[loadingState]
+	// drops counts the deltas that dropped data (a reset, a slice dropped), each counted
+	// before its data goes: see ReadGuard.
+	drops atomic.Uint64
 	fresh   lockedFreshness
 }
 
@@ -547,7 +550,8 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 		if err := n.apply(ctx, delta); err != nil {
 			return progressed, err
 		}
-		n.fresh.heardFrom(time.Now(), resp.GetDelta().GetSourceClock(), n.clock.Load(), n.loading.Load())
+		silence := time.Duration(resp.GetDelta().GetSourceSilenceMs()) * time.Millisecond
+		n.fresh.heardFrom(time.Now(), resp.GetDelta().GetSourceClock(), silence, n.clock.Load(), n.loading.Load())
 		progressed = true
 		if len(delta.Ops) > 0 {
 			ack := &pb.Cursor{Epoch: delta.Epoch, Index: delta.To}
@@ -581,7 +585,15 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 	if len(d.Ops) > 0 {
 		p := n.pending.Load()
 		set, held, loaded := nextLoading(p.set, p.held, d.Ops)
+		if gone, ok := dropping(d.Ops); ok {
+			// The store's data goes before the node's state can say so: until it does, the
+			// ranges the delta drops count as loading, so that no reader takes a key it
+			// finds missing for one the node serves (I7; see ReadGuard).
+			n.drops.Add(1)
+			n.pending.Store(&loadingState{set: p.set.Union(gone), held: p.held, gen: p.gen})
+		}
 		if err := commitDelta(ctx, n.cfg.Store, d, set, !set.Equal(p.set)); err != nil {
+			n.pending.Store(p) // the batch was not committed: nothing was dropped
 			return errStore{err}
 		}
 		n.pending.Store(&loadingState{set: set, held: held, gen: d.Generation})
@@ -631,10 +643,45 @@ func (n *Node) Loading(h uint64) bool {
 // Serving reports whether the node holds key's slice with all its data, as of the last
 // delta applied: it holds the slice and is not loading it. A node answers reads for the keys
 // it serves; for a key it does not, a "not found" would be wrong, and it should send the
-// reader to the slice's replicas.
+// reader to the slice's replicas. A read of the store that found nothing may answer "not
+// found" only if the node served the key throughout the read: see ReadGuard.
 func (n *Node) Serving(key []byte) bool {
 	h := Hash(key)
 	return n.load.holds(h) && !n.Loading(h)
+}
+
+// ReadGuard brackets an application's read of its store for one key, so that a key it finds
+// missing is answered "not found" only if the node held the key's data all along: a slice
+// can leave the node (its handoff ended, a snapshot began) between the check and the read.
+// Take it with GuardRead before reading, and ask Unchanged after a read that found nothing:
+//
+//	g := node.GuardRead(key)
+//	if !g.Serving() { /* send the reader to the slice's replicas */ }
+//	item, ok := store.Get(key)
+//	if !ok && !g.Unchanged() { /* the same: the slice may have left meanwhile */ }
+//
+// A read that found the item may answer it either way: the item was there.
+type ReadGuard struct {
+	n       *Node
+	key     []byte
+	drops   uint64
+	serving bool
+}
+
+// GuardRead returns a guard for a read of key, taken now.
+func (n *Node) GuardRead(key []byte) ReadGuard {
+	drops := n.drops.Load()
+	return ReadGuard{n: n, key: key, drops: drops, serving: n.Serving(key)}
+}
+
+// Serving reports whether the node served the key when the guard was taken (Node.Serving).
+func (g ReadGuard) Serving() bool { return g.serving }
+
+// Unchanged reports whether the node served the key when the guard was taken and still
+// does, and no data left the node in between: what its store said of the key then is what
+// the node holds.
+func (g ReadGuard) Unchanged() bool {
+	return g.serving && g.n.drops.Load() == g.drops && g.n.Serving(g.key)
 }
 
 // LoadingRanges returns the ranges the node is loading, in order.

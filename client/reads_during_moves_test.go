@@ -37,7 +37,12 @@ func read(r *client.Router, nodes map[string]*clustertest.Node, key []byte, n *r
 		}
 		for _, rep := range route.Replicas {
 			node := nodes[rep.ID]
-			if node == nil || !node.Serving(key) {
+			if node == nil {
+				n.misdirected.Add(1)
+				continue
+			}
+			guard := node.GuardRead(key)
+			if !guard.Serving() {
 				n.misdirected.Add(1)
 				continue
 			}
@@ -46,7 +51,7 @@ func read(r *client.Router, nodes map[string]*clustertest.Node, key []byte, n *r
 			case err == nil && ok:
 				n.hits.Add(1)
 				return
-			case !node.Serving(key): // dropped or reset while we read: not its key any more
+			case !guard.Unchanged(): // dropped or reset around the read: not its key any more
 				n.misdirected.Add(1)
 				continue
 			}

@@ -136,17 +136,25 @@ const (
 	deltaSlices     = 6
 	deltaGeneration = 7
 	deltaSource     = 8
+	deltaSilence    = 9
 )
+
+// sourceStamp is what a delta says of the distributor's source: the clock it had read up
+// to (0: none said) and how long it had not heard from it, in milliseconds.
+type sourceStamp struct {
+	clock     uint64
+	silenceMS uint32
+}
 
 // appendDelta appends the PullResponse that carries a delta of ops (encoded DeltaOps), with
 // the node's slices when slices is not nil, and the map generation gen (see op.gen).
 func appendDelta(b []byte, epoch, from, to, clock, gen uint64, ops []op, slices *[]keyspace.Range) []byte {
-	return appendDeltaFrom(b, epoch, from, to, clock, 0, gen, ops, slices)
+	return appendDeltaFrom(b, epoch, from, to, clock, sourceStamp{}, gen, ops, slices)
 }
 
-// appendDeltaFrom is appendDelta with the source clock the distributor had read up to
-// (0: none said).
-func appendDeltaFrom(b []byte, epoch, from, to, clock, source, gen uint64, ops []op, slices *[]keyspace.Range) []byte {
+// appendDeltaFrom is appendDelta with what the distributor says of its source.
+func appendDeltaFrom(b []byte, epoch, from, to, clock uint64, src sourceStamp, gen uint64, ops []op, slices *[]keyspace.Range) []byte {
+	source, silence := src.clock, uint64(src.silenceMS)
 	size := protowire.SizeTag(deltaEpoch) + 8 + protowire.SizeTag(deltaFrom) + protowire.SizeVarint(from) +
 		protowire.SizeTag(deltaTo) + protowire.SizeVarint(to) + protowire.SizeTag(deltaClock) + protowire.SizeVarint(clock)
 	if gen != 0 {
@@ -154,6 +162,9 @@ func appendDeltaFrom(b []byte, epoch, from, to, clock, source, gen uint64, ops [
 	}
 	if source != 0 {
 		size += protowire.SizeTag(deltaSource) + protowire.SizeVarint(source)
+	}
+	if silence != 0 {
+		size += protowire.SizeTag(deltaSilence) + protowire.SizeVarint(silence)
 	}
 	for _, o := range ops {
 		size += protowire.SizeTag(deltaOps) + protowire.SizeBytes(len(o.data))
@@ -185,6 +196,10 @@ func appendDeltaFrom(b []byte, epoch, from, to, clock, source, gen uint64, ops [
 	if source != 0 {
 		b = protowire.AppendTag(b, deltaSource, protowire.VarintType)
 		b = protowire.AppendVarint(b, source)
+	}
+	if silence != 0 {
+		b = protowire.AppendTag(b, deltaSilence, protowire.VarintType)
+		b = protowire.AppendVarint(b, silence)
 	}
 	return b
 }

@@ -323,9 +323,11 @@ func TestAppendDeltaRoundTripProperty(t *testing.T) {
 		clock := rapid.Uint64().Draw(t, "clock")
 		gen := rapid.Uint64().Draw(t, "generation")
 		source := rapid.Uint64().Draw(t, "source clock")
+		silence := rapid.Uint32().Draw(t, "source silence")
 		n := rapid.IntRange(0, 20).Draw(t, "ops")
 		ops := make([]op, n)
-		want := &pb.PullResponse{Delta: &pb.Delta{Epoch: epoch, From: from, To: to, Clock: clock, Generation: gen, SourceClock: source}}
+		want := &pb.PullResponse{Delta: &pb.Delta{Epoch: epoch, From: from, To: to, Clock: clock, Generation: gen,
+			SourceClock: source, SourceSilenceMs: silence}}
 		for i := range ops {
 			var m *pb.DeltaOp
 			ops[i], m = drawOp(t, i)
@@ -337,7 +339,7 @@ func TestAppendDeltaRoundTripProperty(t *testing.T) {
 			slices = &rs
 			want.Delta.Slices = &pb.SliceList{Ranges: pbRanges(rs)}
 		}
-		b := appendDeltaFrom(append([]byte(nil), prefix...), epoch, from, to, clock, source, gen, ops, slices)
+		b := appendDeltaFrom(append([]byte(nil), prefix...), epoch, from, to, clock, sourceStamp{clock: source, silenceMS: silence}, gen, ops, slices)
 		if string(b[:len(prefix)]) != string(prefix) {
 			t.Fatalf("the prefix changed: %x -> %x", prefix, b[:len(prefix)])
 		}

@@ -28,6 +28,10 @@ type metrics struct {
 	quantaRefused *prometheus.CounterVec
 	rejected      *prometheus.CounterVec
 	scanPauses    prometheus.Counter
+	// sourceAvailable is 0 while the source watch is down; sourceErrors counts the watches
+	// that failed, by class (source.Class).
+	sourceAvailable prometheus.Gauge
+	sourceErrors    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -71,6 +75,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Keys under the source's prefix skipped because they name no item or fragment, by reason."}, []string{"reason"}),
 		scanPauses: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "scan_pauses_total",
 			Help: "Times a scan stopped to wait for its node to take what it read (--max-scan-ahead-bytes)."}),
+		sourceAvailable: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "source_available",
+			Help: "0 from a failed watch of the source until the source answers again, else 1."}),
+		sourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_errors_total",
+			Help: "Watches of the source that failed, by class (unavailable, misconfigured, compacted)."}, []string{"class"}),
+	}
+	m.sourceAvailable.Set(1)
+	for _, c := range []source.Class{source.Unavailable, source.Misconfigured, source.Compacted} {
+		m.sourceErrors.WithLabelValues(c.String())
 	}
 	// Every label value exported at 0, so that rate() and alerts see it.
 	for _, reason := range []string{"stale_term", "stale", "out_of_sequence", "does_not_apply"} {
@@ -81,6 +93,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.served, m.streams, m.queueOps, m.queueBytes,
 		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.quantaSilent,
-		m.quantaRefused, m.rejected, m.scanPauses)
+		m.quantaRefused, m.rejected, m.scanPauses, m.sourceAvailable, m.sourceErrors)
 	return m
 }

@@ -3,6 +3,7 @@ package distributor
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -193,7 +194,8 @@ func (p *puller) step(ctx context.Context, stream pb.DistributorService_PullServ
 }
 
 // send sends ops, the clock c and the router's clock source, as one delta: the node tells
-// from source how far behind the source it is.
+// from source, and from how long ago the distributor last heard from its source, how far
+// behind the source it is.
 func (p *puller) send(stream pb.DistributorService_PullServer, ps *pullStream, ops []op, c, source uint64) error {
 	var list *[]keyspace.Range
 	if ps.resumed {
@@ -201,7 +203,7 @@ func (p *puller) send(stream pb.DistributorService_PullServer, ps *pullStream, o
 	}
 	// A new buffer each time: the transport may still be writing the last one.
 	ps.gen = deltaGen(ops, ps.gen)
-	buf := appendDeltaFrom(nil, ps.att.Epoch, ps.next, ps.next+uint64(len(ops)), c, source, ps.gen, ops, list)
+	buf := appendDeltaFrom(nil, ps.att.Epoch, ps.next, ps.next+uint64(len(ops)), c, p.s.sourceStamp(source), ps.gen, ops, list)
 	if err := stream.SendMsg(&frame.Frame{Data: buf}); err != nil {
 		return err
 	}
@@ -238,4 +240,14 @@ func (p *puller) status(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.FromContextError(err).Err()
+}
+
+// sourceStamp is what a delta sent now says of the source, the router's clock being clock.
+func (s *Server) sourceStamp(clock uint64) sourceStamp {
+	st := sourceStamp{clock: clock}
+	if heard := s.sourceHeard.Load(); heard != 0 {
+		ms := time.Since(time.Unix(0, heard)).Milliseconds()
+		st.silenceMS = uint32(min(max(ms, 0), math.MaxUint32))
+	}
+	return st
 }

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -165,6 +166,9 @@ type Server struct {
 	attach  chan attachRequest
 	done    chan struct{}                          // closed when Run's loop ends
 	counted struct{ snapshots, overflows float64 } // of the router's stats, by the metrics
+	// sourceHeard is when the source last answered the route loop's watch (Unix ns; 0
+	// before the first watch): Pull tells every node how long ago (see sourceFeed).
+	sourceHeard atomic.Int64
 }
 
 // New returns a distributor listening on cfg.Listen (and cfg.MetricsListen); Run serves.
@@ -315,6 +319,8 @@ func (s *Server) route(ctx context.Context) error {
 	defer feed.stop()
 	stats := time.NewTicker(time.Second)
 	defer stats.Stop()
+	liveness := time.NewTicker(livenessAsk)
+	defer liveness.Stop()
 
 	for {
 		select {
@@ -335,11 +341,18 @@ func (s *Server) route(ctx context.Context) error {
 				continue
 			}
 			if b.Err != nil {
-				s.recoverSource(ctx, seq, &feed, b.Err)
+				feed.failed(b.Err)
 				continue
 			}
+			feed.received(time.Now())
 			latest = max(latest, b.Clock)
 			seq.AddBatch(b)
+		case <-feed.retry:
+			feed.restart(ctx, seq)
+			continue
+		case now := <-liveness.C:
+			feed.live(now)
+			continue
 		case p := <-scans.pieces:
 			scans.finish(p)
 		case <-s.app.Acked():
@@ -422,32 +435,6 @@ func progressTimer(seq *Sequencer, r *Router, progress <-chan time.Time) <-chan 
 	return progress
 }
 
-// recoverSource restarts a failed source watch. If the source no longer holds the changes
-// after the last one seen, every node is rebased onto a snapshot at the current clock.
-func (s *Server) recoverSource(ctx context.Context, seq *Sequencer, feed *sourceFeed, err error) {
-	feed.stop()
-	from := seq.Seen()
-	if errors.Is(err, source.ErrCompacted) {
-		clock, cerr := s.cfg.Source.Clock(ctx)
-		if cerr == nil {
-			s.log.Warn("the source lost changes the router had not seen; every node takes a snapshot", "from", from, "clock", clock)
-			seq.Rebase(clock)
-			s.app.rebase(clock)
-			feed.start(ctx, clock)
-			return
-		}
-		// The watch restarted from seen fails again, and brings the router back here.
-		err = fmt.Errorf("reading the source's clock: %w", cerr)
-	}
-	s.log.Warn("the source watch failed; restarting it", "err", err, "from", from)
-	select {
-	case <-time.After(100 * time.Millisecond):
-	case <-ctx.Done():
-		return
-	}
-	feed.start(ctx, from)
-}
-
 // observe updates the gauges.
 func (s *Server) observe(latest uint64) {
 	clock := s.router.Clock()
@@ -471,27 +458,6 @@ func (s *Server) observe(latest uint64) {
 		served++
 	}
 	s.metrics.served.Set(float64(served))
-}
-
-// sourceFeed is the source watch, which the loop restarts when it fails.
-type sourceFeed struct {
-	s      *Server
-	ctx    context.Context
-	cancel context.CancelFunc
-	out    <-chan source.Batch
-}
-
-func (f *sourceFeed) start(ctx context.Context, from uint64) {
-	f.ctx, f.cancel = context.WithCancel(ctx)
-	f.out = f.s.cfg.Source.Watch(f.ctx, from)
-}
-
-// stop ends the watch; batches it had not delivered are read again from the clock seen.
-func (f *sourceFeed) stop() {
-	if f.cancel != nil {
-		f.cancel()
-		f.cancel, f.out = nil, nil
-	}
 }
 
 // quantaFeed follows the assigner's quanta, reconnecting as needed.

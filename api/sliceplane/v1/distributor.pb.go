@@ -280,9 +280,14 @@ type Delta struct {
 	// source_clock is the source clock the distributor had read up to when it sent the delta:
 	// a node whose clock stays behind it for longer than its freshness bound stops answering
 	// from its data. 0 from distributors that predate it.
-	SourceClock   uint64 `protobuf:"varint,8,opt,name=source_clock,json=sourceClock,proto3" json:"source_clock,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SourceClock uint64 `protobuf:"varint,8,opt,name=source_clock,json=sourceClock,proto3" json:"source_clock,omitempty"`
+	// source_silence_ms is how long, in milliseconds, the distributor had not heard from its
+	// source when it sent the delta (0: it just had): while the source is out of its reach,
+	// a node stops answering from its data once that silence passes its freshness bound, even
+	// if it has applied everything the distributor read.
+	SourceSilenceMs uint32 `protobuf:"varint,9,opt,name=source_silence_ms,json=sourceSilenceMs,proto3" json:"source_silence_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Delta) Reset() {
@@ -367,6 +372,13 @@ func (x *Delta) GetGeneration() uint64 {
 func (x *Delta) GetSourceClock() uint64 {
 	if x != nil {
 		return x.SourceClock
+	}
+	return 0
+}
+
+func (x *Delta) GetSourceSilenceMs() uint32 {
+	if x != nil {
+		return x.SourceSilenceMs
 	}
 	return 0
 }
@@ -735,7 +747,7 @@ const file_sliceplane_v1_distributor_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
 	"\x06cursor\x18\x02 \x01(\v2\x15.sliceplane.v1.CursorR\x06cursor\":\n" +
 	"\fPullResponse\x12*\n" +
-	"\x05delta\x18\x01 \x01(\v2\x14.sliceplane.v1.DeltaR\x05delta\"\xf6\x01\n" +
+	"\x05delta\x18\x01 \x01(\v2\x14.sliceplane.v1.DeltaR\x05delta\"\xa2\x02\n" +
 	"\x05Delta\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x06R\x05epoch\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
@@ -746,7 +758,8 @@ const file_sliceplane_v1_distributor_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\a \x01(\x04R\n" +
 	"generation\x12!\n" +
-	"\fsource_clock\x18\b \x01(\x04R\vsourceClock\"9\n" +
+	"\fsource_clock\x18\b \x01(\x04R\vsourceClock\x12*\n" +
+	"\x11source_silence_ms\x18\t \x01(\rR\x0fsourceSilenceMs\"9\n" +
 	"\tSliceList\x12,\n" +
 	"\x06ranges\x18\x01 \x03(\v2\x14.sliceplane.v1.RangeR\x06ranges\"\x89\x04\n" +
 	"\aDeltaOp\x12,\n" +

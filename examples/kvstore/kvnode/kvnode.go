@@ -309,15 +309,16 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
 	}
 	s.node.RecordLoad(key, 1)
 	clock := s.node.Clock()
+	guard := s.node.GuardRead(key)
 	it, ok, err := s.store.Get(r.Context(), key)
 	switch {
 	case err != nil:
 		s.log.Error("reading the store", "key", string(key), "err", err)
 		http.Error(w, "kvnode: reading the store failed", http.StatusInternalServerError)
 		return
-	case (!ok || !it.HasValue) && !s.node.Serving(key):
-		// The slice left (its handoff ended, or a snapshot began) while the store was read:
-		// the item may be gone with it, which says nothing of the key.
+	case (!ok || !it.HasValue) && !guard.Unchanged():
+		// The slice left (its handoff ended, or a snapshot began) around the read of the
+		// store: the item may be gone with it, which says nothing of the key.
 		s.misdirect(w, key, "not_mine", "not mine any more")
 		return
 	case !ok || !it.HasValue:
