@@ -29,6 +29,7 @@ const (
 	prometheusFile  = "prometheus/prometheus.yml"
 	rulesFile       = "prometheus/rules.yml"
 	rulesTestFile   = "prometheus/rules_test.yml"
+	sourceRulesTest = "prometheus/rules_source_test.yml"
 	dashboardFile   = "grafana/sliceplane.json"
 	kubernetesDir   = "kubernetes"
 	e2eScript       = "compose/e2e.sh"

@@ -126,8 +126,11 @@ func TestPromtoolCheckConfig(t *testing.T) {
 
 func TestPromtoolCheckRules(t *testing.T) { runPromtool(t, "check", "rules", rulesFile) }
 
-// TestPromtoolTestRules runs the alerting rules' unit tests (prometheus/rules_test.yml).
-func TestPromtoolTestRules(t *testing.T) { runPromtool(t, "test", "rules", rulesTestFile) }
+// TestPromtoolTestRules runs the alerting rules' unit tests (prometheus/rules_test.yml, and
+// rules_source_test.yml at a second's resolution).
+func TestPromtoolTestRules(t *testing.T) {
+	runPromtool(t, "test", "rules", rulesTestFile, sourceRulesTest)
+}
 
 // TestPromtoolCheckDashboardQueries parses every PromQL expression of the dashboard, as
 // recording rules in a scratch file, with Grafana's variables replaced by plain values.
