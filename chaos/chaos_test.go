@@ -19,10 +19,13 @@ package chaos_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,7 +48,23 @@ import (
 // quickFaults run when CHAOS_FAULTS is unset: the short run inside make test.
 const quickFaults = "kill-assigner,kill-distributor,kill-node,link-latency"
 
+// The faults of the run on PostgreSQL (TestChaosPostgres, CHAOS_PG_FAULTS): quickPGFaults
+// in make test, allPGFaults in make chaos, a name*N running N times a round.
+const (
+	quickPGFaults = "pg-restart,pg-outage"
+	allPGFaults   = "pg-restart*10,pg-outage*3"
+)
+
+// The data sources a run keeps its items in.
+const (
+	sourceEtcd     = "etcd"
+	sourcePostgres = "postgres"
+)
+
 type config struct {
+	// source is where the items are: sourceEtcd (the prefix of the cluster's etcd) or
+	// sourcePostgres (a throwaway server, reached through a fault proxy).
+	source string
 	seed   uint64
 	faults []fault
 	rounds int
@@ -76,8 +95,10 @@ func envDuration(name string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-func loadConfig() (config, error) {
-	cfg := config{seed: 1, rounds: 1, fillItems: 2000}
+// loadConfig reads the run's settings from the environment, for a run on src: its faults
+// from CHAOS_FAULTS (etcd) or CHAOS_PG_FAULTS (postgres).
+func loadConfig(src string) (config, error) {
+	cfg := config{source: src, seed: 1, rounds: 1, fillItems: 2000}
 	var err error
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		if cfg.seed, err = strconv.ParseUint(v, 10, 64); err != nil {
@@ -91,23 +112,8 @@ func loadConfig() (config, error) {
 	}
 	cfg.race = os.Getenv("CHAOS_RACE") == "1"
 	cfg.strictClock = os.Getenv("CHAOS_STRICT_CLOCK") == "1"
-	names := os.Getenv("CHAOS_FAULTS")
-	switch names {
-	case "":
-		names = quickFaults
-	case "all":
-		var all []string
-		for _, f := range faults {
-			all = append(all, f.name)
-		}
-		names = strings.Join(all, ",")
-	}
-	for name := range strings.SplitSeq(names, ",") {
-		f, ok := faultByName(strings.TrimSpace(name))
-		if !ok {
-			return cfg, fmt.Errorf("CHAOS_FAULTS: no fault %q", name)
-		}
-		cfg.faults = append(cfg.faults, f)
+	if cfg.faults, err = faultsOf(src); err != nil {
+		return cfg, err
 	}
 	if cfg.assignerStale, err = envDuration("CHAOS_ASSIGNER_STALENESS", time.Second); err != nil {
 		return cfg, err
@@ -125,6 +131,48 @@ func loadConfig() (config, error) {
 	return cfg, err
 }
 
+// faultsOf returns the faults the environment asks of a run on src: names, "all", or the
+// quick set when unset; "name*N" runs a fault N times a round.
+func faultsOf(src string) ([]fault, error) {
+	env, quick, all, list := "CHAOS_FAULTS", quickFaults, "", faults
+	if src == sourcePostgres {
+		env, quick, all, list = "CHAOS_PG_FAULTS", quickPGFaults, allPGFaults, pgFaults
+	}
+	names := os.Getenv(env)
+	switch names {
+	case "":
+		names = quick
+	case "all":
+		names = all
+		if all == "" {
+			var every []string
+			for _, f := range list {
+				every = append(every, f.name)
+			}
+			names = strings.Join(every, ",")
+		}
+	}
+	var out []fault
+	for name := range strings.SplitSeq(names, ",") {
+		name, times := strings.TrimSpace(name), 1
+		if n, t, ok := strings.Cut(name, "*"); ok {
+			var err error
+			if times, err = strconv.Atoi(t); err != nil || times < 1 {
+				return nil, fmt.Errorf("%s: %q: want name*N, N a positive number", env, name)
+			}
+			name = n
+		}
+		f, ok := faultByName(name)
+		if !ok || (f.class == "source") != (src == sourcePostgres) {
+			return nil, fmt.Errorf("%s: no fault %q for a run on %s", env, name, src)
+		}
+		for range times {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
 // schedule is the faults of every round, each round shuffled by the seed.
 func (cfg config) schedule(rng *rand.Rand) []fault {
 	var out []fault
@@ -138,14 +186,24 @@ func (cfg config) schedule(rng *rand.Rand) []fault {
 
 // run is one chaos run.
 type run struct {
-	t      *testing.T
-	ctx    context.Context
-	cfg    config
-	rng    *rand.Rand
-	c      *cluster
-	src    *source.Etcd
+	t   *testing.T
+	ctx context.Context
+	cfg config
+	rng *rand.Rand
+	c   *cluster
+	// src is the source as the checker reads it, and w the application's writer of it.
+	src    source.Writer
+	w      itemWriter
+	pg     *postgresSource // the run on PostgreSQL's server and its proxy; nil on etcd
 	probes *probes
 	rows   []row
+}
+
+// itemWriter writes items as the application does: into etcd (client/writer) or into a
+// PostgreSQL table (client/pgwriter). Each call returns a clock at or after its change's.
+type itemWriter interface {
+	PutMany(ctx context.Context, items []client.Item) (uint64, error)
+	Delete(ctx context.Context, key []byte) (uint64, error)
 }
 
 // row is the report line of one fault.
@@ -155,17 +213,23 @@ type row struct {
 	win                window
 	termBefore, termAt uint64
 	converge           time.Duration
-	failures           []string
+	// recovered is the time from the source's return to every node fresh again and holding a
+	// write made after it (source faults only).
+	recovered time.Duration
+	failures  []string
 }
 
-func TestChaos(t *testing.T) {
+func TestChaos(t *testing.T) { runChaos(t, sourceEtcd) }
+
+// runChaos runs the faults the environment asks for on a cluster whose items are in src.
+func runChaos(t *testing.T, src string) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries; skipped in -short mode")
 	}
 	if raceEnabled {
 		t.Skip("builds its own binaries (CHAOS_RACE=1 builds them with -race); run it without -race, as make test and make chaos do")
 	}
-	cfg, err := loadConfig()
+	cfg, err := loadConfig(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +244,8 @@ func TestChaos(t *testing.T) {
 	for _, f := range cfg.faults {
 		names = append(names, f.name)
 	}
-	t.Logf("CHAOS_SEED=%d CHAOS_FAULTS=%s CHAOS_ROUNDS=%d CHAOS_RACE=%v CHAOS_SESSION_TTL=%s",
-		cfg.seed, strings.Join(names, ","), cfg.rounds, cfg.race, cfg.sessionTTL)
+	t.Logf("source=%s CHAOS_SEED=%d faults=%s CHAOS_ROUNDS=%d CHAOS_RACE=%v CHAOS_SESSION_TTL=%s",
+		cfg.source, cfg.seed, strings.Join(names, ","), cfg.rounds, cfg.race, cfg.sessionTTL)
 	r.setUp()
 	var wg sync.WaitGroup
 	pctx, stopProbes := context.WithCancel(ctx)
@@ -197,7 +261,7 @@ func TestChaos(t *testing.T) {
 	if _, err := r.check("the end"); err != nil {
 		t.Error(err)
 	}
-	t.Logf("chaos report (CHAOS_SEED=%d, race=%v):\n%s", cfg.seed, cfg.race, r.table())
+	t.Logf("chaos report (source %s, CHAOS_SEED=%d, race=%v):\n%s", cfg.source, cfg.seed, cfg.race, r.table())
 }
 
 // setUp builds the binaries, starts the cluster and the router, fills the source, waits for
@@ -236,11 +300,16 @@ func (r *run) setUp() {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.c.close)
+	if r.cfg.source == sourcePostgres {
+		r.startPostgres(dir) // before the processes that read it
+	}
 	r.startAll()
-	w := writer.New(r.c.etcdCli, writer.DefaultPrefix)
-	r.src = source.NewEtcd(r.c.etcdCli, writer.DefaultPrefix)
-	r.fill(w)
-	r.startRouter(w)
+	if r.pg == nil {
+		r.w = writer.New(r.c.etcdCli, writer.DefaultPrefix)
+		r.src = source.NewEtcd(r.c.etcdCli, writer.DefaultPrefix)
+	}
+	r.fill()
+	r.startRouter()
 	r.spread()
 	if _, err := r.check("the fill"); err != nil {
 		t.Fatal(err)
@@ -269,12 +338,12 @@ func (r *run) startAll() {
 	}
 }
 
-func (r *run) fill(w *writer.Writer) {
-	var items []writer.Item
+func (r *run) fill() {
+	var items []client.Item
 	for i := range r.cfg.fillItems {
-		items = append(items, writer.Item{Key: loadgen.Key(i), Value: fmt.Appendf(nil, "v%d", i), HasValue: true})
+		items = append(items, client.Item{Key: loadgen.Key(i), Value: fmt.Appendf(nil, "v%d", i), HasValue: true})
 		if len(items) == 100 || i == r.cfg.fillItems-1 {
-			if _, err := w.PutMany(r.ctx, items); err != nil {
+			if _, err := r.w.PutMany(r.ctx, items); err != nil {
 				r.t.Fatalf("filling: %v", err)
 			}
 			items = items[:0]
@@ -283,7 +352,7 @@ func (r *run) fill(w *writer.Writer) {
 }
 
 // startRouter starts the reader's router, owned by the test's cleanup.
-func (r *run) startRouter(w *writer.Writer) {
+func (r *run) startRouter() {
 	// A router's identity: it reads the map and lists the nodes for their addresses.
 	rt, err := r.c.pki.Issue("router", "chaos")
 	if err != nil {
@@ -306,7 +375,7 @@ func (r *run) startRouter(w *writer.Writer) {
 	if err := router.WaitReady(wctx); err != nil {
 		r.t.Fatal(err)
 	}
-	r.probes = &probes{w: w, router: router, pool: kvclient.NewPool(r.c.http), nodes: r.c.nodes, logf: r.t.Logf,
+	r.probes = &probes{w: r.w, router: router, pool: kvclient.NewPool(r.c.http), nodes: r.c.nodes, logf: r.t.Logf,
 		initial: r.cfg.fillItems, next: r.cfg.fillItems}
 }
 
@@ -396,7 +465,7 @@ func (r *run) inject(i int, f fault) {
 	r.probes.window()
 	row := row{fault: f.name, termBefore: r.term()}
 	o, err := f.run(r)
-	row.target, row.takeover = o.target, o.takeover
+	row.target, row.takeover, row.recovered = o.target, o.takeover, o.recovered
 	if err != nil {
 		row.failures = append(row.failures, fmt.Sprintf("the fault: %v", err))
 	}
@@ -435,7 +504,8 @@ func (r *run) assess(f fault, row row) []string {
 		if row.win.staleness > r.cfg.maxStale {
 			out = append(out, fmt.Sprintf("node %s was %s stale, over %s", row.win.stalest, row.win.staleness.Round(time.Millisecond), r.cfg.maxStale))
 		}
-	case "etcd":
+	case "etcd", "source":
+		// Leadership is etcd's: an etcd election or the source away must not cost a term.
 		if row.termAt != row.termBefore {
 			out = append(out, fmt.Sprintf("the assigner's term went from %d to %d", row.termBefore, row.termAt))
 		}
@@ -444,25 +514,49 @@ func (r *run) assess(f fault, row row) []string {
 }
 
 func (row row) line() string {
-	takeover := "-"
+	takeover, recovered := "-", "-"
 	if row.takeover > 0 {
 		takeover = row.takeover.Round(10 * time.Millisecond).String()
+	}
+	if row.recovered > 0 {
+		recovered = row.recovered.Round(10 * time.Millisecond).String()
 	}
 	verdict := "ok"
 	if len(row.failures) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("| %s | %s | %s | %s (%s) | %d | %d/%d | %d/%d | %d/%d | %d→%d | %s | %s |", row.fault, row.target, takeover,
+	return fmt.Sprintf("| %s | %s | %s | %s (%s) | %d | %d/%d | %d/%d | %d/%d | %d→%d | %s | %s | %s |", row.fault, row.target, takeover,
 		row.win.staleness.Round(10*time.Millisecond), row.win.stalest, row.win.regressions, row.win.readFails, row.win.reads,
-		row.win.readMisses, row.win.reads, row.win.writeFails, row.win.writes, row.termBefore, row.termAt, row.converge.Round(10*time.Millisecond), verdict)
+		row.win.readMisses, row.win.reads, row.win.writeFails, row.win.writes, row.termBefore, row.termAt, recovered,
+		row.converge.Round(10*time.Millisecond), verdict)
 }
 
 func (r *run) table() string {
 	var b strings.Builder
-	b.WriteString("| fault | target | takeover | max staleness (node) | clock went back | reads failed | reads missed | writes failed | term | converged in | verdict |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | target | takeover | max staleness (node) | clock went back | reads failed | reads missed | writes failed | term | recovered in | converged in | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	recovered := map[string][]time.Duration{}
+	terms := map[uint64]bool{}
 	for _, row := range r.rows {
 		b.WriteString(row.line() + "\n")
+		if row.recovered > 0 {
+			recovered[row.fault] = append(recovered[row.fault], row.recovered)
+		}
+		terms[row.termBefore], terms[row.termAt] = true, true
 	}
+	for _, f := range slices.Sorted(maps.Keys(recovered)) {
+		d := recovered[f]
+		slices.Sort(d)
+		fmt.Fprintf(&b, "%s: from the source's return to every node fresh with the writes after it: p50 %s, p99 %s, max %s (%d)\n",
+			f, quantile(d, 0.5), quantile(d, 0.99), d[len(d)-1].Round(time.Millisecond), len(d))
+	}
+	delete(terms, 0)
+	fmt.Fprintf(&b, "assigner terms seen: %d\n", len(terms))
 	return b.String()
+}
+
+// quantile returns the q-quantile of sorted d, the nearest rank.
+func quantile(d []time.Duration, q float64) time.Duration {
+	i := min(len(d)-1, int(math.Ceil(q*float64(len(d))))-1)
+	return d[max(i, 0)].Round(time.Millisecond)
 }

@@ -30,8 +30,10 @@ import (
 // member is one process of the cluster: an etcd member, an assigner, a distributor or a node.
 type member struct {
 	kind, id string
-	// addr is where it serves, unproxied: etcd's client URL host, gRPC, or a node's HTTP.
+	// addr is where it serves, unproxied: etcd's client URL host, gRPC, or a node's HTTP;
+	// metrics, an assigner's or distributor's /metrics.
 	addr    string
+	metrics string
 	bin     string
 	args    []string
 	dataDir string
@@ -99,6 +101,9 @@ type cluster struct {
 	ready          time.Duration
 	// assignerTTL is the assigners' leader lease (--session-ttl).
 	assignerTTL time.Duration
+	// sourceArgs are the assigners' and distributors' flags of the source: none for the
+	// etcd prefix, the PostgreSQL source's otherwise.
+	sourceArgs []string
 
 	toxi    *toxiproxy.ApiServer
 	proxies map[string]*toxiproxy.Proxy
@@ -240,14 +245,14 @@ func (c *cluster) startAssigner(ctx context.Context, id string) error {
 	if _, err := c.proxy("assigner-"+id, addrs[0]); err != nil {
 		return err
 	}
-	m := &member{kind: "assigner", id: id, addr: addrs[0], bin: filepath.Join(c.bin, "assigner")}
+	m := &member{kind: "assigner", id: id, addr: addrs[0], metrics: addrs[1], bin: filepath.Join(c.bin, "assigner")}
 	tls, err := c.tlsArgs("assigner", id)
 	if err != nil {
 		return err
 	}
 	m.args = append([]string{"--etcd-endpoints", strings.Join(endpoints, ","), "--listen", m.addr,
 		"--metrics-listen", addrs[1], "--session-ttl", c.assignerTTL.String()}, tls...)
-	m.args = append(m.args, assignerFlags...)
+	m.args = append(append(m.args, assignerFlags...), c.sourceArgs...)
 	c.assigners = append(c.assigners, m)
 	return c.start(ctx, m)
 }
@@ -278,7 +283,7 @@ func (c *cluster) startDistributor(ctx context.Context, id string) error {
 	}
 	c.holds[id] = hold
 	adv := hold.Addr()
-	m := &member{kind: "distributor", id: id, addr: addrs[0], bin: filepath.Join(c.bin, "distributor")}
+	m := &member{kind: "distributor", id: id, addr: addrs[0], metrics: addrs[1], bin: filepath.Join(c.bin, "distributor")}
 	tls, err := c.tlsArgs("distributor", id)
 	if err != nil {
 		return err
@@ -286,7 +291,7 @@ func (c *cluster) startDistributor(ctx context.Context, id string) error {
 	m.args = append([]string{"--id", id, "--etcd-endpoints", strings.Join(c.etcdEndpoints(), ","),
 		"--assigners", strings.Join(c.assignerAddrs(), ","), "--listen", m.addr, "--advertise", adv,
 		"--metrics-listen", addrs[1]}, tls...)
-	m.args = append(m.args, distributorFlags...)
+	m.args = append(append(m.args, distributorFlags...), c.sourceArgs...)
 	c.distributors = append(c.distributors, m)
 	return c.start(ctx, m)
 }

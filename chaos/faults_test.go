@@ -21,6 +21,9 @@ type outcome struct {
 	target string
 	// takeover is the time from the fault to another assigner leading; 0 if not measured.
 	takeover time.Duration
+	// recovered is the time from the source's return to every node fresh with the writes
+	// made after it (source faults).
+	recovered time.Duration
 }
 
 // fault is one kind of fault. class decides which bound applies to its staleness.
@@ -57,7 +60,7 @@ var faults = []fault{
 }
 
 func faultByName(name string) (fault, bool) {
-	for _, f := range faults {
+	for _, f := range append(slices.Clone(faults), pgFaults...) {
 		if f.name == name {
 			return f, true
 		}

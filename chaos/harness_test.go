@@ -38,7 +38,7 @@ func TestStaleness(t *testing.T) {
 func TestScheduleIsSeededAndComplete(t *testing.T) {
 	t.Setenv("CHAOS_FAULTS", "all")
 	t.Setenv("CHAOS_ROUNDS", "3")
-	cfg, err := loadConfig()
+	cfg, err := loadConfig(sourceEtcd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,14 +69,40 @@ func TestScheduleIsSeededAndComplete(t *testing.T) {
 	}
 }
 
-func TestConfigRefusesUnknownFaults(t *testing.T) {
-	t.Setenv("CHAOS_FAULTS", "kill-node,kill-everything")
-	if _, err := loadConfig(); err == nil {
-		t.Error("CHAOS_FAULTS=kill-node,kill-everything: no error")
+func TestPostgresFaultsRepeat(t *testing.T) {
+	t.Setenv("CHAOS_PG_FAULTS", "all")
+	cfg, err := loadConfig(sourcePostgres)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Setenv("CHAOS_FAULTS", "")
+	count := map[string]int{}
+	for _, f := range cfg.faults {
+		count[f.name]++
+	}
+	if count["pg-restart"] != 10 || count["pg-outage"] != 3 || len(count) != 2 {
+		t.Errorf("CHAOS_PG_FAULTS=all runs %v, want 10 restarts and 3 outages", count)
+	}
+}
+
+func TestConfigRefusesUnknownFaults(t *testing.T) {
+	for env, bad := range map[string][]string{
+		"CHAOS_FAULTS":    {"kill-node,kill-everything", "pg-restart", "kill-node*0", "kill-node*x"},
+		"CHAOS_PG_FAULTS": {"kill-node", "pg-outage*-1"},
+	} {
+		src := sourceEtcd
+		if env == "CHAOS_PG_FAULTS" {
+			src = sourcePostgres
+		}
+		for _, v := range bad {
+			t.Setenv(env, v)
+			if _, err := loadConfig(src); err == nil {
+				t.Errorf("%s=%s: no error", env, v)
+			}
+		}
+		t.Setenv(env, "")
+	}
 	t.Setenv("CHAOS_ROUNDS", "0")
-	if _, err := loadConfig(); err == nil {
+	if _, err := loadConfig(sourceEtcd); err == nil {
 		t.Error("CHAOS_ROUNDS=0: no error")
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sliceplane/sliceplane/client"
-	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
 )
@@ -43,7 +42,7 @@ type window struct {
 // probes are the writer, the reader and the staleness sampler that run throughout. Their
 // goroutines belong to run, which ends when its context does.
 type probes struct {
-	w       *writer.Writer
+	w       itemWriter
 	router  *client.Router
 	pool    *kvclient.Pool
 	nodes   []*member
@@ -103,12 +102,12 @@ func (p *probes) write(ctx context.Context) {
 	p.mu.Lock()
 	first := p.next
 	p.mu.Unlock()
-	var items []writer.Item
+	var items []client.Item
 	for i := first; i < first+5; i++ {
-		items = append(items, writer.Item{Key: loadgen.Key(i), Value: []byte(time.Now().String()), HasValue: true})
+		items = append(items, client.Item{Key: loadgen.Key(i), Value: []byte(time.Now().String()), HasValue: true})
 	}
 	old := rand.IntN(p.initial)
-	items = append(items, writer.Item{Key: loadgen.Key(old), Value: []byte(time.Now().String()), HasValue: true})
+	items = append(items, client.Item{Key: loadgen.Key(old), Value: []byte(time.Now().String()), HasValue: true})
 	// A short timeout: a batch stuck on a dead etcd member must not stop the writes for long.
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -205,6 +204,17 @@ func (p *probes) window() window {
 		readMisses: p.readMisses.Swap(0), writes: p.writes, writeFails: p.writeFail, regressions: p.regress}
 	p.stale, p.stalest, p.writes, p.writeFail, p.skip, p.regress = 0, "", 0, 0, "", 0
 	return w
+}
+
+// writtenAfter returns the first write of the writer that returned after t, if any yet.
+func (p *probes) writtenAfter(t time.Time) (written, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := sort.Search(len(p.log), func(i int) bool { return p.log[i].at.After(t) })
+	if i == len(p.log) {
+		return written{}, false
+	}
+	return p.log[i], true
 }
 
 // skipNode leaves node id out of the staleness until the next window.

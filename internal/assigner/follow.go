@@ -21,8 +21,7 @@ const (
 
 // followSource follows the source's clock for the leader's loop until ctx ends, on the
 // goroutine the loop starts for it, and sends what it learns as core events: ClockObserved
-// as the clock moves, SourceLost when a watch ends and the source does not answer a clock
-// read right after (an etcd election ends a watch and changes nothing). Once lost, it reads
+// as the clock moves, SourceLost when a watch ends or a clock read fails. Once lost, it reads
 // the clock again, backing off from minSourceBackoff to maxSourceBackoff, and watches from
 // where the source answers. from is the clock to watch from, 0 if unknown (it is read first).
 //
@@ -75,8 +74,10 @@ func (f *follower) watch(ctx context.Context, from *uint64) bool {
 	for b := range f.s.watchClock(wctx, *from) {
 		switch {
 		case b.Err != nil:
+			// Said at once: a clock read right after would wait out the source's timeout
+			// again, and the operator would learn of the outage later.
 			f.ended(b.Err)
-			return ctx.Err() == nil
+			return f.send(ctx, f.s.sourceLost(b.Err))
 		case len(b.Changes) > 0 || f.s.clockOnly || f.lost:
 			// Progress marks of a change watch (asked for by a distributor sharing this etcd
 			// client) would do too, but a clock quantum for each would invite the next
@@ -90,14 +91,13 @@ func (f *follower) watch(ctx context.Context, from *uint64) bool {
 	return ctx.Err() == nil
 }
 
-// ended logs a watch that ended: at info if the source ended it in order (a database
-// shutting down), at warn the first time in a row otherwise.
+// ended logs a watch that ended (at info if the source ended it in order, a database
+// shutting down; the core logs the outage) and counts it.
 func (f *follower) ended(err error) {
-	switch {
-	case errors.Is(err, source.ErrEnded):
+	if errors.Is(err, source.ErrEnded) {
 		f.log.Info("the source ended its watch; following it again", "err", err)
-	case f.errs == 0:
-		f.log.Warn("the source watch failed; following it again", "err", err, "class", source.ClassOf(err).String())
+	} else {
+		f.log.Debug("the source watch failed; following it again", "err", err)
 	}
 	f.s.metrics.sourceErrors.WithLabelValues(source.ClassOf(err).String()).Inc()
 }

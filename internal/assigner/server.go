@@ -462,11 +462,6 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 	if _, err := s.run(ctx, l, s.now(), DistributorsChanged{Distributors: b.dists}); err != nil {
 		return nil, b, err
 	}
-	if b.sourceErr != nil {
-		if err := s.sourceEvent(ctx, l, s.sourceLost(b.sourceErr)); err != nil {
-			return nil, b, err
-		}
-	}
 	return l, b, nil
 }
 
@@ -480,6 +475,11 @@ func (s *Server) loop(ctx context.Context, l *leadership, b boot) error {
 	sourceEvents := make(chan Event)
 	following.Go(func() { s.followSource(watchCtx, l.log, b.clock, sourceEvents) })
 	distributors := membership.Watch(watchCtx, s.cfg.Client, s.cfg.Prefix, b.dists, b.distRev)
+	if b.sourceErr != nil { // in office now: the metric may say so
+		if err := s.sourceEvent(ctx, l, s.sourceLost(b.sourceErr)); err != nil {
+			return err
+		}
+	}
 	timer := time.NewTimer(l.untilWake(s.now()))
 	defer timer.Stop()
 	for {

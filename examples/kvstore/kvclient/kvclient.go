@@ -36,6 +36,10 @@ type State struct {
 	Cursor      string  `json:"cursor"`
 	Slices      []Slice `json:"slices"`
 	Distributor string  `json:"distributor,omitempty"`
+	// Fresh says the node answers reads from its data (client.Node.Fresh); StaleReason
+	// says why not.
+	Fresh       bool   `json:"fresh"`
+	StaleReason string `json:"stale_reason,omitempty"`
 }
 
 // Slice is a range of the hash space in the API: points in hex, the end of the space as "end".

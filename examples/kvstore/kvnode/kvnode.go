@@ -335,6 +335,7 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request) {
 // serveState reports the slices of the store, like serveItems its items.
 func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {
 	st := kvclient.State{ID: s.cfg.ID, Clock: s.node.Clock(), Cursor: s.node.Cursor().String(), Slices: []kvclient.Slice{}}
+	st.Fresh, st.StaleReason = s.fresh()
 	held, err := s.store.Slices(r.Context())
 	if err != nil {
 		s.log.Error("reading the store's slices", "err", err)

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -53,6 +54,28 @@ func classify(err error) error {
 		return source.MarkMisconfigured(err)
 	}
 	return source.MarkUnavailable(err)
+}
+
+// failed classifies err of a request of the source's pool; an error of a connection that
+// broke (a server that shut down, a link that failed) drops every idle connection of the pool
+// too: they broke with it, and each would fail one more request after the server's return.
+func (s *Source) failed(err error) error {
+	err = classify(err)
+	if broke(err) {
+		s.pool.Reset()
+	}
+	return err
+}
+
+// broke reports whether err says its connection is gone.
+func broke(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pe.Code == "57P01" || pe.Code == "57P02" || strings.HasPrefix(pe.Code, "08")
+	}
+	return source.ClassOf(err) == source.Unavailable
 }
 
 // slotError makes an error about a slot that is gone, or whose WAL is, source.ErrCompacted:

@@ -281,7 +281,7 @@ func (s *Source) Clock(ctx context.Context) (uint64, error) {
 	defer cancel()
 	lsn, err := s.insertLSN(ctx, s.pool)
 	if err != nil {
-		return 0, classify(fmt.Errorf("postgres: reading the clock: %w", err))
+		return 0, s.failed(fmt.Errorf("postgres: reading the clock: %w", err))
 	}
 	return lsn, nil
 }
@@ -362,7 +362,7 @@ func (s *Source) flush(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return classify(fmt.Errorf("postgres: flushing the WAL: %w", err))
+		return s.failed(fmt.Errorf("postgres: flushing the WAL: %w", err))
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func (s *Source) Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(
 				return 0, ctx.Err()
 			}
 		case err != nil:
-			return 0, classify(err)
+			return 0, s.failed(err)
 		}
 		return max(h, at), nil
 	}

@@ -48,6 +48,12 @@ type Options struct {
 	CertFile, KeyFile string
 }
 
+// Installed returns ErrNoServer where no server binaries are found, nil otherwise.
+func Installed() error {
+	_, err := binDir()
+	return err
+}
+
 // Start initializes a cluster in dir (which it creates), starts it and creates the database.
 // Stop it with Stop.
 func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
