@@ -30,12 +30,15 @@ FUZZTIME_SHORT ?= 2s
 # The binaries of the demo and the end-to-end tests.
 DEMO_BINARIES := ./cmd/assigner ./cmd/distributor ./cmd/slicectl ./examples/kvstore/cmd/kvnode ./examples/kvstore/cmd/kvdemo
 
-# The chaos suite (chaos/): make test runs a short seeded run of a few quick faults; make chaos
-# runs every fault, CHAOS_ROUNDS times with plain binaries, then once with race-built ones.
-CHAOS_FLAGS  ?= -count=1 -v -timeout 40m
-CHAOS_FAULTS ?= all
-CHAOS_ROUNDS ?= 3
-CHAOS_SEED   ?= 1
+# The chaos suite (chaos/): make test runs a short seeded run of a few quick faults, on etcd
+# and on PostgreSQL (one restart, one outage); make chaos runs every fault, CHAOS_ROUNDS
+# times with plain binaries, then once with race-built ones, and on PostgreSQL 10 fast
+# restarts and 3 outages of twice the lease a round (CHAOS_PG_FAULTS).
+CHAOS_FLAGS     ?= -count=1 -v -timeout 60m
+CHAOS_FAULTS    ?= all
+CHAOS_PG_FAULTS ?= all
+CHAOS_ROUNDS    ?= 3
+CHAOS_SEED      ?= 1
 
 .PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres build tools clean chaos
 
@@ -93,14 +96,15 @@ demo:
 	$(GO) build -o $(BIN)/ $(DEMO_BINARIES)
 	$(BIN)/kvdemo --bin $(BIN) $(if $(SOURCE),--source $(SOURCE))
 
-## chaos: every fault of the chaos suite on plain binaries, then on race-built ones; both
-## runs report, and the target fails if either did
+## chaos: every fault of the chaos suite on plain binaries, then on race-built ones, on etcd
+## and on PostgreSQL (restarts and outages of the database); every run reports, and the
+## target fails if any did
 chaos:
 	@rc=0; \
-	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_ROUNDS=$(CHAOS_ROUNDS) CHAOS_SEED=$(CHAOS_SEED) \
-		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos$$' ./chaos || rc=1; \
-	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_ROUNDS=1 CHAOS_SEED=$(CHAOS_SEED) CHAOS_RACE=1 \
-		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos$$' ./chaos || rc=1; \
+	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_PG_FAULTS=$(CHAOS_PG_FAULTS) CHAOS_ROUNDS=$(CHAOS_ROUNDS) CHAOS_SEED=$(CHAOS_SEED) \
+		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos(Postgres)?$$' ./chaos || rc=1; \
+	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_PG_FAULTS=$(CHAOS_PG_FAULTS) CHAOS_ROUNDS=1 CHAOS_SEED=$(CHAOS_SEED) CHAOS_RACE=1 \
+		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos(Postgres)?$$' ./chaos || rc=1; \
 	exit $$rc
 
 ## e2e-postgres: the real binaries on a throwaway PostgreSQL (1 assigner, 2 distributors, 4

@@ -162,10 +162,11 @@ func faultsOf(src string) ([]fault, error) {
 			}
 			name = n
 		}
-		f, ok := faultByName(name)
-		if !ok || (f.class == "source") != (src == sourcePostgres) {
+		i := slices.IndexFunc(list, func(f fault) bool { return f.name == name })
+		if i < 0 {
 			return nil, fmt.Errorf("%s: no fault %q for a run on %s", env, name, src)
 		}
+		f := list[i]
 		for range times {
 			out = append(out, f)
 		}

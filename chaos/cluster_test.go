@@ -227,19 +227,29 @@ var (
 	nodeFlags        = []string{"--report-interval", "200ms"}
 )
 
+// etcdProxies starts, for process id, a fault proxy of each etcd member ("etcd-<id>-<member>"),
+// and returns the endpoints that dial them.
+func (c *cluster) etcdProxies(id string) ([]string, error) {
+	var endpoints []string
+	for _, e := range c.etcd {
+		p, err := c.proxy("etcd-"+id+"-"+e.id, e.addr)
+		if err != nil {
+			return nil, err
+		}
+		endpoints = append(endpoints, "https://"+p)
+	}
+	return endpoints, nil
+}
+
 // startAssigner starts an assigner whose etcd client dials its own proxy of each member.
 func (c *cluster) startAssigner(ctx context.Context, id string) error {
 	addrs, err := launch.FreeAddrs(2)
 	if err != nil {
 		return err
 	}
-	var endpoints []string
-	for _, e := range c.etcd {
-		p, err := c.proxy("etcd-"+id+"-"+e.id, e.addr)
-		if err != nil {
-			return err
-		}
-		endpoints = append(endpoints, "https://"+p)
+	endpoints, err := c.etcdProxies(id)
+	if err != nil {
+		return err
 	}
 	// Nodes reach the assigner through a proxy of their own; distributors, directly.
 	if _, err := c.proxy("assigner-"+id, addrs[0]); err != nil {
@@ -283,12 +293,17 @@ func (c *cluster) startDistributor(ctx context.Context, id string) error {
 	}
 	c.holds[id] = hold
 	adv := hold.Addr()
+	// Its etcd, the source's as well as its registration's, through proxies of its own too.
+	endpoints, err := c.etcdProxies(id)
+	if err != nil {
+		return err
+	}
 	m := &member{kind: "distributor", id: id, addr: addrs[0], metrics: addrs[1], bin: filepath.Join(c.bin, "distributor")}
 	tls, err := c.tlsArgs("distributor", id)
 	if err != nil {
 		return err
 	}
-	m.args = append([]string{"--id", id, "--etcd-endpoints", strings.Join(c.etcdEndpoints(), ","),
+	m.args = append([]string{"--id", id, "--etcd-endpoints", strings.Join(endpoints, ","),
 		"--assigners", strings.Join(c.assignerAddrs(), ","), "--listen", m.addr, "--advertise", adv,
 		"--metrics-listen", addrs[1]}, tls...)
 	m.args = append(append(m.args, distributorFlags...), c.sourceArgs...)

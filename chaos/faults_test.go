@@ -26,7 +26,8 @@ type outcome struct {
 	recovered time.Duration
 }
 
-// fault is one kind of fault. class decides which bound applies to its staleness.
+// fault is one kind of fault. class decides which bounds apply: "assigner" (a takeover),
+// "etcd" and "source" (the term must stay), "link" (staleness), "path", "process".
 type fault struct {
 	name  string
 	class string // "assigner", "etcd", "link", "path", "process"
@@ -57,15 +58,7 @@ var faults = []fault{
 	{"link-stall", "path", linkStall},
 	{"etcd-cut", "assigner", etcdCut},
 	{"kill-etcd-leader", "etcd", killEtcdLeader},
-}
-
-func faultByName(name string) (fault, bool) {
-	for _, f := range append(slices.Clone(faults), pgFaults...) {
-		if f.name == name {
-			return f, true
-		}
-	}
-	return fault{}, false
+	{"etcd-source-cut", "source", etcdSourceCut},
 }
 
 // hold waits d, the length of a fault, unless the run ends first.

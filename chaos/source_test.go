@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -107,6 +108,22 @@ func pgOutage(r *run) (outcome, error) {
 	err := r.hold(2 * r.cfg.sessionTTL)
 	r.pg.proxy.Resume()
 	return r.sourceBack(outcome{target: fmt.Sprintf("unreachable %s", 2*r.cfg.sessionTTL)}, mon, start, err)
+}
+
+// etcdSourceCut cuts one distributor off etcd, the source of a run on etcd (its etcd links
+// only: the assigners and the application still reach it), for twice the assigners' lease.
+// Unlike a database, this source is also where the distributor registers: its registration
+// lapses meanwhile and its nodes move to the other distributor, and back once it returns.
+func etcdSourceCut(r *run) (outcome, error) {
+	d := r.pick(r.c.distributors)
+	var ps []*toxiproxy.Proxy
+	for _, e := range r.c.etcd {
+		ps = append(ps, r.c.proxies["etcd-"+d.id+"-"+e.id])
+	}
+	mon := r.monitorSource()
+	start := time.Now()
+	err := r.cut(ps, 2*r.cfg.sessionTTL)
+	return r.sourceBack(outcome{target: d.id + " cut off etcd " + (2 * r.cfg.sessionTTL).String()}, mon, start, err)
 }
 
 // sourceBack measures the recovery of a source fault that just ended (err its own error),

@@ -23,6 +23,10 @@ const (
 	livenessAsk = 250 * time.Millisecond
 	// clockReadTimeout bounds the clock read of a rebase.
 	clockReadTimeout = 2 * time.Second
+	// silenceLimit is how long a watch may say nothing, though asked for progress every
+	// livenessAsk, before the source counts as unavailable: an etcd client retries a lost
+	// link by itself, and its watch only goes quiet.
+	silenceLimit = 2 * time.Second
 )
 
 // sourceFeed is the distributor's watch of its source, owned by the route loop. A watch that
@@ -126,10 +130,19 @@ func (f *sourceFeed) restart(ctx context.Context, seq *Sequencer) {
 }
 
 // live asks the source for progress when the watch has said nothing for livenessAsk, so that
-// a reachable source says so (see livenessAsk).
+// a reachable source says so (see livenessAsk), and takes a watch silent for silenceLimit
+// for a source out of reach.
 func (f *sourceFeed) live(now time.Time) {
 	heard := time.Unix(0, f.s.sourceHeard.Load())
-	if f.out == nil || now.Sub(heard) < livenessAsk || now.Sub(f.asked) < livenessAsk {
+	if f.out == nil || now.Sub(heard) < livenessAsk {
+		return
+	}
+	if now.Sub(heard) >= silenceLimit && f.lost.IsZero() {
+		f.s.log.Warn("the source has said nothing, though asked; its watch waits for it", "silence", now.Sub(heard).Round(time.Millisecond))
+		f.lost = heard
+		f.s.metrics.sourceAvailable.Set(0)
+	}
+	if now.Sub(f.asked) < livenessAsk {
 		return
 	}
 	f.asked = now

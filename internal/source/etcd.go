@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -16,6 +17,9 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
+
+// progressWait bounds how long Progress waits for the watch stream to take its request.
+const progressWait = 100 * time.Millisecond
 
 // Etcd is a Source kept under a key prefix of an etcd cluster; the clock is the etcd revision.
 //
@@ -163,8 +167,12 @@ func (s *Etcd) Watch(ctx context.Context, from uint64) <-chan Batch {
 }
 
 // Progress implements Source. etcd answers only while every watch of the stream has caught
-// up with the store; until then the request is dropped, and the caller asks again.
+// up with the store; until then the request is dropped, and the caller asks again. It waits
+// at most progressWait: while the client reconnects its watch stream (etcd out of reach),
+// the request would wait with it.
 func (s *Etcd) Progress(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, progressWait)
+	defer cancel()
 	// The watches' stream is found by ctx's metadata, which Watch set with WithRequireLeader.
 	if err := s.client.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
 		return classifyEtcd(fmt.Errorf("source: requesting progress: %w", err))

@@ -107,6 +107,7 @@ type Source interface {
 	Scan(ctx context.Context, r keyspace.Range, at uint64, fn func(Item) error) (uint64, error)
 	// Progress asks the watches started with ctx to say how far they have delivered: each
 	// sends, in order with its changes, a batch without changes whose clock is the clock it
-	// has reached. A source may answer late or not at all; callers ask again.
+	// has reached. A source may answer late or not at all; callers ask again. Progress does
+	// not wait for the source (a caller's loop calls it): it returns within a moment.
 	Progress(ctx context.Context) error
 }
