@@ -34,8 +34,8 @@ type freshness struct {
 	// sourceHeard is when the distributor last heard from its source, as its last message
 	// said: zero if it never said.
 	sourceHeard time.Time
-	applied uint64
-	loading bool
+	applied     uint64
+	loading     bool
 	// behind lists, oldest first, source clocks the data does not reflect, rising.
 	behind []sighting
 }

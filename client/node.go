@@ -88,7 +88,7 @@ type Node struct {
 	// drops counts the deltas that dropped data (a reset, a slice dropped), each counted
 	// before its data goes: see ReadGuard.
 	drops atomic.Uint64
-	fresh   lockedFreshness
+	fresh lockedFreshness
 }
 
 // Health is what a node knows of its own data's freshness.

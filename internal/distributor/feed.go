@@ -67,6 +67,22 @@ func (f *sourceFeed) stop() {
 	}
 }
 
+// take takes what the watch delivered (ok false: it ended) and reports whether it is a batch
+// for the sequencer, to which it adds it.
+func (f *sourceFeed) take(b source.Batch, ok bool, seq *Sequencer) bool {
+	switch {
+	case !ok:
+		f.out = nil
+		return false
+	case b.Err != nil:
+		f.failed(b.Err)
+		return false
+	}
+	f.received(time.Now())
+	seq.AddBatch(b)
+	return true
+}
+
 // received records a batch of the watch (changes or a mark): the source answers.
 func (f *sourceFeed) received(now time.Time) {
 	f.s.sourceHeard.Store(now.UnixNano())
@@ -142,7 +158,14 @@ func (f *sourceFeed) live(now time.Time) {
 		f.lost = heard
 		f.s.metrics.sourceAvailable.Set(0)
 	}
-	if now.Sub(f.asked) < livenessAsk {
+	if now.Sub(f.asked) >= livenessAsk {
+		f.ask(now)
+	}
+}
+
+// ask asks the running watch for progress (see source.Source.Progress).
+func (f *sourceFeed) ask(now time.Time) {
+	if f.out == nil {
 		return
 	}
 	f.asked = now

@@ -336,17 +336,10 @@ func (s *Server) route(ctx context.Context) error {
 			}
 			seq.AddQuantum(q)
 		case b, ok := <-feed.out:
-			if !ok {
-				feed.out = nil
+			if !feed.take(b, ok, seq) {
 				continue
 			}
-			if b.Err != nil {
-				feed.failed(b.Err)
-				continue
-			}
-			feed.received(time.Now())
 			latest = max(latest, b.Clock)
-			seq.AddBatch(b)
 		case <-feed.retry:
 			feed.restart(ctx, seq)
 			continue
@@ -362,13 +355,11 @@ func (s *Server) route(ctx context.Context) error {
 		case req := <-s.attach:
 			att, err := s.app.attach(req.node, req.epoch, req.index)
 			req.reply <- attachReply{att: att, err: err}
-		case <-progress:
-			progress = nil
+		case now := <-progress:
 			// A quantum waits for the source to say it has delivered everything up to the
 			// quantum's clock; ask it to say how far it got.
-			if err := s.cfg.Source.Progress(feed.ctx); err != nil && ctx.Err() == nil {
-				s.log.Debug("asking the source for progress", "err", err)
-			}
+			progress = nil
+			feed.ask(now)
 		case <-stats.C:
 			s.observe(latest)
 			continue

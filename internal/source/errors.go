@@ -1,9 +1,6 @@
 package source
 
-import (
-	"context"
-	"errors"
-)
+import "errors"
 
 // Class is what an error of a source asks of whoever got it. Each source marks the errors it
 // returns with their class, in one place of its own (a classify function beside the source):
@@ -94,10 +91,4 @@ func ClassOf(err error) Class {
 		return c.class
 	}
 	return Unavailable
-}
-
-// Ended reports whether err is the end of the caller's own context, not a failure of the
-// source.
-func Ended(ctx context.Context, err error) bool {
-	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
