@@ -93,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Failed watches and clock reads of the source, by class (unavailable, misconfigured, compacted)."}, []string{"class"}),
 	}
 	m.sourceAvailable.Set(1)
-	for _, c := range []source.Class{source.Unavailable, source.Misconfigured, source.Compacted} {
+	for _, c := range source.Classes {
 		m.sourceErrors.WithLabelValues(c.String())
 	}
 	for _, r := range []string{"malformed", "unknown_node", "not_finite", "negative", "over_cap"} {

@@ -41,17 +41,24 @@ func (n *node) metric(t *testing.T, name string) *dto.Metric {
 	return nil
 }
 
+// leaderAndStandby starts two assigners on a source the test can cut off, and returns them
+// with the leader's term.
+func leaderAndStandby(t *testing.T) (src *sourcetest.Outage, a, b *node, term uint64) {
+	t.Helper()
+	c := newCluster(t)
+	src = sourcetest.NewOutage(source.NewEtcd(c.cli, "/sliceplane/data/"))
+	withSource := func(cfg *assigner.Config) { cfg.Source = src }
+	a = c.start(small, withSource)
+	term = a.leading(t).GetPosition().GetTerm()
+	return src, a, c.start(small, withSource), term
+}
+
 // TestASourceOutageKeepsTheTerm cuts the source off for twice the leader's lease: the leader
 // keeps its term and serves (status, metric and the map say so), the standby does not take
 // over, balancing passes are held; once the source is back, the leader follows it again
 // within a second or so, in the same term.
 func TestASourceOutageKeepsTheTerm(t *testing.T) {
-	c := newCluster(t)
-	src := sourcetest.NewOutage(source.NewEtcd(c.cli, "/sliceplane/data/"))
-	withSource := func(cfg *assigner.Config) { cfg.Source = src }
-	a := c.start(small, withSource)
-	term := a.leading(t).GetPosition().GetTerm()
-	b := c.start(small, withSource)
+	src, a, b, term := leaderAndStandby(t)
 	ctx := ctxT(t, time.Minute)
 	for _, id := range []string{"n1", "n2"} {
 		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}, Address: "127.0.0.1:1"})
@@ -105,12 +112,7 @@ func TestASourceOutageKeepsTheTerm(t *testing.T) {
 // standby takes over all the same (only the etcd lease decides), says the source is lost,
 // and follows it once it is back.
 func TestANewLeaderTakesOverWithoutItsSource(t *testing.T) {
-	c := newCluster(t)
-	src := sourcetest.NewOutage(source.NewEtcd(c.cli, "/sliceplane/data/"))
-	withSource := func(cfg *assigner.Config) { cfg.Source = src }
-	a := c.start(small, withSource)
-	term := a.leading(t).GetPosition().GetTerm()
-	b := c.start(small, withSource)
+	src, a, b, term := leaderAndStandby(t)
 	src.Cut()
 	a.stop()
 	st := b.leading(t)

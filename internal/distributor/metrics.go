@@ -81,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Watches of the source that failed, by class (unavailable, misconfigured, compacted)."}, []string{"class"}),
 	}
 	m.sourceAvailable.Set(1)
-	for _, c := range []source.Class{source.Unavailable, source.Misconfigured, source.Compacted} {
+	for _, c := range source.Classes {
 		m.sourceErrors.WithLabelValues(c.String())
 	}
 	// Every label value exported at 0, so that rate() and alerts see it.

@@ -22,6 +22,9 @@ const (
 	Compacted
 )
 
+// Classes lists every class, for labels exported at 0.
+var Classes = []Class{Unavailable, Misconfigured, Compacted}
+
 var classNames = [...]string{Unavailable: "unavailable", Misconfigured: "misconfigured", Compacted: "compacted"}
 
 // String returns the class's name, as metrics label it.

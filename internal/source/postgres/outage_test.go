@@ -15,6 +15,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/source/postgres"
+	"github.com/sliceplane/sliceplane/internal/source/postgres/pgcluster"
 	"github.com/sliceplane/sliceplane/internal/source/postgres/pgtest"
 )
 
@@ -43,6 +44,21 @@ func (c *collector) seen() uint64 {
 		}
 	}
 	return seen
+}
+
+// behindProxy starts a server with the default table, and a fault proxy in front of it; it
+// returns the server and the DSN that reaches it through the proxy.
+func behindProxy(t *testing.T) (*pgcluster.Cluster, *faultproxy.Proxy, string) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	require.NoError(t, postgres.Init(t.Context(), postgres.Config{DSN: pg.DSN}))
+	u, err := url.Parse(pg.DSN)
+	require.NoError(t, err)
+	proxy, err := faultproxy.New(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	u.Host = proxy.Addr()
+	return pg, proxy, u.String()
 }
 
 // TestAFastRestartEndsTheStreamInOrder restarts the server as a minor-version upgrade does:
@@ -82,17 +98,10 @@ func TestAFastRestartEndsTheStreamInOrder(t *testing.T) {
 // about Timeout and Unavailable, and Progress does not wait for the server. Once the link
 // flows again, a watch resumes from where the first stopped.
 func TestAStalledLinkIsUnavailableWithinTheTimeout(t *testing.T) {
-	pg := pgtest.Start(t)
+	pg, proxy, dsn := behindProxy(t)
 	ctx := t.Context()
-	require.NoError(t, postgres.Init(ctx, postgres.Config{DSN: pg.DSN}))
-	u, err := url.Parse(pg.DSN)
-	require.NoError(t, err)
-	proxy, err := faultproxy.New(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { proxy.Close() })
-	u.Host = proxy.Addr()
 	const timeout = 500 * time.Millisecond
-	s, err := postgres.Open(ctx, postgres.Config{DSN: u.String(), Slot: "test", Timeout: timeout})
+	s, err := postgres.Open(ctx, postgres.Config{DSN: dsn, Slot: "test", Timeout: timeout})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	from, err := s.Clock(ctx)
@@ -151,17 +160,10 @@ func TestADroppedPublicationIsMisconfigured(t *testing.T) {
 // server, Check says Unavailable, and the first read after the server is back checks and
 // works.
 func TestASourceStartsWithoutItsServer(t *testing.T) {
-	pg := pgtest.Start(t)
+	_, proxy, dsn := behindProxy(t)
 	ctx := t.Context()
-	require.NoError(t, postgres.Init(ctx, postgres.Config{DSN: pg.DSN}))
-	u, err := url.Parse(pg.DSN)
-	require.NoError(t, err)
-	proxy, err := faultproxy.New(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { proxy.Close() })
-	u.Host = proxy.Addr()
 	proxy.Stall()
-	s, err := postgres.New(postgres.Config{DSN: u.String(), Slot: "test", Timeout: 300 * time.Millisecond})
+	s, err := postgres.New(postgres.Config{DSN: dsn, Slot: "test", Timeout: 300 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	err = s.Check(ctx)
