@@ -102,8 +102,9 @@ func (f *follower) ended(err error) {
 	f.s.metrics.sourceErrors.WithLabelValues(source.ClassOf(err).String()).Inc()
 }
 
-// failed reports a failed clock read: the source is lost (said once, and again when its
-// class changes) and the next read waits for the backoff. It reports false once ctx ended.
+// failed reports a failed clock read to the loop as SourceLost (the core logs a loss once,
+// and again if its class changes), and waits for the backoff before the next read. It
+// reports false once ctx ended.
 func (f *follower) failed(ctx context.Context, err error) bool {
 	class := source.ClassOf(err)
 	f.s.metrics.sourceErrors.WithLabelValues(class.String()).Inc()
