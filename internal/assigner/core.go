@@ -79,6 +79,12 @@ type CoreConfig struct {
 	// MaxGrace caps the grace a node may ask for when it deregisters to restart with its
 	// store (maintenance): its slices stay and its lease lasts that long; default 5 min.
 	MaxGrace time.Duration
+	// LoadWarmUp is how long, at most, a new leader waits for a load report from every node
+	// holding a slice before its first balancing pass (until then its passes only clean
+	// up): a pass on the reports of some nodes only would take the others for idle and move
+	// load onto them, a reshuffle at every failover. 0: no wait (a simulator's core, whose
+	// nodes all report each epoch). A Server's default is 2 s.
+	LoadWarmUp time.Duration
 }
 
 // Validate reports whether the configuration is usable (zero values take defaults).
@@ -102,6 +108,8 @@ func (cfg *CoreConfig) fill() error {
 		cfg.MaxGrace = 5 * time.Minute
 	}
 	switch {
+	case cfg.LoadWarmUp < 0:
+		return fmt.Errorf("assigner: negative load warm-up %s", cfg.LoadWarmUp)
 	case cfg.HandoffTimeout < 0:
 		return fmt.Errorf("assigner: handoff timeout %s: want > 0 (0: the default, 30s)", cfg.HandoffTimeout)
 	case cfg.HandoffTimeout == 0:
@@ -147,6 +155,8 @@ type nodeState struct {
 	// its lease does not lapse. It lives in memory only: a new leader gives every node a
 	// full lease instead.
 	awayUntil time.Time
+	// reported says the node reported its load in this term (see CoreConfig.LoadWarmUp).
+	reported bool
 }
 
 // Core is the assigner's state as the leader of one term sees it. It is not safe for
@@ -172,6 +182,9 @@ type Core struct {
 	dists     quantum.Distributors
 	failed    passFailure
 	src       sourceState
+	// warmUntil ends a new leader's wait for load reports; warm says it ended.
+	warmUntil time.Time
+	warm      bool
 
 	ho handoffs // the handoffs under way, as of a
 
@@ -268,6 +281,7 @@ func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
 	c.trackHandoffs(now)
 	c.leading = true
 	c.nextPass, c.nextClock = now.Add(c.cfg.PassInterval), now.Add(c.cfg.ClockInterval)
+	c.warmUntil = now.Add(c.cfg.LoadWarmUp)
 	m.Term = ev.Term
 	c.propose(now, &change{write: Write{SaveMeta: true, Meta: m}, kind: kindTerm,
 		summary: fmt.Sprintf("term %d begins", ev.Term)}, out)
@@ -422,7 +436,7 @@ func (c *Core) pass(now time.Time) (*change, error) {
 		return c.initial(live, now)
 	case c.meta.Frozen:
 		return nil, nil
-	case c.src.lost:
+	case c.src.lost, !c.warmedUp(now):
 		return c.cleanup(now)
 	}
 	est := c.est.Fold(c.a, now)
@@ -653,8 +667,26 @@ func (c *Core) report(r load.Report, now time.Time) error {
 	if err := c.est.Add(r); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	n.lastSeen = now
+	n.lastSeen, n.reported = now, true
 	return nil
+}
+
+// warmedUp reports whether a new leader has the load to balance on: every node holding a
+// slice has reported since the term began, or LoadWarmUp has passed (see CoreConfig).
+func (c *Core) warmedUp(now time.Time) bool {
+	if c.warm || !now.Before(c.warmUntil) {
+		c.warm = true
+		return true
+	}
+	for _, s := range c.a.All() {
+		for _, id := range s.Replicas {
+			if n := c.nodes[id]; n != nil && !n.reported {
+				return false
+			}
+		}
+	}
+	c.warm = true
+	return true
 }
 
 // deregister proposes taking a node out at once or, with a grace, keeps it and its slices

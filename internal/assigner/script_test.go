@@ -39,7 +39,8 @@ import (
 //	source-lost err=E [misconfigured]   the source's clock cannot be followed, for E
 //	distributors [IDS...]     the live distributors, each at "ID:7001"
 //	register id=N [cap=C] [addr=A]
-//	config [make-before-break] [handoff-timeout=D]   a new core so configured (first command)
+//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D]   a new core so configured
+//	                          (first command)
 //	heartbeat id=N [gen=G] [loading=I,J]   the node applied generation G and still loads
 //	                          slices I, J (indices in the map)
 //	report id=N [window=D]    input: "I LOAD [KEYS]" lines, I the slice's index in the map
@@ -140,10 +141,17 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 		return "", err
 	}
 	cfg.HandoffTimeout = timeout
+	if cfg.LoadWarmUp, err = time.ParseDuration(take(d, "load-warm-up", "0s")); err != nil {
+		return "", err
+	}
 	if h.c, err = NewCore(cfg); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("make-before-break %t handoff-timeout %s\n", !h.c.Config().BreakBeforeMake, h.c.Config().HandoffTimeout), nil
+	out := fmt.Sprintf("make-before-break %t handoff-timeout %s", !h.c.Config().BreakBeforeMake, h.c.Config().HandoffTimeout)
+	if w := h.c.Config().LoadWarmUp; w > 0 {
+		out += fmt.Sprintf(" load-warm-up %s", w)
+	}
+	return out + "\n", nil
 }
 
 // take removes and returns the value of argument key, or def if it is absent.

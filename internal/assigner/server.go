@@ -103,6 +103,9 @@ func (c *Config) Validate() error {
 	if c.Core.Algorithm == "" {
 		c.Core.Algorithm = "weighted-move"
 	}
+	if c.Core.LoadWarmUp == 0 {
+		c.Core.LoadWarmUp = 2 * time.Second // nodes report every second by default
+	}
 	if err := c.Core.fill(); err != nil {
 		return err
 	}
