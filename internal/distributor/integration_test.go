@@ -235,9 +235,10 @@ type scenario struct {
 
 const nodes = 6
 
-// items is what the scenarios write before the workload starts: the 100k, or 20k
-// under the race detector, which looks for races in the same code paths at a sixth of the speed.
-var items = map[bool]int{false: 100_000, true: 20_000}[raceEnabled]
+// items is what the scenarios write before the workload starts: the 100k, or 10k
+// under the race detector, which looks for races in the same code paths at a sixth of the
+// speed (make test runs the scenarios at full size without it too).
+var items = map[bool]int{false: 100_000, true: 10_000}[raceEnabled]
 
 // patience bounds every wait of a scenario. The waits end as soon as their condition holds
 // (seconds here); the bound is wide because CI machines are slower and busier than ours.
