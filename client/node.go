@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -20,7 +17,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/mtls"
-	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
 // NodeConfig configures a Node.
@@ -64,27 +60,18 @@ type NodeConfig struct {
 // the load it serves. Run drives it; the other methods are safe to call at any time, from
 // any goroutine.
 type Node struct {
-	cfg  NodeConfig
-	log  *slog.Logger
-	load *loadCounter
-	tls  *mtls.Source // nil: plaintext
+	*participant
+	cfg NodeConfig
 
 	mu      sync.Mutex
 	dist    *pb.Distributor // nil until the assigner names one
 	changed chan struct{}   // closed and replaced when dist changes
-	kick    chan struct{}   // asks the session for a heartbeat now
-	loaded  chan struct{}   // asks the session for a heartbeat soon: a range finished loading
 
 	cursor  atomic.Pointer[Cursor]
 	clock   atomic.Uint64
-	running atomic.Bool
-	started time.Time
 	heard   atomic.Int64  // unix nanoseconds of the last message from a distributor; 0: none yet
 	stalls  atomic.Uint64 // pull streams given up because they went silent
 	loading atomic.Bool   // a snapshot has reset the store and has not reached a clock yet
-	// pending is what the node loads, and the generation of the last delta applied; only
-	// the pull loop replaces it.
-	pending atomic.Pointer[loadingState]
 	// drops counts the deltas that dropped data (a reset, a slice dropped), each counted
 	// before its data goes: see ReadGuard.
 	drops atomic.Uint64
@@ -169,10 +156,11 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), load: newLoadCounter(max(cfg.HotKeys, 0), time.Now()),
-		tls: src, changed: make(chan struct{}), kick: make(chan struct{}, 1), loaded: make(chan struct{}, 1), started: time.Now()}
+	p := newParticipant(participantConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Address, Labels: cfg.Labels,
+		Assigners: cfg.Assigners, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Logger: cfg.Logger}, src)
+	n := &Node{participant: p, cfg: cfg, changed: make(chan struct{})}
+	p.beat, p.answered = n.beat, n.setDistributor
 	n.cursor.Store(&Cursor{})
-	n.pending.Store(&loadingState{})
 	n.fresh.f = newFreshness(cfg.FreshnessBound, n.started)
 	return n, nil
 }
@@ -190,9 +178,6 @@ func nodeTLS(id string, t TLS) (*mtls.Source, error) {
 	}
 	return src, nil
 }
-
-// Slices returns the slices of the map the node holds, as of the last delta applied.
-func (n *Node) Slices() []Range { return n.load.slices() }
 
 // Clock returns the source clock the node's data reflects: every change up to it that
 // belongs to the node's slices has been applied. It never goes back within a run, except
@@ -212,40 +197,17 @@ func (n *Node) Distributor() (id, addr string, ok bool) {
 	return n.dist.GetId(), n.dist.GetAddress(), n.dist != nil
 }
 
-// RecordLoad counts cost (in the unit the application chooses: requests, CPU-seconds) of
-// serving key against the slice that holds it. It is cheap enough to call on every request.
-func (n *Node) RecordLoad(key []byte, cost float64) {
-	if cost > 0 {
-		n.load.record(Hash(key), cost)
-	}
-}
-
 // Run registers the node and keeps its data up to date until ctx ends; it returns nil then,
 // or the error that stopped it (only a Store that fails does). It runs once. To leave
 // gracefully, call Drain while Run runs and end Run once Drain returned.
 func (n *Node) Run(ctx context.Context) error {
-	if !n.running.CompareAndSwap(false, true) {
+	if n.running.Load() {
 		return errors.New("client: Node.Run called twice")
 	}
 	if err := n.restore(ctx); err != nil {
 		return err
 	}
-	assigner, err := dial.Follow(n.cfg.Assigners, n.tls.DialOption("assigner"))
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	defer assigner.Close()
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); n.session(ctx, assigner) }()
-	go func() { defer wg.Done(); n.report(ctx, assigner) }()
-	err = n.pull(ctx)
-	cancel()
-	wg.Wait()
-	return err
+	return n.run(ctx, "Node", n.pull)
 }
 
 // restore reads where the node stopped from its store: the cursor, and the ranges it was
@@ -264,39 +226,6 @@ func (n *Node) restore(ctx context.Context) error {
 	return nil
 }
 
-// Leave takes the node out of the map at once, so that its slices move without waiting for
-// its lease to lapse. Call it after Run returned, before the node goes away for good; Drain
-// leaves without a failed read, LeaveFor keeps the slices through a restart.
-func (n *Node) Leave(ctx context.Context) error {
-	conn, err := dial.Leader(n.cfg.Assigners, n.tls.DialOption("assigner"))
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	defer conn.Close()
-	if _, err := pb.NewNodeServiceClient(conn).Deregister(ctx, &pb.DeregisterRequest{NodeId: n.cfg.ID}, grpc.WaitForReady(true)); err != nil {
-		return fmt.Errorf("client: deregistering %s: %w", n.cfg.ID, err)
-	}
-	return nil
-}
-
-func newBackoff() *backoff.ExponentialBackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval = 50*time.Millisecond, 2*time.Second
-	return b
-}
-
-// sleep waits d or until ctx ends, and reports whether ctx is still alive.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // setDistributor records the distributor the assigner named.
 func (n *Node) setDistributor(d *pb.Distributor) {
 	n.mu.Lock()
@@ -310,93 +239,13 @@ func (n *Node) setDistributor(d *pb.Distributor) {
 	n.changed = make(chan struct{})
 }
 
-// session registers the node and keeps its lease with heartbeats, which also say which
-// distributor to pull from.
-func (n *Node) session(ctx context.Context, assigner *dial.Follower) {
-	b := newBackoff()
-	req := &pb.RegisterRequest{Node: wire.NodeToProto(assignment.Node{ID: assignment.NodeID(n.cfg.ID), Capacity: n.cfg.Capacity}),
-		Address: n.cfg.Address, Labels: maps.Clone(n.cfg.Labels)}
-	for ctx.Err() == nil {
-		resp, err := callLeader(ctx, assigner, 5*time.Second, func(ctx context.Context, c pb.NodeServiceClient) (*pb.RegisterResponse, error) {
-			return c.Register(ctx, req, grpc.WaitForReady(true))
-		})
-		if err != nil {
-			if status.Code(err) == codes.InvalidArgument {
-				n.log.Error("the assigner refused the registration", "err", err)
-			} else if ctx.Err() == nil {
-				n.log.Warn("registering", "err", err)
-			}
-			sleep(ctx, b.NextBackOff())
-			continue
-		}
-		b.Reset()
-		n.setDistributor(resp.GetDistributor())
-		every := max(resp.GetTtl().AsDuration()/3, 100*time.Millisecond)
-		n.heartbeat(ctx, assigner, every)
-	}
-}
-
-// loadedBeatGap is the least time between a heartbeat and one sent early because a range
-// finished loading: a handoff ends soon after, and a node that loads many small ranges
-// sends at most one extra heartbeat per gap.
-const loadedBeatGap = 100 * time.Millisecond
-
-// heartbeat renews the lease every interval, until the assigner forgot the node (it must
-// register again) or ctx ends. A range that finished loading brings the next heartbeat
-// forward, to loadedBeatGap after the last.
-func (n *Node) heartbeat(ctx context.Context, assigner *dial.Follower, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var last time.Time
-	var soon <-chan time.Time
-	for {
-		select {
-		case <-t.C:
-		case <-n.kick:
-		case <-n.loaded:
-			if wait := loadedBeatGap - time.Since(last); wait > 0 {
-				if soon == nil {
-					soon = time.After(wait)
-				}
-				continue
-			}
-		case <-soon:
-		case <-ctx.Done():
-			return
-		}
-		soon, last = nil, time.Now()
-		req := n.heartbeatRequest()
-		// A heartbeat that does not return before the next is due went to a leader that
-		// hangs, or to none: give up on it then.
-		resp, err := callLeader(ctx, assigner, max(every, time.Second), func(ctx context.Context, c pb.NodeServiceClient) (*pb.HeartbeatResponse, error) {
-			return c.Heartbeat(ctx, req, grpc.WaitForReady(true))
-		})
-		switch {
-		case status.Code(err) == codes.NotFound:
-			n.log.Info("the assigner forgot the node; registering again")
-			return
-		case err != nil:
-			if ctx.Err() == nil {
-				n.log.Warn("heartbeat", "err", err)
-			}
-		default:
-			n.setDistributor(resp.GetDistributor())
-		}
-	}
-}
-
-// heartbeatRequest says how the node's data stands: its freshness, the generation of the
-// map it has applied and the ranges it is still loading.
-func (n *Node) heartbeatRequest() *pb.HeartbeatRequest {
+// beat adds to a heartbeat what the node's data says of its freshness.
+func (n *Node) beat(req *pb.HeartbeatRequest) {
 	h := n.Health()
 	fresh, why := n.Fresh()
-	p := n.pending.Load()
 	// A node beyond its freshness bound answers no reads: stale tells routers to go to the
 	// slices' other replicas.
-	req := &pb.HeartbeatRequest{NodeId: n.cfg.ID, Stale: h.Stale || !fresh, Generation: p.gen}
-	for _, r := range p.set.Ranges() {
-		req.Loading = append(req.Loading, wire.RangeToProto(r))
-	}
+	req.Stale = h.Stale || !fresh
 	if n.heard.Load() != 0 {
 		req.Silence = durationpb.New(h.Silence)
 	}
@@ -404,43 +253,6 @@ func (n *Node) heartbeatRequest() *pb.HeartbeatRequest {
 		n.log.Warn("the node's data may be stale: its distributor is silent", "silence", h.Silence)
 	} else if !fresh {
 		n.log.Warn("the node's data is beyond its freshness bound", "reason", why)
-	}
-	return req
-}
-
-// callLeader makes a call to the leading assigner, given up after timeout. A call that
-// timed out may have gone to a leader that hangs, which keeps looking healthy: the
-// connection is renewed, and the next call finds whoever leads now.
-func callLeader[T any](ctx context.Context, leader *dial.Follower, timeout time.Duration, call func(context.Context, pb.NodeServiceClient) (T, error)) (T, error) {
-	conn := leader.Conn()
-	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	res, err := call(callCtx, pb.NewNodeServiceClient(conn))
-	if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
-		leader.Renew(conn)
-	}
-	return res, err
-}
-
-// report sends the load of each window.
-func (n *Node) report(ctx context.Context, assigner *dial.Follower) {
-	t := time.NewTicker(n.cfg.ReportInterval)
-	defer t.Stop()
-	for {
-		select {
-		case now := <-t.C:
-			r := n.load.take(n.cfg.ID, now)
-			if len(r.Samples) == 0 {
-				continue
-			}
-			if _, err := callLeader(ctx, assigner, 5*time.Second, func(ctx context.Context, c pb.NodeServiceClient) (*pb.ReportLoadResponse, error) {
-				return c.ReportLoad(ctx, wire.ReportToProto(r))
-			}); err != nil && ctx.Err() == nil {
-				n.log.Debug("load report not taken", "err", err)
-			}
-		case <-ctx.Done():
-			return
-		}
 	}
 }
 
@@ -496,14 +308,6 @@ func (n *Node) pull(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// askAssigner makes the session heartbeat now, which tells which distributor serves the node.
-func (n *Node) askAssigner() {
-	select {
-	case n.kick <- struct{}{}:
-	default:
-	}
 }
 
 // pullFrom pulls from distributor d until the stream fails, ctx ends or changed is closed
@@ -621,35 +425,6 @@ func (n *Node) apply(ctx context.Context, d Delta) error {
 	return nil
 }
 
-// loadedSoon asks the session for a heartbeat soon: the assigner ends a handoff once the
-// loading nodes say they have it all.
-func (n *Node) loadedSoon() {
-	select {
-	case n.loaded <- struct{}{}:
-	default:
-	}
-}
-
-// Loading reports whether point h (the Hash of a key) lies in a slice the node is loading:
-// it holds the slice, its data is arriving and may be incomplete. During a handoff
-// (make-before-break) routers do not send reads for such a slice to the node; a read that
-// comes all the same (from a router that has not caught up) is best answered "not mine
-// yet": the slice's serving replicas have the data.
-func (n *Node) Loading(h uint64) bool {
-	p := n.pending.Load()
-	return p.set.Contains(h) || (n.load.holds(h) && !p.held.Contains(h))
-}
-
-// Serving reports whether the node holds key's slice with all its data, as of the last
-// delta applied: it holds the slice and is not loading it. A node answers reads for the keys
-// it serves; for a key it does not, a "not found" would be wrong, and it should send the
-// reader to the slice's replicas. A read of the store that found nothing may answer "not
-// found" only if the node served the key throughout the read: see ReadGuard.
-func (n *Node) Serving(key []byte) bool {
-	h := Hash(key)
-	return n.load.holds(h) && !n.Loading(h)
-}
-
 // ReadGuard brackets an application's read of its store for one key, so that a key it finds
 // missing is answered "not found" only if the node held the key's data all along: a slice
 // can leave the node (its handoff ended, a snapshot began) between the check and the read.
@@ -683,10 +458,3 @@ func (g ReadGuard) Serving() bool { return g.serving }
 func (g ReadGuard) Unchanged() bool {
 	return g.serving && g.n.drops.Load() == g.drops && g.n.Serving(g.key)
 }
-
-// LoadingRanges returns the ranges the node is loading, in order.
-func (n *Node) LoadingRanges() []Range { return rangesOf(n.pending.Load().set) }
-
-// Generation returns the map generation of the last delta applied: the node has seen every
-// slice that generation of the map gives it. 0 until a distributor says.
-func (n *Node) Generation() uint64 { return n.pending.Load().gen }

@@ -85,6 +85,7 @@ type Router struct {
 
 	view    atomic.Pointer[view] // nil until the first map
 	ready   chan struct{}        // closed when the first map is applied
+	mapped  chan struct{}        // signalled when a view with another map is published
 	running atomic.Bool
 	kick    chan struct{} // asks for the node list now
 
@@ -182,7 +183,8 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1),
+		mapped: make(chan struct{}, 1)}, nil
 }
 
 // Run watches the assignment and the node list until ctx ends, and returns nil then. When
@@ -409,9 +411,15 @@ func (r *Router) apply(q quantum.Quantum) error {
 
 // publish makes v the view that lookups read. r.mu must be held.
 func (r *Router) publish(v *view) {
-	first := r.view.Swap(v) == nil
-	if first {
+	prev := r.view.Swap(v)
+	if prev == nil {
 		close(r.ready)
+	}
+	if prev == nil || prev.a != v.a {
+		select {
+		case r.mapped <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -1,0 +1,218 @@
+package client
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// Role is what a member is for a range it holds.
+type Role uint8
+
+const (
+	// RoleReplica: every replica of the range is alike (the cluster's default). Routers
+	// spread reads over the replicas; which of them takes writes, if the application has
+	// any, is the application's business.
+	RoleReplica Role = iota + 1
+)
+
+func (r Role) String() string {
+	if r == RoleReplica {
+		return "replica"
+	}
+	return fmt.Sprintf("Role(%d)", uint8(r))
+}
+
+// callKind is what an application call does.
+type callKind uint8
+
+const (
+	callAcquire callKind = iota + 1
+	callRelease
+	callChangeRole
+)
+
+// appCall is one call of the application: Acquire or ChangeRole of Range in Role, or Release.
+type appCall struct {
+	kind  callKind
+	rng   keyspace.Range
+	role  Role
+	since time.Time // when it was started
+	// cancelled says the map took the range away while the call ran: its failure is no
+	// failure of the application's.
+	cancelled bool
+}
+
+func (c appCall) String() string {
+	switch c.kind {
+	case callAcquire:
+		return fmt.Sprintf("acquire %s as %s", c.rng, c.role)
+	case callRelease:
+		return fmt.Sprintf("release %s", c.rng)
+	}
+	return fmt.Sprintf("change %s to %s", c.rng, c.role)
+}
+
+// ownership reconciles what the map gives a member with what its application holds. It is
+// passive and deterministic, as the assigner's core is: the member's loop steps in the
+// member's ranges of each map (setMap), the application's answers (done) and the time, and
+// asks it for the next call to make (next), one at a time, so that the application sees its
+// calls in order, from one goroutine.
+//
+// Ranges are sets of points, not slices: a split or merge of slices the member holds calls
+// nothing, and a call's range is a maximal run of points gained, lost or changing role, which
+// may cover part of an earlier call's range, or several. An Acquire that fails holds nothing,
+// and is tried again after a backoff while the map still gives the range; meanwhile the range
+// counts as loading, so the assigner does not count the member as serving it.
+type ownership struct {
+	want map[Role]keyspace.Set // by the last map
+	gen  uint64                // of the last map
+	held map[Role]keyspace.Set // what the application holds: acquired, not released
+	busy *appCall              // the call in flight
+	// retryAt is when acquires that failed are tried again; backoff the wait after the next
+	// failure.
+	retryAt time.Time
+	backoff time.Duration
+	failed  keyspace.Set // the points whose last acquire failed
+}
+
+// Bounds of the backoff between failed acquires.
+const (
+	minAcquireBackoff = 100 * time.Millisecond
+	maxAcquireBackoff = 10 * time.Second
+)
+
+func newOwnership() *ownership {
+	return &ownership{want: map[Role]keyspace.Set{}, held: map[Role]keyspace.Set{}, backoff: minAcquireBackoff}
+}
+
+// setMap takes the member's ranges, by role, of the map of generation gen. It reports
+// whether the call in flight should be cancelled: an acquire of points the map no longer
+// gives in that role.
+func (o *ownership) setMap(want map[Role]keyspace.Set, gen uint64) (cancel bool) {
+	o.want, o.gen = want, gen
+	o.failed = o.failed.Intersect(union(want)) // what the map took away is not retried
+	if o.busy == nil || o.busy.kind == callRelease || o.busy.cancelled {
+		return false
+	}
+	r := keyspace.NewSet(o.busy.rng)
+	o.busy.cancelled = !r.Minus(o.want[o.busy.role]).Empty()
+	return o.busy.cancelled
+}
+
+// done takes the application's answer to the call in flight at now: nil, or the error it
+// failed with. An acquire that failed (or was cancelled) holds nothing; a release or a role
+// change is done whatever it says (the application answers for what it holds).
+func (o *ownership) done(err error, now time.Time) {
+	c := o.busy
+	o.busy = nil
+	if c == nil {
+		return
+	}
+	r := keyspace.NewSet(c.rng)
+	switch {
+	case c.kind == callRelease:
+		for role, h := range o.held {
+			o.held[role] = h.Minus(r)
+		}
+	case c.kind == callAcquire && err != nil && c.cancelled:
+		// Cancelled, as the map took the range away: nothing failed.
+	case c.kind == callAcquire && err != nil:
+		o.failed = o.failed.Union(r)
+		o.retryAt = now.Add(o.backoff)
+		o.backoff = min(2*o.backoff, maxAcquireBackoff)
+	default: // an acquire or a role change that succeeded
+		for role, h := range o.held {
+			o.held[role] = h.Minus(r)
+		}
+		o.held[c.role] = o.held[c.role].Union(r)
+		if c.kind == callAcquire {
+			o.failed = o.failed.Minus(r)
+			if o.failed.Empty() {
+				o.backoff = minAcquireBackoff
+			}
+		}
+	}
+}
+
+// next returns the next call to make at now, if one is due and none is in flight, and marks
+// it in flight: releases first (what the map no longer gives in any role), then role
+// changes, then acquires (those that failed not before retryAt).
+func (o *ownership) next(now time.Time) (appCall, bool) {
+	if o.busy != nil {
+		return appCall{}, false
+	}
+	all := union(o.want)
+	if r, ok := first(union(o.held).Minus(all)); ok {
+		return o.start(appCall{kind: callRelease, rng: r, since: now}), true
+	}
+	for _, role := range roles(o.want) {
+		// Points held in another role: they change role.
+		if r, ok := first(o.want[role].Intersect(union(o.held).Minus(o.held[role]))); ok {
+			return o.start(appCall{kind: callChangeRole, rng: r, role: role, since: now}), true
+		}
+	}
+	for _, role := range roles(o.want) {
+		gained := o.want[role].Minus(union(o.held))
+		if now.Before(o.retryAt) {
+			gained = gained.Minus(o.failed)
+		}
+		if r, ok := first(gained); ok {
+			return o.start(appCall{kind: callAcquire, rng: r, role: role, since: now}), true
+		}
+	}
+	return appCall{}, false
+}
+
+func (o *ownership) start(c appCall) appCall {
+	o.busy = &c
+	return c
+}
+
+// wake returns when a failed acquire is due again, if one waits.
+func (o *ownership) wake() (time.Time, bool) {
+	pending := !union(o.want).Minus(union(o.held)).Intersect(o.failed).Empty()
+	return o.retryAt, pending && o.busy == nil
+}
+
+// loading returns the points the map gives that the application does not hold in the role
+// given yet: the assigner must not count the member as serving them.
+func (o *ownership) loading() keyspace.Set {
+	var out keyspace.Set
+	for role, w := range o.want {
+		out = out.Union(w.Minus(o.held[role]))
+	}
+	return out
+}
+
+// holding returns the points the application holds, in any role.
+func (o *ownership) holding() keyspace.Set { return union(o.held) }
+
+// union returns the points of every set of m.
+func union(m map[Role]keyspace.Set) keyspace.Set {
+	var out keyspace.Set
+	for _, s := range m {
+		out = out.Union(s)
+	}
+	return out
+}
+
+// roles returns the roles of m, in order, for a deterministic choice.
+func roles(m map[Role]keyspace.Set) []Role {
+	out := make([]Role, 0, len(m))
+	for r := range m {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// first returns the first range of s.
+func first(s keyspace.Set) (keyspace.Range, bool) {
+	if s.Empty() {
+		return keyspace.Range{}, false
+	}
+	return s.Ranges()[0], true
+}

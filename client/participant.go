@@ -1,0 +1,397 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/wire"
+)
+
+// participantConfig is what a Node and a Member are to the assigner, from their configs.
+type participantConfig struct {
+	ID             string
+	Capacity       float64
+	Address        string
+	Labels         map[string]string
+	Assigners      []string
+	ReportInterval time.Duration
+	HotKeys        int
+	Logger         *slog.Logger
+}
+
+// participant is what a Node and a Member share, the one implementation of taking part in
+// the map: it registers with the leading assigner and keeps its lease with heartbeats,
+// which say which ranges it loads and the generation of the map it has seen (the
+// assigner's readiness rule ends handoffs on them, I7); it reports the load RecordLoad
+// counted every ReportInterval; it drains, and leaves. What it holds and loads (pending, and
+// the slices it counts load for) its owner sets: from its distributor's deltas for a Node,
+// from the map and its application's answers for a Member.
+type participant struct {
+	cfg  participantConfig
+	log  *slog.Logger
+	load *loadCounter
+	tls  *mtls.Source // nil: plaintext
+
+	kick    chan struct{} // asks the session for a heartbeat now
+	loaded  chan struct{} // asks the session for a heartbeat soon: a range finished loading
+	running atomic.Bool
+	started time.Time
+	// pending is what the participant loads and holds, and the generation of the map it
+	// has seen; only its owner's loop replaces it.
+	pending atomic.Pointer[loadingState]
+
+	// The owner's hooks, set before Run: beat completes a heartbeat (a node's freshness),
+	// answered takes the distributor a heartbeat or registration names (a node pulls from
+	// it), and holds says how many slices the owner still holds, for Drain.
+	beat     func(*pb.HeartbeatRequest)
+	answered func(*pb.Distributor)
+	holds    func() int
+}
+
+func newParticipant(cfg participantConfig, tls *mtls.Source) *participant {
+	p := &participant{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), load: newLoadCounter(max(cfg.HotKeys, 0), time.Now()),
+		tls: tls, kick: make(chan struct{}, 1), loaded: make(chan struct{}, 1), started: time.Now(),
+		beat: func(*pb.HeartbeatRequest) {}, answered: func(*pb.Distributor) {}}
+	p.holds = func() int { return len(p.load.slices()) }
+	p.pending.Store(&loadingState{})
+	return p
+}
+
+// run registers and keeps the lease and the load reports going while own runs, which does
+// the owner's part (a node's pulls, a member's map); it returns own's error. It runs once.
+func (p *participant) run(ctx context.Context, what string, own func(context.Context) error) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("client: %s.Run called twice", what)
+	}
+	assigner, err := dial.Follow(p.cfg.Assigners, p.tls.DialOption("assigner"))
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	defer assigner.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { p.session(ctx, assigner) })
+	wg.Go(func() { p.report(ctx, assigner) })
+	err = own(ctx)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// Slices returns the slices of the map the participant holds: as of the last delta applied
+// for a Node, of the last map for a Member.
+func (p *participant) Slices() []Range { return p.load.slices() }
+
+// RecordLoad counts cost (in the unit the application chooses: requests, CPU-seconds) of
+// serving key against the slice that holds it. It is cheap enough to call on every request.
+func (p *participant) RecordLoad(key []byte, cost float64) {
+	if cost > 0 {
+		p.load.record(Hash(key), cost)
+	}
+}
+
+// Loading reports whether point h (the Hash of a key) lies in a slice the participant is
+// loading: it holds the slice, its data is arriving and may be incomplete. During a handoff
+// (make-before-break) routers do not send reads for such a slice to it; a read that comes
+// all the same (from a router that has not caught up) is best answered "not mine yet": the
+// slice's serving replicas have the data.
+func (p *participant) Loading(h uint64) bool {
+	s := p.pending.Load()
+	return s.set.Contains(h) || (p.load.holds(h) && !s.held.Contains(h))
+}
+
+// Serving reports whether the participant holds key's slice with all its data: it holds the
+// slice and is not loading it. It answers reads for the keys it serves; for a key it does
+// not, a "not found" would be wrong, and it should send the reader to the slice's replicas.
+// For a Node, a read of the store that found nothing may answer "not found" only if the
+// node served the key throughout the read: see ReadGuard.
+func (p *participant) Serving(key []byte) bool {
+	h := Hash(key)
+	return p.load.holds(h) && !p.Loading(h)
+}
+
+// LoadingRanges returns the ranges being loaded, in order.
+func (p *participant) LoadingRanges() []Range { return rangesOf(p.pending.Load().set) }
+
+// Generation returns the map generation the participant has seen every slice of: of the
+// last delta applied for a Node, of the last map acted on for a Member. 0 until then.
+func (p *participant) Generation() uint64 { return p.pending.Load().gen }
+
+// Leave takes the participant out of the map at once, so that its slices move without
+// waiting for its lease to lapse. Call it after Run returned, before it goes away for good;
+// Drain leaves without a failed read, LeaveFor keeps the slices through a restart.
+func (p *participant) Leave(ctx context.Context) error {
+	conn, err := dial.Leader(p.cfg.Assigners, p.tls.DialOption("assigner"))
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	defer conn.Close()
+	if _, err := pb.NewNodeServiceClient(conn).Deregister(ctx, &pb.DeregisterRequest{NodeId: p.cfg.ID}, grpc.WaitForReady(true)); err != nil {
+		return fmt.Errorf("client: deregistering %s: %w", p.cfg.ID, err)
+	}
+	return nil
+}
+
+func newBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = 50*time.Millisecond, 2*time.Second
+	return b
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// session registers the participant and keeps its lease with heartbeats.
+func (p *participant) session(ctx context.Context, assigner *dial.Follower) {
+	b := newBackoff()
+	req := &pb.RegisterRequest{Node: wire.NodeToProto(assignment.Node{ID: assignment.NodeID(p.cfg.ID), Capacity: p.cfg.Capacity}),
+		Address: p.cfg.Address, Labels: maps.Clone(p.cfg.Labels)}
+	for ctx.Err() == nil {
+		resp, err := callLeader(ctx, assigner, 5*time.Second, func(ctx context.Context, c pb.NodeServiceClient) (*pb.RegisterResponse, error) {
+			return c.Register(ctx, req, grpc.WaitForReady(true))
+		})
+		if err != nil {
+			if status.Code(err) == codes.InvalidArgument {
+				p.log.Error("the assigner refused the registration", "err", err)
+			} else if ctx.Err() == nil {
+				p.log.Warn("registering", "err", err)
+			}
+			sleep(ctx, b.NextBackOff())
+			continue
+		}
+		b.Reset()
+		p.answered(resp.GetDistributor())
+		every := max(resp.GetTtl().AsDuration()/3, 100*time.Millisecond)
+		p.heartbeat(ctx, assigner, every)
+	}
+}
+
+// loadedBeatGap is the least time between a heartbeat and one sent early because a range
+// finished loading: a handoff ends soon after, and a participant that loads many small
+// ranges sends at most one extra heartbeat per gap.
+const loadedBeatGap = 100 * time.Millisecond
+
+// heartbeat renews the lease every interval, until the assigner forgot the participant (it
+// must register again) or ctx ends. A range that finished loading brings the next
+// heartbeat forward, to loadedBeatGap after the last.
+func (p *participant) heartbeat(ctx context.Context, assigner *dial.Follower, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last time.Time
+	var soon <-chan time.Time
+	for {
+		select {
+		case <-t.C:
+		case <-p.kick:
+		case <-p.loaded:
+			if wait := loadedBeatGap - time.Since(last); wait > 0 {
+				if soon == nil {
+					soon = time.After(wait)
+				}
+				continue
+			}
+		case <-soon:
+		case <-ctx.Done():
+			return
+		}
+		soon, last = nil, time.Now()
+		req := p.heartbeatRequest()
+		// A heartbeat that does not return before the next is due went to a leader that
+		// hangs, or to none: give up on it then.
+		resp, err := callLeader(ctx, assigner, max(every, time.Second), func(ctx context.Context, c pb.NodeServiceClient) (*pb.HeartbeatResponse, error) {
+			return c.Heartbeat(ctx, req, grpc.WaitForReady(true))
+		})
+		switch {
+		case status.Code(err) == codes.NotFound:
+			p.log.Info("the assigner forgot the node; registering again")
+			return
+		case err != nil:
+			if ctx.Err() == nil {
+				p.log.Warn("heartbeat", "err", err)
+			}
+		default:
+			p.answered(resp.GetDistributor())
+		}
+	}
+}
+
+// heartbeatRequest says the generation of the map the participant has seen and the ranges
+// it is still loading, and what its owner adds.
+func (p *participant) heartbeatRequest() *pb.HeartbeatRequest {
+	s := p.pending.Load()
+	req := &pb.HeartbeatRequest{NodeId: p.cfg.ID, Generation: s.gen}
+	for _, r := range s.set.Ranges() {
+		req.Loading = append(req.Loading, wire.RangeToProto(r))
+	}
+	p.beat(req)
+	return req
+}
+
+// callLeader makes a call to the leading assigner, given up after timeout. A call that
+// timed out may have gone to a leader that hangs, which keeps looking healthy: the
+// connection is renewed, and the next call finds whoever leads now.
+func callLeader[T any](ctx context.Context, leader *dial.Follower, timeout time.Duration, call func(context.Context, pb.NodeServiceClient) (T, error)) (T, error) {
+	conn := leader.Conn()
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := call(callCtx, pb.NewNodeServiceClient(conn))
+	if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
+		leader.Renew(conn)
+	}
+	return res, err
+}
+
+// report sends the load of each window.
+func (p *participant) report(ctx context.Context, assigner *dial.Follower) {
+	t := time.NewTicker(p.cfg.ReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case now := <-t.C:
+			r := p.load.take(p.cfg.ID, now)
+			if len(r.Samples) == 0 {
+				continue
+			}
+			if _, err := callLeader(ctx, assigner, 5*time.Second, func(ctx context.Context, c pb.NodeServiceClient) (*pb.ReportLoadResponse, error) {
+				return c.ReportLoad(ctx, wire.ReportToProto(r))
+			}); err != nil && ctx.Err() == nil {
+				p.log.Debug("load report not taken", "err", err)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// askAssigner makes the session heartbeat now.
+func (p *participant) askAssigner() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loadedSoon asks the session for a heartbeat soon: the assigner ends a handoff once the
+// loading participants say they have it all.
+func (p *participant) loadedSoon() {
+	select {
+	case p.loaded <- struct{}{}:
+	default:
+	}
+}
+
+// drainPoll is how often Drain looks whether the participant still holds a slice, by the
+// map and by its own state; a poll keeps Drain out of the owner's loop's way.
+const drainPoll = 100 * time.Millisecond
+
+// Drain leaves gracefully, make-before-break: it asks the assigner to move the slices away,
+// waits while they are served until none is held (each slice handed off to a replica that
+// has loaded it, and the old holder's linger over), then deregisters. Run must keep running
+// until Drain returns: it is Run that serves and lets go of the slices; cancel Run's context
+// afterwards. If ctx ends first, Drain returns ctx's error and the participant is still
+// registered, and draining: it may just go, its slices moving when its lease lapses, or call
+// Leave. The assigner refuses to drain the last node, and ends a drain when every node is
+// draining (FAILED_PRECONDITION, as when a whole cluster stops): then Drain returns that
+// error at once.
+func (p *participant) Drain(ctx context.Context) error {
+	conn, err := dial.Leader(p.cfg.Assigners, p.tls.DialOption("assigner"))
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	defer conn.Close()
+	nodes := pb.NewNodeServiceClient(conn)
+	p.log.Info("draining: serving the slices until each is handed off", "slices", p.holds())
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	// Both must say nothing is held: the participant's own view alone would end a drain at
+	// once when what gives it slices the map already holds on it has not arrived yet, and
+	// the map's alone would end it before it let them go. Asking again also learns when the
+	// drain cannot go on (every node is draining).
+	for {
+		held, err := p.askDrain(ctx, nodes)
+		if err != nil {
+			return err
+		}
+		if held == 0 && p.holds() == 0 {
+			break
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("client: draining %s: %d slices left: %w", p.cfg.ID, max(held, p.holds()), ctx.Err())
+		}
+	}
+	if _, err := nodes.Deregister(ctx, &pb.DeregisterRequest{NodeId: p.cfg.ID}, grpc.WaitForReady(true)); err != nil {
+		return fmt.Errorf("client: deregistering %s: %w", p.cfg.ID, err)
+	}
+	p.log.Info("drained: no slice held, and left")
+	return nil
+}
+
+// askDrain asks the assigner to drain the participant, again while no leader answers (one
+// that drains as the assigners roll too), and returns how many slices the map still holds
+// on it. Asking a draining participant again changes nothing.
+func (p *participant) askDrain(ctx context.Context, nodes pb.NodeServiceClient) (int, error) {
+	b := newBackoff()
+	for {
+		resp, err := nodes.Drain(ctx, &pb.NodeServiceDrainRequest{NodeId: p.cfg.ID}, grpc.WaitForReady(true))
+		switch status.Code(err) {
+		case codes.OK:
+			return int(resp.GetSlices()), nil
+		case codes.Unavailable, codes.DeadlineExceeded, codes.NotFound:
+			// No leader, or one that has not heard of the participant yet: its session
+			// registers it.
+			if ctx.Err() == nil {
+				sleep(ctx, b.NextBackOff())
+				continue
+			}
+		}
+		return 0, fmt.Errorf("client: draining %s: %w", p.cfg.ID, err)
+	}
+}
+
+// LeaveFor tells the assigner that the participant restarts within grace with what it holds
+// intact (maintenance): rather than move its slices away and back, the assigner keeps them
+// where they are, its lease lasting grace (capped by the assigner). Its slices have no
+// serving replica meanwhile, unless they have others: prefer Drain when reads must not fail.
+// Call it after Run returned.
+func (p *participant) LeaveFor(ctx context.Context, grace time.Duration) error {
+	if grace <= 0 {
+		return fmt.Errorf("client: grace %s: want > 0 (Leave leaves for good)", grace)
+	}
+	conn, err := dial.Leader(p.cfg.Assigners, p.tls.DialOption("assigner"))
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	defer conn.Close()
+	req := &pb.DeregisterRequest{NodeId: p.cfg.ID, Grace: durationpb.New(grace)}
+	if _, err := pb.NewNodeServiceClient(conn).Deregister(ctx, req, grpc.WaitForReady(true)); err != nil {
+		return fmt.Errorf("client: leaving %s for %s: %w", p.cfg.ID, grace, err)
+	}
+	return nil
+}
