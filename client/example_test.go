@@ -6,6 +6,8 @@ import (
 	"log"
 	"log/slog"
 	"math"
+	"slices"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -104,6 +106,71 @@ func ExampleRouter() {
 	// Output:
 	// key user:42 -> n1
 	// send the request to n1
+}
+
+// A service that keeps its own state per key (here a cache filled from its own backend)
+// embeds a Member: the map tells it which ranges it owns, through the Application it
+// implements, and the member tells the assigner once a range is loaded.
+func ExampleMember() {
+	sp := startExample() // a running Sliceplane: an assigner and its etcd (no data path is needed)
+	defer sp.close()
+
+	cache := &cacheApp{}
+	m, err := client.NewMember(client.MemberConfig{
+		ID:        "cache-1",
+		Address:   "127.0.0.1:9101", // where routers send the requests for its keys
+		Assigners: sp.assigners,
+		App:       cache,
+		Logger:    slog.New(slog.DiscardHandler), // quiet for the example; default slog.Default()
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+
+	// Once the member's acquire returned, it serves the keys of the ranges it owns.
+	eventually(func() bool { return m.Serving([]byte("user:42")) })
+	fmt.Printf("cache-1 owns %d%% of the key space: %s\n", share(cache.owned()), cache.owned()[0])
+	m.RecordLoad([]byte("user:42"), 1) // each request served, for the balancer
+
+	cancel()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// cache-1 owns 100% of the key space: [0x0000000000000000, end)
+}
+
+// cacheApp is the Application of ExampleMember: it keeps the ranges it was given.
+type cacheApp struct {
+	mu     sync.Mutex
+	ranges []client.Range
+}
+
+func (a *cacheApp) Acquire(ctx context.Context, r client.Range, role client.Role) error {
+	// Load what serving r takes (warm the cache from the backend), then say so.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ranges = append(a.ranges, r)
+	return nil
+}
+
+func (a *cacheApp) Release(ctx context.Context, r client.Range) error {
+	// Drop what it holds of r; a release may cover part of a range acquired before.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ranges = slices.DeleteFunc(a.ranges, func(h client.Range) bool { return h == r })
+	return nil
+}
+
+func (a *cacheApp) ChangeRole(ctx context.Context, r client.Range, role client.Role) error { return nil }
+
+func (a *cacheApp) owned() []client.Range {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.ranges)
 }
 
 // The two halves of the hash space, and where a key falls.
