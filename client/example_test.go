@@ -165,7 +165,9 @@ func (a *cacheApp) Release(ctx context.Context, r client.Range) error {
 	return nil
 }
 
-func (a *cacheApp) ChangeRole(ctx context.Context, r client.Range, role client.Role) error { return nil }
+func (a *cacheApp) ChangeRole(ctx context.Context, r client.Range, role client.Role) error {
+	return nil
+}
 
 func (a *cacheApp) owned() []client.Range {
 	a.mu.Lock()
