@@ -120,8 +120,8 @@ func TestRoutersPreferFreshReplicas(t *testing.T) {
 	// Lookup gives every replica the map lists, saying which is stale.
 	route, err := r.Lookup([]byte("k"))
 	require.NoError(t, err)
-	assert.Equal(t, []Replica{{ID: "a", Address: "a:1", Capacity: 1, Stale: true}, {ID: "b", Address: "b:1", Capacity: 1},
-		{ID: "c", Address: "c:1", Capacity: 1}}, route.Replicas)
+	assert.Equal(t, []Replica{{ID: "a", Address: "a:1", Capacity: 1, Stale: true, Role: RoleReplica}, {ID: "b", Address: "b:1", Capacity: 1, Role: RoleReplica},
+		{ID: "c", Address: "c:1", Capacity: 1, Role: RoleReplica}}, route.Replicas)
 
 	// All stale: each may have caught up since, and a reader it turns away tries the next.
 	r.setNodes(map[assignment.NodeID]nodeInfo{"a": {address: "a:1", capacity: 1, stale: true}, "b": {address: "b:1", capacity: 1, stale: true},

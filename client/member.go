@@ -55,6 +55,10 @@ type MemberConfig struct {
 	TLS TLS
 	// App is told what the member owns. Required.
 	App Application
+	// Roles is the cluster's role model, which the application acts on: RolesReplicas (the
+	// default: it holds every range as RoleReplica) or RolesPrimarySecondary (as RolePrimary
+	// or RoleSecondary). The assigners refuse a member whose model is not theirs (--roles).
+	Roles string
 	// ReportInterval is the time between load reports; default 1 s.
 	ReportInterval time.Duration
 	// HotKeys is how many of its heaviest keys the member tracks and reports; default 16,
@@ -80,8 +84,13 @@ func (c *MemberConfig) Validate() error {
 		return errors.New("client: a member needs the assigners' addresses")
 	case c.Address == "":
 		return errors.New("client: a member needs its Address, where routers reach it")
+	case c.Roles != "" && c.Roles != RolesReplicas && c.Roles != RolesPrimarySecondary:
+		return fmt.Errorf("client: roles %q: want %s or %s", c.Roles, RolesReplicas, RolesPrimarySecondary)
 	case c.ReportInterval < 0 || c.CallTimeout < 0:
 		return fmt.Errorf("client: negative report interval %s or call timeout %s", c.ReportInterval, c.CallTimeout)
+	}
+	if c.Roles == "" {
+		c.Roles = RolesReplicas
 	}
 	if c.ReportInterval == 0 {
 		c.ReportInterval = time.Second
@@ -124,7 +133,7 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 		return nil, err
 	}
 	p := newParticipant(participantConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Address, Labels: cfg.Labels,
-		Assigners: cfg.Assigners, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Logger: cfg.Logger}, src)
+		Assigners: cfg.Assigners, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Roles: cfg.Roles, Logger: cfg.Logger}, src)
 	m := &Member{participant: p, cfg: cfg, router: router}
 	p.holds = func() int { return int(m.held.Load()) }
 	return m, nil
@@ -231,28 +240,33 @@ func (m *Member) owned() (map[Role]keyspace.Set, uint64, []Range) {
 	if v == nil {
 		return map[Role]keyspace.Set{}, 0, nil
 	}
-	id := assignment.NodeID(m.cfg.ID)
-	var rs []keyspace.Range
+	id, primaries := assignment.NodeID(m.cfg.ID), m.cfg.Roles == RolesPrimarySecondary
+	byRole := map[Role][]keyspace.Range{}
 	var list []Range
 	for _, s := range v.a.All() {
 		if s.Holds(id) {
-			rs = append(rs, s.Range)
+			role := roleOf(s, id, primaries)
+			byRole[role] = append(byRole[role], s.Range)
 			list = append(list, rangeOf(s.Range))
 		}
 	}
-	return map[Role]keyspace.Set{RoleReplica: keyspace.NewSet(rs...)}, v.a.Generation(), list
+	want := make(map[Role]keyspace.Set, len(byRole))
+	for role, rs := range byRole {
+		want[role] = keyspace.NewSet(rs...)
+	}
+	return want, v.a.Generation(), list
 }
 
 // publish makes what the member holds and loads its heartbeats' and readers' view: what it
-// loads and the map's generation; a range that finished loading brings the next heartbeat
-// forward.
+// loads, holds as primary, and the map's generation; a range that finished loading or
+// stopped being primary brings the next heartbeat forward (a handoff waits for it).
 func (m *Member) publish(own *ownership) {
 	before := m.pending.Load()
-	next := &loadingState{set: own.loading(), held: union(own.want), gen: own.gen}
+	next := &loadingState{set: own.loading(), held: union(own.want), gen: own.gen, primaries: own.held[RolePrimary]}
 	m.pending.Store(next)
 	m.held.Store(int64(len(own.holding().Ranges())))
-	if !before.set.Minus(next.set).Empty() {
-		m.loadedSoon() // a range finished loading
+	if !before.set.Minus(next.set).Empty() || !before.primaries.Minus(next.primaries).Empty() {
+		m.loadedSoon()
 	}
 }
 

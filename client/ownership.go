@@ -8,23 +8,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
-// Role is what a member is for a range it holds.
-type Role uint8
-
-const (
-	// RoleReplica: every replica of the range is alike (the cluster's default). Routers
-	// spread reads over the replicas; which of them takes writes, if the application has
-	// any, is the application's business.
-	RoleReplica Role = iota + 1
-)
-
-func (r Role) String() string {
-	if r == RoleReplica {
-		return "replica"
-	}
-	return fmt.Sprintf("Role(%d)", uint8(r))
-}
-
 // callKind is what an application call does.
 type callKind uint8
 
@@ -177,15 +160,10 @@ func (o *ownership) wake() (time.Time, bool) {
 	return o.retryAt, pending && o.busy == nil
 }
 
-// loading returns the points the map gives that the application does not hold in the role
-// given yet: the assigner must not count the member as serving them.
-func (o *ownership) loading() keyspace.Set {
-	var out keyspace.Set
-	for role, w := range o.want {
-		out = out.Union(w.Minus(o.held[role]))
-	}
-	return out
-}
+// loading returns the points the map gives that the application does not hold yet: the
+// assigner must not count the member as serving them. A point that changes role is served
+// meanwhile, in its old role.
+func (o *ownership) loading() keyspace.Set { return union(o.want).Minus(union(o.held)) }
 
 // holding returns the points the application holds, in any role.
 func (o *ownership) holding() keyspace.Set { return union(o.held) }

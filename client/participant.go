@@ -31,7 +31,10 @@ type participantConfig struct {
 	Assigners      []string
 	ReportInterval time.Duration
 	HotKeys        int
-	Logger         *slog.Logger
+	// Roles is the role model the participant acts on, as it registers; "" for none (a
+	// node: the assigner moves its primary role without waiting for a demotion).
+	Roles  string
+	Logger *slog.Logger
 }
 
 // participant is what a Node and a Member share, the one implementation of taking part in
@@ -170,13 +173,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (p *participant) session(ctx context.Context, assigner *dial.Follower) {
 	b := newBackoff()
 	req := &pb.RegisterRequest{Node: wire.NodeToProto(assignment.Node{ID: assignment.NodeID(p.cfg.ID), Capacity: p.cfg.Capacity}),
-		Address: p.cfg.Address, Labels: maps.Clone(p.cfg.Labels)}
+		Address: p.cfg.Address, Labels: maps.Clone(p.cfg.Labels), Roles: p.cfg.Roles}
 	for ctx.Err() == nil {
 		resp, err := callLeader(ctx, assigner, 5*time.Second, func(ctx context.Context, c pb.NodeServiceClient) (*pb.RegisterResponse, error) {
 			return c.Register(ctx, req, grpc.WaitForReady(true))
 		})
 		if err != nil {
-			if status.Code(err) == codes.InvalidArgument {
+			if c := status.Code(err); c == codes.InvalidArgument || c == codes.FailedPrecondition {
 				p.log.Error("the assigner refused the registration", "err", err)
 			} else if ctx.Err() == nil {
 				p.log.Warn("registering", "err", err)
@@ -247,6 +250,9 @@ func (p *participant) heartbeatRequest() *pb.HeartbeatRequest {
 	req := &pb.HeartbeatRequest{NodeId: p.cfg.ID, Generation: s.gen}
 	for _, r := range s.set.Ranges() {
 		req.Loading = append(req.Loading, wire.RangeToProto(r))
+	}
+	for _, r := range s.primaries.Ranges() {
+		req.Primaries = append(req.Primaries, wire.RangeToProto(r))
 	}
 	p.beat(req)
 	return req

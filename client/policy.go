@@ -1,6 +1,8 @@
 package client
 
 import (
+	"google.golang.org/grpc/balancer"
+
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -58,7 +60,16 @@ func ParsePolicy(s string) (Policy, error) {
 // make the cores serving them contend for nothing.
 type nodeLoad struct {
 	n atomic.Int64
-	_ [56]byte
+	// finished ends a request a grpc-go call began (GRPCDialOptions): one function per
+	// node, so that a pick allocates none.
+	finished func(balancer.DoneInfo)
+	_        [48]byte
+}
+
+func newNodeLoad() *nodeLoad {
+	l := new(nodeLoad)
+	l.finished = func(balancer.DoneInfo) { l.n.Add(-1) }
+	return l
 }
 
 // replicaSet is a slice's replicas as a Router serves them. Every slice held by the same
@@ -68,6 +79,7 @@ type replicaSet struct {
 	replicas []Replica   // sorted by ID, as the map lists them; handed out, never modified
 	load     []*nodeLoad // the in-flight counter of each replica's node
 	capacity float64     // the sum of the replicas' capacities
+	primary  int         // the index of the replica that takes writes; -1 for none
 	turn     atomic.Uint64
 	// fresh is the set of the replicas that are not stale, which Pick chooses among; nil
 	// when none is stale, or all are (a stale node may have caught up since, and a reader

@@ -4,6 +4,7 @@ package client
 // without a network: they feed the router what its watch and its node refresh would.
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -43,7 +44,7 @@ func reinit(a *assignment.Assignment, term, seq, clock uint64) quantum.Quantum {
 
 // newTestRouter returns a router that knows nodes and applied map a, with a seeded random
 // source.
-func newTestRouter(t *testing.T, p Policy, a *assignment.Assignment, nodes map[assignment.NodeID]nodeInfo) *Router {
+func newTestRouter(t testing.TB, p Policy, a *assignment.Assignment, nodes map[assignment.NodeID]nodeInfo) *Router {
 	t.Helper()
 	r, err := NewRouter(RouterConfig{Assigners: []string{"127.0.0.1:1"}, Policy: p})
 	require.NoError(t, err)
@@ -213,9 +214,9 @@ func TestRouterAppliesQuanta(t *testing.T) {
 		require.NoError(t, err)
 		return rt
 	}
-	assert.Equal(t, Route{Hash: 42, Slice: rangeOf(a.Slice(0).Range), Replicas: []Replica{{ID: "n1", Capacity: 1}}, Generation: 4}, route(42),
+	assert.Equal(t, Route{Hash: 42, Slice: rangeOf(a.Slice(0).Range), Replicas: []Replica{{ID: "n1", Capacity: 1, Role: RoleReplica}}, Generation: 4}, route(42),
 		"a node the router does not know has no address and capacity 1")
-	assert.Equal(t, []Replica{{ID: "n2", Capacity: 1}}, route(1<<63).Replicas)
+	assert.Equal(t, []Replica{{ID: "n2", Capacity: 1, Role: RoleReplica}}, route(1<<63).Replicas)
 	term, seq := r.Position()
 	assert.Equal(t, [3]uint64{2, 7, 100}, [3]uint64{term, seq, r.Clock()})
 	assert.Equal(t, uint64(4), r.Generation())
@@ -230,7 +231,7 @@ func TestRouterAppliesQuanta(t *testing.T) {
 	assert.Equal(t, [3]uint64{2, 9, 120}, [3]uint64{term, seq, r.Clock()})
 	top := route(3 << 62)
 	assert.Equal(t, Range{Start: 3 << 62, End: EndOfSpace()}, top.Slice)
-	assert.Equal(t, []Replica{{ID: "n1", Capacity: 1}, {ID: "n3", Capacity: 1}}, top.Replicas)
+	assert.Equal(t, []Replica{{ID: "n1", Capacity: 1, Role: RoleReplica}, {ID: "n3", Capacity: 1, Role: RoleReplica}}, top.Replicas)
 	assert.Equal(t, Range{Start: 1 << 63, End: BoundAt(3 << 62)}, route(1<<63).Slice)
 	assert.Equal(t, uint64(5), top.Generation)
 
@@ -248,7 +249,7 @@ func TestRouterAppliesQuanta(t *testing.T) {
 	// A reinitializing quantum replaces the map, whatever the position: a new leader's term.
 	b := everywhere(t, "n9")
 	require.NoError(t, r.apply(reinit(b, 3, 0, 140)))
-	assert.Equal(t, []Replica{{ID: "n9", Capacity: 1}}, route(0).Replicas)
+	assert.Equal(t, []Replica{{ID: "n9", Capacity: 1, Role: RoleReplica}}, route(0).Replicas)
 	assert.Equal(t, FullRange(), route(0).Slice)
 	term, seq = r.Position()
 	assert.Equal(t, [3]uint64{3, 0, 140}, [3]uint64{term, seq, r.Clock()})
@@ -300,7 +301,7 @@ func TestRouterTakesAddressesFromTheNodeList(t *testing.T) {
 	r.setNodes(map[assignment.NodeID]nodeInfo{"a": {address: "10.0.0.1:80", capacity: 2}, "b": {address: "10.0.0.2:80", capacity: 1}})
 	rt, err := r.LookupHash(0)
 	require.NoError(t, err)
-	assert.Equal(t, []Replica{{ID: "a", Address: "10.0.0.1:80", Capacity: 2}, {ID: "b", Address: "10.0.0.2:80", Capacity: 1}}, rt.Replicas)
+	assert.Equal(t, []Replica{{ID: "a", Address: "10.0.0.1:80", Capacity: 2, Role: RoleReplica}, {ID: "b", Address: "10.0.0.2:80", Capacity: 1, Role: RoleReplica}}, rt.Replicas)
 	assert.Equal(t, uint64(1), rt.Generation, "new addresses do not change the generation")
 
 	// Round-robin keeps its turn when the node list changes.
@@ -328,7 +329,7 @@ func TestRouterTakesAddressesFromTheNodeList(t *testing.T) {
 	}
 	rt, err = r.LookupHash(1 << 63)
 	require.NoError(t, err)
-	assert.Equal(t, []Replica{{ID: "c", Capacity: 1}}, rt.Replicas, "an unknown node is returned, without an address")
+	assert.Equal(t, []Replica{{ID: "c", Capacity: 1, Role: RoleReplica}}, rt.Replicas, "an unknown node is returned, without an address")
 }
 
 // pickIn picks a replica of the slice holding hash h (for tests that need one slice).
@@ -367,4 +368,64 @@ func TestRouterLookupDoesNotAllocate(t *testing.T) {
 	v := r.view.Load()
 	assert.Same(t, v.sets[0], v.sets[3])
 	assert.Len(t, r.sets, 3)
+}
+
+// TestRouterNamesThePrimary: a route tells each replica's role, Primary answers the replica
+// that takes writes, and a slice whose primary hands the role over has none meanwhile.
+func TestRouterNamesThePrimary(t *testing.T) {
+	a, err := assignment.New(1, []assignment.Slice{
+		{Range: keyspace.Range{Start: 0, End: keyspace.At(1 << 63)}, Replicas: ids("a", "b"), Primary: "b"},
+		{Range: keyspace.Range{Start: 1 << 63, End: keyspace.End}, Replicas: ids("a", "b"), Primary: "a"},
+	})
+	require.NoError(t, err)
+	r := newTestRouter(t, RoundRobin, a, nil)
+	rt, err := r.LookupHash(0)
+	require.NoError(t, err)
+	assert.Equal(t, []Role{RoleSecondary, RolePrimary}, []Role{rt.Replicas[0].Role, rt.Replicas[1].Role})
+	rt, err = r.LookupHash(1 << 63)
+	require.NoError(t, err)
+	assert.Equal(t, []Role{RolePrimary, RoleSecondary}, []Role{rt.Replicas[0].Role, rt.Replicas[1].Role},
+		"the same replicas with another primary are another set")
+
+	key := keyAt(t, r, 0)
+	p, err := r.Primary(key)
+	require.NoError(t, err)
+	assert.Equal(t, "b", p.ID)
+
+	// b hands the role over to a: neither takes writes until a is promoted.
+	require.NoError(t, r.apply(quantum.Quantum{Position: quantum.Position{Term: 1, Seq: 2}, Generation: 2,
+		Ops: []assignment.Op{assignment.Assign{Slice: 0, Replicas: ids("a", "b"), Primary: "b", Next: "a"}}}))
+	_, err = r.Primary(key)
+	require.ErrorIs(t, err, ErrNoPrimary)
+	rt, err = r.LookupHash(0)
+	require.NoError(t, err)
+	assert.Equal(t, []Role{RoleSecondary, RoleSecondary}, []Role{rt.Replicas[0].Role, rt.Replicas[1].Role})
+	require.NoError(t, r.apply(quantum.Quantum{Position: quantum.Position{Term: 1, Seq: 3}, Generation: 3,
+		Ops: []assignment.Op{assignment.Assign{Slice: 0, Replicas: ids("a", "b"), Primary: "a"}}}))
+	p, err = r.Primary(key)
+	require.NoError(t, err)
+	assert.Equal(t, "a", p.ID)
+
+	// A cluster without roles has no primary.
+	r = newTestRouter(t, RoundRobin, everywhere(t, "a", "b"), nil)
+	_, err = r.Primary(key)
+	require.ErrorIs(t, err, ErrNoPrimary)
+	p, err = r.Pick(key)
+	require.NoError(t, err)
+	assert.Equal(t, RoleReplica, p.Role)
+}
+
+// keyAt returns a key whose hash lies in the slice of r's map that holds h.
+func keyAt(t *testing.T, r *Router, h uint64) []byte {
+	t.Helper()
+	want, err := r.LookupHash(h)
+	require.NoError(t, err)
+	for i := range 1000 {
+		key := []byte(fmt.Sprintf("k%d", i))
+		if rt, err := r.Lookup(key); err == nil && rt.Slice == want.Slice {
+			return key
+		}
+	}
+	t.Fatal("no key in the slice")
+	return nil
 }

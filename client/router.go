@@ -28,6 +28,11 @@ import (
 // ErrNotReady is returned by lookups before the router has applied its first map.
 var ErrNotReady = errors.New("client: router not ready: no assignment applied yet")
 
+// ErrNoPrimary is returned by Primary for a key whose slice has no primary that takes
+// writes: the cluster has no roles, or the slice's primary is handing the role over (a
+// moment), or none of its replicas serves yet. Retry after the next map.
+var ErrNoPrimary = errors.New("client: no primary takes the key's writes now")
+
 // RouterConfig configures a Router.
 type RouterConfig struct {
 	// Assigners are the gRPC addresses of the assigners (leader and standbys). Required.
@@ -61,6 +66,9 @@ type Replica struct {
 	// distributor silent), as of the router's last read of the node list: it answers no
 	// reads. Pick avoids it while the slice has a replica that is not stale.
 	Stale bool
+	// Role is the replica's role in the slice: RoleReplica in a cluster without roles,
+	// else RolePrimary (the one that takes writes) or RoleSecondary.
+	Role Role
 }
 
 // Route is where a key lives: its hash, the slice that holds it and the slice's replicas in
@@ -83,11 +91,15 @@ type Router struct {
 	tls  *mtls.Source  // nil: plaintext
 	rand func() uint64 // uniform random numbers for the policies; tests make it deterministic
 
-	view    atomic.Pointer[view] // nil until the first map
-	ready   chan struct{}        // closed when the first map is applied
-	mapped  chan struct{}        // signalled when a view with another map is published
-	running atomic.Bool
-	kick    chan struct{} // asks for the node list now
+	view   atomic.Pointer[view] // nil until the first map
+	ready  chan struct{}        // closed when the first map is applied
+	mapped chan struct{}        // signalled when a view with another map is published
+	// viewers are signalled (each holds at most one signal) when any view is published: a
+	// new map, or new addresses (watchViews).
+	viewersMu sync.Mutex
+	viewers   map[chan struct{}]struct{}
+	running   atomic.Bool
+	kick      chan struct{} // asks for the node list now
 
 	loads sync.Map // node ID (string) -> *nodeLoad: requests in flight, from Begin
 
@@ -231,15 +243,21 @@ func (r *Router) LookupHash(h uint64) (Route, error) {
 
 // Pick returns the replica of key's slice that the router's policy chooses.
 func (r *Router) Pick(key []byte) (Replica, error) {
+	rep, _, err := r.pickFor(key, false)
+	return rep, err
+}
+
+// Primary returns the replica of key's slice that takes its writes, or ErrNoPrimary.
+func (r *Router) Primary(key []byte) (Replica, error) {
 	v := r.view.Load()
 	if v == nil {
 		return Replica{}, ErrNotReady
 	}
 	set := v.sets[v.find(Hash(key))]
-	if set.fresh != nil {
-		set = set.fresh
+	if set.primary < 0 {
+		return Replica{}, ErrNoPrimary
 	}
-	return set.replicas[set.pick(r.cfg.Policy, r.rand)], nil
+	return set.replicas[set.primary], nil
 }
 
 // Begin reports that the application sent a request to node nodeID; calling done reports
@@ -289,7 +307,7 @@ func (r *Router) loadOf(id string) *nodeLoad {
 	if l, ok := r.loads.Load(id); ok {
 		return l.(*nodeLoad)
 	}
-	l, _ := r.loads.LoadOrStore(id, new(nodeLoad))
+	l, _ := r.loads.LoadOrStore(id, newNodeLoad())
 	return l.(*nodeLoad)
 }
 
@@ -416,11 +434,63 @@ func (r *Router) publish(v *view) {
 		close(r.ready)
 	}
 	if prev == nil || prev.a != v.a {
-		select {
-		case r.mapped <- struct{}{}:
-		default:
-		}
+		signal(r.mapped)
 	}
+	r.viewersMu.Lock()
+	defer r.viewersMu.Unlock()
+	for c := range r.viewers {
+		signal(c)
+	}
+}
+
+// signal leaves a signal in c, unless one waits there already.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// watchViews returns a channel signalled whenever the router publishes a view (a new map or
+// new addresses), and the function that stops the signals.
+func (r *Router) watchViews() (<-chan struct{}, func()) {
+	c := make(chan struct{}, 1)
+	r.viewersMu.Lock()
+	defer r.viewersMu.Unlock()
+	if r.viewers == nil {
+		r.viewers = map[chan struct{}]struct{}{}
+	}
+	r.viewers[c] = struct{}{}
+	if r.view.Load() != nil {
+		signal(c)
+	}
+	return c, func() {
+		r.viewersMu.Lock()
+		defer r.viewersMu.Unlock()
+		delete(r.viewers, c)
+	}
+}
+
+// pickFor returns the replica of key's slice that takes its writes (write, in a cluster with
+// roles) or that the policy chooses, with its node's in-flight counter.
+func (r *Router) pickFor(key []byte, write bool) (Replica, *nodeLoad, error) {
+	v := r.view.Load()
+	if v == nil {
+		return Replica{}, nil, ErrNotReady
+	}
+	set := v.sets[v.find(Hash(key))]
+	switch {
+	case !write || set.replicas[0].Role == RoleReplica: // a cluster without roles: any replica
+	case set.primary < 0:
+		return Replica{}, nil, ErrNoPrimary
+	default:
+		return set.replicas[set.primary], set.load[set.primary], nil
+	}
+	if set.fresh != nil {
+		set = set.fresh
+	}
+	i := set.pick(r.cfg.Policy, r.rand)
+	return set.replicas[i], set.load[i], nil
 }
 
 // refreshSoon asks the node refresh to read the node list now.
@@ -458,6 +528,7 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 	var (
 		key      []byte
 		prev     []assignment.NodeID
+		prevLead lead
 		prevSet  *replicaSet
 		prevSeen bool
 	)
@@ -465,13 +536,13 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 		starts[i] = s.Range.Start
 		// Reads go to the replicas that serve the slice: one still loading it has not all
 		// its data yet (make-before-break, I7).
-		serving := s.Serving()
+		serving, lead := s.Serving(), leadOf(s)
 		// Neighbouring slices are often held by the same nodes: a split keeps them.
-		if prevSeen && slices.Equal(serving, prev) {
+		if prevSeen && slices.Equal(serving, prev) && lead == prevLead {
 			out[i] = prevSet
 			continue
 		}
-		key = setKey(key[:0], serving)
+		key = append(append(setKey(key[:0], serving), byte(lead.kind)), lead.id...)
 		set, ok := byKey[string(key)] // no allocation: the compiler does not copy key to look up
 		if !ok {
 			old, had := r.sets[string(key)]
@@ -479,7 +550,7 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 			case had && !nodesChanged:
 				set = old
 			default:
-				set = r.newReplicaSet(serving)
+				set = r.newReplicaSet(serving, lead)
 				if had {
 					set.turn.Store(old.turn.Load())
 				}
@@ -491,14 +562,14 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 				}
 			}
 		}
-		out[i], prev, prevSet, prevSeen = set, serving, set, true
+		out[i], prev, prevLead, prevSet, prevSeen = set, serving, lead, set, true
 	}
 	r.sets = byKey
 	return starts, out, unknown
 }
 
 // setKey appends the key of a replica set to b: the IDs, each followed by a 0 byte (which no
-// ID holds).
+// ID holds); buildSets appends the primary's.
 func setKey(b []byte, ids []assignment.NodeID) []byte {
 	for _, id := range ids {
 		b = append(append(b, id...), 0)
@@ -506,19 +577,52 @@ func setKey(b []byte, ids []assignment.NodeID) []byte {
 	return b
 }
 
-// newReplicaSet makes the replica set of nodes ids from the node list. r.mu must be held.
-func (r *Router) newReplicaSet(ids []assignment.NodeID) *replicaSet {
-	set := &replicaSet{replicas: make([]Replica, len(ids)), load: make([]*nodeLoad, len(ids))}
+// lead says how a slice's replicas divide the roles: alike (a cluster without roles), or
+// one primary, id, and secondaries, or secondaries only (its primary hands the role over).
+type lead struct {
+	kind uint8 // 0: alike; 1: primary id; 2: secondaries only
+	id   assignment.NodeID
+}
+
+// leadOf returns the lead of slice s.
+func leadOf(s assignment.Slice) lead {
+	switch {
+	case s.Primary == "":
+		return lead{}
+	case s.Next != "":
+		return lead{kind: 2}
+	}
+	return lead{kind: 1, id: s.Primary}
+}
+
+// role returns the role of replica id under l.
+func (l lead) role(id assignment.NodeID) Role {
+	switch {
+	case l.kind == 0:
+		return RoleReplica
+	case l.id == id:
+		return RolePrimary
+	}
+	return RoleSecondary
+}
+
+// newReplicaSet makes the replica set of nodes ids, their roles by l, from the node list.
+// r.mu must be held.
+func (r *Router) newReplicaSet(ids []assignment.NodeID, l lead) *replicaSet {
+	set := &replicaSet{replicas: make([]Replica, len(ids)), load: make([]*nodeLoad, len(ids)), primary: -1}
 	for i, id := range ids {
-		rep := Replica{ID: string(id), Capacity: 1}
+		rep := Replica{ID: string(id), Capacity: 1, Role: l.role(id)}
 		if n, ok := r.nodes[id]; ok {
 			rep.Address, rep.Capacity, rep.Stale = n.address, n.capacity, n.stale
+		}
+		if rep.Role == RolePrimary {
+			set.primary = i
 		}
 		set.replicas[i], set.load[i] = rep, r.loadOf(rep.ID)
 		set.capacity += rep.Capacity
 	}
 	if fresh := r.freshOf(ids); len(fresh) < len(ids) {
-		set.fresh = r.newReplicaSet(fresh)
+		set.fresh = r.newReplicaSet(fresh, l)
 	}
 	return set
 }

@@ -339,7 +339,7 @@ func routerFollowsAMove(t *testing.T, s *routerCluster) {
 	before, to := s.moveAway(t, key)
 	after, err := s.r.Lookup(key)
 	require.NoError(t, err)
-	assert.Equal(t, []client.Replica{{ID: to, Address: "127.0.0.1:1", Capacity: 1}}, after.Replicas)
+	assert.Equal(t, []client.Replica{{ID: to, Address: "127.0.0.1:1", Capacity: 1, Role: client.RoleReplica}}, after.Replicas)
 	assert.Equal(t, before.Generation+3, after.Generation, "one generation starts the handoff, one makes the new holder serve, one drops the old")
 	assert.GreaterOrEqual(t, s.r.Clock(), s.clock0)
 	checkAgrees(t, s.ctx, s.c, s.r, 100)

@@ -297,7 +297,8 @@ func (a *api) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRespon
 		return nil, a.toStatus(ErrNoMap)
 	}
 	_, s := m.Lookup(h)
-	return &pb.LookupResponse{Hash: h, Slice: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas), Generation: m.Generation()}, nil
+	return &pb.LookupResponse{Hash: h, Slice: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas), Generation: m.Generation(),
+		Primary: string(s.Primary), Next: string(s.Next)}, nil
 }
 
 // QuantaService
@@ -313,7 +314,7 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 	if err != nil {
 		return nil, a.toStatus(err)
 	}
-	rec := store.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels())}
+	rec := store.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels()), Roles: req.GetRoles()}
 	rep, err := a.call(ctx, Register{Caller: caller(ctx), Node: rec})
 	if err != nil {
 		return nil, err
@@ -331,15 +332,12 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 		silence = 0
 	}
 	hb := Heartbeat{Caller: caller(ctx), Node: id, Generation: req.GetGeneration()}
-	if len(req.GetLoading()) > maxLoadingRanges {
-		return nil, status.Errorf(codes.InvalidArgument, "assigner: heartbeat lists %d loading ranges; at most %d", len(req.GetLoading()), maxLoadingRanges)
+	var err error
+	if hb.Loading, err = heartbeatRanges("loading", req.GetLoading()); err != nil {
+		return nil, err
 	}
-	for i, m := range req.GetLoading() {
-		r, err := wire.RangeFromProto(m)
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "assigner: heartbeat: loading range %d: %v", i, err)
-		}
-		hb.Loading = append(hb.Loading, r)
+	if hb.Primaries, err = heartbeatRanges("primary", req.GetPrimaries()); err != nil {
+		return nil, err
 	}
 	rep, err := a.call(ctx, hb)
 	if err != nil {
@@ -347,6 +345,22 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 	}
 	a.fresh.record(id, req.GetStale(), silence, a.s.now(), a.s.cfg.Core.NodeTTL)
 	return &pb.HeartbeatResponse{Ttl: durationpb.New(rep.TTL), Draining: rep.Draining, Distributor: distributor(rep.Distributor)}, nil
+}
+
+// heartbeatRanges decodes the ranges a heartbeat lists as what (loading, primary).
+func heartbeatRanges(what string, ms []*pb.Range) ([]keyspace.Range, error) {
+	if len(ms) > maxLoadingRanges {
+		return nil, status.Errorf(codes.InvalidArgument, "assigner: heartbeat lists %d %s ranges; at most %d", len(ms), what, maxLoadingRanges)
+	}
+	out := make([]keyspace.Range, 0, len(ms))
+	for i, m := range ms {
+		r, err := wire.RangeFromProto(m)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "assigner: heartbeat: %s range %d: %v", what, i, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // distributor says which distributor serves a node, or nil while there is none.
@@ -473,7 +487,8 @@ func (a *api) ListSlices(ctx context.Context, req *pb.ListSlicesRequest) (*pb.Li
 	out := &pb.ListSlicesResponse{Total: uint32(rep.Total)}
 	for _, s := range rep.Slices {
 		out.Slices = append(out.Slices, &pb.SliceInfo{Range: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas),
-			Load: s.Load, Keys: s.Keys, Pinned: s.Pinned, Loading: nodeStrings(s.Loading), Leaving: nodeStrings(s.Leaving), Since: s.Since})
+			Load: s.Load, Keys: s.Keys, Pinned: s.Pinned, Loading: nodeStrings(s.Loading), Leaving: nodeStrings(s.Leaving), Since: s.Since,
+			Primary: string(s.Primary), Next: string(s.Next)})
 	}
 	return out, nil
 }

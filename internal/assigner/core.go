@@ -79,6 +79,10 @@ type CoreConfig struct {
 	// MaxGrace caps the grace a node may ask for when it deregisters to restart with its
 	// store (maintenance): its slices stay and its lease lasts that long; default 5 min.
 	MaxGrace time.Duration
+	// Roles is the cluster's role model (--roles): RolesReplicas (the default: every replica
+	// alike) or RolesPrimarySecondary (one primary per slice, which takes its writes; see
+	// roles.go). Give every assigner the same: it is not stored with the map.
+	Roles string
 	// LoadWarmUp is how long, at most, a new leader waits for a load report from every node
 	// holding a slice before its first balancing pass (until then its passes only clean
 	// up): a pass on the reports of some nodes only would take the others for idle and move
@@ -106,6 +110,13 @@ func (cfg *CoreConfig) fill() error {
 	}
 	if cfg.MaxGrace <= 0 {
 		cfg.MaxGrace = 5 * time.Minute
+	}
+	switch cfg.Roles {
+	case "":
+		cfg.Roles = RolesReplicas
+	case RolesReplicas, RolesPrimarySecondary:
+	default:
+		return fmt.Errorf("%w: roles %q: want %s or %s", ErrInvalid, cfg.Roles, RolesReplicas, RolesPrimarySecondary)
 	}
 	switch {
 	case cfg.LoadWarmUp < 0:
@@ -402,6 +413,10 @@ func (c *Core) registered() *assignment.NodeSet {
 
 // changeMap proposes a change of the map by ops, as one quantum and one log entry.
 func (c *Core) changeMap(ops []assignment.Op, moves []balance.Move, cause string, now time.Time) (*change, error) {
+	ops, err := c.withRoles(ops)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPrecondition, err)
+	}
 	next, ops, err := c.a.Resolve(ops) // a Handoff goes on the wire and into the log as its Assign
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPrecondition, err)
@@ -454,7 +469,7 @@ func (c *Core) pass(now time.Time) (*change, error) {
 	}
 	record := &passRecord{history: res.History, explain: res.Explanation, estimate: est, estimated: in.Assignment}
 	algOps, deferred := res.Ops, 0
-	if !c.cfg.BreakBeforeMake {
+	if !c.cfg.BreakBeforeMake || c.roles() {
 		algOps, deferred = deferMerges(in.Assignment, algOps)
 	}
 	ops := append(fix, c.asHandoffs(algOps)...)
@@ -592,6 +607,9 @@ func (c *Core) initial(live *assignment.NodeSet, now time.Time) (*change, error)
 	if err != nil {
 		return nil, fmt.Errorf("assigner: the initial assignment: %w", err)
 	}
+	if a, err = c.withPrimaries(a); err != nil {
+		return nil, err
+	}
 	pos := c.next()
 	m := c.meta
 	m.Term, m.Seq, m.Clock, m.Generation = pos.Term, pos.Seq, c.clock, a.Generation()
@@ -611,7 +629,11 @@ func (c *Core) register(n store.Node, now time.Time) (*change, error) {
 		return nil, err
 	}
 	ch := &change{write: Write{Meta: c.meta}, node: &nodeState{Node: n, lastSeen: now}}
-	if old, ok := c.nodes[n.ID]; ok && old.Node.Node == n.Node && old.Address == n.Address && maps.Equal(old.Labels, n.Labels) {
+	if n.Roles != "" && n.Roles != c.cfg.Roles {
+		return nil, fmt.Errorf("%w: node %s expects roles %q; this cluster's are %q (--roles)", ErrPrecondition, n.ID, n.Roles, c.cfg.Roles)
+	}
+	if old, ok := c.nodes[n.ID]; ok && old.Node.Node == n.Node && old.Address == n.Address && maps.Equal(old.Labels, n.Labels) &&
+		old.Roles == n.Roles {
 		return ch, nil // a renewal: nothing to store
 	}
 	ch.write.PutNode, ch.summary = &n, fmt.Sprintf("node %s registered at %q", n.ID, n.Address)

@@ -36,6 +36,9 @@ type (
 		Node       assignment.NodeID
 		Generation uint64
 		Loading    []keyspace.Range
+		// Primaries are the ranges a member with roles holds as primary: a demoting primary
+		// whose list no longer holds a slice has handed it over.
+		Primaries []keyspace.Range
 	}
 	// ReportLoad counts a node's load report (its At is set to the step's time); it renews the
 	// node's lease too.

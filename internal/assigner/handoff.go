@@ -32,7 +32,10 @@ type handoffs struct {
 	slices []int                // the indices in the map of the slices in handoff, in order
 	begun  map[uint64]time.Time // a handoff's start generation -> when this core saw it begin
 	served map[uint64]time.Time // a lingering handoff's start generation -> when its new nodes served
-	retry  time.Time            // no rollback before then: the last one's write failed
+	// demoting holds the start generations of lingering handoffs whose primary hands its
+	// role over: they linger until it has (or HandoffTimeout after they served).
+	demoting map[uint64]bool
+	retry    time.Time // no rollback before then: the last one's write failed
 }
 
 // handoffEnd counts the handoffs a change ends, with how long each of the completed ones
@@ -61,6 +64,7 @@ func (c *Core) trackHandoffs(now time.Time) int {
 	}
 	started, gen := 0, c.a.Generation()
 	loading, lingering := map[uint64]bool{}, map[uint64]bool{}
+	ho.demoting = map[uint64]bool{}
 	for i, s := range c.a.All() {
 		if !s.InHandoff() {
 			continue
@@ -69,6 +73,7 @@ func (c *Core) trackHandoffs(now time.Time) int {
 		if s.Lingering() {
 			lingering[s.Since] = true
 			ho.served = startClock(ho.served, s.Since, now)
+			ho.demoting[s.Since] = ho.demoting[s.Since] || demoting(s)
 			continue
 		}
 		loading[s.Since] = true
@@ -204,10 +209,20 @@ func (c *Core) loaded(hb Heartbeat, now time.Time) (*change, error) {
 		end.completed++
 		end.durations = append(end.durations, now.Sub(c.ho.begun[s.Since]))
 	}
+	loaded := len(ops)
+	promoted := c.promote(hb)
+	ops = append(ops, promoted...)
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	summary := fmt.Sprintf("node %s loaded %d slices: %d handoffs done", hb.Node, len(ops), end.completed)
+	summary := fmt.Sprintf("node %s loaded %d slices: %d handoffs done", hb.Node, loaded, end.completed)
+	if len(promoted) > 0 {
+		summary = fmt.Sprintf("node %s handed over the primary role of %d slices", hb.Node, len(promoted))
+		if loaded > 0 {
+			summary = fmt.Sprintf("node %s loaded %d slices (%d handoffs done) and handed over the primary role of %d",
+				hb.Node, loaded, end.completed, len(promoted))
+		}
+	}
 	ch, err := c.changeMap(ops, nil, "node: "+summary, now)
 	if err != nil {
 		return nil, fmt.Errorf("assigner: ending handoffs: %w", err)
@@ -235,15 +250,20 @@ func overlapsAny(rs []keyspace.Range, r keyspace.Range) bool {
 // under way.
 func (c *Core) handoffDeadline() (time.Time, bool) {
 	var first time.Time
-	for _, due := range []struct {
-		m     map[uint64]time.Time
-		after time.Duration
-	}{{c.ho.begun, c.cfg.HandoffTimeout}, {c.ho.served, c.cfg.HandoffLinger}} {
-		for _, t := range due.m {
-			if t = t.Add(due.after); first.IsZero() || t.Before(first) {
-				first = t
-			}
+	earliest := func(t time.Time) {
+		if first.IsZero() || t.Before(first) {
+			first = t
 		}
+	}
+	for _, t := range c.ho.begun {
+		earliest(t.Add(c.cfg.HandoffTimeout))
+	}
+	for since, t := range c.ho.served {
+		if c.ho.demoting[since] { // it waits for a heartbeat, or its primary's timeout
+			earliest(t.Add(c.cfg.HandoffTimeout))
+			continue
+		}
+		earliest(t.Add(c.cfg.HandoffLinger))
 	}
 	if first.IsZero() {
 		return first, false
@@ -258,13 +278,21 @@ func (c *Core) handoffDeadline() (time.Time, bool) {
 // keeps them: nobody holds it better.
 func (c *Core) rollback(now time.Time) (*change, error) {
 	var ops []assignment.Op
-	released := 0
+	var n endings
 	for _, i := range c.ho.slices {
 		s := c.a.Slice(i)
-		if s.Lingering() {
+		switch {
+		case s.Lingering() && demoting(s):
+			// Its primary hands the role over first (roles.go).
+			if op, ok := c.forcePromotion(s, now); ok {
+				ops = append(ops, op)
+				n.forced++
+			}
+			continue
+		case s.Lingering():
 			if !now.Before(c.ho.served[s.Since].Add(c.cfg.HandoffLinger)) {
 				ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Target()})
-				released++
+				n.released++
 			}
 			continue
 		}
@@ -276,31 +304,45 @@ func (c *Core) rollback(now time.Time) (*change, error) {
 			keep = s.Replicas
 		}
 		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: keep})
+		n.rolled++
 	}
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	rolled := len(ops) - released
-	var parts, causes []string
-	if released > 0 {
-		parts = append(parts, fmt.Sprintf("%d handoffs done: the old holders drop their slices after %s", released, c.cfg.HandoffLinger))
-		causes = append(causes, "handoff done")
-	}
-	if rolled > 0 {
-		parts = append(parts, fmt.Sprintf("%d handoffs timed out after %s: rolled back", rolled, c.cfg.HandoffTimeout))
-		causes = append(causes, "handoff timeout")
-	}
-	summary := strings.Join(parts, "; ")
-	ch, err := c.changeMap(ops, nil, strings.Join(causes, ", "), now)
+	summary, cause := n.describe(c.cfg)
+	ch, err := c.changeMap(ops, nil, cause, now)
 	if err != nil {
 		c.ho.retry = now.Add(c.cfg.PassInterval) // not at every tick: the map must change first
 		return nil, fmt.Errorf("assigner: ending handoffs: %w", err)
 	}
-	ch.summary, ch.kind, ch.ended = summary, kindRollback, handoffEnd{rolledBack: rolled}
+	ch.summary, ch.kind, ch.ended = summary, kindRollback, handoffEnd{rolledBack: n.rolled}
 	return ch, nil
 }
 
+// endings counts what a rollback ends: lingering handoffs released, handoffs rolled back,
+// and promotions forced past a primary that did not demote.
+type endings struct{ released, rolled, forced int }
+
+// describe returns the summary and the cause of a rollback's change.
+func (n endings) describe(cfg CoreConfig) (summary, cause string) {
+	var parts, causes []string
+	if n.released > 0 {
+		parts = append(parts, fmt.Sprintf("%d handoffs done: the old holders drop their slices after %s", n.released, cfg.HandoffLinger))
+		causes = append(causes, "handoff done")
+	}
+	if n.rolled > 0 {
+		parts = append(parts, fmt.Sprintf("%d handoffs timed out after %s: rolled back", n.rolled, cfg.HandoffTimeout))
+		causes = append(causes, "handoff timeout")
+	}
+	if n.forced > 0 {
+		parts = append(parts, fmt.Sprintf("%d primaries did not demote within %s: their successors promoted", n.forced, cfg.HandoffTimeout))
+		causes = append(causes, "primary handover timeout")
+	}
+	return strings.Join(parts, "; "), strings.Join(causes, ", ")
+}
+
 // deferMerges returns the operations of a pass over view without the merges that join a
+// slice of another primary, or one handing its primary role over, and without those that join a
 // slice the pass moves: with make-before-break the moved slice is in handoff, and the
 // merge, which needs both sides held alike, waits for a later pass, free once the handoff
 // is done. An operation that relied on a merge left out is left out too (the algorithm's
@@ -322,6 +364,10 @@ type piece struct {
 	end   keyspace.Bound
 	reps  []assignment.NodeID
 	moved bool // an operation gave it a node that did not hold it: a handoff
+	// primary is its primary, and handing says its primary hands the role over: a merge
+	// would give one of two primaries the other's range at once (roles.go).
+	primary assignment.NodeID
+	handing bool
 }
 
 // opSim follows the slices a pass's operations touch, the others read from the view.
@@ -343,7 +389,7 @@ func (s *opSim) get(start uint64) (*piece, bool) {
 		return nil, false
 	}
 	v := s.view.Slice(i)
-	p := &piece{end: v.Range.End, reps: v.Replicas}
+	p := &piece{end: v.Range.End, reps: v.Replicas, primary: v.Primary, handing: v.Next != ""}
 	s.pieces[start] = p
 	return p, true
 }
@@ -356,7 +402,7 @@ func (s *opSim) apply(op assignment.Op) bool {
 		if !ok || o.At <= o.Slice || !p.end.After(o.At) {
 			return false
 		}
-		s.pieces[o.At] = &piece{end: p.end, reps: p.reps, moved: p.moved}
+		s.pieces[o.At] = &piece{end: p.end, reps: p.reps, moved: p.moved, primary: p.primary, handing: p.handing}
 		delete(s.dead, o.At)
 		p.end = keyspace.At(o.At)
 	case assignment.Assign:
@@ -375,7 +421,7 @@ func (s *opSim) apply(op assignment.Op) bool {
 		}
 		next := p.end.Point()
 		r, ok := s.get(next)
-		if !ok || p.moved || r.moved {
+		if !ok || p.moved || r.moved || p.primary != r.primary || p.handing || r.handing {
 			return false
 		}
 		p.end = r.end

@@ -38,11 +38,11 @@ import (
 //	clock c=C                 the source reached C
 //	source-lost err=E [misconfigured]   the source's clock cannot be followed, for E
 //	distributors [IDS...]     the live distributors, each at "ID:7001"
-//	register id=N [cap=C] [addr=A]
-//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D]   a new core so configured
-//	                          (first command)
-//	heartbeat id=N [gen=G] [loading=I,J]   the node applied generation G and still loads
-//	                          slices I, J (indices in the map)
+//	register id=N [cap=C] [addr=A] [roles=R]   roles: the model a member expects and acts on
+//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [roles=R]   a new core so
+//	                          configured (first command)
+//	heartbeat id=N [gen=G] [loading=I,J] [primaries=K]   the node applied generation G, still
+//	                          loads slices I, J and holds slice K as primary (indices in the map)
 //	report id=N [window=D]    input: "I LOAD [KEYS]" lines, I the slice's index in the map
 //	deregister id=N [grace=D]   with grace: the node restarts within D, keeping its slices
 //	move slice=I to=A,B       split slice=I [at=HASH]      merge left=I (with the next)
@@ -144,12 +144,16 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	if cfg.LoadWarmUp, err = time.ParseDuration(take(d, "load-warm-up", "0s")); err != nil {
 		return "", err
 	}
+	cfg.Roles = take(d, "roles", "")
 	if h.c, err = NewCore(cfg); err != nil {
 		return "", err
 	}
 	out := fmt.Sprintf("make-before-break %t handoff-timeout %s", !h.c.Config().BreakBeforeMake, h.c.Config().HandoffTimeout)
 	if w := h.c.Config().LoadWarmUp; w > 0 {
 		out += fmt.Sprintf(" load-warm-up %s", w)
+	}
+	if r := h.c.Config().Roles; r != RolesReplicas {
+		out += " roles " + r
 	}
 	return out + "\n", nil
 }
@@ -249,7 +253,7 @@ func (h *script) event(d *datadriven.TestData) (Event, error) {
 	case "register":
 		capacity, err := strconv.ParseFloat(take(d, "cap", "0"), 64)
 		return Register{Caller: by, Node: store.Node{Node: assignment.Node{ID: id, Capacity: capacity},
-			Address: take(d, "addr", string(id)+":1")}}, err
+			Address: take(d, "addr", string(id)+":1"), Roles: take(d, "roles", "")}}, err
 	case "heartbeat":
 		return h.heartbeat(d, by, id)
 	case "report":
@@ -345,17 +349,28 @@ func (h *script) heartbeat(d *datadriven.TestData, by Caller, id assignment.Node
 		return nil, err
 	}
 	hb := Heartbeat{Caller: by, Node: id, Generation: gen}
-	if v := take(d, "loading", ""); v != "" {
-		a, _, _ := h.c.Assignment()
-		for f := range strings.SplitSeq(v, ",") {
-			i, err := strconv.Atoi(f)
-			if err != nil || a == nil || i < 0 || i >= a.Len() {
-				return nil, fmt.Errorf("bad loading slice %q", f)
-			}
-			hb.Loading = append(hb.Loading, a.Slice(i).Range)
-		}
+	if hb.Loading, err = h.sliceRanges(take(d, "loading", "")); err != nil {
+		return nil, err
 	}
-	return hb, nil
+	hb.Primaries, err = h.sliceRanges(take(d, "primaries", ""))
+	return hb, err
+}
+
+// sliceRanges returns the ranges of the map's slices listed by index, "I,J".
+func (h *script) sliceRanges(v string) ([]keyspace.Range, error) {
+	if v == "" {
+		return nil, nil
+	}
+	a, _, _ := h.c.Assignment()
+	var out []keyspace.Range
+	for f := range strings.SplitSeq(v, ",") {
+		i, err := strconv.Atoi(f)
+		if err != nil || a == nil || i < 0 || i >= a.Len() {
+			return nil, fmt.Errorf("bad slice %q", f)
+		}
+		out = append(out, a.Slice(i).Range)
+	}
+	return out, nil
 }
 
 // report builds a load report from "I LOAD [KEYS]" lines.

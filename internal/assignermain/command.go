@@ -46,6 +46,7 @@ type options struct {
 	zoneLabel     string
 	mbb           bool
 	handoffTO     time.Duration
+	roles         string
 	handoffLinger time.Duration
 	algorithm     string
 	params        []string
@@ -160,6 +161,9 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 		"new nodes to load the slice before it is rolled back (the old nodes keep it)")
 	f.DurationVar(&o.handoffLinger, "handoff-linger", 2*time.Second, "--make-before-break: how long the old nodes keep "+
 		"serving a slice once its new nodes have loaded it, for routers that have not yet seen the new nodes serve")
+	f.StringVar(&o.roles, "roles", assigner.RolesReplicas, "the replicas' roles: "+assigner.RolesReplicas+" (all alike) or "+
+		assigner.RolesPrimarySecondary+" (one primary per slice takes its writes; a planned move of the role waits for the old "+
+		"primary's demotion, or --handoff-timeout); give every assigner the same, and members the same (client.MemberConfig.Roles)")
 	f.StringVar(&o.algorithm, "algorithm", "weighted-move", "balancing algorithm when none is stored: "+strings.Join(balance.Names(), ", "))
 	f.StringArrayVar(&o.params, "param", nil, "algorithm constant NAME=VALUE (repeatable); see slicectl sim --help")
 }
@@ -252,7 +256,7 @@ func (o *options) run(ctx context.Context) error {
 func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig) assigner.CoreConfig {
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
 		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
-		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger}
+		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger, Roles: o.roles}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's

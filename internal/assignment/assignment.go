@@ -29,6 +29,7 @@ var (
 	ErrNoSlice          = errors.New("assignment: no such slice")
 	ErrBadOp            = errors.New("assignment: bad operation")
 	ErrBadHandoff       = errors.New("assignment: bad handoff")
+	ErrBadRole          = errors.New("assignment: bad role")
 )
 
 // maxReported bounds how many problems one error lists, so that a badly broken map of 150k
@@ -48,6 +49,12 @@ type Slice struct {
 	// none). See handoff.go.
 	Loading, Leaving []NodeID
 	Since            uint64
+	// Primary is the replica that takes the slice's writes, in a cluster with roles (the
+	// others are secondaries); empty in a cluster without (every replica alike), and while
+	// none serves. It is a replica that does not load. Next, when set, is the replica to be
+	// primary once Primary has demoted itself (a planned move of the primary role: at no
+	// time are two replicas primary); empty otherwise. See roles.go.
+	Primary, Next NodeID
 }
 
 // Holds reports whether node id is one of the slice's replicas.
@@ -59,7 +66,7 @@ func (s Slice) Holds(id NodeID) bool {
 // String formats the slice as its range and replica set.
 func (s Slice) String() string {
 	out := s.Range.String() + " " + FormatReplicas(s.Replicas)
-	return out + formatHandoff(s.Loading, s.Leaving, s.Since)
+	return out + formatHandoff(s.Loading, s.Leaving, s.Since) + formatRoles(s.Primary, s.Next)
 }
 
 // FormatReplicas writes a replica set as a,b,c.

@@ -92,6 +92,9 @@ func (s Slice) check() error {
 			}
 		}
 	}
+	if err := s.checkRoles(); err != nil {
+		return err
+	}
 	switch {
 	case len(s.Loading) == 0 && len(s.Leaving) == 0 && s.Since != 0:
 		return fmt.Errorf("%w: a start generation but no loading or leaving node", ErrBadHandoff)
@@ -106,7 +109,13 @@ func (s Slice) check() error {
 // sameHolders reports whether two slices have the same replicas in the same states.
 func (s Slice) sameHolders(t Slice) bool {
 	return slices.Equal(s.Replicas, t.Replicas) && slices.Equal(s.Loading, t.Loading) &&
-		slices.Equal(s.Leaving, t.Leaving) && s.Since == t.Since
+		slices.Equal(s.Leaving, t.Leaving) && s.Since == t.Since && s.Primary == t.Primary && s.Next == t.Next
+}
+
+// assignAt returns the Assign that gives the slice starting at start s's holders and roles.
+func (s Slice) assignAt(start uint64) Assign {
+	return Assign{Slice: start, Replicas: s.Replicas, Loading: s.Loading, Leaving: s.Leaving, Since: s.Since,
+		Primary: s.Primary, Next: s.Next}
 }
 
 // Handoff gives the slice starting at Slice the replica set Replicas make-before-break: the
@@ -158,8 +167,7 @@ func (o Handoff) apply(e *editor) error {
 		return err
 	}
 	if e.resolved != nil {
-		e.resolved = append(e.resolved, Assign{Slice: o.Slice, Replicas: e.cells[i].s.Replicas,
-			Loading: e.cells[i].s.Loading, Leaving: e.cells[i].s.Leaving, Since: e.cells[i].s.Since})
+		e.resolved = append(e.resolved, e.cells[i].s.assignAt(o.Slice))
 	}
 	return nil
 }

@@ -37,6 +37,8 @@ type Assign struct {
 	Replicas         []NodeID
 	Loading, Leaving []NodeID
 	Since            uint64
+	// Primary and Next set the slice's roles exactly (see Slice): empty, none.
+	Primary, Next NodeID
 }
 
 func (o Split) String() string {
@@ -47,7 +49,7 @@ func (o Merge) String() string { return "merge " + keyspace.FormatPoint(o.Left) 
 
 func (o Assign) String() string {
 	out := "assign " + keyspace.FormatPoint(o.Slice) + " to " + FormatReplicas(o.Replicas)
-	return out + formatHandoff(o.Loading, o.Leaving, o.Since)
+	return out + formatHandoff(o.Loading, o.Leaving, o.Since) + formatRoles(o.Primary, o.Next)
 }
 
 // Apply returns the assignment that results from applying ops in order, at the next
@@ -158,7 +160,7 @@ func (o Merge) apply(e *editor) error {
 	}
 	right := &e.cells[left.next]
 	if !left.s.sameHolders(right.s) {
-		return fmt.Errorf("%w: slices %s (%s) and %s (%s) have different replica sets or handoffs; assign one first",
+		return fmt.Errorf("%w: slices %s (%s) and %s (%s) have different replica sets, handoffs or primaries; assign one first",
 			ErrBadOp, left.s.Range, FormatReplicas(left.s.Replicas), right.s.Range, FormatReplicas(right.s.Replicas))
 	}
 	left.s.Range.End = right.s.Range.End
@@ -178,7 +180,8 @@ func (o Assign) apply(e *editor) error {
 
 // assign gives cell i the replica set and handoff state of o, once they check out.
 func (e *editor) assign(i int32, o Assign) error {
-	s := Slice{Range: e.cells[i].s.Range, Replicas: o.Replicas, Loading: o.Loading, Leaving: o.Leaving, Since: o.Since}.normalized()
+	s := Slice{Range: e.cells[i].s.Range, Replicas: o.Replicas, Loading: o.Loading, Leaving: o.Leaving, Since: o.Since,
+		Primary: o.Primary, Next: o.Next}.normalized()
 	if err := s.check(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadOp, err)
 	}
@@ -196,7 +199,7 @@ func Diff(from, to *Assignment) []Op {
 	for {
 		fs, ts := from.slices[i], to.slices[j]
 		if !fs.sameHolders(ts) {
-			assigns = append(assigns, Assign{Slice: piece, Replicas: ts.Replicas, Loading: ts.Loading, Leaving: ts.Leaving, Since: ts.Since})
+			assigns = append(assigns, ts.assignAt(piece))
 		}
 		// The piece ends at the nearer of the two slice ends.
 		switch fs.Range.End.Compare(ts.Range.End) {

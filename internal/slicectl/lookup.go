@@ -15,6 +15,8 @@ type jsonLookup struct {
 	Hash       string    `json:"hash"`
 	Slice      jsonRange `json:"slice"`
 	Replicas   []string  `json:"replicas"`
+	Primary    string    `json:"primary,omitempty"`
+	Next       string    `json:"next,omitempty"`
 	Generation uint64    `json:"generation"`
 }
 
@@ -25,8 +27,9 @@ func newLookupCommand(g *globalOptions) *cobra.Command {
 		Short: "Show the slice and replicas holding a key or a hash",
 		Long: `lookup shows where a key lives now: its hash (xxhash64 of the key), the slice
 holding that point of the hash space, the nodes holding the slice, and the
-generation of the map the answer comes from. --hash looks up a point instead
-of a key.`,
+generation of the map the answer comes from; in a cluster with roles, the
+replica that takes the key's writes. --hash looks up a point instead of a
+key.`,
 		Example: `  slicectl lookup user:42
   slicectl lookup --hash 0x8000000000000000
   slicectl lookup user:42 -o json | jq -r '.replicas[0]'`,
@@ -58,7 +61,7 @@ of a key.`,
 					return err
 				}
 				out := jsonLookup{Key: key, Hash: keyspace.FormatPoint(resp.GetHash()), Slice: rangeJSON(resp.GetSlice()),
-					Replicas: resp.GetReplicas(), Generation: resp.GetGeneration()}
+					Replicas: resp.GetReplicas(), Primary: resp.GetPrimary(), Next: resp.GetNext(), Generation: resp.GetGeneration()}
 				if !s.out.table() {
 					return s.out.print(out)
 				}
@@ -69,6 +72,9 @@ of a key.`,
 				row(w, "hash", out.Hash)
 				row(w, "slice", showRange(resp.GetSlice()))
 				row(w, "replicas", showNodes(resp.GetReplicas()))
+				if resp.GetPrimary() != "" {
+					row(w, "primary", showPrimary(&pb.SliceInfo{Primary: resp.GetPrimary(), Next: resp.GetNext()}))
+				}
 				row(w, "generation", fmt.Sprint(resp.GetGeneration()))
 				return w.Flush()
 			})

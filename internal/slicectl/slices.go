@@ -21,6 +21,9 @@ type jsonSlice struct {
 	Loading []string `json:"loading,omitempty"`
 	Leaving []string `json:"leaving,omitempty"`
 	Since   uint64   `json:"since,omitempty"`
+	// Primary takes the slice's writes; Next takes over once Primary has demoted itself.
+	Primary string `json:"primary,omitempty"`
+	Next    string `json:"next,omitempty"`
 }
 
 type jsonSlices struct {
@@ -42,7 +45,9 @@ nodes holding it, its estimated load and number of keys (as the nodes last
 reported them), and whether it is pinned. While a slice is handed off
 make-before-break, HANDOFF shows the nodes still loading it (they do not serve
 it yet), the nodes leaving it (they serve it until no node loads it), and the
-map generation the handoff began at. --node keeps the slices one node
+map generation the handoff began at. In a cluster with roles (assigner
+--roles primary-secondary), PRIMARY names the replica that takes the slice's
+writes; "a -> b" says a is demoting itself and b takes over once it has. --node keeps the slices one node
 holds; --sort load lists the hottest first; --limit caps the listing (the
 assigner caps it at 1000 when --limit is 0).`,
 		Example: `  slicectl slices
@@ -67,7 +72,8 @@ assigner caps it at 1000 when --limit is 0).`,
 					for _, sl := range resp.GetSlices() {
 						out.Slices = append(out.Slices, jsonSlice{jsonRange: rangeJSON(sl.GetRange()), Replicas: sl.GetReplicas(),
 							Load: jsonFloat(sl.GetLoad()), Keys: jsonFloat(sl.GetKeys()), Pinned: sl.GetPinned(),
-							Loading: sl.GetLoading(), Leaving: sl.GetLeaving(), Since: sl.GetSince()})
+							Loading: sl.GetLoading(), Leaving: sl.GetLeaving(), Since: sl.GetSince(),
+							Primary: sl.GetPrimary(), Next: sl.GetNext()})
 					}
 					return s.out.print(out)
 				}
@@ -95,20 +101,40 @@ func showHandoff(sl *pb.SliceInfo) string {
 	return "-"
 }
 
+// showPrimary describes a slice's primary: "a", "a -> b" while a hands the role to b, "-"
+// for none.
+func showPrimary(sl *pb.SliceInfo) string {
+	switch {
+	case sl.GetPrimary() == "":
+		return "-"
+	case sl.GetNext() != "":
+		return sl.GetPrimary() + " -> " + sl.GetNext()
+	}
+	return sl.GetPrimary()
+}
+
 func printSlices(s *session, resp *pb.ListSlicesResponse, node string) error {
 	w := newTable(s.out.w)
 	// The handoff column shows only while one is under way, so that the usual listing
 	// stays as narrow as it was.
 	handoffs := slices.ContainsFunc(resp.GetSlices(), func(sl *pb.SliceInfo) bool { return len(sl.GetLoading())+len(sl.GetLeaving()) > 0 })
-	header := []string{"START", "END", "REPLICAS", "LOAD", "KEYS", "PINNED"}
+	roles := slices.ContainsFunc(resp.GetSlices(), func(sl *pb.SliceInfo) bool { return sl.GetPrimary() != "" })
+	header := []string{"START", "END", "REPLICAS"}
+	if roles {
+		header = append(header, "PRIMARY")
+	}
+	header = append(header, "LOAD", "KEYS", "PINNED")
 	if handoffs {
 		header = append(header, "HANDOFF")
 	}
 	row(w, header...)
 	for _, sl := range resp.GetSlices() {
 		r := rangeOf(sl.GetRange())
-		cells := []string{keyspace.FormatPoint(r.Start), r.End.String(), showNodes(sl.GetReplicas()), num(sl.GetLoad()),
-			num(sl.GetKeys()), yesNo(sl.GetPinned())}
+		cells := []string{keyspace.FormatPoint(r.Start), r.End.String(), showNodes(sl.GetReplicas())}
+		if roles {
+			cells = append(cells, showPrimary(sl))
+		}
+		cells = append(cells, num(sl.GetLoad()), num(sl.GetKeys()), yesNo(sl.GetPinned()))
 		if handoffs {
 			cells = append(cells, showHandoff(sl))
 		}

@@ -87,6 +87,10 @@ type Node struct {
 	assignment.Node
 	Address string
 	Labels  map[string]string
+	// Roles is the role model a member expects and acts on (it demotes itself before a
+	// primary role moves on, and reports what it holds as primary); "" for a node of the data
+	// path, which does not.
+	Roles string
 }
 
 // State is everything a new leader needs.
@@ -229,7 +233,7 @@ func (s *Store) readNodes(ctx context.Context, rev int64) ([]Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
 		}
-		nodes = append(nodes, Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels()})
+		nodes = append(nodes, Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels(), Roles: r.GetRoles()})
 	}
 	return nodes, nil
 }
@@ -435,7 +439,7 @@ func (s *Store) SaveMeta(ctx context.Context, f Fence, m Meta) error {
 
 // PutNode records a registered node.
 func (s *Store) PutNode(ctx context.Context, f Fence, n Node) error {
-	data, err := proto.Marshal(&storev1.NodeRecord{Node: wire.NodeToProto(n.Node), Address: n.Address, Labels: n.Labels})
+	data, err := proto.Marshal(&storev1.NodeRecord{Node: wire.NodeToProto(n.Node), Address: n.Address, Labels: n.Labels, Roles: n.Roles})
 	if err != nil {
 		return fmt.Errorf("store: encoding node %s: %w", n.ID, err)
 	}

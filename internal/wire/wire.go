@@ -60,7 +60,7 @@ func AssignmentToProto(a *assignment.Assignment) *pb.Assignment {
 	}
 	for i, s := range a.All() {
 		m.Starts[i] = s.Range.Start
-		m.Replicas[i] = replicaSet(s.Replicas, s.Loading, s.Leaving, s.Since)
+		m.Replicas[i] = replicaSet(s.Replicas, s.Loading, s.Leaving, s.Since, s.Primary, s.Next)
 	}
 	return m
 }
@@ -90,7 +90,8 @@ func AssignmentFromProto(m *pb.Assignment) (*assignment.Assignment, error) {
 			end = keyspace.At(starts[i+1])
 		}
 		ss[i] = assignment.Slice{Range: keyspace.Range{Start: start, End: end}, Replicas: nodeIDs(reps[i].GetNodes()),
-			Loading: optNodeIDs(reps[i].GetLoading()), Leaving: optNodeIDs(reps[i].GetLeaving()), Since: reps[i].GetSince()}
+			Loading: optNodeIDs(reps[i].GetLoading()), Leaving: optNodeIDs(reps[i].GetLeaving()), Since: reps[i].GetSince(),
+			Primary: assignment.NodeID(reps[i].GetPrimary()), Next: assignment.NodeID(reps[i].GetNext())}
 	}
 	a, err := assignment.New(m.GetGeneration(), ss)
 	if err != nil {
@@ -109,7 +110,8 @@ func OpsToProto(ops []assignment.Op) []*pb.Op {
 		case assignment.Merge:
 			out[i] = &pb.Op{Op: &pb.Op_Merge{Merge: &pb.Merge{Left: o.Left}}}
 		case assignment.Assign:
-			out[i] = &pb.Op{Op: &pb.Op_Assign{Assign: &pb.Assign{Slice: o.Slice, Replicas: replicaSet(o.Replicas, o.Loading, o.Leaving, o.Since)}}}
+			out[i] = &pb.Op{Op: &pb.Op_Assign{Assign: &pb.Assign{Slice: o.Slice,
+				Replicas: replicaSet(o.Replicas, o.Loading, o.Leaving, o.Since, o.Primary, o.Next)}}}
 		default:
 			panic(fmt.Sprintf("wire: unknown operation type %T", op)) // the set of operations is closed
 		}
@@ -139,7 +141,8 @@ func OpsFromProto(ms []*pb.Op) ([]assignment.Op, error) {
 				}
 			}
 			out[i] = assignment.Assign{Slice: o.Assign.GetSlice(), Replicas: reps,
-				Loading: optNodeIDs(rs.GetLoading()), Leaving: optNodeIDs(rs.GetLeaving()), Since: rs.GetSince()}
+				Loading: optNodeIDs(rs.GetLoading()), Leaving: optNodeIDs(rs.GetLeaving()), Since: rs.GetSince(),
+				Primary: assignment.NodeID(rs.GetPrimary()), Next: assignment.NodeID(rs.GetNext())}
 		default:
 			return nil, fmt.Errorf("%w: op %d is empty", ErrInvalid, i)
 		}
@@ -164,8 +167,9 @@ func NodeFromProto(m *pb.Node) (assignment.Node, error) {
 	return n, nil
 }
 
-func replicaSet(ids, loading, leaving []assignment.NodeID, since uint64) *pb.ReplicaSet {
-	return &pb.ReplicaSet{Nodes: nodeStrings(ids), Loading: nodeStrings(loading), Leaving: nodeStrings(leaving), Since: since}
+func replicaSet(ids, loading, leaving []assignment.NodeID, since uint64, primary, next assignment.NodeID) *pb.ReplicaSet {
+	return &pb.ReplicaSet{Nodes: nodeStrings(ids), Loading: nodeStrings(loading), Leaving: nodeStrings(leaving), Since: since,
+		Primary: string(primary), Next: string(next)}
 }
 
 func nodeStrings(ids []assignment.NodeID) []string {

@@ -656,11 +656,14 @@ func (*LookupRequest_Key) isLookupRequest_Target() {}
 func (*LookupRequest_Hash) isLookupRequest_Target() {}
 
 type LookupResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hash          uint64                 `protobuf:"fixed64,1,opt,name=hash,proto3" json:"hash,omitempty"`
-	Slice         *Range                 `protobuf:"bytes,2,opt,name=slice,proto3" json:"slice,omitempty"`
-	Replicas      []string               `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	Generation    uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Hash       uint64                 `protobuf:"fixed64,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	Slice      *Range                 `protobuf:"bytes,2,opt,name=slice,proto3" json:"slice,omitempty"`
+	Replicas   []string               `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Generation uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// primary and next are the slice's roles (see SliceInfo); empty without roles.
+	Primary       string `protobuf:"bytes,5,opt,name=primary,proto3" json:"primary,omitempty"`
+	Next          string `protobuf:"bytes,6,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -721,6 +724,20 @@ func (x *LookupResponse) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *LookupResponse) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *LookupResponse) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
 }
 
 type WatchQuantaRequest struct {
@@ -824,8 +841,14 @@ type RegisterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// address is where the node serves its application, for routers.
-	Address       string            `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Labels        map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Address string            `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Labels  map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// roles is the role model a member expects and acts on, "replicas" or
+	// "primary-secondary": it demotes itself through its application before a primary role
+	// moves on, and lists in its heartbeats the ranges it holds as primary. Empty for a node
+	// of the data path. A member that expects another model than the cluster's is refused
+	// (FAILED_PRECONDITION).
+	Roles         string `protobuf:"bytes,4,opt,name=roles,proto3" json:"roles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -879,6 +902,13 @@ func (x *RegisterRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *RegisterRequest) GetRoles() string {
+	if x != nil {
+		return x.Roles
+	}
+	return ""
 }
 
 type RegisterResponse struct {
@@ -947,7 +977,11 @@ type HeartbeatRequest struct {
 	// loading lists the ranges the node holds whose data has not all arrived yet; a slice the
 	// node is loading becomes serving once generation reaches its handoff's and no part of it
 	// is listed here.
-	Loading       []*Range `protobuf:"bytes,5,rep,name=loading,proto3" json:"loading,omitempty"`
+	Loading []*Range `protobuf:"bytes,5,rep,name=loading,proto3" json:"loading,omitempty"`
+	// primaries lists the ranges the member holds as primary, its application having taken
+	// the role; a demoting primary's range leaves the list once it has handed over. Only a
+	// member registered with roles says it.
+	Primaries     []*Range `protobuf:"bytes,6,rep,name=primaries,proto3" json:"primaries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1013,6 +1047,13 @@ func (x *HeartbeatRequest) GetGeneration() uint64 {
 func (x *HeartbeatRequest) GetLoading() []*Range {
 	if x != nil {
 		return x.Loading
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetPrimaries() []*Range {
+	if x != nil {
+		return x.Primaries
 	}
 	return nil
 }
@@ -2134,9 +2175,13 @@ type SliceInfo struct {
 	// loading, leaving and since describe a make-before-break handoff under way, as in
 	// ReplicaSet: the replicas still loading the slice, those that drop it once no node
 	// loads it, and the map generation the handoff began at.
-	Loading       []string `protobuf:"bytes,6,rep,name=loading,proto3" json:"loading,omitempty"`
-	Leaving       []string `protobuf:"bytes,7,rep,name=leaving,proto3" json:"leaving,omitempty"`
-	Since         uint64   `protobuf:"varint,8,opt,name=since,proto3" json:"since,omitempty"`
+	Loading []string `protobuf:"bytes,6,rep,name=loading,proto3" json:"loading,omitempty"`
+	Leaving []string `protobuf:"bytes,7,rep,name=leaving,proto3" json:"leaving,omitempty"`
+	Since   uint64   `protobuf:"varint,8,opt,name=since,proto3" json:"since,omitempty"`
+	// primary and next are the slice's roles, as in ReplicaSet: the replica that takes its
+	// writes, and the one that takes over once it has demoted itself; empty without roles.
+	Primary       string `protobuf:"bytes,9,opt,name=primary,proto3" json:"primary,omitempty"`
+	Next          string `protobuf:"bytes,10,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2225,6 +2270,20 @@ func (x *SliceInfo) GetSince() uint64 {
 		return x.Since
 	}
 	return 0
+}
+
+func (x *SliceInfo) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *SliceInfo) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
 }
 
 type ListSlicesResponse struct {
@@ -3623,29 +3682,32 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\rLookupRequest\x12\x12\n" +
 	"\x03key\x18\x01 \x01(\fH\x00R\x03key\x12\x14\n" +
 	"\x04hash\x18\x02 \x01(\x06H\x00R\x04hashB\b\n" +
-	"\x06target\"\x8c\x01\n" +
+	"\x06target\"\xba\x01\n" +
 	"\x0eLookupResponse\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\x06R\x04hash\x12*\n" +
 	"\x05slice\x18\x02 \x01(\v2\x14.sliceplane.v1.RangeR\x05slice\x12\x1a\n" +
 	"\breplicas\x18\x03 \x03(\tR\breplicas\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
-	"generation\"A\n" +
+	"generation\x12\x18\n" +
+	"\aprimary\x18\x05 \x01(\tR\aprimary\x12\x12\n" +
+	"\x04next\x18\x06 \x01(\tR\x04next\"A\n" +
 	"\x12WatchQuantaRequest\x12+\n" +
 	"\x04from\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\x04from\"e\n" +
 	"\x13WatchQuantaResponse\x120\n" +
 	"\aquantum\x18\x01 \x01(\v2\x16.sliceplane.v1.QuantumR\aquantum\x12\x1c\n" +
-	"\theartbeat\x18\x02 \x01(\bR\theartbeat\"\xd3\x01\n" +
+	"\theartbeat\x18\x02 \x01(\bR\theartbeat\"\xe9\x01\n" +
 	"\x0fRegisterRequest\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.sliceplane.v1.NodeR\x04node\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12B\n" +
-	"\x06labels\x18\x03 \x03(\v2*.sliceplane.v1.RegisterRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x03 \x03(\v2*.sliceplane.v1.RegisterRequest.LabelsEntryR\x06labels\x12\x14\n" +
+	"\x05roles\x18\x04 \x01(\tR\x05roles\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"}\n" +
 	"\x10RegisterResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
-	"\vdistributor\x18\x02 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"\xc6\x01\n" +
+	"\vdistributor\x18\x02 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"\xfa\x01\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\x123\n" +
@@ -3653,7 +3715,8 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12.\n" +
-	"\aloading\x18\x05 \x03(\v2\x14.sliceplane.v1.RangeR\aloading\"\x9a\x01\n" +
+	"\aloading\x18\x05 \x03(\v2\x14.sliceplane.v1.RangeR\aloading\x122\n" +
+	"\tprimaries\x18\x06 \x03(\v2\x14.sliceplane.v1.RangeR\tprimaries\"\x9a\x01\n" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\x12<\n" +
@@ -3739,7 +3802,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x11ListSlicesRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\aby_load\x18\x02 \x01(\bR\x06byLoad\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xdd\x01\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\x8b\x02\n" +
 	"\tSliceInfo\x12*\n" +
 	"\x05range\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x05range\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x12\n" +
@@ -3748,7 +3811,10 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x06pinned\x18\x05 \x01(\bR\x06pinned\x12\x18\n" +
 	"\aloading\x18\x06 \x03(\tR\aloading\x12\x18\n" +
 	"\aleaving\x18\a \x03(\tR\aleaving\x12\x14\n" +
-	"\x05since\x18\b \x01(\x04R\x05since\"\\\n" +
+	"\x05since\x18\b \x01(\x04R\x05since\x12\x18\n" +
+	"\aprimary\x18\t \x01(\tR\aprimary\x12\x12\n" +
+	"\x04next\x18\n" +
+	" \x01(\tR\x04next\"\\\n" +
 	"\x12ListSlicesResponse\x120\n" +
 	"\x06slices\x18\x01 \x03(\v2\x18.sliceplane.v1.SliceInfoR\x06slices\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"N\n" +
@@ -3975,94 +4041,95 @@ var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	4,  // 16: sliceplane.v1.RegisterResponse.distributor:type_name -> sliceplane.v1.Distributor
 	66, // 17: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
 	0,  // 18: sliceplane.v1.HeartbeatRequest.loading:type_name -> sliceplane.v1.Range
-	66, // 19: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	4,  // 20: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
-	66, // 21: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
-	66, // 22: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
-	21, // 23: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
-	1,  // 24: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
-	62, // 25: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
-	1,  // 26: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
-	59, // 27: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
-	64, // 28: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
-	0,  // 29: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
-	64, // 30: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	64, // 31: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
-	65, // 32: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	60, // 33: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	64, // 34: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	66, // 35: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
-	29, // 36: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 37: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	32, // 38: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 39: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	24, // 40: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 41: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	24, // 42: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 43: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	24, // 44: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	24, // 45: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	25, // 46: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	24, // 47: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 48: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	24, // 49: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 50: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	61, // 51: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 52: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 53: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	55, // 54: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	64, // 55: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	5,  // 56: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 57: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 58: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 59: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 60: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 61: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 62: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	22, // 63: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	18, // 64: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
-	26, // 65: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	28, // 66: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	31, // 67: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	34, // 68: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	36, // 69: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	38, // 70: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	40, // 71: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	42, // 72: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	44, // 73: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	46, // 74: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	48, // 75: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	50, // 76: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	52, // 77: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	54, // 78: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 79: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 80: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 81: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 82: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 83: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 84: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	20, // 85: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	23, // 86: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	19, // 87: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
-	27, // 88: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	30, // 89: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	33, // 90: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	35, // 91: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	37, // 92: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	39, // 93: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	41, // 94: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	43, // 95: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	45, // 96: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	47, // 97: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	49, // 98: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	51, // 99: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	53, // 100: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	56, // 101: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	79, // [79:102] is the sub-list for method output_type
-	56, // [56:79] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	0,  // 19: sliceplane.v1.HeartbeatRequest.primaries:type_name -> sliceplane.v1.Range
+	66, // 20: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	4,  // 21: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
+	66, // 22: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
+	66, // 23: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
+	21, // 24: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
+	1,  // 25: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
+	62, // 26: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
+	1,  // 27: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
+	59, // 28: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
+	64, // 29: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
+	0,  // 30: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
+	64, // 31: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	64, // 32: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
+	65, // 33: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	60, // 34: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	64, // 35: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	66, // 36: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	29, // 37: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 38: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	32, // 39: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 40: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	24, // 41: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 42: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	24, // 43: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 44: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	24, // 45: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	24, // 46: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	25, // 47: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	24, // 48: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 49: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	24, // 50: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 51: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	61, // 52: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 53: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 54: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	55, // 55: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	64, // 56: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	5,  // 57: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 58: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 59: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 60: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 61: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 62: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 63: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	22, // 64: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	18, // 65: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
+	26, // 66: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	28, // 67: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	31, // 68: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	34, // 69: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	36, // 70: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	38, // 71: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	40, // 72: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	42, // 73: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	44, // 74: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	46, // 75: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	48, // 76: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	50, // 77: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	52, // 78: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	54, // 79: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 80: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 81: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 82: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 83: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 84: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 85: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	20, // 86: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	23, // 87: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	19, // 88: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
+	27, // 89: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	30, // 90: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	33, // 91: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	35, // 92: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	37, // 93: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	39, // 94: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	41, // 95: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	43, // 96: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	45, // 97: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	47, // 98: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	49, // 99: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	51, // 100: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	53, // 101: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	56, // 102: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	80, // [80:103] is the sub-list for method output_type
+	57, // [57:80] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }

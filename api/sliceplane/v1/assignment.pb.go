@@ -95,7 +95,13 @@ type ReplicaSet struct {
 	// since is the map generation at which the handoff began; 0 when none is under way. A
 	// loading node is loaded once it has applied that generation's operations and holds no
 	// part of the slice still loading.
-	Since         uint64 `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"`
+	Since uint64 `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"`
+	// primary is the node that takes the slice's writes, in a cluster with roles (the others
+	// are secondaries); empty in a cluster without, and while no node serves. next, when set,
+	// is the node to become primary once primary has demoted itself: a planned move of the
+	// primary role, in two steps, so that no two nodes are primary at once.
+	Primary       string `protobuf:"bytes,5,opt,name=primary,proto3" json:"primary,omitempty"`
+	Next          string `protobuf:"bytes,6,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +162,20 @@ func (x *ReplicaSet) GetSince() uint64 {
 		return x.Since
 	}
 	return 0
+}
+
+func (x *ReplicaSet) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *ReplicaSet) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
 }
 
 // Assignment maps every point of the hash space to a replica set. It is stored and sent as
@@ -483,13 +503,15 @@ const file_sliceplane_v1_assignment_proto_rawDesc = "" +
 	"\x1esliceplane/v1/assignment.proto\x12\rsliceplane.v1\"2\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
-	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\"l\n" +
+	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\"\x9a\x01\n" +
 	"\n" +
 	"ReplicaSet\x12\x14\n" +
 	"\x05nodes\x18\x01 \x03(\tR\x05nodes\x12\x18\n" +
 	"\aloading\x18\x02 \x03(\tR\aloading\x12\x18\n" +
 	"\aleaving\x18\x03 \x03(\tR\aleaving\x12\x14\n" +
-	"\x05since\x18\x04 \x01(\x04R\x05since\"{\n" +
+	"\x05since\x18\x04 \x01(\x04R\x05since\x12\x18\n" +
+	"\aprimary\x18\x05 \x01(\tR\aprimary\x12\x12\n" +
+	"\x04next\x18\x06 \x01(\tR\x04next\"{\n" +
 	"\n" +
 	"Assignment\x12\x1e\n" +
 	"\n" +

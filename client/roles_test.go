@@ -1,0 +1,180 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/internal/assigner"
+	"github.com/sliceplane/sliceplane/internal/clustertest"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// primaries checks the roles' safety rule as the applications live it: at no time do two
+// members' applications hold the same point as primary. A member's application takes the
+// role when Acquire or ChangeRole to RolePrimary is called, and has given it up when
+// ChangeRole to RoleSecondary or Release returns.
+type primaries struct {
+	mu         sync.Mutex
+	by         map[string]keyspace.Set // member -> the points its application holds as primary
+	violations []string
+	taken      map[string]time.Time // "member start" -> when it last became primary of a range starting there
+}
+
+func (p *primaries) take(id string, r keyspace.Range) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for other, held := range p.by {
+		if other != id && !held.Intersect(keyspace.NewSet(r)).Empty() {
+			p.violations = append(p.violations, fmt.Sprintf("%s became primary of %s while %s was primary of %s", id, r, other, held.Intersect(keyspace.NewSet(r))))
+		}
+	}
+	p.by[id] = p.by[id].Union(keyspace.NewSet(r))
+	p.taken[fmt.Sprint(id, " ", r.Start)] = time.Now()
+}
+
+// takenAt returns when member id last became primary of a range starting at start.
+func (p *primaries) takenAt(id string, start uint64) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.taken[fmt.Sprint(id, " ", start)]
+}
+
+func (p *primaries) give(id string, r keyspace.Range) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.by[id] = p.by[id].Minus(keyspace.NewSet(r))
+}
+
+// covered reports whether every point has a primary.
+func (p *primaries) covered() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var all keyspace.Set
+	for _, s := range p.by {
+		all = all.Union(s)
+	}
+	return all.Equal(keyspace.NewSet(keyspace.Full()))
+}
+
+func (p *primaries) failures() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.violations...)
+}
+
+// roleApp is an Application that reports its primaries to a shared checker and takes a while
+// to demote itself (it finishes the writes in flight).
+type roleApp struct {
+	id     string
+	check  *primaries
+	demote time.Duration
+}
+
+func (a *roleApp) Acquire(_ context.Context, r client.Range, role client.Role) error {
+	if role == client.RolePrimary {
+		a.check.take(a.id, keyspaceRange(r))
+	}
+	return nil
+}
+
+func (a *roleApp) Release(_ context.Context, r client.Range) error {
+	a.check.give(a.id, keyspaceRange(r))
+	return nil
+}
+
+func (a *roleApp) ChangeRole(ctx context.Context, r client.Range, role client.Role) error {
+	if role == client.RolePrimary {
+		a.check.take(a.id, keyspaceRange(r))
+		return nil
+	}
+	select { // the writes in flight finish
+	case <-time.After(a.demote):
+	case <-ctx.Done():
+	}
+	a.check.give(a.id, keyspaceRange(r))
+	return nil
+}
+
+// TestPrimariesMoveGracefully runs three members in a cluster with primary and secondary
+// roles, moves the primaries of one of them by operator moves and a drain, and checks that
+// no two applications ever held a point as primary at once, and that every point has a
+// primary once the moves are done.
+func TestPrimariesMoveGracefully(t *testing.T) {
+	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
+		cfg.Core.Roles = assigner.RolesPrimarySecondary
+		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 20*time.Second, 200*time.Millisecond
+	}})
+	check := &primaries{by: map[string]keyspace.Set{}, taken: map[string]time.Time{}}
+	members := map[string]*client.Member{}
+	for _, id := range []string{"m1", "m2", "m3"} {
+		m, err := client.NewMember(client.MemberConfig{ID: id, Address: id + ":1", Assigners: c.Assigners(),
+			App: &roleApp{id: id, check: check, demote: 50 * time.Millisecond}, Roles: client.RolesPrimarySecondary,
+			ReportInterval: 100 * time.Millisecond, Logger: quiet()})
+		require.NoError(t, err)
+		members[id] = m
+		runMember(t, m)
+	}
+	waitFor(t, 30*time.Second, "every point has a primary", check.covered)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	adm := newAdmin(c)
+	_, err := adm.Freeze(ctx, &pb.FreezeRequest{Reason: "roles test"}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+
+	// Move three slices m1 holds to m2 and back, then to m3.
+	list, err := adm.ListSlices(ctx, &pb.ListSlicesRequest{Node: "m1"})
+	require.NoError(t, err)
+	require.NotEmpty(t, list.GetSlices())
+	moved := list.GetSlices()[:min(3, len(list.GetSlices()))]
+	var took []time.Duration // from the move's decision to the new primary's application taking the role
+	for _, to := range []string{"m2", "m1", "m3"} {
+		for _, sl := range moved {
+			start := sl.GetRange().GetStart()
+			decided := time.Now()
+			_, err := adm.Move(ctx, &pb.MoveRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Hash{Hash: start}}, To: []string{to}})
+			require.NoError(t, err, "move to %s", to)
+			waitFor(t, 30*time.Second, to+" is the primary", func() bool {
+				l, err := adm.assignments.Lookup(ctx, &pb.LookupRequest{Target: &pb.LookupRequest_Hash{Hash: start}})
+				return err == nil && l.GetPrimary() == to && len(l.GetReplicas()) == 1
+			})
+			took = append(took, check.takenAt(to, start).Sub(decided))
+		}
+	}
+	require.Empty(t, check.failures())
+	slices.Sort(took)
+	t.Logf("primary handovers: %d, decision to new primary: p50 %s, max %s (a demotion takes 50ms)", len(took),
+		took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+
+	// m2 drains: its primaries go to the others, each handed over.
+	_, err = adm.Unfreeze(ctx, &pb.UnfreezeRequest{})
+	require.NoError(t, err)
+	require.NoError(t, members["m2"].Drain(ctx))
+	waitFor(t, 30*time.Second, "every point has a primary", check.covered)
+	require.Empty(t, check.failures())
+}
+
+// runMember runs m until the test ends.
+func runMember(t *testing.T, m *client.Member) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "Member.Run")
+		case <-time.After(10 * time.Second):
+			t.Error("Member.Run did not return after its context ended")
+		}
+	})
+}

@@ -1,0 +1,200 @@
+package assigner
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// The role models a cluster may have (CoreConfig.Roles, --roles).
+const (
+	RolesReplicas         = assignment.RolesReplicas
+	RolesPrimarySecondary = assignment.RolesPrimarySecondary
+)
+
+// Roles, the assigner's side (see assignment/roles.go for the map's). With
+// RolesPrimarySecondary every change of the map is followed, in the same quantum, by the
+// Assigns that give each slice the roles it must have (placeRoles): the primary stays where
+// it is while it is a serving replica that stays; one that leaves (a move, a drain) hands the
+// role over gracefully: once a replica that stays serves the slice, it is named Next and the
+// primary demotes itself (its member's application stops taking writes); when its heartbeat
+// no longer lists the slice among the ranges it holds as primary, Next is promoted (promote).
+// Meanwhile the old primary does not drop the slice: its handoff lingers until the
+// promotion, or until HandoffTimeout after the new holders served, when the promotion is
+// forced (the member may be hung; in a cluster without leases, a live old primary may then
+// still act as one). A primary that departed or was dropped is replaced at once, by Next if
+// there is one. A participant that does not report roles (a storage node of the data path)
+// needs no demotion: the role moves at once. A new primary goes to the serving replica that
+// holds the fewest primaries, the first by ID on a tie.
+
+// roles reports whether the cluster has primaries.
+func (c *Core) roles() bool { return c.cfg.Roles == RolesPrimarySecondary }
+
+// withRoles returns ops followed by the Assigns that give the map they lead to the roles it
+// must have; ops as they are in a cluster without roles.
+func (c *Core) withRoles(ops []assignment.Op) ([]assignment.Op, error) {
+	if !c.roles() || len(ops) == 0 {
+		return ops, nil
+	}
+	mid, ops, err := c.a.Resolve(ops) // a Handoff as its Assign, so that roles fold into it
+	if err != nil {
+		return nil, err // changeMap says which
+	}
+	return foldRoles(ops, c.placeRoles(c.a, mid)), nil
+}
+
+// foldRoles returns ops followed by roles, a role's Assign folded into the last Assign of ops
+// to the same slice when ops only assign (no split or merge moves a slice's start), so that a
+// quantum carries each slice once.
+func foldRoles(ops, roles []assignment.Op) []assignment.Op {
+	last := map[uint64]int{}
+	for i, op := range ops {
+		a, ok := op.(assignment.Assign)
+		if !ok {
+			return append(ops, roles...)
+		}
+		last[a.Slice] = i
+	}
+	out := slices.Clone(ops)
+	for _, op := range roles {
+		r := op.(assignment.Assign)
+		if i, ok := last[r.Slice]; ok {
+			out[i] = r
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// placeRoles returns the Assigns that give every slice of after the roles it must have,
+// after before (nil: none had any). A slice of after keeps the roles it has (the ops set
+// them, or left it alone); one without takes those of the slice of before that holds its
+// start (the two maps are walked together).
+func (c *Core) placeRoles(before, after *assignment.Assignment) []assignment.Op {
+	counts := map[assignment.NodeID]int{}
+	for _, s := range after.All() {
+		if s.Primary != "" {
+			counts[s.Primary]++
+		}
+	}
+	var ops []assignment.Op
+	j := 0
+	for _, s := range after.All() {
+		was := s // roles the ops set, or kept
+		if before != nil {
+			for before.Slice(j).Range.End.Compare(keyspace.At(s.Range.Start)) <= 0 && !before.Slice(j).Range.End.IsEnd() {
+				j++
+			}
+			if s.Primary == "" {
+				was = before.Slice(j)
+			}
+		}
+		p, n := c.rolesOf(was, s, counts)
+		if p == s.Primary && n == s.Next {
+			continue
+		}
+		if s.Primary != "" {
+			counts[s.Primary]--
+		}
+		if p != "" {
+			counts[p]++
+		}
+		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: s.Loading,
+			Leaving: s.Leaving, Since: s.Since, Primary: p, Next: n})
+	}
+	return ops
+}
+
+// rolesOf returns the primary and next primary slice s must have, the roles of was (the
+// slice it was part of) being what they were.
+func (c *Core) rolesOf(was, s assignment.Slice, counts map[assignment.NodeID]int) (primary, next assignment.NodeID) {
+	serving := slices.DeleteFunc(slices.Clone(s.Replicas), s.IsLoading)
+	staying := slices.DeleteFunc(slices.Clone(serving), func(id assignment.NodeID) bool { return slices.Contains(s.Leaving, id) })
+	p, n := was.Primary, was.Next
+	if p == "" || !slices.Contains(serving, p) { // none, or it departed, was dropped, loads again
+		if n != "" && slices.Contains(serving, n) {
+			return n, ""
+		}
+		return fewest(serving, counts), ""
+	}
+	if !slices.Contains(s.Leaving, p) {
+		return p, "" // it stays: a handover it had begun is called off
+	}
+	if n != "" && slices.Contains(staying, n) {
+		return p, n // the handover goes on
+	}
+	n = fewest(slices.DeleteFunc(staying, func(id assignment.NodeID) bool { return id == p }), counts)
+	switch {
+	case n == "":
+		return p, "" // the new holders load: it stays primary meanwhile
+	case !c.reportsRoles(p):
+		return n, "" // nothing to wait for: it does not act on roles
+	}
+	return p, n
+}
+
+// fewest returns the node of ids holding the fewest primaries, the first on a tie; "" for
+// none.
+func fewest(ids []assignment.NodeID, counts map[assignment.NodeID]int) assignment.NodeID {
+	var best assignment.NodeID
+	for _, id := range ids {
+		if best == "" || counts[id] < counts[best] {
+			best = id
+		}
+	}
+	return best
+}
+
+// reportsRoles reports whether node id reports the ranges it holds as primary (a member
+// whose application acts on roles), so that a handover waits for its demotion.
+func (c *Core) reportsRoles(id assignment.NodeID) bool {
+	n, ok := c.nodes[id]
+	return ok && n.Roles != ""
+}
+
+// withPrimaries returns the initial map a with a primary for each slice.
+func (c *Core) withPrimaries(a *assignment.Assignment) (*assignment.Assignment, error) {
+	if !c.roles() {
+		return a, nil
+	}
+	next, err := a.Apply(c.placeRoles(nil, a))
+	if err != nil {
+		return nil, fmt.Errorf("assigner: the initial primaries: %w", err)
+	}
+	return next.WithGeneration(a.Generation()), nil
+}
+
+// promote returns the Assigns that promote Next wherever hb's node is a demoting primary that
+// no longer holds the slice as primary (or reports no roles).
+func (c *Core) promote(hb Heartbeat) []assignment.Op {
+	var ops []assignment.Op
+	for _, i := range c.ho.slices {
+		s := c.a.Slice(i)
+		if s.Primary != hb.Node || s.Next == "" || (c.reportsRoles(hb.Node) && overlapsAny(hb.Primaries, s.Range)) {
+			continue
+		}
+		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: s.Loading,
+			Leaving: s.Leaving, Since: s.Since, Primary: s.Next})
+	}
+	return ops
+}
+
+// demoting reports whether a lingering slice waits for its primary to hand over: the primary
+// is leaving, with a successor named or not.
+func demoting(s assignment.Slice) bool {
+	return s.Next != "" || s.Primary != "" && slices.Contains(s.Leaving, s.Primary)
+}
+
+// forcePromotion returns the Assign that promotes s's Next without waiting for the old
+// primary's demotion, once HandoffTimeout has passed since its new holders served.
+func (c *Core) forcePromotion(s assignment.Slice, now time.Time) (assignment.Assign, bool) {
+	if s.Next == "" || now.Before(c.ho.served[s.Since].Add(c.cfg.HandoffTimeout)) {
+		return assignment.Assign{}, false
+	}
+	return assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: s.Loading, Leaving: s.Leaving,
+		Since: s.Since, Primary: s.Next}, true
+}

@@ -1,0 +1,54 @@
+package assignment
+
+import "fmt"
+
+// The role models a cluster may have (the assigner's --roles), as a participant registers
+// the one it acts on.
+const (
+	// RolesReplicas: every replica of a slice is alike (the default).
+	RolesReplicas = "replicas"
+	// RolesPrimarySecondary: one replica of each slice is its primary, which takes its
+	// writes; the others are secondaries.
+	RolesPrimarySecondary = "primary-secondary"
+)
+
+// Roles: in a cluster with primary and secondary replicas, each slice that has a serving
+// replica has one Primary, which takes its writes; the other replicas are secondaries. The
+// map holds at most one primary per slice at any time. A planned move of the primary role
+// goes in two steps, so that no two replicas ever act as primary at once: Next names the
+// replica to take over while Primary demotes itself (it stops taking writes and hands them
+// over), and once it has, Next becomes Primary. The assigner decides both (see the
+// assigner's roles.go); the map only keeps them consistent with the replica set.
+
+// checkRoles validates a slice's roles: Primary a serving replica; Next only with a Primary,
+// another serving replica.
+func (s Slice) checkRoles() error {
+	serving := func(id NodeID) bool { return s.Holds(id) && !s.IsLoading(id) }
+	switch {
+	case s.Primary != "" && !serving(s.Primary):
+		return fmt.Errorf("%w: primary %s is not a serving replica", ErrBadRole, s.Primary)
+	case s.Next == "":
+		return nil
+	case s.Primary == "":
+		return fmt.Errorf("%w: next primary %s, but no primary to hand over from", ErrBadRole, s.Next)
+	case s.Next == s.Primary || !serving(s.Next):
+		return fmt.Errorf("%w: next primary %s is not another serving replica", ErrBadRole, s.Next)
+	}
+	return nil
+}
+
+// IsPrimary reports whether node id is the slice's primary and is not handing the role over:
+// the replica that may take writes.
+func (s Slice) IsPrimary(id NodeID) bool { return s.Primary == id && s.Next == "" }
+
+// formatRoles writes a slice's roles as " primary=a next=b", the empty parts left out.
+func formatRoles(primary, next NodeID) string {
+	out := ""
+	if primary != "" {
+		out += " primary=" + string(primary)
+	}
+	if next != "" {
+		out += " next=" + string(next)
+	}
+	return out
+}

@@ -1,0 +1,33 @@
+package slicectl
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+)
+
+// TestSlicesShowPrimaries checks that the listing names each slice's primary, and a
+// handover under way, in a column that appears only in a cluster with roles.
+func TestSlicesShowPrimaries(t *testing.T) {
+	resp := &pb.ListSlicesResponse{Total: 2, Slices: []*pb.SliceInfo{
+		{Range: &pb.Range{Start: 0, End: 1 << 63}, Replicas: []string{"a", "b"}, Primary: "a"},
+		{Range: &pb.Range{Start: 1 << 63, EndOfSpace: true}, Replicas: []string{"a", "b"}, Primary: "b", Next: "a"},
+	}}
+	var b bytes.Buffer
+	require.NoError(t, printSlices(&session{out: newPrinter(&b, "table")}, resp, ""))
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	require.Len(t, lines, 4, b.String())
+	assert.Equal(t, []string{"START", "END", "REPLICAS", "PRIMARY", "LOAD", "KEYS", "PINNED"}, strings.Fields(lines[0]))
+	assert.Equal(t, "a", strings.Fields(lines[1])[3])
+	assert.Contains(t, lines[2], "b -> a")
+
+	b.Reset()
+	resp.Slices[0].Primary, resp.Slices[1].Primary, resp.Slices[1].Next = "", "", ""
+	require.NoError(t, printSlices(&session{out: newPrinter(&b, "table")}, resp, ""))
+	assert.NotContains(t, b.String(), "PRIMARY", "no column in a cluster without roles")
+}
