@@ -43,6 +43,9 @@ type handoffs struct {
 type handoffEnd struct {
 	completed, rolledBack int
 	durations             []time.Duration
+	// promoted and forced count the primaries handed over after a demotion and without
+	// one (roles.go).
+	promoted, forced int
 }
 
 // HandoffStats is what one step did to handoffs, for metrics: how many began, completed
@@ -50,6 +53,9 @@ type handoffEnd struct {
 type HandoffStats struct {
 	Started, Completed, RolledBack int
 	Durations                      []time.Duration
+	// Promoted and Forced count the successors promoted after their primary demoted
+	// itself, and after --handoff-timeout without it.
+	Promoted, Forced int
 }
 
 // trackHandoffs finds the handoffs of the map after it changed, starting the clock of each
@@ -227,6 +233,7 @@ func (c *Core) loaded(hb Heartbeat, now time.Time) (*change, error) {
 	if err != nil {
 		return nil, fmt.Errorf("assigner: ending handoffs: %w", err)
 	}
+	end.promoted = len(promoted)
 	ch.summary, ch.kind, ch.ended = summary, kindLoaded, end
 	return ch, nil
 }
@@ -315,7 +322,7 @@ func (c *Core) rollback(now time.Time) (*change, error) {
 		c.ho.retry = now.Add(c.cfg.PassInterval) // not at every tick: the map must change first
 		return nil, fmt.Errorf("assigner: ending handoffs: %w", err)
 	}
-	ch.summary, ch.kind, ch.ended = summary, kindRollback, handoffEnd{rolledBack: n.rolled}
+	ch.summary, ch.kind, ch.ended = summary, kindRollback, handoffEnd{rolledBack: n.rolled, forced: n.forced}
 	return ch, nil
 }
 

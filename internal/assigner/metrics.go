@@ -33,6 +33,9 @@ type metrics struct {
 	handoffsStarted, handoffsCompleted, handoffsRolledBack prometheus.Counter
 	handoffsInProgress                                     prometheus.Gauge
 	handoffDuration                                        prometheus.Histogram
+	// primaryHandovers counts the primaries handed over in planned moves, by how the old
+	// one ended: demoted, or forced (it did not within --handoff-timeout).
+	primaryHandovers *prometheus.CounterVec
 	// sourceAvailable is 0 while the leader cannot follow its source's clock; sourceErrors
 	// counts the failed watches and clock reads, by class (source.Class).
 	sourceAvailable prometheus.Gauge
@@ -80,6 +83,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Slices that began a make-before-break handoff."}),
 		handoffsCompleted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "handoffs_completed_total",
 			Help: "Handoffs that ended with every new node serving the slice."}),
+		primaryHandovers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "primary_handovers_total",
+			Help: "Primary roles handed over in planned moves (--roles primary-secondary), by how the old primary ended: demoted, or forced after --handoff-timeout."},
+			[]string{"end"}),
 		handoffsRolledBack: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "handoffs_rolled_back_total",
 			Help: "Handoffs rolled back after --handoff-timeout: the new nodes dropped the slice, the old ones kept it."}),
 		handoffsInProgress: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "handoffs_in_progress",
@@ -101,7 +107,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
 		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.etcdRetries, m.adminChanges,
-		m.handoffsStarted, m.handoffsCompleted, m.handoffsRolledBack, m.handoffsInProgress, m.handoffDuration,
+		m.handoffsStarted, m.handoffsCompleted, m.handoffsRolledBack, m.primaryHandovers, m.handoffsInProgress, m.handoffDuration,
 		m.sourceAvailable, m.sourceErrors)
 	return m
 }

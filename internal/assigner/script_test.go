@@ -484,6 +484,9 @@ func (h *script) print(b *strings.Builder, out Output) {
 	if ho := out.Handoffs; ho.Started+ho.Completed+ho.RolledBack > 0 {
 		fmt.Fprintf(b, "handoffs: started %d completed %d rolled back %d durations %v\n", ho.Started, ho.Completed, ho.RolledBack, ho.Durations)
 	}
+	if ho := out.Handoffs; ho.Promoted+ho.Forced > 0 {
+		fmt.Fprintf(b, "primaries: promoted %d after a demotion, %d without\n", ho.Promoted, ho.Forced)
+	}
 	if r := out.Reply; r != nil {
 		h.printReply(b, r)
 	}

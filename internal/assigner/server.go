@@ -652,9 +652,11 @@ func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time
 
 // observeHandoffs counts the handoffs that a step began and ended.
 func (s *Server) observeHandoffs(c *Core, ho HandoffStats) {
-	if ho.Started+ho.Completed+ho.RolledBack == 0 {
+	if ho.Started+ho.Completed+ho.RolledBack+ho.Promoted+ho.Forced == 0 {
 		return
 	}
+	s.metrics.primaryHandovers.WithLabelValues("demoted").Add(float64(ho.Promoted))
+	s.metrics.primaryHandovers.WithLabelValues("forced").Add(float64(ho.Forced))
 	s.metrics.handoffsStarted.Add(float64(ho.Started))
 	s.metrics.handoffsCompleted.Add(float64(ho.Completed))
 	s.metrics.handoffsRolledBack.Add(float64(ho.RolledBack))

@@ -349,6 +349,8 @@ func (c *Core) commit(now time.Time, ch *change, out *Output) {
 	}
 	out.Handoffs.Completed += ch.ended.completed
 	out.Handoffs.RolledBack += ch.ended.rolledBack
+	out.Handoffs.Promoted += ch.ended.promoted
+	out.Handoffs.Forced += ch.ended.forced
 	out.Handoffs.Durations = append(out.Handoffs.Durations, ch.ended.durations...)
 	c.finish(ch, nil, out)
 }
