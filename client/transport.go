@@ -100,4 +100,3 @@ func (t *Transport) again(req *http.Request, resp *http.Response, err error) boo
 	}
 	return false
 }
-
