@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 )
@@ -13,7 +14,7 @@ import (
 // goes to the replica the router's policy picks, a write to the key's primary (in a cluster
 // with roles). The request's URL keeps its scheme and path; its host becomes the replica's
 // address. A request that could not be sent (no map yet, no primary while the role is
-// handed over) or that a member answered with 421 Misdirected Request (it does not serve the
+// handed over, the replica refused the connection) or that a member answered with 421 Misdirected Request (it does not serve the
 // key now) is tried again once the map changed, or after a backoff, while its context lasts,
 // if its body can be read again (none, or GetBody set, as http.NewRequest does for bytes).
 // Other answers and failures are returned as they are: a write that went out may have
@@ -86,6 +87,12 @@ func (t *Transport) try(req *http.Request, base http.RoundTripper, key []byte, w
 	return base.RoundTrip(out)
 }
 
+// dialFailed reports whether err is a failure to connect: the request was not sent.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
 // again reports whether a request that ended with resp and err is tried again.
 func (t *Transport) again(req *http.Request, resp *http.Response, err error) bool {
 	var unsent errUnsent
@@ -93,7 +100,7 @@ func (t *Transport) again(req *http.Request, resp *http.Response, err error) boo
 	switch {
 	case req.Context().Err() != nil:
 		return false
-	case errors.As(err, &unsent):
+	case errors.As(err, &unsent) || dialFailed(err):
 		return true
 	case err == nil && resp.StatusCode == http.StatusMisdirectedRequest:
 		return rereadable
