@@ -112,4 +112,3 @@ func (l *Load) send(ctx context.Context, key string) (int64, error) {
 	}
 	return res.Count, nil
 }
-

@@ -52,7 +52,7 @@ type Config struct {
 	ReportInterval time.Duration
 	// WriteDelay is added to every increment's write (a slower database).
 	WriteDelay time.Duration
-	Logger         *slog.Logger
+	Logger     *slog.Logger
 }
 
 // Server is a running member.
