@@ -190,8 +190,10 @@ func (m *Member) follow(ctx context.Context) error {
 			}
 			return nil
 		}
+		c, ok := own.next(time.Now())
+		// Published once the call is in flight: a promotion counts as primary from its start.
 		m.publish(own)
-		if c, ok := own.next(time.Now()); ok {
+		if ok {
 			cctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 			cancelCall = cancel
 			calls <- calling{c: c, ctx: cctx}
@@ -262,7 +264,7 @@ func (m *Member) owned() (map[Role]keyspace.Set, uint64, []Range) {
 // stopped being primary brings the next heartbeat forward (a handoff waits for it).
 func (m *Member) publish(own *ownership) {
 	before := m.pending.Load()
-	next := &loadingState{set: own.loading(), held: union(own.want), gen: own.gen, primaries: own.held[RolePrimary]}
+	next := &loadingState{set: own.loading(), held: union(own.want), gen: own.gen, primaries: own.primaries()}
 	m.pending.Store(next)
 	m.held.Store(int64(len(own.holding().Ranges())))
 	if !before.set.Minus(next.set).Empty() || !before.primaries.Minus(next.primaries).Empty() {

@@ -165,6 +165,18 @@ func (o *ownership) wake() (time.Time, bool) {
 // meanwhile, in its old role.
 func (o *ownership) loading() keyspace.Set { return union(o.want).Minus(union(o.held)) }
 
+// primaries returns the points the member reports holding as primary: those the application
+// holds as primary, and those of a call in flight that makes it primary (it may act as one
+// before the call returns). The assigner promotes another member of a point only once the
+// report leaves it out (I10).
+func (o *ownership) primaries() keyspace.Set {
+	p := o.held[RolePrimary]
+	if c := o.busy; c != nil && c.kind != callRelease && c.role == RolePrimary {
+		p = p.Union(keyspace.NewSet(c.rng))
+	}
+	return p
+}
+
 // holding returns the points the application holds, in any role.
 func (o *ownership) holding() keyspace.Set { return union(o.held) }
 

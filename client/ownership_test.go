@@ -21,10 +21,12 @@ import (
 // Commands (points are two hex digits, the top byte of the hash: 40-80 is [0x40.., 0x80..),
 // c0-end runs to the end of the space):
 //
-//	map gen=G         input: "ROLE RANGE" lines; prints a cancel of the call in flight
+//	map gen=G         input: "ROLE RANGE" lines (replica, primary, secondary); prints a
+//	                  cancel of the call in flight
 //	next [+D]         D passes (default none), then the next call, if one is due
 //	done [err=E]      the application's answer to the call in flight
-//	state             what the application holds, and what loads
+//	state             what the application holds, what loads, and what the member reports
+//	                  holding as primary
 func TestOwnership(t *testing.T) {
 	datadriven.Walk(t, "testdata/ownership", func(t *testing.T, path string) {
 		o := newOwnership()
@@ -47,14 +49,15 @@ func ownershipStep(t *testing.T, o *ownership, now *time.Time, d *datadriven.Tes
 		want := map[Role]keyspace.Set{}
 		for line := range strings.Lines(d.Input) {
 			f := strings.Fields(line)
-			if len(f) != 2 || f[0] != "replica" {
-				return "", fmt.Errorf("want \"replica RANGE\", got %q", line)
+			roles := map[string]Role{"replica": RoleReplica, "primary": RolePrimary, "secondary": RoleSecondary}
+			if len(f) != 2 || roles[f[0]] == 0 {
+				return "", fmt.Errorf("want \"replica|primary|secondary RANGE\", got %q", line)
 			}
 			r, err := parseTestRange(f[1])
 			if err != nil {
 				return "", err
 			}
-			want[RoleReplica] = want[RoleReplica].Union(keyspace.NewSet(r))
+			want[roles[f[0]]] = want[roles[f[0]]].Union(keyspace.NewSet(r))
 		}
 		if o.setMap(want, gen) {
 			return "cancel the call in flight\n", nil
@@ -86,7 +89,11 @@ func ownershipStep(t *testing.T, o *ownership, now *time.Time, d *datadriven.Tes
 		o.done(err, *now)
 		return "ok\n", nil
 	case "state":
-		return fmt.Sprintf("gen %d\nheld %s\nloading %s\nfailed %s\n", o.gen, o.holding(), o.loading(), o.failed), nil
+		out := fmt.Sprintf("gen %d\nheld %s\nloading %s\nfailed %s\n", o.gen, o.holding(), o.loading(), o.failed)
+		if p := o.primaries(); !p.Empty() {
+			out += fmt.Sprintf("primaries %s\n", p)
+		}
+		return out, nil
 	}
 	return "", fmt.Errorf("unknown command %q", d.Cmd)
 }
