@@ -32,6 +32,7 @@ FUZZTIME_SHORT ?= 1s
 
 # The binaries of the demo and the end-to-end tests.
 DEMO_BINARIES := ./cmd/assigner ./cmd/distributor ./cmd/slicectl ./examples/kvstore/cmd/kvnode ./examples/kvstore/cmd/kvdemo
+COUNTER_BINARIES := ./cmd/assigner ./cmd/slicectl ./examples/counter/cmd/countermember ./examples/counter/cmd/counterdemo
 
 # The chaos suite (chaos/): make test runs a short seeded run of a few quick faults, on etcd
 # and on PostgreSQL (one restart, one outage); make chaos runs every fault, CHAOS_ROUNDS
@@ -43,7 +44,7 @@ CHAOS_PG_FAULTS ?= all
 CHAOS_ROUNDS    ?= 3
 CHAOS_SEED      ?= 1
 
-.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres build tools clean chaos
+.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres e2e-counter build tools clean chaos
 
 ## test: proto and lint checks, every test with the race detector (every fuzz target's seed
 ## corpus among them), the data path at full size, end to end, the short chaos runs
@@ -96,9 +97,21 @@ build:
 ## demo: a balancing cluster on loopback with a live view; DEMO_SECONDS=N stops it after N s,
 ## DEMO_ROLL=1 restarts every node in turn, SOURCE=postgres keeps the items in a throwaway
 ## PostgreSQL table (when PostgreSQL is installed)
+## DEMO_APP=counter runs the example sharded counter instead (examples/counter; needs PostgreSQL)
 demo:
+ifeq ($(DEMO_APP),counter)
+	$(GO) build -o $(BIN)/ $(COUNTER_BINARIES)
+	$(BIN)/counterdemo --bin $(BIN)
+else
 	$(GO) build -o $(BIN)/ $(DEMO_BINARIES)
 	$(BIN)/kvdemo --bin $(BIN) $(if $(SOURCE),--source $(SOURCE))
+endif
+
+## e2e-counter: the counter demo's long run: 60 s of increments through a rolling restart of
+## every member, then the counter check (duplicates=0 skipped=0 failed=0 or it fails)
+e2e-counter:
+	$(GO) build -o $(BIN)/ $(COUNTER_BINARIES)
+	$(BIN)/counterdemo --bin $(BIN) --duration 60s --roll
 
 ## chaos: every fault of the chaos suite on plain binaries, then on race-built ones, on etcd
 ## and on PostgreSQL (restarts and outages of the database); every run reports, and the

@@ -17,11 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/client"
-	"github.com/sliceplane/sliceplane/internal/assigner"
-	"github.com/sliceplane/sliceplane/internal/clustertest"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
 // memberServer is a member's gRPC service for routing tests: the health service, whose
@@ -58,30 +54,10 @@ func startMemberServer(t *testing.T, id string) *memberServer {
 // to a replica of its slice, a NotOwner answer is tried again, and a call without a key is
 // refused.
 func TestGRPCRoutesByKey(t *testing.T) {
-	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
-		cfg.Core.Roles = assigner.RolesPrimarySecondary
-	}})
-	check := &primaries{by: map[string]keyspace.Set{}, taken: map[string]time.Time{}}
-	servers := map[string]*memberServer{}
-	for _, id := range []string{"m1", "m2"} {
-		servers[id] = startMemberServer(t, id)
-		m, err := client.NewMember(client.MemberConfig{ID: id, Address: servers[id].addr, Assigners: c.Assigners(),
-			App: &roleApp{id: id, check: check}, Roles: client.RolesPrimarySecondary, ReportInterval: 100 * time.Millisecond, Logger: quiet()})
-		require.NoError(t, err)
-		runMember(t, m)
-	}
-	waitFor(t, 30*time.Second, "every point has a primary", check.covered)
+	servers := map[string]*memberServer{"m1": startMemberServer(t, "m1"), "m2": startMemberServer(t, "m2")}
+	_, r := roleCluster(t, map[string]string{"m1": servers["m1"].addr, "m2": servers["m2"].addr}, client.LeastOutstanding)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	_, err := newAdmin(c).Freeze(ctx, &pb.FreezeRequest{Reason: "routing test"}, grpc.WaitForReady(true))
-	require.NoError(t, err, "no pass moves a primary while the test compares")
-
-	r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), Policy: client.LeastOutstanding, Logger: quiet()})
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(rctx) }() //nolint:errcheck // nil when rctx ends
-	t.Cleanup(func() { stop(); <-done })
 	conn, err := grpc.NewClient("sliceplane:///test", append(client.GRPCDialOptions(r), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })

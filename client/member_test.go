@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
@@ -91,18 +90,7 @@ func startMember(t *testing.T, c *clustertest.Cluster, id string, a *app, timeou
 	m, err := client.NewMember(client.MemberConfig{ID: id, Address: id + ":1", Assigners: c.Assigners(), App: a,
 		ReportInterval: 100 * time.Millisecond, CallTimeout: timeout, Logger: quiet()})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err, "Member.Run")
-		case <-time.After(10 * time.Second):
-			t.Error("Member.Run did not return after its context ended")
-		}
-	})
+	runMember(t, m)
 	return m
 }
 

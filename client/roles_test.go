@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
@@ -172,9 +173,39 @@ func runMember(t *testing.T, m *client.Member) {
 		cancel()
 		select {
 		case err := <-done:
-			require.NoError(t, err, "Member.Run")
+			assert.NoError(t, err, "Member.Run")
 		case <-time.After(10 * time.Second):
 			t.Error("Member.Run did not return after its context ended")
 		}
 	})
+}
+
+// roleCluster runs a cluster with primary and secondary roles and a member of it for each
+// of addrs (ID -> the address it serves at), with balancing frozen once every point has a
+// primary, and a router of it; each ends with the test.
+func roleCluster(t *testing.T, addrs map[string]string, policy client.Policy) (*clustertest.Cluster, *client.Router) {
+	t.Helper()
+	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
+		cfg.Core.Roles = assigner.RolesPrimarySecondary
+	}})
+	check := &primaries{by: map[string]keyspace.Set{}, taken: map[string]time.Time{}}
+	for id, addr := range addrs {
+		m, err := client.NewMember(client.MemberConfig{ID: id, Address: addr, Assigners: c.Assigners(),
+			App: &roleApp{id: id, check: check}, Roles: client.RolesPrimarySecondary, ReportInterval: 100 * time.Millisecond, Logger: quiet()})
+		require.NoError(t, err)
+		runMember(t, m)
+	}
+	waitFor(t, 30*time.Second, "every point has a primary", check.covered)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, err := newAdmin(c).Freeze(ctx, &pb.FreezeRequest{Reason: "routing test"}, grpc.WaitForReady(true))
+	require.NoError(t, err, "no pass moves a primary while the test compares")
+	r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), Policy: policy, Logger: quiet()})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(rctx) }() //nolint:errcheck // nil when rctx ends
+	t.Cleanup(func() { stop(); <-done })
+	require.NoError(t, r.WaitReady(ctx))
+	return c, r
 }

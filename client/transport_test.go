@@ -13,13 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 
-	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/client"
-	"github.com/sliceplane/sliceplane/internal/assigner"
-	"github.com/sliceplane/sliceplane/internal/clustertest"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
 // TestTransportRoutesByKey runs two members with roles, each serving HTTP, and a client whose
@@ -27,11 +22,7 @@ import (
 // replica, a 421 answer is tried again (the body sent again), and a request without a key
 // fails without being sent.
 func TestTransportRoutesByKey(t *testing.T) {
-	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
-		cfg.Core.Roles = assigner.RolesPrimarySecondary
-	}})
-	check := &primaries{by: map[string]keyspace.Set{}, taken: map[string]time.Time{}}
-	refuse := map[string]*atomic.Int32{}
+	refuse, addrs := map[string]*atomic.Int32{}, map[string]string{}
 	for _, id := range []string{"m1", "m2"} {
 		n := new(atomic.Int32)
 		refuse[id] = n
@@ -44,23 +35,11 @@ func TestTransportRoutesByKey(t *testing.T) {
 			io.WriteString(w, id+" "+string(body)) //nolint:errcheck // the test reads it
 		}))
 		t.Cleanup(srv.Close)
-		m, err := client.NewMember(client.MemberConfig{ID: id, Address: strings.TrimPrefix(srv.URL, "http://"), Assigners: c.Assigners(),
-			App: &roleApp{id: id, check: check}, Roles: client.RolesPrimarySecondary, ReportInterval: 100 * time.Millisecond, Logger: quiet()})
-		require.NoError(t, err)
-		runMember(t, m)
+		addrs[id] = strings.TrimPrefix(srv.URL, "http://")
 	}
-	waitFor(t, 30*time.Second, "every point has a primary", check.covered)
+	_, r := roleCluster(t, addrs, client.RoundRobin)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	_, err := newAdmin(c).Freeze(ctx, &pb.FreezeRequest{Reason: "routing test"}, grpc.WaitForReady(true))
-	require.NoError(t, err)
-	r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), Logger: quiet()})
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(rctx) }() //nolint:errcheck // nil when rctx ends
-	t.Cleanup(func() { stop(); <-done })
-	require.NoError(t, r.WaitReady(ctx))
 
 	hc := &http.Client{Transport: &client.Transport{Router: r, Key: func(req *http.Request) ([]byte, bool, error) {
 		key := strings.TrimPrefix(req.URL.Path, "/v1/")

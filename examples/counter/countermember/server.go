@@ -118,26 +118,16 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.pool.Close()
 	// The member and its HTTP API run on past ctx while it drains: serving is what lets its
 	// ranges be handed over without a failed request.
-	serve, stop := context.WithCancel(context.WithoutCancel(ctx))
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		select {
-		case <-ctx.Done():
-			s.drain(serve)
-			stop()
-		case <-serve.Done():
-		}
-	}()
+	return lifecycle.Drained(ctx, s.serve, s.drain)
+}
+
+func (s *Server) serve(ctx context.Context) error {
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: s.tls.ServerTLS()}
-	err := lifecycle.Run(serve, "countermember",
+	return lifecycle.Run(ctx, "countermember",
 		lifecycle.Part{Name: "member", Run: s.member.Run},
 		lifecycle.Part{Name: "http", Run: func(ctx context.Context) error {
 			return lifecycle.HTTP(ctx, srv, s.lis, s.tls != nil, 5*time.Second)
 		}})
-	stop()
-	<-drained
-	return err
 }
 
 // drain hands the member's ranges over before it stops, for at most DrainTimeout.

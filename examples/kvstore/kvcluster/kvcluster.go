@@ -33,6 +33,8 @@ var Binaries = map[string]string{
 	"distributor": "./cmd/distributor",
 	"slicectl":    "./cmd/slicectl",
 	"kvnode":      "./examples/kvstore/cmd/kvnode",
+	// countermember, a member of the example counter (StartCounter).
+	"countermember": "./examples/counter/cmd/countermember",
 }
 
 // Options shape a cluster.
@@ -246,6 +248,29 @@ func (c *Cluster) StartNode(ctx context.Context, id string) (*Member, error) {
 	return m, nil
 }
 
+// StartCounter starts a member of the example counter (countermember) with its counts in
+// the PostgreSQL database dsn, and waits until it serves. Its kind is "counter"; it drains
+// on SIGTERM for Options.DrainTimeout, as a node does.
+func (c *Cluster) StartCounter(ctx context.Context, id, dsn string, extra ...string) (*Member, error) {
+	addrs, err := launch.FreeAddrs(1)
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{Kind: "counter", ID: id, Addr: addrs[0], Metrics: addrs[0]}
+	tls, err := c.opts.PKI.Args("node", id) // a member's identity is a node's
+	if err != nil {
+		return nil, err
+	}
+	m.args = append([]string{"--id", id, "--listen", m.Addr, "--assigners", strings.Join(c.Assigners(), ","),
+		"--pg-dsn", dsn, "--drain-timeout", c.opts.DrainTimeout.String()}, tls...)
+	m.args = append(m.args, extra...)
+	if err := c.start(ctx, m); err != nil {
+		return nil, err
+	}
+	c.add(m)
+	return m, nil
+}
+
 // Roll restarts node m as an orchestrator's rolling restart does: SIGTERM, which with
 // Options.DrainTimeout hands its slices off before it exits, then the same node again, with
 // its data, once it serves.
@@ -275,7 +300,7 @@ func (c *Cluster) Restart(ctx context.Context, m *Member) error {
 
 // start starts m's process and waits until it serves, or the process exits, or Ready passes.
 func (c *Cluster) start(ctx context.Context, m *Member) error {
-	bin := map[string]string{"assigner": "assigner", "distributor": "distributor", "node": "kvnode"}[m.Kind]
+	bin := map[string]string{"assigner": "assigner", "distributor": "distributor", "node": "kvnode", "counter": "countermember"}[m.Kind]
 	p, err := launch.Start(m.Kind+"-"+m.ID, c.bin(bin), m.args, c.logs)
 	if err != nil {
 		return err
@@ -303,7 +328,7 @@ func (c *Cluster) start(ctx context.Context, m *Member) error {
 func (c *Cluster) serving(ctx context.Context, m *Member) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if m.Kind == "node" {
+	if m.Kind == "node" || m.Kind == "counter" {
 		if c.tls == nil {
 			return healthcheck.HTTP(ctx, "http://"+m.Addr+"/healthz")
 		}
@@ -363,13 +388,13 @@ func (c *Cluster) Exited() error {
 	return errors.Join(errs...)
 }
 
-// Stop stops every process, nodes first and assigners last, each within grace (and a
+// Stop stops every process, nodes (and counter members) first and assigners last, each within grace (and a
 // draining node within its drain too); it returns the processes that did not stop cleanly.
 // Nodes that drain stop one after another: stopped together, each would wait for a node to
 // hand its slices to, and find none.
 func (c *Cluster) Stop(grace time.Duration) error {
 	var errs []error
-	for _, kind := range []string{"node", "distributor", "assigner"} {
+	for _, kind := range []string{"counter", "node", "distributor", "assigner"} {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for _, m := range c.Members(kind) {
@@ -377,7 +402,7 @@ func (c *Cluster) Stop(grace time.Duration) error {
 			if p == nil {
 				continue
 			}
-			if kind == "node" && c.opts.DrainTimeout > 0 {
+			if (kind == "node" || kind == "counter") && c.opts.DrainTimeout > 0 {
 				if err := p.Stop(c.opts.DrainTimeout + grace); err != nil {
 					errs = append(errs, err)
 				}

@@ -201,21 +201,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.store.Close()
 	// The parts run on past ctx, while the node drains: serving is what lets its slices be
 	// handed off without a failed read.
-	serve, stop := context.WithCancel(context.WithoutCancel(ctx))
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		select {
-		case <-ctx.Done():
-			s.drain(serve)
-			stop()
-		case <-serve.Done():
-		}
-	}()
-	err := s.serve(serve)
-	stop()
-	<-drained
-	return err
+	return lifecycle.Drained(ctx, s.serve, s.drain)
 }
 
 // drain hands the node's slices off before it stops, for at most DrainTimeout.

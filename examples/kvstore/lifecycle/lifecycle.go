@@ -65,3 +65,24 @@ func HTTP(ctx context.Context, srv *http.Server, lis net.Listener, secure bool, 
 	}
 	return err
 }
+
+// Drained runs serve until ctx ends, then drain (on a context that outlives ctx), and only
+// then stops serve: a process that hands its ranges over keeps serving them meanwhile. It
+// returns serve's error, or nil; once serve has stopped by itself, drain is not called.
+func Drained(ctx context.Context, serve func(context.Context) error, drain func(context.Context)) error {
+	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		select {
+		case <-ctx.Done():
+			drain(serving)
+			stop()
+		case <-serving.Done():
+		}
+	}()
+	err := serve(serving)
+	stop()
+	<-drained
+	return err
+}

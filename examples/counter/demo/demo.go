@@ -1,0 +1,303 @@
+// Package demo runs the example counter's demo (DEMO_APP=counter make demo): an embedded
+// etcd, an assigner with primary and secondary roles, a throwaway PostgreSQL and three
+// counter members (separate processes, every link mutual TLS), a proxy routing by key
+// through the Go router, and a load of increments; optionally a rolling restart of every
+// member. It ends with the counter check (countercheck).
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/examples/counter/countercheck"
+	"github.com/sliceplane/sliceplane/examples/counter/counterload"
+	"github.com/sliceplane/sliceplane/examples/counter/countermember"
+	"github.com/sliceplane/sliceplane/examples/counter/counterproxy"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
+	"github.com/sliceplane/sliceplane/internal/embedetcd"
+	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/source/postgres/pgcluster"
+)
+
+// Config shapes the demo.
+type Config struct {
+	// Bin holds the binaries: assigner, slicectl, countermember. Dir, the demo's data and logs.
+	Bin, Dir string
+	// Duration of the load; 0 runs until Stop is closed.
+	Duration time.Duration
+	Stop     <-chan struct{}
+	// Members, Keys and Rate (increments per second) shape the load; Roll restarts every
+	// member in turn, a quarter of the way in (or after 5 s without a Duration).
+	Members, Keys int
+	Rate          float64
+	Roll          bool
+	// WriteDelay is added to every increment's write (a slower database).
+	WriteDelay time.Duration
+	Out        io.Writer
+	Log        *slog.Logger
+}
+
+// Summary is the demo's outcome.
+type Summary struct {
+	Imbalance float64
+	Check     countercheck.Result
+}
+
+func (s Summary) String() string { return fmt.Sprintf("final imbalance=%.2f %s", s.Imbalance, s.Check) }
+
+// drain bounds a member's drain on SIGTERM.
+const drain = 20 * time.Second
+
+type demo struct {
+	cfg     Config
+	pki     *launch.PKI
+	stopAll []func()
+	dsn     string
+	cluster *kvcluster.Cluster
+	admin   pb.AdminServiceClient
+	router  *client.Router
+	proxy   string // the proxy's URL
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.cfg.Out, format+"\n", args...) }
+
+// Run runs the demo until its Duration passes or Stop is closed, then checks the counts; it
+// stops every process on the way out. The summary is valid when err is nil.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	cfg.Members, cfg.Keys, cfg.Rate = orDefault(cfg.Members, 3), orDefault(cfg.Keys, 100), max(cfg.Rate, 1)
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	d := &demo{cfg: cfg}
+	defer func() {
+		for i := len(d.stopAll) - 1; i >= 0; i-- {
+			d.stopAll[i]()
+		}
+	}()
+	if err := d.start(ctx); err != nil {
+		return Summary{}, err
+	}
+	return d.run(ctx)
+}
+
+func orDefault(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
+}
+
+// start starts etcd, PostgreSQL, the assigner, the members, the router and the proxy.
+func (d *demo) start(ctx context.Context) error {
+	var err error
+	if d.pki, err = launch.NewPKI(filepath.Join(d.cfg.Dir, "pki"), 0); err != nil {
+		return err
+	}
+	etcdTLS, err := d.pki.Issue("etcd", "demo")
+	if err != nil {
+		return err
+	}
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(d.cfg.Dir, "etcd"), Fast: true, TLS: etcdTLS,
+		LogLevel: "fatal", Logger: d.cfg.Log})
+	if err != nil {
+		return err
+	}
+	d.stopAll = append(d.stopAll, etcd.Close)
+	pg, err := pgcluster.Start(ctx, filepath.Join(d.cfg.Dir, "postgres"), pgcluster.Options{})
+	if err != nil {
+		return fmt.Errorf("demo: the counter keeps its counts in PostgreSQL: %w", err)
+	}
+	d.stopAll = append(d.stopAll, func() { pg.Stop() }) //nolint:errcheck // throwaway
+	d.dsn = pg.DSN
+	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{etcd.Endpoint()}, PKI: d.pki,
+		DrainTimeout: drain, AssignerArgs: []string{"--roles", "primary-secondary", "--pass-interval", "1s",
+			"--load-half-life", "2s", "--handoff-timeout", drain.String(), "--log-format", "json"}})
+	if err != nil {
+		return err
+	}
+	d.stopAll = append(d.stopAll, func() {
+		if err := d.cluster.Stop(10 * time.Second); err != nil {
+			d.say("demo: %v", err)
+		}
+	})
+	if _, err := d.cluster.StartAssigner(ctx, "a1"); err != nil {
+		return err
+	}
+	for i := 1; i <= d.cfg.Members; i++ {
+		if _, err := d.cluster.StartCounter(ctx, fmt.Sprintf("c%d", i), d.dsn, "--report-interval", "500ms",
+			"--write-delay", d.cfg.WriteDelay.String(), "--log-format", "json"); err != nil {
+			return err
+		}
+	}
+	conn, err := d.cluster.Dial()
+	if err != nil {
+		return err
+	}
+	d.stopAll = append(d.stopAll, func() { conn.Close() })
+	d.admin = pb.NewAdminServiceClient(conn)
+	return d.startProxy(ctx)
+}
+
+// startProxy starts the router (with a router's certificate) and the proxy, on loopback,
+// and waits for the router's first map.
+func (d *demo) startProxy(ctx context.Context) error {
+	files, err := d.pki.Issue("router", "counter-proxy")
+	if err != nil {
+		return err
+	}
+	src, err := files.Load()
+	if err != nil {
+		return err
+	}
+	d.router, err = client.NewRouter(client.RouterConfig{Assigners: d.cluster.Assigners(), Policy: client.LeastOutstanding,
+		TLS: client.TLS{Cert: files.Cert, Key: files.Key, CA: files.CA}, Logger: d.cfg.Log})
+	if err != nil {
+		return err
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	routed := make(chan error, 1)
+	go func() { routed <- d.router.Run(rctx) }()
+	d.stopAll = append(d.stopAll, func() { rcancel(); <-routed })
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.router.WaitReady(wctx); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	base := kvclient.HTTPClient(src, 0).Transport
+	srv := &http.Server{Handler: counterproxy.New(d.router, base, "https"), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(lis) //nolint:errcheck // it returns when closed
+	d.stopAll = append(d.stopAll, func() { srv.Close() })
+	d.proxy = "http://" + lis.Addr().String()
+	d.say("counter demo: %d members (mutual TLS), primary-secondary roles, counts in PostgreSQL; proxy at %s", d.cfg.Members, d.proxy)
+	d.say("  curl -X POST %s/v1/incr/visits", d.proxy)
+	return nil
+}
+
+// run runs the load, the roll and the live view, then the check.
+func (d *demo) run(ctx context.Context) (Summary, error) {
+	history := countercheck.NewHistory()
+	load := counterload.New(counterload.Config{URL: d.proxy, Client: &http.Client{}, Keys: d.cfg.Keys, Rate: d.cfg.Rate}, history)
+	lctx, stopLoad := context.WithCancel(ctx)
+	loaded := make(chan struct{})
+	go func() { defer close(loaded); load.Run(lctx) }()
+	rolled := d.startRoll(lctx)
+	imbalance := d.watch(ctx, load)
+	stopLoad()
+	<-loaded
+	if rolled != nil {
+		if err := <-rolled; err != nil {
+			return Summary{}, err
+		}
+	}
+	if ctx.Err() != nil {
+		return Summary{}, ctx.Err()
+	}
+	pool, err := pgxpool.New(ctx, d.dsn)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer pool.Close()
+	stored, err := countermember.Stored(ctx, pool)
+	if err != nil {
+		return Summary{}, err
+	}
+	return Summary{Imbalance: imbalance, Check: history.Check(stored)}, nil
+}
+
+// watch prints, every second, the increments answered and failed and each member's load,
+// until the load's time is up; it returns the last imbalance the assigner reported.
+func (d *demo) watch(ctx context.Context, load *counterload.Load) float64 {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var end <-chan time.Time
+	if d.cfg.Duration > 0 {
+		end = time.After(d.cfg.Duration)
+	}
+	started, imbalance := time.Now(), 0.0
+	for {
+		select {
+		case <-ctx.Done():
+			return imbalance
+		case <-d.cfg.Stop:
+			return imbalance
+		case <-end:
+			return imbalance
+		case <-tick.C:
+		}
+		sent, failed := load.Counts()
+		imbalance = d.line(ctx, time.Since(started), sent, failed)
+	}
+}
+
+// line prints one line of the live view and returns the imbalance.
+func (d *demo) line(ctx context.Context, elapsed time.Duration, sent, failed int64) float64 {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := d.admin.Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		d.say("%3.0fs  sent=%d failed=%d  (status: %v)", elapsed.Seconds(), sent, failed, err)
+		return 0
+	}
+	var parts []string
+	if nodes, err := d.admin.ListNodes(ctx, &pb.ListNodesRequest{}); err == nil {
+		for _, n := range nodes.GetNodes() {
+			parts = append(parts, fmt.Sprintf("%s:%d slices %.0f/s", n.GetNode().GetId(), n.GetSlices(), n.GetLoad()))
+		}
+	}
+	slices.Sort(parts)
+	d.say("%3.0fs  sent=%d failed=%d  imbalance=%.2f  %s", elapsed.Seconds(), sent, failed, st.GetImbalance(), strings.Join(parts, "  "))
+	return st.GetImbalance()
+}
+
+// startRoll restarts every member in turn, a quarter of the way in; nil without Roll. The
+// channel gets the roll's outcome.
+func (d *demo) startRoll(ctx context.Context) <-chan error {
+	if !d.cfg.Roll {
+		return nil
+	}
+	wait := d.cfg.Duration / 4
+	if wait == 0 {
+		wait = 5 * time.Second
+	}
+	out := make(chan error, 1)
+	go func() {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			out <- nil
+			return
+		}
+		for _, m := range d.cluster.Members("counter") {
+			d.say("rolling %s: it drains (its primaries demote, its ranges move), stops and starts again", m.ID)
+			if err := d.cluster.Roll(context.WithoutCancel(ctx), m); err != nil {
+				out <- fmt.Errorf("demo: %w", err)
+				return
+			}
+		}
+		d.say("every member restarted")
+		out <- nil
+	}()
+	return out
+}
+
+// ErrCheck is returned when the counts are not a counter's.
+var ErrCheck = errors.New("the counts are not a counter's: see the summary")
