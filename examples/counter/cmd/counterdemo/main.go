@@ -112,4 +112,3 @@ func command() *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "warn", "the demo's own diagnostics: debug, info, warn or error")
 	return cmd
 }
-
