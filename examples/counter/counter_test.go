@@ -12,6 +12,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,10 +39,38 @@ type member struct {
 	done chan error
 }
 
+// logs collects the members' role changes (their applications' debug logs), for the report
+// of a failed check.
+var logs syncBuffer
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func startMember(t *testing.T, c *clustertest.Cluster, dsn, id string) *member {
 	t.Helper()
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := countermember.New(t.Context(), countermember.Config{ID: id, Listen: "127.0.0.1:0", Assigners: c.Assigners(), DSN: dsn,
-		DrainTimeout: 20 * time.Second, ReportInterval: 200 * time.Millisecond, WriteDelay: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		DrainTimeout: 20 * time.Second, ReportInterval: 200 * time.Millisecond, WriteDelay: 10 * time.Millisecond, Logger: log})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &member{id: id, stop: cancel, done: make(chan error, 1)}
@@ -64,6 +94,7 @@ func (m *member) halt(t *testing.T) {
 // rolling restart of every member and operator moves of primaries (COUNTER_SECONDS of load
 // after the faults, default 2).
 func TestCounterUnderRollingRestartAndPrimaryMoves(t *testing.T) {
+	logs.reset()
 	pg := pgtest.Start(t)
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
 		cfg.Core.Roles = assigner.RolesPrimarySecondary
@@ -119,6 +150,10 @@ func TestCounterUnderRollingRestartAndPrimaryMoves(t *testing.T) {
 	require.NoError(t, err)
 	res := history.Check(stored)
 	t.Logf("counter: %s excused=%d lost=%d", res, res.Excused, res.Lost)
+	if !res.OK() {
+		t.Logf("duplicates:\n%s", strings.Join(history.Duplicates(), "\n"))
+		t.Logf("the members' role changes:\n%s", logs.String())
+	}
 	require.True(t, res.OK(), "%s excused=%d lost=%d", res, res.Excused, res.Lost)
 	require.Zero(t, res.Failed, "every increment answered")
 	require.Greater(t, res.Acked, int64(500))

@@ -351,6 +351,9 @@ type NodeInfo struct {
 	store.Node
 	Draining bool
 	Slices   int
+	// Loading counts the slices it is loading (make-before-break); Primaries, those it is
+	// the primary of (with roles).
+	Loading, Primaries int
 	// Load is the node's estimated load over its capacity.
 	Load     float64
 	LastSeen time.Time
@@ -374,7 +377,13 @@ func (c *Core) Nodes() []NodeInfo {
 		for _, id := range s.Replicas {
 			if i, ok := reg.Index(id); ok {
 				out[i].Slices++
+				if s.IsLoading(id) {
+					out[i].Loading++
+				}
 			}
+		}
+		if i, ok := reg.Index(s.Primary); ok && s.Primary != "" {
+			out[i].Primaries++
 		}
 	}
 	return out

@@ -459,7 +459,8 @@ func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNo
 	now := time.Now()
 	for _, n := range rep.Nodes {
 		info := &pb.NodeInfo{Node: wire.NodeToProto(n.Node.Node), Address: n.Address, Labels: n.Labels,
-			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen)}
+			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen),
+			Loading: uint32(n.Loading), Primaries: uint32(n.Primaries), Roles: n.Roles}
 		if f, ok := a.fresh.of(n.Node.ID, now, a.s.cfg.Core.NodeTTL); ok {
 			info.Stale = f.stale
 			if f.silence > 0 {

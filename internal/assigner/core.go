@@ -114,7 +114,11 @@ func (cfg *CoreConfig) fill() error {
 	switch cfg.Roles {
 	case "":
 		cfg.Roles = RolesReplicas
-	case RolesReplicas, RolesPrimarySecondary:
+	case RolesReplicas:
+	case RolesPrimarySecondary:
+		if cfg.BreakBeforeMake {
+			return fmt.Errorf("%w: roles %s move a primary make-before-break: it hands its role over while its successor serves; drop --make-before-break=false", ErrInvalid, cfg.Roles)
+		}
 	default:
 		return fmt.Errorf("%w: roles %q: want %s or %s", ErrInvalid, cfg.Roles, RolesReplicas, RolesPrimarySecondary)
 	}

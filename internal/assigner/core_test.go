@@ -394,3 +394,18 @@ func TestReadsChangeNothing(t *testing.T) {
 	}
 	assert.Equal(t, before, *c)
 }
+
+// TestRolesNeedMakeBeforeBreak: a cluster with primaries moves them make-before-break (the
+// old primary hands its role over while its successor serves); an unknown role model is
+// refused too.
+func TestRolesNeedMakeBeforeBreak(t *testing.T) {
+	for _, cfg := range []CoreConfig{
+		{Roles: RolesPrimarySecondary, BreakBeforeMake: true},
+		{Roles: "leader-follower"},
+	} {
+		_, err := NewCore(cfg)
+		assert.ErrorIs(t, err, ErrInvalid, "%+v", cfg)
+	}
+	_, err := NewCore(CoreConfig{Roles: RolesPrimarySecondary})
+	assert.NoError(t, err)
+}

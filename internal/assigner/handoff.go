@@ -35,7 +35,19 @@ type handoffs struct {
 	// demoting holds the start generations of lingering handoffs whose primary hands its
 	// role over: they linger until it has (or HandoffTimeout after they served).
 	demoting map[uint64]bool
-	retry    time.Time // no rollback before then: the last one's write failed
+	// named holds, by slice start, the map generation at which this core first saw the
+	// slice name a Next: its primary's heartbeat promotes Next only from that generation on,
+	// so that a heartbeat from before the member saw the handover (it may not have become
+	// primary yet) is not taken for its demotion.
+	named map[uint64]naming
+	retry time.Time // no rollback before then: the last one's write failed
+}
+
+// naming is when a slice's Next was named: the map generation at which this core first saw
+// it.
+type naming struct {
+	next assignment.NodeID
+	gen  uint64
 }
 
 // handoffEnd counts the handoffs a change ends, with how long each of the completed ones
@@ -71,6 +83,7 @@ func (c *Core) trackHandoffs(now time.Time) int {
 	started, gen := 0, c.a.Generation()
 	loading, lingering := map[uint64]bool{}, map[uint64]bool{}
 	ho.demoting = map[uint64]bool{}
+	named := map[uint64]naming{}
 	for i, s := range c.a.All() {
 		if !s.InHandoff() {
 			continue
@@ -80,6 +93,11 @@ func (c *Core) trackHandoffs(now time.Time) int {
 			lingering[s.Since] = true
 			ho.served = startClock(ho.served, s.Since, now)
 			ho.demoting[s.Since] = ho.demoting[s.Since] || demoting(s)
+			if n, ok := ho.named[s.Range.Start]; ok && n.next == s.Next {
+				named[s.Range.Start] = n
+			} else if s.Next != "" {
+				named[s.Range.Start] = naming{next: s.Next, gen: gen}
+			}
 			continue
 		}
 		loading[s.Since] = true
@@ -88,6 +106,7 @@ func (c *Core) trackHandoffs(now time.Time) int {
 			started++
 		}
 	}
+	ho.named = named
 	maps.DeleteFunc(ho.begun, func(since uint64, _ time.Time) bool { return !loading[since] })
 	maps.DeleteFunc(ho.served, func(since uint64, _ time.Time) bool { return !lingering[since] })
 	return started

@@ -9,7 +9,8 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
-// The role models a cluster may have (CoreConfig.Roles, --roles).
+// The role models a cluster may have (CoreConfig.Roles, --roles). Primaries need
+// make-before-break: a primary hands its role over while its successor serves.
 const (
 	RolesReplicas         = assignment.RolesReplicas
 	RolesPrimarySecondary = assignment.RolesPrimarySecondary
@@ -18,8 +19,9 @@ const (
 // Roles, the assigner's side (see assignment/roles.go for the map's). With
 // RolesPrimarySecondary every change of the map is followed, in the same quantum, by the
 // Assigns that give each slice the roles it must have (placeRoles): the primary stays where
-// it is while it is a serving replica that stays; one that leaves (a move, a drain) hands the
-// role over gracefully: once a replica that stays serves the slice, it is named Next and the
+// it is while it is a serving replica that stays; one that leaves (a move, a drain, a pass
+// that drops its replica: the drop of a live primary lingers as a move does, see
+// assignment.Handoff) hands the role over gracefully: once a replica that stays serves the slice, it is named Next and the
 // primary demotes itself (its member's application stops taking writes); when its heartbeat
 // no longer lists the slice among the ranges it holds as primary, Next is promoted (promote).
 // Meanwhile the old primary does not drop the slice: its handoff lingers until the
@@ -169,12 +171,17 @@ func (c *Core) withPrimaries(a *assignment.Assignment) (*assignment.Assignment, 
 }
 
 // promote returns the Assigns that promote Next wherever hb's node is a demoting primary that
-// no longer holds the slice as primary (or reports no roles).
+// no longer holds the slice as primary, as of a map that named Next (or reports no roles).
 func (c *Core) promote(hb Heartbeat) []assignment.Op {
 	var ops []assignment.Op
 	for _, i := range c.ho.slices {
 		s := c.a.Slice(i)
-		if s.Primary != hb.Node || s.Next == "" || (c.reportsRoles(hb.Node) && overlapsAny(hb.Primaries, s.Range)) {
+		if s.Primary != hb.Node || s.Next == "" {
+			continue
+		}
+		// A member that acts on roles has demoted itself once a heartbeat from a map that
+		// names Next (it no longer makes itself primary) leaves the slice out.
+		if c.reportsRoles(hb.Node) && (hb.Generation < c.ho.named[s.Range.Start].gen || overlapsAny(hb.Primaries, s.Range)) {
 			continue
 		}
 		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: s.Loading,

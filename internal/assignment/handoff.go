@@ -150,10 +150,13 @@ func (o Handoff) apply(e *editor) error {
 		serving = cur.Serving()
 	}
 	next := Assign{Slice: o.Slice, Replicas: target}
-	if loading := minus(target, serving); len(loading) > 0 {
+	// A drop of the live primary lingers as a handoff does, so that it hands its role over
+	// before it goes (roles.go); other drops are at once.
+	loading, live := minus(target, serving), func(id NodeID) bool { return o.Live == nil || o.Live.Has(id) }
+	if dropsPrimary := cur.Primary != "" && !slices.Contains(target, cur.Primary) && live(cur.Primary); len(loading) > 0 || dropsPrimary {
 		var leaving []NodeID
 		for _, id := range minus(serving, target) {
-			if o.Live == nil || o.Live.Has(id) {
+			if live(id) {
 				leaving = append(leaving, id)
 			}
 		}

@@ -158,3 +158,30 @@ func TestAtTargetEndsEveryHandoff(t *testing.T) {
 		t.Fatal("a map with no handoff is its own target")
 	}
 }
+
+// TestAHandoffThatDropsThePrimaryLingers: with roles, a drop of the live primary (a replica
+// removed, no node gaining the slice) lingers, so that the primary hands its role over before
+// it goes; a drop of a secondary, or of a dead primary, is at once.
+func TestAHandoffThatDropsThePrimaryLingers(t *testing.T) {
+	a, err := New(1, []Slice{{Range: r(0, 100), Replicas: ids("a", "b"), Primary: "a"}, {Range: rEnd(100), Replicas: ids("b"), Primary: "b"}})
+	require.NoError(t, err)
+	b, err := a.Apply([]Op{Handoff{Slice: 0, Replicas: ids("b")}})
+	require.NoError(t, err)
+	s := b.Slice(0)
+	assert.Equal(t, ids("a", "b"), s.Replicas)
+	assert.Empty(t, s.Loading)
+	assert.Equal(t, ids("a"), s.Leaving)
+	assert.Equal(t, uint64(2), s.Since)
+	assert.True(t, s.Lingering())
+
+	c, err := New(1, []Slice{{Range: r(0, 100), Replicas: ids("a", "b"), Primary: "b"}, {Range: rEnd(100), Replicas: ids("b"), Primary: "b"}})
+	require.NoError(t, err)
+	d, err := c.Apply([]Op{Handoff{Slice: 0, Replicas: ids("b")}})
+	require.NoError(t, err)
+	assert.Equal(t, ids("b"), d.Slice(0).Replicas, "a secondary goes at once")
+	assert.False(t, d.Slice(0).InHandoff())
+
+	e, err := a.Apply([]Op{Handoff{Slice: 0, Replicas: ids("b"), Live: MustNodeSet(Node{ID: "b"})}})
+	require.NoError(t, err)
+	assert.Equal(t, ids("b"), e.Slice(0).Replicas, "a dead primary goes at once")
+}

@@ -23,6 +23,11 @@ type jsonNode struct {
 	Stale          bool       `json:"stale"`
 	SilenceSeconds float64    `json:"silence_seconds,omitempty"`
 	LastSeen       *time.Time `json:"last_seen"`
+	// Loading and Primaries count the slices it loads and is the primary of; Roles is the
+	// role model a member registered with.
+	Loading   uint32 `json:"loading"`
+	Primaries uint32 `json:"primaries"`
+	Roles     string `json:"roles,omitempty"`
 }
 
 type jsonNodes struct {
@@ -46,7 +51,9 @@ capacity weight, how many slices they hold (replicas included), their estimated
 load over their capacity (the unit the nodes report in), whether they are being
 drained, whether their data is fresh (DATA: "stale" with how long the node has not
 heard from its distributor, "-" before its first heartbeat says), and when the
-assigner last heard from them. A node that stays silent
+assigner last heard from them. While any slice moves, LOADING counts the slices
+each is still loading (it does not serve them yet); in a cluster with roles,
+PRIMARIES counts the slices each is the primary of. A node that stays silent
 for the assigner's --node-ttl leaves the map.`,
 		Example: `  slicectl nodes
   slicectl nodes -o json | jq '.nodes[] | select(.draining)'`,
@@ -67,7 +74,7 @@ for the assigner's --node-ttl leaves the map.`,
 						out.Nodes = append(out.Nodes, jsonNode{ID: n.GetNode().GetId(), Address: n.GetAddress(),
 							Capacity: jsonFloat(capacity(n.GetNode())), Labels: labels, Slices: n.GetSlices(), Load: jsonFloat(n.GetLoad()),
 							Draining: n.GetDraining(), Stale: n.GetStale(), SilenceSeconds: n.GetSilence().AsDuration().Seconds(),
-							LastSeen: jsonTime(n.GetLastSeen())})
+							LastSeen: jsonTime(n.GetLastSeen()), Loading: n.GetLoading(), Primaries: n.GetPrimaries(), Roles: n.GetRoles()})
 					}
 					return s.out.print(out)
 				}
@@ -84,7 +91,11 @@ func printNodes(s *session, nodes []*pb.NodeInfo) error {
 	}
 	labels := slices.ContainsFunc(nodes, func(n *pb.NodeInfo) bool { return len(n.GetLabels()) > 0 })
 	w := newTable(s.out.w)
-	header := []string{"ID", "ADDRESS", "CAPACITY", "SLICES", "LOAD", "DRAINING", "DATA", "LAST SEEN"}
+	loading := slices.ContainsFunc(nodes, func(n *pb.NodeInfo) bool { return n.GetLoading() > 0 })
+	roles := slices.ContainsFunc(nodes, func(n *pb.NodeInfo) bool { return n.GetPrimaries() > 0 || n.GetRoles() != "" })
+	header := []string{"ID", "ADDRESS", "CAPACITY", "SLICES"}
+	header = appendIf(appendIf(header, loading, "LOADING"), roles, "PRIMARIES")
+	header = append(header, "LOAD", "DRAINING", "DATA", "LAST SEEN")
 	if labels {
 		header = append(header, "LABELS")
 	}
@@ -95,8 +106,9 @@ func printNodes(s *session, nodes []*pb.NodeInfo) error {
 		if n.GetLastSeen() != nil {
 			seen = ago(n.GetLastSeen().AsTime(), now)
 		}
-		cells := []string{n.GetNode().GetId(), n.GetAddress(), num(capacity(n.GetNode())), fmt.Sprint(n.GetSlices()),
-			num(n.GetLoad()), yesNo(n.GetDraining()), dataFreshness(n), seen}
+		cells := []string{n.GetNode().GetId(), n.GetAddress(), num(capacity(n.GetNode())), fmt.Sprint(n.GetSlices())}
+		cells = appendIf(appendIf(cells, loading, fmt.Sprint(n.GetLoading())), roles, fmt.Sprint(n.GetPrimaries()))
+		cells = append(cells, num(n.GetLoad()), yesNo(n.GetDraining()), dataFreshness(n), seen)
 		if labels {
 			cells = append(cells, showParams(n.GetLabels()))
 		}
@@ -117,4 +129,13 @@ func dataFreshness(n *pb.NodeInfo) string {
 		return "fresh"
 	}
 	return "-"
+}
+
+// appendIf appends cell to cells when cond holds: a column that shows only when it says
+// something.
+func appendIf(cells []string, cond bool, cell string) []string {
+	if cond {
+		return append(cells, cell)
+	}
+	return cells
 }

@@ -1959,8 +1959,13 @@ type NodeInfo struct {
 	Load     float64                `protobuf:"fixed64,6,opt,name=load,proto3" json:"load,omitempty"`
 	LastSeen *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	// stale and silence are what the node said in its last heartbeat about its pull stream.
-	Stale         bool                 `protobuf:"varint,8,opt,name=stale,proto3" json:"stale,omitempty"`
-	Silence       *durationpb.Duration `protobuf:"bytes,9,opt,name=silence,proto3" json:"silence,omitempty"`
+	Stale   bool                 `protobuf:"varint,8,opt,name=stale,proto3" json:"stale,omitempty"`
+	Silence *durationpb.Duration `protobuf:"bytes,9,opt,name=silence,proto3" json:"silence,omitempty"`
+	// loading counts the slices the node is loading; primaries, those it is the primary of;
+	// roles, the role model it registered with ("" for a storage node).
+	Loading       uint32 `protobuf:"varint,10,opt,name=loading,proto3" json:"loading,omitempty"`
+	Primaries     uint32 `protobuf:"varint,11,opt,name=primaries,proto3" json:"primaries,omitempty"`
+	Roles         string `protobuf:"bytes,12,opt,name=roles,proto3" json:"roles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2056,6 +2061,27 @@ func (x *NodeInfo) GetSilence() *durationpb.Duration {
 		return x.Silence
 	}
 	return nil
+}
+
+func (x *NodeInfo) GetLoading() uint32 {
+	if x != nil {
+		return x.Loading
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetPrimaries() uint32 {
+	if x != nil {
+		return x.Primaries
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetRoles() string {
+	if x != nil {
+		return x.Roles
+	}
+	return ""
 }
 
 type ListNodesResponse struct {
@@ -3783,7 +3809,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
-	"\x10ListNodesRequest\"\x91\x03\n" +
+	"\x10ListNodesRequest\"\xdf\x03\n" +
 	"\bNodeInfo\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.sliceplane.v1.NodeR\x04node\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12;\n" +
@@ -3793,7 +3819,11 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x04load\x18\x06 \x01(\x01R\x04load\x127\n" +
 	"\tlast_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x14\n" +
 	"\x05stale\x18\b \x01(\bR\x05stale\x123\n" +
-	"\asilence\x18\t \x01(\v2\x19.google.protobuf.DurationR\asilence\x1a9\n" +
+	"\asilence\x18\t \x01(\v2\x19.google.protobuf.DurationR\asilence\x12\x18\n" +
+	"\aloading\x18\n" +
+	" \x01(\rR\aloading\x12\x1c\n" +
+	"\tprimaries\x18\v \x01(\rR\tprimaries\x12\x14\n" +
+	"\x05roles\x18\f \x01(\tR\x05roles\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // History records the outcome of every increment. Its methods are safe for concurrent use.
@@ -16,18 +17,41 @@ type History struct {
 	mu     sync.Mutex
 	acked  map[string][]int64
 	failed map[string]int64
+	// by says who answered each count of each key, for the report of a duplicate.
+	by map[string][]string
 }
 
 // NewHistory returns an empty history.
 func NewHistory() *History {
-	return &History{acked: map[string][]int64{}, failed: map[string]int64{}}
+	return &History{acked: map[string][]int64{}, failed: map[string]int64{}, by: map[string][]string{}}
 }
 
-// Acked records that an increment of key was answered with count n.
-func (h *History) Acked(key string, n int64) {
+// Acked records that an increment of key was answered with count n, by who.
+func (h *History) Acked(key string, n int64, who string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.acked[key] = append(h.acked[key], n)
+	h.by[key] = append(h.by[key], fmt.Sprintf("%d by %s at %s", n, who, time.Now().Format("15:04:05.000")))
+}
+
+// Duplicates describes, for each count answered more than once, who answered it and when.
+func (h *History) Duplicates() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for k, ns := range h.acked {
+		seen := map[int64]int{}
+		for _, n := range ns {
+			seen[n]++
+		}
+		for i, n := range ns {
+			if seen[n] > 1 {
+				out = append(out, fmt.Sprintf("%s: %s", k, h.by[k][i]))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Failed records that an increment of key got no answer, or an error.

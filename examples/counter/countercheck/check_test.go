@@ -27,7 +27,7 @@ func TestCheckFindsWhatACounterMustNotDo(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := NewHistory()
 			for _, n := range tc.acked {
-				h.Acked("k", n)
+				h.Acked("k", n, "m")
 			}
 			for range tc.failed {
 				h.Failed("k")

@@ -84,31 +84,33 @@ func (l *Load) incr(key string) {
 	l.sent.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 	defer cancel()
-	n, err := l.send(ctx, key)
+	n, who, err := l.send(ctx, key)
 	if err != nil {
 		l.failed.Add(1)
 		l.history.Failed(key)
 		return
 	}
-	l.history.Acked(key, n)
+	l.history.Acked(key, n, who)
 }
 
-func (l *Load) send(ctx context.Context, key string) (int64, error) {
+// send sends one increment of key and returns the count answered and the member that
+// answered it.
+func (l *Load) send(ctx context.Context, key string) (int64, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.cfg.URL+countermember.IncrPath+key, nil)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	resp, err := l.cfg.Client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("counterload: %s: %s", key, resp.Status)
+		return 0, "", fmt.Errorf("counterload: %s: %s", key, resp.Status)
 	}
 	var res countermember.Result
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-		return 0, fmt.Errorf("counterload: %s: %w", key, err)
+		return 0, "", fmt.Errorf("counterload: %s: %w", key, err)
 	}
-	return res.Count, nil
+	return res.Count, resp.Header.Get(countermember.MemberHeader), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -52,6 +53,7 @@ type Counts struct {
 	// delay is added to every write: a slower database, for demos and tests that want
 	// increments in flight when a primary moves.
 	delay time.Duration
+	log   *slog.Logger
 
 	mu     sync.Mutex
 	ranges []held
@@ -60,8 +62,8 @@ type Counts struct {
 
 // NewCounts returns the application over the counters table of pool, each write delayed by
 // delay.
-func NewCounts(pool *pgxpool.Pool, delay time.Duration) *Counts {
-	return &Counts{pool: pool, delay: delay, counts: map[string]int64{}}
+func NewCounts(pool *pgxpool.Pool, delay time.Duration, log *slog.Logger) *Counts {
+	return &Counts{pool: pool, delay: delay, log: log, counts: map[string]int64{}}
 }
 
 // role returns the role in which the range of point h is held, 0 for none. c.mu held.
@@ -78,6 +80,7 @@ func (c *Counts) role(h uint64) client.Role {
 func (c *Counts) Acquire(ctx context.Context, r client.Range, role client.Role) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.log.Debug("acquire", "range", r, "role", role)
 	if role == client.RolePrimary {
 		if err := c.load(ctx, r); err != nil {
 			return err
@@ -91,6 +94,7 @@ func (c *Counts) Acquire(ctx context.Context, r client.Range, role client.Role) 
 func (c *Counts) Release(_ context.Context, r client.Range) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.log.Debug("release", "range", r)
 	c.forget(r)
 	return nil
 }
@@ -100,6 +104,7 @@ func (c *Counts) Release(_ context.Context, r client.Range) error {
 func (c *Counts) ChangeRole(ctx context.Context, r client.Range, role client.Role) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.log.Debug("change role", "range", r, "role", role)
 	c.forget(r)
 	if role == client.RolePrimary {
 		if err := c.load(ctx, r); err != nil {

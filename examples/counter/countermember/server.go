@@ -97,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Advertise == "" {
 		cfg.Advertise = lis.Addr().String()
 	}
-	counts := NewCounts(pool, cfg.WriteDelay)
+	counts := NewCounts(pool, cfg.WriteDelay, cfg.Logger.With("member", cfg.ID))
 	member, err := client.NewMember(client.MemberConfig{ID: cfg.ID, Address: cfg.Advertise, Assigners: cfg.Assigners,
 		TLS: client.TLS{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}, App: counts, Roles: client.RolesPrimarySecondary,
 		ReportInterval: cfg.ReportInterval, Logger: cfg.Logger})
@@ -143,6 +143,9 @@ func (s *Server) drain(ctx context.Context) {
 	}
 }
 
+// MemberHeader names the member that answered.
+const MemberHeader = "Sliceplane-Member"
+
 // Result is the answer to an increment or a read.
 type Result struct {
 	Key   string `json:"key"`
@@ -181,6 +184,7 @@ func (s *Server) answer(w http.ResponseWriter, key string, n int64, err error) {
 		return
 	}
 	s.member.RecordLoad([]byte(key), 1)
+	w.Header().Set(MemberHeader, s.cfg.ID)
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(Result{Key: key, Count: n}) //nolint:errcheck // the client went away
 }
