@@ -188,7 +188,14 @@ func (d *demo) startProxy(ctx context.Context) error {
 	d.stopAll = append(d.stopAll, func() { srv.Close() })
 	d.proxy = "http://" + lis.Addr().String()
 	d.say("counter demo: %d members (mutual TLS), primary-secondary roles, counts in PostgreSQL; proxy at %s", d.cfg.Members, d.proxy)
-	d.say("  curl -X POST %s/v1/incr/visits", d.proxy)
+	d.say("  increment: curl -X POST %s/v1/incr/visits", d.proxy)
+	admin, err := d.pki.Issue("admin", "demo")
+	if err != nil {
+		return err
+	}
+	slicectl := filepath.Join(d.cfg.Bin, "slicectl") + " --assigner " + d.cluster.Assigners()[0] + " " + strings.Join(launch.TLSArgs(admin), " ")
+	d.say("  inspect:   %s slices --sort load --limit 5   (also: nodes, lookup visits)", slicectl)
+	d.say("  counts:    psql '%s' -c 'SELECT * FROM counters ORDER BY count DESC LIMIT 5'", d.dsn)
 	return nil
 }
 
