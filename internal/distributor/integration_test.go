@@ -497,10 +497,10 @@ func counter(regs map[string]*prometheus.Registry, mu *sync.Mutex, name string) 
 }
 
 // TestDataPathSnapshotsInSmallPieces reads every scan in pieces of 8 KiB and holds at most
-// 16 KiB of it for a node, in deltas of 64 items, while slices move and changes wait behind the scans. Node n0 is made
-// to take a snapshot (its distributor stops) and to stop acknowledging right after the
-// snapshot's first delta: its scan must pause rather than read on, and pick up again at its
-// clock once n0 takes more.
+// 64 KiB of it for a node (16 KiB, in deltas of 64 items, under the race detector) while
+// slices move and changes wait behind the scans. Node n0 is made to take a snapshot (its
+// distributor stops) and to stop acknowledging right after the snapshot's first delta: its
+// scan must pause rather than read on, and pick up again at its clock once n0 takes more.
 func TestDataPathSnapshotsInSmallPieces(t *testing.T) {
 	regs := map[string]*prometheus.Registry{}
 	var mu sync.Mutex
@@ -509,10 +509,13 @@ func TestDataPathSnapshotsInSmallPieces(t *testing.T) {
 	scenario{
 		gate: gate,
 		distributor: func(cfg *distributor.Config) {
-			// Small deltas and a small window, so that n0's snapshot outgrows its first delta
-			// and the window at 10k items too (under the race detector): with the default 1,024
-			// ops a delta, n0's sixth of them could fit in one, and its scan never paused.
-			cfg.MaxScanAheadBytes, cfg.MaxDeltaOps = 16<<10, 64
+			cfg.MaxScanAheadBytes = 64 << 10
+			if raceEnabled {
+				// At 10k items n0's sixth could fit in one delta of the default 1,024 ops and
+				// the window, and its scan never paused: smaller deltas and window. (At 100k,
+				// deltas that small make the snapshots too slow for the scenario's deadlines.)
+				cfg.MaxScanAheadBytes, cfg.MaxDeltaOps = 16<<10, 64
+			}
 			cfg.Registry = prometheus.NewRegistry()
 			mu.Lock()
 			regs[cfg.ID] = cfg.Registry
