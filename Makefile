@@ -47,11 +47,13 @@ CHAOS_SEED      ?= 1
 .PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres e2e-counter build tools clean chaos
 
 ## test: proto and lint checks, every test with the race detector (every fuzz target's seed
-## corpus among them), the data path at full size, end to end, the short chaos runs
+## corpus among them; the simulator, which starts no goroutine, without it), the data path at
+## full size, end to end, the short chaos runs
 test: proto-check lint unit
 
 unit:
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/chaos$$')
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/chaos$$' -e '/internal/sim$$')
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./internal/sim
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestDataPath' ./internal/distributor
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./e2e
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./chaos
