@@ -14,9 +14,10 @@ import (
 // goes to the replica the router's policy picks, a write to the key's primary (in a cluster
 // with roles). The request's URL keeps its scheme and path; its host becomes the replica's
 // address. A request that could not be sent (no map yet, no primary while the role is
-// handed over, the replica refused the connection) or that a member answered with 421 Misdirected Request (it does not serve the
-// key now) is tried again once the map changed, or after a backoff, while its context lasts,
-// if its body can be read again (none, or GetBody set, as http.NewRequest does for bytes).
+// handed over, the replica refused the connection) or that a member answered with 421
+// Misdirected Request (it does not serve the key now) is tried again once the map changed,
+// or after a backoff, while its context lasts, if its body can be read again (none, or
+// GetBody set, as http.NewRequest does for bytes).
 // Other answers and failures are returned as they are: a write that went out may have
 // happened.
 type Transport struct {
@@ -30,6 +31,7 @@ type Transport struct {
 // ErrNoKey is returned by Transport for a request whose Key failed.
 var ErrNoKey = errors.New("client: the request has no key")
 
+// RoundTrip sends req to a replica of its key, trying again as Transport says.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, write, err := t.Key(req)
 	if err != nil {
@@ -52,7 +54,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if !t.Router.awaitChange(req.Context(), gen, wait) {
 			if err == nil {
-				err = fmt.Errorf("client: %s answered 421 until the request's context ended: %w", req.URL.Host, req.Context().Err())
+				err = fmt.Errorf("client: the key's replicas answered 421 until the request's context ended: %w", req.Context().Err())
 			}
 			return nil, err
 		}
