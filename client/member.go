@@ -84,14 +84,14 @@ func (c *MemberConfig) Validate() error {
 		return errors.New("client: a member needs the assigners' addresses")
 	case c.Address == "":
 		return errors.New("client: a member needs its Address, where routers reach it")
-	case c.Roles != "" && c.Roles != RolesReplicas && c.Roles != RolesPrimarySecondary:
-		return fmt.Errorf("client: roles %q: want %s or %s", c.Roles, RolesReplicas, RolesPrimarySecondary)
 	case c.ReportInterval < 0 || c.CallTimeout < 0:
 		return fmt.Errorf("client: negative report interval %s or call timeout %s", c.ReportInterval, c.CallTimeout)
 	}
-	if c.Roles == "" {
-		c.Roles = RolesReplicas
+	roles, err := assignment.RoleModel(c.Roles)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
 	}
+	c.Roles = roles
 	if c.ReportInterval == 0 {
 		c.ReportInterval = time.Second
 	}
@@ -165,6 +165,8 @@ func (m *Member) follow(ctx context.Context) error {
 	calls, results := make(chan calling), make(chan error)
 	wg.Go(func() { m.serve(calls, results) })
 	defer close(calls)
+	views, stopViews := m.router.watchViews()
+	defer stopViews()
 	own := newOwnership()
 	var cancelCall context.CancelFunc = func() {}
 	defer func() { cancelCall() }()
@@ -172,7 +174,7 @@ func (m *Member) follow(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		select {
-		case <-m.router.mapped:
+		case <-views: // a new map, or new addresses (setMap of the same map changes nothing)
 			want, gen, list := m.owned()
 			m.load.setSlices(list)
 			if own.setMap(want, gen) {

@@ -1,11 +1,11 @@
 package client
 
 import (
-	"google.golang.org/grpc/balancer"
-
 	"fmt"
 	"strings"
 	"sync/atomic"
+
+	"google.golang.org/grpc/balancer"
 )
 
 // Policy chooses one replica of a slice, for Router.Pick.

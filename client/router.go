@@ -91,9 +91,8 @@ type Router struct {
 	tls  *mtls.Source  // nil: plaintext
 	rand func() uint64 // uniform random numbers for the policies; tests make it deterministic
 
-	view   atomic.Pointer[view] // nil until the first map
-	ready  chan struct{}        // closed when the first map is applied
-	mapped chan struct{}        // signalled when a view with another map is published
+	view  atomic.Pointer[view] // nil until the first map
+	ready chan struct{}        // closed when the first map is applied
 	// viewers are signalled (each holds at most one signal) when any view is published: a
 	// new map, or new addresses (watchViews).
 	viewersMu sync.Mutex
@@ -195,8 +194,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1),
-		mapped: make(chan struct{}, 1)}, nil
+	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
 }
 
 // Run watches the assignment and the node list until ctx ends, and returns nil then. When
@@ -432,9 +430,6 @@ func (r *Router) publish(v *view) {
 	prev := r.view.Swap(v)
 	if prev == nil {
 		close(r.ready)
-	}
-	if prev == nil || prev.a != v.a {
-		signal(r.mapped)
 	}
 	r.viewersMu.Lock()
 	defer r.viewersMu.Unlock()

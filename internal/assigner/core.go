@@ -111,17 +111,14 @@ func (cfg *CoreConfig) fill() error {
 	if cfg.MaxGrace <= 0 {
 		cfg.MaxGrace = 5 * time.Minute
 	}
-	switch cfg.Roles {
-	case "":
-		cfg.Roles = RolesReplicas
-	case RolesReplicas:
-	case RolesPrimarySecondary:
-		if cfg.BreakBeforeMake {
-			return fmt.Errorf("%w: roles %s move a primary make-before-break: it hands its role over while its successor serves; drop --make-before-break=false", ErrInvalid, cfg.Roles)
-		}
-	default:
-		return fmt.Errorf("%w: roles %q: want %s or %s", ErrInvalid, cfg.Roles, RolesReplicas, RolesPrimarySecondary)
+	roles, err := assignment.RoleModel(cfg.Roles)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	case roles == RolesPrimarySecondary && cfg.BreakBeforeMake:
+		return fmt.Errorf("%w: roles %s move a primary make-before-break: it hands its role over while its successor serves; drop --make-before-break=false", ErrInvalid, roles)
 	}
+	cfg.Roles = roles
 	switch {
 	case cfg.LoadWarmUp < 0:
 		return fmt.Errorf("assigner: negative load warm-up %s", cfg.LoadWarmUp)
@@ -473,7 +470,7 @@ func (c *Core) pass(now time.Time) (*change, error) {
 	}
 	record := &passRecord{history: res.History, explain: res.Explanation, estimate: est, estimated: in.Assignment}
 	algOps, deferred := res.Ops, 0
-	if !c.cfg.BreakBeforeMake || c.roles() {
+	if !c.cfg.BreakBeforeMake {
 		algOps, deferred = deferMerges(in.Assignment, algOps)
 	}
 	ops := append(fix, c.asHandoffs(algOps)...)

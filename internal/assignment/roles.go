@@ -12,6 +12,18 @@ const (
 	RolesPrimarySecondary = "primary-secondary"
 )
 
+// RoleModel returns model, the empty one read as RolesReplicas, or an error naming the
+// models there are: the one check of an assigner's --roles and a member's.
+func RoleModel(model string) (string, error) {
+	switch model {
+	case "":
+		return RolesReplicas, nil
+	case RolesReplicas, RolesPrimarySecondary:
+		return model, nil
+	}
+	return "", fmt.Errorf("assignment: roles %q: want %s or %s", model, RolesReplicas, RolesPrimarySecondary)
+}
+
 // Roles: in a cluster with primary and secondary replicas, each slice that has a serving
 // replica has one Primary, which takes its writes; the other replicas are secondaries. The
 // map holds at most one primary per slice at any time. A planned move of the primary role
