@@ -149,7 +149,7 @@ type cacheApp struct {
 	ranges []client.Range
 }
 
-func (a *cacheApp) Acquire(ctx context.Context, r client.Range, role client.Role) error {
+func (a *cacheApp) Acquire(ctx context.Context, r client.Range, g client.Grant) error {
 	// Load what serving r takes (warm the cache from the backend), then say so.
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -165,7 +165,7 @@ func (a *cacheApp) Release(ctx context.Context, r client.Range) error {
 	return nil
 }
 
-func (a *cacheApp) ChangeRole(ctx context.Context, r client.Range, role client.Role) error {
+func (a *cacheApp) ChangeRole(ctx context.Context, r client.Range, g client.Grant) error {
 	return nil
 }
 

@@ -39,10 +39,10 @@ type loadingState struct {
 	// gen is the map generation of the last delta applied: the node has seen every slice
 	// that generation of the map gives it (0: none yet).
 	gen uint64
-	// primaries is the points a member's application holds as primary (none for a node,
-	// which acts on no role): the assigner promotes a successor once they no longer cover a
-	// slice whose primary hands the role over.
-	primaries keyspace.Set
+	// primaries is the ranges a member's application holds as primary, with their tokens
+	// (none for a node, which acts on no role): the assigner promotes a successor once they
+	// no longer cover a slice whose primary hands the role over.
+	primaries []primaryRange
 }
 
 // nextLoading returns the loading and held sets after ops, and whether any range finished

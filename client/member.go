@@ -28,13 +28,13 @@ type Application interface {
 	// member tells the assigner it is still loading r, so that the previous holders keep
 	// serving it (make-before-break); an acquire that failed is tried again after a backoff
 	// while the map still gives r.
-	Acquire(ctx context.Context, r Range, role Role) error
+	Acquire(ctx context.Context, r Range, g Grant) error
 	// Release gives r up: the application stops serving it and drops what it holds of it.
 	// The member takes r as released whatever Release returns.
 	Release(ctx context.Context, r Range) error
 	// ChangeRole makes r, which the application holds, its in role. The member takes r as
 	// changed whatever ChangeRole returns.
-	ChangeRole(ctx context.Context, r Range, role Role) error
+	ChangeRole(ctx context.Context, r Range, g Grant) error
 }
 
 // MemberConfig configures a Member.
@@ -64,6 +64,11 @@ type MemberConfig struct {
 	// HotKeys is how many of its heaviest keys the member tracks and reports; default 16,
 	// negative for none.
 	HotKeys int
+	// LeaseMargin, in an exclusive cluster (the assigner's --exclusive), is how much earlier
+	// than the assigner the member counts its lease on primary roles as ended, for a
+	// difference in clock rates: 0 means a tenth of the lease. A member whose lease ends
+	// (its heartbeats fail, or are refused) demotes its primary ranges itself.
+	LeaseMargin time.Duration
 	// CallTimeout bounds each call of App; default 30 s, the assigner's default handoff
 	// timeout, after which a handoff that waits for an acquire is rolled back anyway.
 	CallTimeout time.Duration
@@ -84,8 +89,8 @@ func (c *MemberConfig) Validate() error {
 		return errors.New("client: a member needs the assigners' addresses")
 	case c.Address == "":
 		return errors.New("client: a member needs its Address, where routers reach it")
-	case c.ReportInterval < 0 || c.CallTimeout < 0:
-		return fmt.Errorf("client: negative report interval %s or call timeout %s", c.ReportInterval, c.CallTimeout)
+	case c.ReportInterval < 0 || c.CallTimeout < 0 || c.LeaseMargin < 0:
+		return fmt.Errorf("client: negative report interval %s, call timeout %s or lease margin %s", c.ReportInterval, c.CallTimeout, c.LeaseMargin)
 	}
 	roles, err := assignment.RoleModel(c.Roles)
 	if err != nil {
@@ -133,10 +138,20 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 		return nil, err
 	}
 	p := newParticipant(participantConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Address, Labels: cfg.Labels,
-		Assigners: cfg.Assigners, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Roles: cfg.Roles, Logger: cfg.Logger}, src)
+		Assigners: cfg.Assigners, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Roles: cfg.Roles, LeaseMargin: cfg.LeaseMargin, Logger: cfg.Logger}, src)
 	m := &Member{participant: p, cfg: cfg, router: router}
 	p.holds = func() int { return int(m.held.Load()) }
 	return m, nil
+}
+
+// Leased reports whether the member may act as a primary now: in an exclusive cluster (the
+// assigner's --exclusive), whether its lease on primary roles is valid by its own count;
+// always in a cluster that is not. An application that checks it before a write of a
+// primary stops at its lease's end even while its demotion waits for a call in flight;
+// the fencing token covers the rest (a pause between the check and the write).
+func (m *Member) Leased() bool {
+	ok, _ := m.lease.valid(time.Now())
+	return ok
 }
 
 // Router returns the member's router: the map it follows, for lookups (where to forward a
@@ -172,19 +187,19 @@ func (m *Member) follow(ctx context.Context) error {
 	defer func() { cancelCall() }()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var leaseEnd time.Time
 	for {
 		select {
 		case <-views: // a new map, or new addresses (setMap of the same map changes nothing)
-			want, gen, list := m.owned()
-			m.load.setSlices(list)
-			if own.setMap(want, gen) {
-				cancelCall()
-			}
+			leaseEnd = m.reconcile(own, cancelCall, leaseEnd)
+		case <-m.lease.changed:
+			leaseEnd = m.reconcile(own, cancelCall, leaseEnd)
+		case <-timer.C: // a retry is due, or the lease ends
+			leaseEnd = m.reconcile(own, cancelCall, leaseEnd)
 		case err := <-results:
 			cancelCall()
 			m.answered(own, err)
 			own.done(err, time.Now())
-		case <-timer.C:
 		case <-ctx.Done():
 			if own.busy != nil {
 				cancelCall()
@@ -200,7 +215,7 @@ func (m *Member) follow(ctx context.Context) error {
 			cancelCall = cancel
 			calls <- calling{c: c, ctx: cctx}
 		}
-		timer.Reset(untilRetry(own))
+		timer.Reset(untilRetry(own, leaseEnd))
 	}
 }
 
@@ -211,14 +226,30 @@ func (m *Member) serve(calls <-chan calling, results chan<- error) {
 		r := rangeOf(cl.c.rng)
 		switch cl.c.kind {
 		case callAcquire:
-			err = m.cfg.App.Acquire(cl.ctx, r, cl.c.role)
+			err = m.cfg.App.Acquire(cl.ctx, r, cl.c.grant)
 		case callRelease:
 			err = m.cfg.App.Release(cl.ctx, r)
 		case callChangeRole:
-			err = m.cfg.App.ChangeRole(cl.ctx, r, cl.c.role)
+			err = m.cfg.App.ChangeRole(cl.ctx, r, cl.c.grant)
 		}
 		results <- err
 	}
+}
+
+// reconcile takes the member's ranges of the map as they are now into own, cancelling the
+// call in flight if the map took its range away, and returns when the lease on primary
+// roles ends (zero: none runs); leaseEnd is what it returned last, so that a lease that
+// ended is said once.
+func (m *Member) reconcile(own *ownership, cancelCall context.CancelFunc, leaseEnd time.Time) time.Time {
+	want, gen, list, end := m.owned(time.Now())
+	m.load.setSlices(list)
+	if own.setMap(want, gen) {
+		cancelCall()
+	}
+	if end.IsZero() && !leaseEnd.IsZero() {
+		m.log.Warn("the lease on primary roles ended unrenewed: demoting the primary ranges", "ended", leaseEnd)
+	}
+	return end
 }
 
 // answered logs what the application answered to the call in flight.
@@ -237,28 +268,34 @@ func (m *Member) answered(own *ownership, err error) {
 	}
 }
 
-// owned returns the member's ranges in the router's map, by role, the map's generation and
-// the slices the member holds in it.
-func (m *Member) owned() (map[Role]keyspace.Set, uint64, []Range) {
+// owned returns the member's ranges in the router's map at now, by grant, the map's
+// generation, the slices the member holds in it, and when its lease on primary roles ends
+// (zero: it holds none, or the cluster gives no leases). Without a valid lease its primary
+// ranges are secondary: it demotes itself.
+func (m *Member) owned(now time.Time) (map[Grant]keyspace.Set, uint64, []Range, time.Time) {
 	v := m.router.view.Load()
 	if v == nil {
-		return map[Role]keyspace.Set{}, 0, nil
+		return map[Grant]keyspace.Set{}, 0, nil, time.Time{}
 	}
 	id, primaries := assignment.NodeID(m.cfg.ID), m.cfg.Roles == RolesPrimarySecondary
-	byRole := map[Role][]keyspace.Range{}
+	leased, until := m.lease.valid(now)
+	byGrant := map[Grant][]keyspace.Range{}
 	var list []Range
 	for _, s := range v.a.All() {
 		if s.Holds(id) {
-			role := roleOf(s, id, primaries)
-			byRole[role] = append(byRole[role], s.Range)
+			g := grantOf(s, id, primaries, leased)
+			byGrant[g] = append(byGrant[g], s.Range)
 			list = append(list, rangeOf(s.Range))
 		}
 	}
-	want := make(map[Role]keyspace.Set, len(byRole))
-	for role, rs := range byRole {
-		want[role] = keyspace.NewSet(rs...)
+	want := make(map[Grant]keyspace.Set, len(byGrant))
+	for g, rs := range byGrant {
+		want[g] = keyspace.NewSet(rs...)
 	}
-	return want, v.a.Generation(), list
+	if !leased {
+		until = time.Time{}
+	}
+	return want, v.a.Generation(), list, until
 }
 
 // publish makes what the member holds and loads its heartbeats' and readers' view: what it
@@ -269,15 +306,20 @@ func (m *Member) publish(own *ownership) {
 	next := &loadingState{set: own.loading(), held: union(own.want), gen: own.gen, primaries: own.primaries()}
 	m.pending.Store(next)
 	m.held.Store(int64(len(own.holding().Ranges())))
-	if !before.set.Minus(next.set).Empty() || !before.primaries.Minus(next.primaries).Empty() {
+	if !before.set.Minus(next.set).Empty() || !pointsOf(before.primaries).Minus(pointsOf(next.primaries)).Empty() {
 		m.loadedSoon()
 	}
 }
 
-// untilRetry returns how long to wait before a failed acquire is due, or long.
-func untilRetry(own *ownership) time.Duration {
+// untilRetry returns how long to wait before a failed acquire is due or the lease ends
+// (zero: none runs), or long.
+func untilRetry(own *ownership, leaseEnd time.Time) time.Duration {
+	wait := time.Hour
 	if at, ok := own.wake(); ok {
-		return max(time.Until(at), 0)
+		wait = max(time.Until(at), 0)
 	}
-	return time.Hour
+	if !leaseEnd.IsZero() {
+		wait = min(wait, max(time.Until(leaseEnd), 0))
+	}
+	return wait
 }

@@ -31,10 +31,10 @@ type app struct {
 	fail error
 }
 
-func (a *app) Acquire(ctx context.Context, r client.Range, role client.Role) error {
+func (a *app) Acquire(ctx context.Context, r client.Range, g client.Grant) error {
 	a.mu.Lock()
 	gate, fail := a.gate, a.fail
-	a.calls = append(a.calls, fmt.Sprintf("acquire %s %s", r, role))
+	a.calls = append(a.calls, fmt.Sprintf("acquire %s %s", r, g))
 	a.mu.Unlock()
 	if gate != nil {
 		select {
@@ -60,7 +60,7 @@ func (a *app) Release(_ context.Context, r client.Range) error {
 	return nil
 }
 
-func (a *app) ChangeRole(context.Context, client.Range, client.Role) error {
+func (a *app) ChangeRole(context.Context, client.Range, client.Grant) error {
 	return errors.New("app: no roles here")
 }
 

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -17,11 +18,12 @@ const (
 	callChangeRole
 )
 
-// appCall is one call of the application: Acquire or ChangeRole of Range in Role, or Release.
+// appCall is one call of the application: Acquire or ChangeRole of Range in Grant, or
+// Release.
 type appCall struct {
 	kind  callKind
 	rng   keyspace.Range
-	role  Role
+	grant Grant
 	since time.Time // when it was started
 	// cancelled says the map took the range away while the call ran: its failure is no
 	// failure of the application's.
@@ -31,11 +33,11 @@ type appCall struct {
 func (c appCall) String() string {
 	switch c.kind {
 	case callAcquire:
-		return fmt.Sprintf("acquire %s as %s", c.rng, c.role)
+		return fmt.Sprintf("acquire %s as %s", c.rng, c.grant)
 	case callRelease:
 		return fmt.Sprintf("release %s", c.rng)
 	}
-	return fmt.Sprintf("change %s to %s", c.rng, c.role)
+	return fmt.Sprintf("change %s to %s", c.rng, c.grant)
 }
 
 // ownership reconciles what the map gives a member with what its application holds. It is
@@ -50,9 +52,9 @@ func (c appCall) String() string {
 // and is tried again after a backoff while the map still gives the range; meanwhile the range
 // counts as loading, so the assigner does not count the member as serving it.
 type ownership struct {
-	want map[Role]keyspace.Set // by the last map
+	want map[Grant]keyspace.Set // by the last map
 	gen  uint64                // of the last map
-	held map[Role]keyspace.Set // what the application holds: acquired, not released
+	held map[Grant]keyspace.Set // what the application holds: acquired, not released
 	busy *appCall              // the call in flight
 	// retryAt is when acquires that failed are tried again; backoff the wait after the next
 	// failure.
@@ -68,20 +70,20 @@ const (
 )
 
 func newOwnership() *ownership {
-	return &ownership{want: map[Role]keyspace.Set{}, held: map[Role]keyspace.Set{}, backoff: minAcquireBackoff}
+	return &ownership{want: map[Grant]keyspace.Set{}, held: map[Grant]keyspace.Set{}, backoff: minAcquireBackoff}
 }
 
 // setMap takes the member's ranges, by role, of the map of generation gen. It reports
 // whether the call in flight should be cancelled: an acquire of points the map no longer
 // gives in that role.
-func (o *ownership) setMap(want map[Role]keyspace.Set, gen uint64) (cancel bool) {
+func (o *ownership) setMap(want map[Grant]keyspace.Set, gen uint64) (cancel bool) {
 	o.want, o.gen = want, gen
 	o.failed = o.failed.Intersect(union(want)) // what the map took away is not retried
 	if o.busy == nil || o.busy.kind == callRelease || o.busy.cancelled {
 		return false
 	}
 	r := keyspace.NewSet(o.busy.rng)
-	o.busy.cancelled = !r.Minus(o.want[o.busy.role]).Empty()
+	o.busy.cancelled = !r.Minus(o.want[o.busy.grant]).Empty()
 	return o.busy.cancelled
 }
 
@@ -97,8 +99,8 @@ func (o *ownership) done(err error, now time.Time) {
 	r := keyspace.NewSet(c.rng)
 	switch {
 	case c.kind == callRelease:
-		for role, h := range o.held {
-			o.held[role] = h.Minus(r)
+		for g, h := range o.held {
+			o.held[g] = h.Minus(r)
 		}
 	case c.kind == callAcquire && err != nil && c.cancelled:
 		// Cancelled, as the map took the range away: nothing failed.
@@ -107,10 +109,10 @@ func (o *ownership) done(err error, now time.Time) {
 		o.retryAt = now.Add(o.backoff)
 		o.backoff = min(2*o.backoff, maxAcquireBackoff)
 	default: // an acquire or a role change that succeeded
-		for role, h := range o.held {
-			o.held[role] = h.Minus(r)
+		for g, h := range o.held {
+			o.held[g] = h.Minus(r)
 		}
-		o.held[c.role] = o.held[c.role].Union(r)
+		o.held[c.grant] = o.held[c.grant].Union(r)
 		if c.kind == callAcquire {
 			o.failed = o.failed.Minus(r)
 			if o.failed.Empty() {
@@ -131,19 +133,19 @@ func (o *ownership) next(now time.Time) (appCall, bool) {
 	if r, ok := first(union(o.held).Minus(all)); ok {
 		return o.start(appCall{kind: callRelease, rng: r, since: now}), true
 	}
-	for _, role := range roles(o.want) {
-		// Points held in another role: they change role.
-		if r, ok := first(o.want[role].Intersect(union(o.held).Minus(o.held[role]))); ok {
-			return o.start(appCall{kind: callChangeRole, rng: r, role: role, since: now}), true
+	for _, g := range grants(o.want) {
+		// Points held in another role, or with another token: they change role.
+		if r, ok := first(o.want[g].Intersect(union(o.held).Minus(o.held[g]))); ok {
+			return o.start(appCall{kind: callChangeRole, rng: r, grant: g, since: now}), true
 		}
 	}
-	for _, role := range roles(o.want) {
-		gained := o.want[role].Minus(union(o.held))
+	for _, g := range grants(o.want) {
+		gained := o.want[g].Minus(union(o.held))
 		if now.Before(o.retryAt) {
 			gained = gained.Minus(o.failed)
 		}
 		if r, ok := first(gained); ok {
-			return o.start(appCall{kind: callAcquire, rng: r, role: role, since: now}), true
+			return o.start(appCall{kind: callAcquire, rng: r, grant: g, since: now}), true
 		}
 	}
 	return appCall{}, false
@@ -169,19 +171,41 @@ func (o *ownership) loading() keyspace.Set { return union(o.want).Minus(union(o.
 // holds as primary, and those of a call in flight that makes it primary (it may act as one
 // before the call returns). The assigner promotes another member of a point only once the
 // report leaves it out (I10).
-func (o *ownership) primaries() keyspace.Set {
-	p := o.held[RolePrimary]
-	if c := o.busy; c != nil && c.kind != callRelease && c.role == RolePrimary {
-		p = p.Union(keyspace.NewSet(c.rng))
+func (o *ownership) primaries() []primaryRange {
+	var out []primaryRange
+	for _, g := range grants(o.held) {
+		if g.Role == RolePrimary {
+			for _, r := range o.held[g].Ranges() {
+				out = append(out, primaryRange{r: r, token: g.Token})
+			}
+		}
 	}
-	return p
+	if c := o.busy; c != nil && c.kind != callRelease && c.grant.Role == RolePrimary {
+		out = append(out, primaryRange{r: c.rng, token: c.grant.Token})
+	}
+	return out
+}
+
+// primaryRange is a range held as primary, with the token of its grant.
+type primaryRange struct {
+	r     keyspace.Range
+	token uint64
+}
+
+// pointsOf returns the points of rs.
+func pointsOf(rs []primaryRange) keyspace.Set {
+	var out keyspace.Set
+	for _, p := range rs {
+		out = out.Union(keyspace.NewSet(p.r))
+	}
+	return out
 }
 
 // holding returns the points the application holds, in any role.
 func (o *ownership) holding() keyspace.Set { return union(o.held) }
 
 // union returns the points of every set of m.
-func union(m map[Role]keyspace.Set) keyspace.Set {
+func union(m map[Grant]keyspace.Set) keyspace.Set {
 	var out keyspace.Set
 	for _, s := range m {
 		out = out.Union(s)
@@ -189,13 +213,18 @@ func union(m map[Role]keyspace.Set) keyspace.Set {
 	return out
 }
 
-// roles returns the roles of m, in order, for a deterministic choice.
-func roles(m map[Role]keyspace.Set) []Role {
-	out := make([]Role, 0, len(m))
-	for r := range m {
-		out = append(out, r)
+// grants returns the grants of m, in order, for a deterministic choice.
+func grants(m map[Grant]keyspace.Set) []Grant {
+	out := make([]Grant, 0, len(m))
+	for g := range m {
+		out = append(out, g)
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b Grant) int {
+		if c := cmp.Compare(a.Role, b.Role); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Token, b.Token)
+	})
 	return out
 }
 

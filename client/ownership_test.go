@@ -46,18 +46,26 @@ func ownershipStep(t *testing.T, o *ownership, now *time.Time, d *datadriven.Tes
 	case "map":
 		var gen uint64
 		d.ScanArgs(t, "gen", &gen)
-		want := map[Role]keyspace.Set{}
+		want := map[Grant]keyspace.Set{}
 		for line := range strings.Lines(d.Input) {
 			f := strings.Fields(line)
 			roles := map[string]Role{"replica": RoleReplica, "primary": RolePrimary, "secondary": RoleSecondary}
-			if len(f) != 2 || roles[f[0]] == 0 {
-				return "", fmt.Errorf("want \"replica|primary|secondary RANGE\", got %q", line)
+			name, token, _ := strings.Cut(f[0], ":") // primary:TOKEN
+			g := Grant{Role: roles[name]}
+			if token != "" {
+				var err error
+				if g.Token, err = strconv.ParseUint(token, 10, 64); err != nil {
+					return "", err
+				}
+			}
+			if len(f) != 2 || g.Role == 0 {
+				return "", fmt.Errorf("want \"replica|primary[:TOKEN]|secondary RANGE\", got %q", line)
 			}
 			r, err := parseTestRange(f[1])
 			if err != nil {
 				return "", err
 			}
-			want[roles[f[0]]] = want[roles[f[0]]].Union(keyspace.NewSet(r))
+			want[g] = want[g].Union(keyspace.NewSet(r))
 		}
 		if o.setMap(want, gen) {
 			return "cancel the call in flight\n", nil
@@ -90,8 +98,8 @@ func ownershipStep(t *testing.T, o *ownership, now *time.Time, d *datadriven.Tes
 		return "ok\n", nil
 	case "state":
 		out := fmt.Sprintf("gen %d\nheld %s\nloading %s\nfailed %s\n", o.gen, o.holding(), o.loading(), o.failed)
-		if p := o.primaries(); !p.Empty() {
-			out += fmt.Sprintf("primaries %s\n", p)
+		for _, p := range o.primaries() {
+			out += fmt.Sprintf("primary %s token %d\n", p.r, p.token)
 		}
 		return out, nil
 	}

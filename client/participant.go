@@ -33,8 +33,11 @@ type participantConfig struct {
 	HotKeys        int
 	// Roles is the role model the participant acts on, as it registers; "" for none (a
 	// node: the assigner moves its primary role without waiting for a demotion).
-	Roles  string
-	Logger *slog.Logger
+	Roles string
+	// LeaseMargin ends the participant's count of its lease on primary roles that much
+	// early (0: a tenth of the lease).
+	LeaseMargin time.Duration
+	Logger      *slog.Logger
 }
 
 // participant is what a Node and a Member share, the one implementation of taking part in
@@ -54,6 +57,7 @@ type participant struct {
 	loaded  chan struct{} // asks the session for a heartbeat soon: a range finished loading
 	running atomic.Bool
 	started time.Time
+	lease   *lease // on primary roles, in an exclusive cluster
 	// pending is what the participant loads and holds, and the generation of the map it
 	// has seen; only its owner's loop replaces it.
 	pending atomic.Pointer[loadingState]
@@ -68,7 +72,7 @@ type participant struct {
 
 func newParticipant(cfg participantConfig, tls *mtls.Source) *participant {
 	p := &participant{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), load: newLoadCounter(max(cfg.HotKeys, 0), time.Now()),
-		tls: tls, kick: make(chan struct{}, 1), loaded: make(chan struct{}, 1), started: time.Now(),
+		tls: tls, kick: make(chan struct{}, 1), loaded: make(chan struct{}, 1), started: time.Now(), lease: newLease(cfg.LeaseMargin),
 		beat: func(*pb.HeartbeatRequest) {}, answered: func(*pb.Distributor) {}}
 	p.holds = func() int { return len(p.load.slices()) }
 	p.pending.Store(&loadingState{})
@@ -175,6 +179,7 @@ func (p *participant) session(ctx context.Context, assigner *dial.Follower) {
 	req := &pb.RegisterRequest{Node: wire.NodeToProto(assignment.Node{ID: assignment.NodeID(p.cfg.ID), Capacity: p.cfg.Capacity}),
 		Address: p.cfg.Address, Labels: maps.Clone(p.cfg.Labels), Roles: p.cfg.Roles}
 	for ctx.Err() == nil {
+		sent := time.Now()
 		resp, err := callLeader(ctx, assigner, 5*time.Second, func(ctx context.Context, c pb.NodeServiceClient) (*pb.RegisterResponse, error) {
 			return c.Register(ctx, req, grpc.WaitForReady(true))
 		})
@@ -188,6 +193,7 @@ func (p *participant) session(ctx context.Context, assigner *dial.Follower) {
 			continue
 		}
 		b.Reset()
+		p.lease.registered(sent, resp.GetLease().AsDuration())
 		p.answered(resp.GetDistributor())
 		every := max(resp.GetTtl().AsDuration()/3, 100*time.Millisecond)
 		p.heartbeat(ctx, assigner, every)
@@ -224,6 +230,7 @@ func (p *participant) heartbeat(ctx context.Context, assigner *dial.Follower, ev
 		}
 		soon, last = nil, time.Now()
 		req := p.heartbeatRequest()
+		sent := time.Now()
 		// A heartbeat that does not return before the next is due went to a leader that
 		// hangs, or to none: give up on it then.
 		resp, err := callLeader(ctx, assigner, max(every, time.Second), func(ctx context.Context, c pb.NodeServiceClient) (*pb.HeartbeatResponse, error) {
@@ -238,6 +245,7 @@ func (p *participant) heartbeat(ctx context.Context, assigner *dial.Follower, ev
 				p.log.Warn("heartbeat", "err", err)
 			}
 		default:
+			p.lease.renewed(sent, resp.GetLease().AsDuration())
 			p.answered(resp.GetDistributor())
 		}
 	}
@@ -251,8 +259,9 @@ func (p *participant) heartbeatRequest() *pb.HeartbeatRequest {
 	for _, r := range s.set.Ranges() {
 		req.Loading = append(req.Loading, wire.RangeToProto(r))
 	}
-	for _, r := range s.primaries.Ranges() {
-		req.Primaries = append(req.Primaries, wire.RangeToProto(r))
+	for _, p := range s.primaries {
+		req.Primaries = append(req.Primaries, wire.RangeToProto(p.r))
+		req.PrimaryTokens = append(req.PrimaryTokens, p.token)
 	}
 	p.beat(req)
 	return req

@@ -46,14 +46,33 @@ func (r Role) String() string {
 	return fmt.Sprintf("Role(%d)", uint8(r))
 }
 
-// roleOf returns the role node id has in slice s of a cluster with primaries or without.
-// A primary handing the role over (Next set) is a secondary already: it stops taking writes.
-func roleOf(s assignment.Slice, id assignment.NodeID, primaries bool) Role {
+// Grant is what a member holds a range as: its Role and, for a primary, the fencing Token
+// of the grant. The token only grows for any point of the space (a later grant of the
+// primary role, wherever the range was split or merged and whoever led the assigners, has
+// a higher one), so that a store the application writes through can refuse a write of a
+// primary that lost the role without knowing it (paused, cut off): see client/fence. A
+// primary's grant changes (ChangeRole) when its token does, after a merge for one.
+type Grant struct {
+	Role  Role
+	Token uint64
+}
+
+func (g Grant) String() string {
+	if g.Role == RolePrimary {
+		return fmt.Sprintf("primary (token %d)", g.Token)
+	}
+	return g.Role.String()
+}
+
+// grantOf returns the grant node id has in slice s of a cluster with primaries or without;
+// leased says whether it may act as a primary now (its lease, in an exclusive cluster). A
+// primary handing the role over (Next set) is a secondary already: it stops taking writes.
+func grantOf(s assignment.Slice, id assignment.NodeID, primaries, leased bool) Grant {
 	switch {
 	case !primaries:
-		return RoleReplica
-	case s.IsPrimary(id):
-		return RolePrimary
+		return Grant{Role: RoleReplica}
+	case s.IsPrimary(id) && leased:
+		return Grant{Role: RolePrimary, Token: s.Token}
 	}
-	return RoleSecondary
+	return Grant{Role: RoleSecondary}
 }

@@ -28,13 +28,16 @@ type primaries struct {
 	by         map[string]keyspace.Set // member -> the points its application holds as primary
 	violations []string
 	taken      map[string]time.Time // "member start" -> when it last became primary of a range starting there
+	// leased, when set, says whether a member's lease is valid (Member.Leased): a member
+	// believes itself primary only within it, in an exclusive cluster.
+	leased map[string]func() bool
 }
 
 func (p *primaries) take(id string, r keyspace.Range) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for other, held := range p.by {
-		if other != id && !held.Intersect(keyspace.NewSet(r)).Empty() {
+		if other != id && !held.Intersect(keyspace.NewSet(r)).Empty() && (p.leased == nil || p.leased[other]()) {
 			p.violations = append(p.violations, fmt.Sprintf("%s became primary of %s while %s was primary of %s", id, r, other, held.Intersect(keyspace.NewSet(r))))
 		}
 	}
@@ -66,6 +69,13 @@ func (p *primaries) covered() bool {
 	return all.Equal(keyspace.NewSet(keyspace.Full()))
 }
 
+// holds reports whether member id's application holds any point as primary.
+func (p *primaries) holds(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.by[id].Empty()
+}
+
 func (p *primaries) failures() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -80,8 +90,8 @@ type roleApp struct {
 	demote time.Duration
 }
 
-func (a *roleApp) Acquire(_ context.Context, r client.Range, role client.Role) error {
-	if role == client.RolePrimary {
+func (a *roleApp) Acquire(_ context.Context, r client.Range, g client.Grant) error {
+	if g.Role == client.RolePrimary {
 		a.check.take(a.id, keyspaceRange(r))
 	}
 	return nil
@@ -92,8 +102,8 @@ func (a *roleApp) Release(_ context.Context, r client.Range) error {
 	return nil
 }
 
-func (a *roleApp) ChangeRole(ctx context.Context, r client.Range, role client.Role) error {
-	if role == client.RolePrimary {
+func (a *roleApp) ChangeRole(ctx context.Context, r client.Range, g client.Grant) error {
+	if g.Role == client.RolePrimary {
 		a.check.take(a.id, keyspaceRange(r))
 		return nil
 	}

@@ -69,6 +69,10 @@ type Replica struct {
 	// Role is the replica's role in the slice: RoleReplica in a cluster without roles,
 	// else RolePrimary (the one that takes writes) or RoleSecondary.
 	Role Role
+	// Token is the fencing token of a primary's grant (0 for other roles): a request may
+	// carry it so that the primary, or the store it writes to, refuses one routed by a map
+	// older than its grant or newer (see Grant).
+	Token uint64
 }
 
 // Route is where a key lives: its hash, the slice that holds it and the slice's replicas in
@@ -575,8 +579,9 @@ func setKey(b []byte, ids []assignment.NodeID) []byte {
 // lead says how a slice's replicas divide the roles: alike (a cluster without roles), or
 // one primary, id, and secondaries, or secondaries only (its primary hands the role over).
 type lead struct {
-	kind uint8 // 0: alike; 1: primary id; 2: secondaries only
-	id   assignment.NodeID
+	kind  uint8 // 0: alike; 1: primary id; 2: secondaries only
+	id    assignment.NodeID
+	token uint64 // of the primary's grant
 }
 
 // leadOf returns the lead of slice s.
@@ -587,7 +592,7 @@ func leadOf(s assignment.Slice) lead {
 	case s.Next != "":
 		return lead{kind: 2}
 	}
-	return lead{kind: 1, id: s.Primary}
+	return lead{kind: 1, id: s.Primary, token: s.Token}
 }
 
 // role returns the role of replica id under l.
@@ -611,7 +616,7 @@ func (r *Router) newReplicaSet(ids []assignment.NodeID, l lead) *replicaSet {
 			rep.Address, rep.Capacity, rep.Stale = n.address, n.capacity, n.stale
 		}
 		if rep.Role == RolePrimary {
-			set.primary = i
+			set.primary, rep.Token = i, l.token
 		}
 		set.replicas[i], set.load[i] = rep, r.loadOf(rep.ID)
 		set.capacity += rep.Capacity

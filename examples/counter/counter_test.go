@@ -99,6 +99,7 @@ func TestCounterUnderRollingRestartAndPrimaryMoves(t *testing.T) {
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
 		cfg.Core.Roles = assigner.RolesPrimarySecondary
 		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 20*time.Second, 300*time.Millisecond
+		cfg.Core.Exclusive = true
 	}})
 	members := map[string]*member{}
 	for _, id := range []string{"c1", "c2", "c3"} {

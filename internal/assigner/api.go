@@ -319,7 +319,7 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 	if err != nil {
 		return nil, err
 	}
-	return &pb.RegisterResponse{Ttl: durationpb.New(rep.TTL), Distributor: distributor(rep.Distributor)}, nil
+	return &pb.RegisterResponse{Ttl: durationpb.New(rep.TTL), Distributor: distributor(rep.Distributor), Lease: optDuration(rep.Lease)}, nil
 }
 
 func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
@@ -339,12 +339,22 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 	if hb.Primaries, err = heartbeatRanges("primary", req.GetPrimaries()); err != nil {
 		return nil, err
 	}
+	hb.Tokens = req.GetPrimaryTokens()
 	rep, err := a.call(ctx, hb)
 	if err != nil {
 		return nil, err
 	}
 	a.fresh.record(id, req.GetStale(), silence, a.s.now(), a.s.cfg.Core.NodeTTL)
-	return &pb.HeartbeatResponse{Ttl: durationpb.New(rep.TTL), Draining: rep.Draining, Distributor: distributor(rep.Distributor)}, nil
+	return &pb.HeartbeatResponse{Ttl: durationpb.New(rep.TTL), Draining: rep.Draining, Distributor: distributor(rep.Distributor),
+		Lease: optDuration(rep.Lease)}, nil
+}
+
+// optDuration encodes d, nil for 0.
+func optDuration(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
 }
 
 // heartbeatRanges decodes the ranges a heartbeat lists as what (loading, primary).

@@ -83,6 +83,11 @@ type CoreConfig struct {
 	// alike) or RolesPrimarySecondary (one primary per slice, which takes its writes; see
 	// roles.go). Give every assigner the same: it is not stored with the map.
 	Roles string
+	// Exclusive gives primaries leases (--exclusive; see exclusive.go): a member holds a
+	// primary role only while its lease, renewed by its heartbeats for NodeTTL, is valid, and
+	// the role goes to another only once it gave it up or its lease ran out. It needs
+	// RolesPrimarySecondary. Give every assigner the same.
+	Exclusive bool
 	// LoadWarmUp is how long, at most, a new leader waits for a load report from every node
 	// holding a slice before its first balancing pass (until then its passes only clean
 	// up): a pass on the reports of some nodes only would take the others for idle and move
@@ -119,6 +124,9 @@ func (cfg *CoreConfig) fill() error {
 		return fmt.Errorf("%w: roles %s move a primary make-before-break: it hands its role over while its successor serves; drop --make-before-break=false", ErrInvalid, roles)
 	}
 	cfg.Roles = roles
+	if cfg.Exclusive && roles != RolesPrimarySecondary {
+		return fmt.Errorf("%w: an exclusive cluster gives leases on primary roles: it needs --roles %s", ErrInvalid, RolesPrimarySecondary)
+	}
 	switch {
 	case cfg.LoadWarmUp < 0:
 		return fmt.Errorf("assigner: negative load warm-up %s", cfg.LoadWarmUp)
@@ -198,7 +206,8 @@ type Core struct {
 	warmUntil time.Time
 	warm      bool
 
-	ho handoffs // the handoffs under way, as of a
+	ho     handoffs // the handoffs under way, as of a
+	leases leases   // of an exclusive cluster's primaries
 
 	inflight  *change // whose write is in flight
 	todo      agenda  // what a Tick left to do once the write in flight is committed
@@ -262,7 +271,7 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	return &Core{cfg: cfg, nodes: map[assignment.NodeID]*nodeState{}, est: load.NewEstimator(cfg.Estimator),
+	return &Core{cfg: cfg, nodes: map[assignment.NodeID]*nodeState{}, est: load.NewEstimator(cfg.Estimator), leases: leases{until: map[assignment.NodeID]time.Time{}},
 		dists: quantum.Distributors{}}, nil
 }
 
@@ -291,6 +300,7 @@ func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
 	c.alg, c.clock, c.published = alg, max(ev.Clock, m.Clock), m.Clock
 	c.carry()
 	c.trackHandoffs(now)
+	c.takeOfficeLeases(now)
 	c.leading = true
 	c.nextPass, c.nextClock = now.Add(c.cfg.PassInterval), now.Add(c.cfg.ClockInterval)
 	c.warmUntil = now.Add(c.cfg.LoadWarmUp)
@@ -414,7 +424,7 @@ func (c *Core) registered() *assignment.NodeSet {
 
 // changeMap proposes a change of the map by ops, as one quantum and one log entry.
 func (c *Core) changeMap(ops []assignment.Op, moves []balance.Move, cause string, now time.Time) (*change, error) {
-	ops, err := c.withRoles(ops)
+	ops, err := c.withRoles(ops, now)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPrecondition, err)
 	}
@@ -608,7 +618,7 @@ func (c *Core) initial(live *assignment.NodeSet, now time.Time) (*change, error)
 	if err != nil {
 		return nil, fmt.Errorf("assigner: the initial assignment: %w", err)
 	}
-	if a, err = c.withPrimaries(a); err != nil {
+	if a, err = c.withPrimaries(a, now); err != nil {
 		return nil, err
 	}
 	pos := c.next()

@@ -37,8 +37,10 @@ type (
 		Generation uint64
 		Loading    []keyspace.Range
 		// Primaries are the ranges a member with roles holds as primary: a demoting primary
-		// whose list no longer holds a slice has handed it over.
+		// whose list no longer holds a slice has handed it over. Tokens are their fencing
+		// tokens, in the same order.
 		Primaries []keyspace.Range
+		Tokens    []uint64
 	}
 	// ReportLoad counts a node's load report (its At is set to the step's time); it renews the
 	// node's lease too.

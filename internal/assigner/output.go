@@ -92,7 +92,10 @@ type Reply struct {
 	Err error
 	// Register and Heartbeat: the node's lease, whether it drains, and its distributor (nil
 	// while there is none).
-	TTL         time.Duration
+	TTL time.Duration
+	// Lease renews the member's lease on its primary roles in an exclusive cluster; 0: not
+	// renewed.
+	Lease       time.Duration
 	Draining    bool
 	Distributor *Distributor
 	// Admin requests: what changed. Pin and Unpin: the range; Drain: the slices held.

@@ -37,7 +37,7 @@ func (c *Core) roles() bool { return c.cfg.Roles == RolesPrimarySecondary }
 
 // withRoles returns ops followed by the Assigns that give the map they lead to the roles it
 // must have; ops as they are in a cluster without roles.
-func (c *Core) withRoles(ops []assignment.Op) ([]assignment.Op, error) {
+func (c *Core) withRoles(ops []assignment.Op, now time.Time) ([]assignment.Op, error) {
 	if !c.roles() || len(ops) == 0 {
 		return ops, nil
 	}
@@ -45,7 +45,7 @@ func (c *Core) withRoles(ops []assignment.Op) ([]assignment.Op, error) {
 	if err != nil {
 		return nil, err // changeMap says which
 	}
-	return foldRoles(ops, c.placeRoles(c.a, mid)), nil
+	return foldRoles(ops, c.placeRoles(c.a, mid, now)), nil
 }
 
 // foldRoles returns ops followed by roles, a role's Assign folded into the last Assign of ops
@@ -72,11 +72,12 @@ func foldRoles(ops, roles []assignment.Op) []assignment.Op {
 	return out
 }
 
-// placeRoles returns the Assigns that give every slice of after the roles it must have,
-// after before (nil: none had any). A slice of after keeps the roles it has (the ops set
+// placeRoles returns the Assigns that give every slice of after the roles it must have at
+// now, after before (nil: none had any). A slice of after keeps the roles it has (the ops set
 // them, or left it alone); one without takes those of the slice of before that holds its
-// start (the two maps are walked together).
-func (c *Core) placeRoles(before, after *assignment.Assignment) []assignment.Op {
+// start (the two maps are walked together). A primary other than before's is a new grant:
+// it takes the next token, the generation of the map these Assigns make, plus one.
+func (c *Core) placeRoles(before, after *assignment.Assignment, now time.Time) []assignment.Op {
 	counts := map[assignment.NodeID]int{}
 	for _, s := range after.All() {
 		if s.Primary != "" {
@@ -84,19 +85,26 @@ func (c *Core) placeRoles(before, after *assignment.Assignment) []assignment.Op 
 		}
 	}
 	var ops []assignment.Op
-	j := 0
+	j, grant := 0, after.Generation()+1
+	if before == after { // these Assigns make the map after's next generation
+		grant++
+	}
 	for _, s := range after.All() {
-		was := s // roles the ops set, or kept
+		was, old := s, assignment.NodeID("") // roles the ops set, or kept; before's primary
 		if before != nil {
 			for before.Slice(j).Range.End.Compare(keyspace.At(s.Range.Start)) <= 0 && !before.Slice(j).Range.End.IsEnd() {
 				j++
 			}
-			if s.Primary == "" {
+			if old = before.Slice(j).Primary; s.Primary == "" {
 				was = before.Slice(j)
 			}
 		}
-		p, n := c.rolesOf(was, s, counts)
-		if p == s.Primary && n == s.Next {
+		p, n := c.rolesOf(was, s, counts, now)
+		token := s.Token
+		if p != "" && p != old {
+			token = grant
+		}
+		if p == s.Primary && n == s.Next && token == s.Token {
 			continue
 		}
 		if s.Primary != "" {
@@ -106,22 +114,27 @@ func (c *Core) placeRoles(before, after *assignment.Assignment) []assignment.Op 
 			counts[p]++
 		}
 		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: s.Loading,
-			Leaving: s.Leaving, Since: s.Since, Primary: p, Next: n})
+			Leaving: s.Leaving, Since: s.Since, Primary: p, Next: n, Token: token})
 	}
 	return ops
 }
 
-// rolesOf returns the primary and next primary slice s must have, the roles of was (the
-// slice it was part of) being what they were.
-func (c *Core) rolesOf(was, s assignment.Slice, counts map[assignment.NodeID]int) (primary, next assignment.NodeID) {
+// rolesOf returns the primary and next primary slice s must have at now, the roles of was
+// (the slice it was part of) being what they were.
+func (c *Core) rolesOf(was, s assignment.Slice, counts map[assignment.NodeID]int, now time.Time) (primary, next assignment.NodeID) {
 	serving := slices.DeleteFunc(slices.Clone(s.Replicas), s.IsLoading)
 	staying := slices.DeleteFunc(slices.Clone(serving), func(id assignment.NodeID) bool { return slices.Contains(s.Leaving, id) })
 	p, n := was.Primary, was.Next
-	if p == "" || !slices.Contains(serving, p) { // none, or it departed, was dropped, loads again
-		if n != "" && slices.Contains(serving, n) {
+	if p == "" || !slices.Contains(serving, p) || !c.leaseValid(p, now) {
+		// None, or it departed, was dropped, loads again, or its lease ran out. One that did
+		// not give the role up keeps it from others until its lease ends (exclusive.go).
+		if p != "" && c.lapse(p, s.Range, now) {
+			return "", ""
+		}
+		if n != "" && slices.Contains(serving, n) && c.leaseValid(n, now) && c.mayGrant(s.Range, n, now) {
 			return n, ""
 		}
-		return fewest(serving, counts), ""
+		return c.candidate(s.Range, serving, counts, now), ""
 	}
 	if !slices.Contains(s.Leaving, p) {
 		return p, "" // it stays: a handover it had begun is called off
@@ -137,6 +150,20 @@ func (c *Core) rolesOf(was, s assignment.Slice, counts map[assignment.NodeID]int
 		return n, "" // nothing to wait for: it does not act on roles
 	}
 	return p, n
+}
+
+// candidate returns the serving replica that may become the primary of r at now and holds
+// the fewest primaries, "" for none: in an exclusive cluster one with a valid lease, once
+// the range may be granted.
+func (c *Core) candidate(r keyspace.Range, serving []assignment.NodeID, counts map[assignment.NodeID]int, now time.Time) assignment.NodeID {
+	if !c.exclusive() {
+		return fewest(serving, counts)
+	}
+	id := fewest(slices.DeleteFunc(slices.Clone(serving), func(id assignment.NodeID) bool { return !c.leaseValid(id, now) }), counts)
+	if id == "" || !c.mayGrant(r, id, now) {
+		return ""
+	}
+	return id
 }
 
 // fewest returns the node of ids holding the fewest primaries, the first on a tie; "" for
@@ -159,11 +186,11 @@ func (c *Core) reportsRoles(id assignment.NodeID) bool {
 }
 
 // withPrimaries returns the initial map a with a primary for each slice.
-func (c *Core) withPrimaries(a *assignment.Assignment) (*assignment.Assignment, error) {
+func (c *Core) withPrimaries(a *assignment.Assignment, now time.Time) (*assignment.Assignment, error) {
 	if !c.roles() {
 		return a, nil
 	}
-	next, err := a.Apply(c.placeRoles(nil, a))
+	next, err := a.Apply(c.placeRoles(nil, a, now))
 	if err != nil {
 		return nil, fmt.Errorf("assigner: the initial primaries: %w", err)
 	}
@@ -197,9 +224,11 @@ func demoting(s assignment.Slice) bool {
 }
 
 // forcePromotion returns the Assign that promotes s's Next without waiting for the old
-// primary's demotion, once HandoffTimeout has passed since its new holders served.
+// primary's demotion, once HandoffTimeout has passed since its new holders served and, in
+// an exclusive cluster, the old primary's lease has ended (its renewals are withheld from
+// the timeout on).
 func (c *Core) forcePromotion(s assignment.Slice, now time.Time) (assignment.Assign, bool) {
-	if s.Next == "" || now.Before(c.ho.served[s.Since].Add(c.cfg.HandoffTimeout)) {
+	if s.Next == "" || now.Before(c.ho.served[s.Since].Add(c.cfg.HandoffTimeout)) || c.leaseValid(s.Primary, now) && c.exclusive() {
 		return assignment.Assign{}, false
 	}
 	return assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: s.Loading, Leaving: s.Leaving,

@@ -39,10 +39,11 @@ import (
 //	source-lost err=E [misconfigured]   the source's clock cannot be followed, for E
 //	distributors [IDS...]     the live distributors, each at "ID:7001"
 //	register id=N [cap=C] [addr=A] [roles=R]   roles: the model a member expects and acts on
-//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [roles=R]   a new core so
-//	                          configured (first command)
-//	heartbeat id=N [gen=G] [loading=I,J] [primaries=K]   the node applied generation G, still
-//	                          loads slices I, J and holds slice K as primary (indices in the map)
+//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [roles=R] [exclusive]
+//	                          a new core so configured (first command)
+//	heartbeat id=N [gen=G] [loading=I,J] [primaries=K] [tokens=T]   the node applied
+//	                          generation G, still loads slices I, J and holds slice K as
+//	                          primary (indices in the map) with token T (default: the map's)
 //	report id=N [window=D]    input: "I LOAD [KEYS]" lines, I the slice's index in the map
 //	deregister id=N [grace=D]   with grace: the node restarts within D, keeping its slices
 //	move slice=I to=A,B       split slice=I [at=HASH]      merge left=I (with the next)
@@ -145,6 +146,7 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 		return "", err
 	}
 	cfg.Roles = take(d, "roles", "")
+	cfg.Exclusive = flag(d, "exclusive")
 	if h.c, err = NewCore(cfg); err != nil {
 		return "", err
 	}
@@ -154,6 +156,9 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	}
 	if r := h.c.Config().Roles; r != RolesReplicas {
 		out += " roles " + r
+	}
+	if h.c.Config().Exclusive {
+		out += " exclusive"
 	}
 	return out + "\n", nil
 }
@@ -352,8 +357,25 @@ func (h *script) heartbeat(d *datadriven.TestData, by Caller, id assignment.Node
 	if hb.Loading, err = h.sliceRanges(take(d, "loading", "")); err != nil {
 		return nil, err
 	}
-	hb.Primaries, err = h.sliceRanges(take(d, "primaries", ""))
-	return hb, err
+	if hb.Primaries, err = h.sliceRanges(take(d, "primaries", "")); err != nil {
+		return nil, err
+	}
+	a, _, _ := h.c.Assignment()
+	for _, r := range hb.Primaries {
+		_, s := a.Lookup(r.Start)
+		hb.Tokens = append(hb.Tokens, s.Token)
+	}
+	if v := take(d, "tokens", ""); v != "" {
+		hb.Tokens = nil
+		for f := range strings.SplitSeq(v, ",") {
+			t, err := strconv.ParseUint(f, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("bad token %q", f)
+			}
+			hb.Tokens = append(hb.Tokens, t)
+		}
+	}
+	return hb, nil
 }
 
 // sliceRanges returns the ranges of the map's slices listed by index, "I,J".
@@ -550,6 +572,9 @@ func (h *script) printReply(b *strings.Builder, r *Reply) {
 	b.WriteString("reply: ok")
 	if r.TTL > 0 {
 		fmt.Fprintf(b, " ttl %s", r.TTL)
+	}
+	if r.Lease > 0 {
+		fmt.Fprintf(b, " lease %s", r.Lease)
 	}
 	if r.Draining {
 		b.WriteString(" draining")

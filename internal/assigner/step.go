@@ -15,7 +15,7 @@ var errNothingInFlight = errors.New("assigner: no write is in flight")
 
 // agenda is what a Tick found due and has not done yet: it waits while a write is in flight,
 // and is empty whenever none is.
-type agenda struct{ expire, pass, cleanup, rollback, clock bool }
+type agenda struct{ expire, pass, cleanup, rollback, roles, clock bool }
 
 // Step applies one event at now and returns what the driver must do. See Output for the
 // protocol: one write in flight at most, quanta published only once persisted.
@@ -63,6 +63,7 @@ func (c *Core) step(now time.Time, ev Event, out *Output) {
 		if d, ok := c.handoffDeadline(); ok && !now.Before(d) {
 			c.todo.rollback = true
 		}
+		c.todo.roles = c.todo.roles || c.exclusive()
 		c.todo.clock = c.todo.clock || c.clockDue(now)
 		c.run(now, out)
 	case LoopStalled:
@@ -100,6 +101,9 @@ func (c *Core) wake(now time.Time) time.Time {
 	if d, ok := c.handoffDeadline(); ok && d.Before(w) {
 		w = later(d, now)
 	}
+	if d, ok := c.leaseDeadline(now); ok && d.Before(w) {
+		w = d
+	}
 	return w
 }
 
@@ -134,6 +138,9 @@ func (c *Core) run(now time.Time, out *Output) {
 		case t.rollback:
 			t.rollback = false
 			c.proposeOrLog(now, "handoff rollback failed", c.rollback, out)
+		case t.roles:
+			t.roles = false
+			c.proposeOrLog(now, "placing primaries failed", c.leaseRoles, out)
 		case t.clock:
 			t.clock = false
 			if ch := c.clockQuantum(now); ch != nil {
@@ -187,10 +194,16 @@ func (c *Core) decide(now time.Time, ev requestEvent, out *Output) (*change, Rep
 	case Register:
 		ch, err = c.register(ev.Node, now)
 		r.TTL, r.Distributor = c.cfg.NodeTTL, c.distributorFor(ev.Node.ID)
+		if err == nil {
+			r.Lease = c.renew(ev.Node.ID, now)
+		}
 	case Heartbeat:
-		r.Draining, err = c.heartbeat(ev.Node, now)
+		if err = c.checkClaims(ev); err == nil {
+			r.Draining, err = c.heartbeat(ev.Node, now)
+		}
 		r.TTL, r.Distributor = c.cfg.NodeTTL, c.distributorFor(ev.Node)
 		if err == nil {
+			r.Lease = c.renew(ev.Node, now)
 			ch = c.loadedOrLog(ev, now, out)
 		}
 	case ReportLoad:

@@ -47,6 +47,7 @@ type options struct {
 	mbb           bool
 	handoffTO     time.Duration
 	roles         string
+	exclusive     bool
 	handoffLinger time.Duration
 	algorithm     string
 	params        []string
@@ -164,6 +165,9 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.roles, "roles", assigner.RolesReplicas, "the replicas' roles: "+assigner.RolesReplicas+" (all alike) or "+
 		assigner.RolesPrimarySecondary+" (one primary per slice takes its writes; a planned move of the role waits for the old "+
 		"primary's demotion, or --handoff-timeout); give every assigner the same, and members the same (client.MemberConfig.Roles)")
+	f.BoolVar(&o.exclusive, "exclusive", false, "primaries hold leases (--node-ttl long, renewed by heartbeats) and fencing tokens: a primary role "+
+		"goes to another member only once the old primary gave it up or its lease ran out, even across a failover (needs --roles "+
+		assigner.RolesPrimarySecondary+"; give every assigner the same)")
 	f.StringVar(&o.algorithm, "algorithm", "weighted-move", "balancing algorithm when none is stored: "+strings.Join(balance.Names(), ", "))
 	f.StringArrayVar(&o.params, "param", nil, "algorithm constant NAME=VALUE (repeatable); see slicectl sim --help")
 }
@@ -256,7 +260,7 @@ func (o *options) run(ctx context.Context) error {
 func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig) assigner.CoreConfig {
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
 		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
-		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger, Roles: o.roles}
+		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger, Roles: o.roles, Exclusive: o.exclusive}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's

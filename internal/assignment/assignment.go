@@ -55,6 +55,12 @@ type Slice struct {
 	// primary once Primary has demoted itself (a planned move of the primary role: at no
 	// time are two replicas primary); empty otherwise. See roles.go.
 	Primary, Next NodeID
+	// Token is the fencing token of the primary's grant: the generation of the map that
+	// named Primary, plus one. It only grows for any point of the space, across grants,
+	// splits (both halves keep it), merges (the higher of the two) and leader terms (the
+	// generation goes on), so that a store the application writes through can refuse a
+	// stale primary's write (client/fence). 0 while no primary was ever named.
+	Token uint64
 }
 
 // Holds reports whether node id is one of the slice's replicas.
@@ -66,7 +72,7 @@ func (s Slice) Holds(id NodeID) bool {
 // String formats the slice as its range and replica set.
 func (s Slice) String() string {
 	out := s.Range.String() + " " + FormatReplicas(s.Replicas)
-	return out + formatHandoff(s.Loading, s.Leaving, s.Since) + formatRoles(s.Primary, s.Next)
+	return out + formatHandoff(s.Loading, s.Leaving, s.Since) + formatRoles(s.Primary, s.Next, s.Token)
 }
 
 // FormatReplicas writes a replica set as a,b,c.
@@ -229,7 +235,7 @@ func (a *Assignment) Validate(nodes *NodeSet) error {
 // Equal reports whether a and b map the space identically (generations are not compared).
 func (a *Assignment) Equal(b *Assignment) bool {
 	return slices.EqualFunc(a.slices, b.slices, func(x, y Slice) bool {
-		return x.Range == y.Range && x.sameHolders(y)
+		return x.Range == y.Range && x.sameHolders(y) && x.Token == y.Token
 	})
 }
 

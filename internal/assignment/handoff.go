@@ -106,7 +106,8 @@ func (s Slice) check() error {
 	return nil
 }
 
-// sameHolders reports whether two slices have the same replicas in the same states.
+// sameHolders reports whether two slices have the same replicas in the same states (their
+// tokens aside: a merge keeps the higher).
 func (s Slice) sameHolders(t Slice) bool {
 	return slices.Equal(s.Replicas, t.Replicas) && slices.Equal(s.Loading, t.Loading) &&
 		slices.Equal(s.Leaving, t.Leaving) && s.Since == t.Since && s.Primary == t.Primary && s.Next == t.Next
@@ -115,7 +116,7 @@ func (s Slice) sameHolders(t Slice) bool {
 // assignAt returns the Assign that gives the slice starting at start s's holders and roles.
 func (s Slice) assignAt(start uint64) Assign {
 	return Assign{Slice: start, Replicas: s.Replicas, Loading: s.Loading, Leaving: s.Leaving, Since: s.Since,
-		Primary: s.Primary, Next: s.Next}
+		Primary: s.Primary, Next: s.Next, Token: s.Token}
 }
 
 // Handoff gives the slice starting at Slice the replica set Replicas make-before-break: the

@@ -37,8 +37,10 @@ type Assign struct {
 	Replicas         []NodeID
 	Loading, Leaving []NodeID
 	Since            uint64
-	// Primary and Next set the slice's roles exactly (see Slice): empty, none.
+	// Primary and Next set the slice's roles exactly (see Slice): empty, none. Token sets
+	// the primary's fencing token; 0 keeps the slice's (a token never goes back).
 	Primary, Next NodeID
+	Token         uint64
 }
 
 func (o Split) String() string {
@@ -49,7 +51,7 @@ func (o Merge) String() string { return "merge " + keyspace.FormatPoint(o.Left) 
 
 func (o Assign) String() string {
 	out := "assign " + keyspace.FormatPoint(o.Slice) + " to " + FormatReplicas(o.Replicas)
-	return out + formatHandoff(o.Loading, o.Leaving, o.Since) + formatRoles(o.Primary, o.Next)
+	return out + formatHandoff(o.Loading, o.Leaving, o.Since) + formatRoles(o.Primary, o.Next, o.Token)
 }
 
 // Apply returns the assignment that results from applying ops in order, at the next
@@ -164,6 +166,7 @@ func (o Merge) apply(e *editor) error {
 			ErrBadOp, left.s.Range, FormatReplicas(left.s.Replicas), right.s.Range, FormatReplicas(right.s.Replicas))
 	}
 	left.s.Range.End = right.s.Range.End
+	left.s.Token = max(left.s.Token, right.s.Token) // no point's token goes back
 	left.next = right.next
 	right.dead = true
 	delete(e.added, right.s.Range.Start)
@@ -181,8 +184,14 @@ func (o Assign) apply(e *editor) error {
 // assign gives cell i the replica set and handoff state of o, once they check out.
 func (e *editor) assign(i int32, o Assign) error {
 	s := Slice{Range: e.cells[i].s.Range, Replicas: o.Replicas, Loading: o.Loading, Leaving: o.Leaving, Since: o.Since,
-		Primary: o.Primary, Next: o.Next}.normalized()
+		Primary: o.Primary, Next: o.Next, Token: o.Token}.normalized()
+	if s.Token == 0 {
+		s.Token = e.cells[i].s.Token
+	}
 	if err := s.check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadOp, err)
+	}
+	if err := e.checkToken(e.cells[i].s, s); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadOp, err)
 	}
 	e.cells[i].s = s
@@ -198,7 +207,7 @@ func Diff(from, to *Assignment) []Op {
 	piece := uint64(0)
 	for {
 		fs, ts := from.slices[i], to.slices[j]
-		if !fs.sameHolders(ts) {
+		if !fs.sameHolders(ts) || fs.Token != ts.Token {
 			assigns = append(assigns, ts.assignAt(piece))
 		}
 		// The piece ends at the nearer of the two slice ends.

@@ -1,6 +1,9 @@
 package assignment
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // The role models a cluster may have (the assigner's --roles), as a participant registers
 // the one it acts on.
@@ -53,8 +56,9 @@ func (s Slice) checkRoles() error {
 // the replica that may take writes.
 func (s Slice) IsPrimary(id NodeID) bool { return s.Primary == id && s.Next == "" }
 
-// formatRoles writes a slice's roles as " primary=a next=b", the empty parts left out.
-func formatRoles(primary, next NodeID) string {
+// formatRoles writes a slice's roles as " primary=a next=b token=7", the empty parts left
+// out.
+func formatRoles(primary, next NodeID, token uint64) string {
 	out := ""
 	if primary != "" {
 		out += " primary=" + string(primary)
@@ -62,5 +66,22 @@ func formatRoles(primary, next NodeID) string {
 	if next != "" {
 		out += " next=" + string(next)
 	}
+	if token != 0 {
+		out += " token=" + strconv.FormatUint(token, 10)
+	}
 	return out
+}
+
+// checkToken refuses a token that would send a point's token back from before's, or one
+// from a map not made yet (above the editor's generation plus one). That a new primary
+// takes a higher token than its predecessor is the assigner's to ensure (it gives every
+// grant the next generation's): within one Apply a slice's roles may pass through none.
+func (e *editor) checkToken(before, after Slice) error {
+	switch {
+	case after.Token > e.generation+1:
+		return fmt.Errorf("%w: token %d is beyond the map's generation %d", ErrBadRole, after.Token, e.generation)
+	case after.Token < before.Token:
+		return fmt.Errorf("%w: token %d would go back from %d", ErrBadRole, after.Token, before.Token)
+	}
+	return nil
 }

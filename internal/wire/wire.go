@@ -60,7 +60,7 @@ func AssignmentToProto(a *assignment.Assignment) *pb.Assignment {
 	}
 	for i, s := range a.All() {
 		m.Starts[i] = s.Range.Start
-		m.Replicas[i] = replicaSet(s.Replicas, s.Loading, s.Leaving, s.Since, s.Primary, s.Next)
+		m.Replicas[i] = replicaSet(s.Replicas, s.Loading, s.Leaving, s.Since, s.Primary, s.Next, s.Token)
 	}
 	return m
 }
@@ -91,7 +91,7 @@ func AssignmentFromProto(m *pb.Assignment) (*assignment.Assignment, error) {
 		}
 		ss[i] = assignment.Slice{Range: keyspace.Range{Start: start, End: end}, Replicas: nodeIDs(reps[i].GetNodes()),
 			Loading: optNodeIDs(reps[i].GetLoading()), Leaving: optNodeIDs(reps[i].GetLeaving()), Since: reps[i].GetSince(),
-			Primary: assignment.NodeID(reps[i].GetPrimary()), Next: assignment.NodeID(reps[i].GetNext())}
+			Primary: assignment.NodeID(reps[i].GetPrimary()), Next: assignment.NodeID(reps[i].GetNext()), Token: reps[i].GetToken()}
 	}
 	a, err := assignment.New(m.GetGeneration(), ss)
 	if err != nil {
@@ -111,7 +111,7 @@ func OpsToProto(ops []assignment.Op) []*pb.Op {
 			out[i] = &pb.Op{Op: &pb.Op_Merge{Merge: &pb.Merge{Left: o.Left}}}
 		case assignment.Assign:
 			out[i] = &pb.Op{Op: &pb.Op_Assign{Assign: &pb.Assign{Slice: o.Slice,
-				Replicas: replicaSet(o.Replicas, o.Loading, o.Leaving, o.Since, o.Primary, o.Next)}}}
+				Replicas: replicaSet(o.Replicas, o.Loading, o.Leaving, o.Since, o.Primary, o.Next, o.Token)}}}
 		default:
 			panic(fmt.Sprintf("wire: unknown operation type %T", op)) // the set of operations is closed
 		}
@@ -142,7 +142,7 @@ func OpsFromProto(ms []*pb.Op) ([]assignment.Op, error) {
 			}
 			out[i] = assignment.Assign{Slice: o.Assign.GetSlice(), Replicas: reps,
 				Loading: optNodeIDs(rs.GetLoading()), Leaving: optNodeIDs(rs.GetLeaving()), Since: rs.GetSince(),
-				Primary: assignment.NodeID(rs.GetPrimary()), Next: assignment.NodeID(rs.GetNext())}
+				Primary: assignment.NodeID(rs.GetPrimary()), Next: assignment.NodeID(rs.GetNext()), Token: rs.GetToken()}
 		default:
 			return nil, fmt.Errorf("%w: op %d is empty", ErrInvalid, i)
 		}
@@ -167,9 +167,9 @@ func NodeFromProto(m *pb.Node) (assignment.Node, error) {
 	return n, nil
 }
 
-func replicaSet(ids, loading, leaving []assignment.NodeID, since uint64, primary, next assignment.NodeID) *pb.ReplicaSet {
+func replicaSet(ids, loading, leaving []assignment.NodeID, since uint64, primary, next assignment.NodeID, token uint64) *pb.ReplicaSet {
 	return &pb.ReplicaSet{Nodes: nodeStrings(ids), Loading: nodeStrings(loading), Leaving: nodeStrings(leaving), Since: since,
-		Primary: string(primary), Next: string(next)}
+		Primary: string(primary), Next: string(next), Token: token}
 }
 
 func nodeStrings(ids []assignment.NodeID) []string {

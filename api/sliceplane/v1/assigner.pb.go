@@ -915,7 +915,10 @@ type RegisterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ttl   *durationpb.Duration   `protobuf:"bytes,1,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// distributor is where the node pulls its deltas from; unset while no distributor runs.
-	Distributor   *Distributor `protobuf:"bytes,2,opt,name=distributor,proto3" json:"distributor,omitempty"`
+	Distributor *Distributor `protobuf:"bytes,2,opt,name=distributor,proto3" json:"distributor,omitempty"`
+	// lease, in an exclusive cluster, is the member's first lease on primary roles (see
+	// HeartbeatResponse.lease); unset in a cluster that is not exclusive.
+	Lease         *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -964,6 +967,13 @@ func (x *RegisterResponse) GetDistributor() *Distributor {
 	return nil
 }
 
+func (x *RegisterResponse) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
 type HeartbeatRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -981,7 +991,12 @@ type HeartbeatRequest struct {
 	// primaries lists the ranges the member holds as primary, its application having taken
 	// the role; a demoting primary's range leaves the list once it has handed over. Only a
 	// member registered with roles says it.
-	Primaries     []*Range `protobuf:"bytes,6,rep,name=primaries,proto3" json:"primaries,omitempty"`
+	Primaries []*Range `protobuf:"bytes,6,rep,name=primaries,proto3" json:"primaries,omitempty"`
+	// primary_tokens holds the fencing token of each range of primaries, in its order. In an
+	// exclusive cluster a range claimed that the map does not give the member as primary, or
+	// with another token than the map's, is refused (FAILED_PRECONDITION; a token above the
+	// map's, INVALID_ARGUMENT), and the heartbeat changes nothing.
+	PrimaryTokens []uint64 `protobuf:"varint,7,rep,packed,name=primary_tokens,json=primaryTokens,proto3" json:"primary_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1058,9 +1073,22 @@ func (x *HeartbeatRequest) GetPrimaries() []*Range {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetPrimaryTokens() []uint64 {
+	if x != nil {
+		return x.PrimaryTokens
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ttl   *durationpb.Duration   `protobuf:"bytes,1,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// lease, in an exclusive cluster, renews the member's lease on its primary roles: it holds
+	// them until lease has passed since it sent the request (less its margin for clock-rate
+	// drift), and the assigner gives none of them to another member before lease has passed
+	// since it received it. Unset: not renewed (the cluster is not exclusive, or the member is
+	// handing a role over that it did not give up in time).
+	Lease *durationpb.Duration `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	// draining says the node is being emptied and may leave once it holds nothing.
 	Draining bool `protobuf:"varint,2,opt,name=draining,proto3" json:"draining,omitempty"`
 	// distributor is where the node pulls its deltas from; it changes when the set of
@@ -1103,6 +1131,13 @@ func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 func (x *HeartbeatResponse) GetTtl() *durationpb.Duration {
 	if x != nil {
 		return x.Ttl
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
 	}
 	return nil
 }
@@ -3730,10 +3765,11 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05roles\x18\x04 \x01(\tR\x05roles\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"}\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x01\n" +
 	"\x10RegisterResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
-	"\vdistributor\x18\x02 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"\xfa\x01\n" +
+	"\vdistributor\x18\x02 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\x12/\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xa1\x02\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\x123\n" +
@@ -3742,9 +3778,11 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12.\n" +
 	"\aloading\x18\x05 \x03(\v2\x14.sliceplane.v1.RangeR\aloading\x122\n" +
-	"\tprimaries\x18\x06 \x03(\v2\x14.sliceplane.v1.RangeR\tprimaries\"\x9a\x01\n" +
+	"\tprimaries\x18\x06 \x03(\v2\x14.sliceplane.v1.RangeR\tprimaries\x12%\n" +
+	"\x0eprimary_tokens\x18\a \x03(\x04R\rprimaryTokens\"\xcb\x01\n" +
 	"\x11HeartbeatResponse\x12+\n" +
-	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1a\n" +
+	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12/\n" +
+	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\x12<\n" +
 	"\vdistributor\x18\x03 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"]\n" +
 	"\x11DeregisterRequest\x12\x17\n" +
@@ -4069,97 +4107,99 @@ var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	58, // 14: sliceplane.v1.RegisterRequest.labels:type_name -> sliceplane.v1.RegisterRequest.LabelsEntry
 	66, // 15: sliceplane.v1.RegisterResponse.ttl:type_name -> google.protobuf.Duration
 	4,  // 16: sliceplane.v1.RegisterResponse.distributor:type_name -> sliceplane.v1.Distributor
-	66, // 17: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
-	0,  // 18: sliceplane.v1.HeartbeatRequest.loading:type_name -> sliceplane.v1.Range
-	0,  // 19: sliceplane.v1.HeartbeatRequest.primaries:type_name -> sliceplane.v1.Range
-	66, // 20: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	4,  // 21: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
-	66, // 22: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
-	66, // 23: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
-	21, // 24: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
-	1,  // 25: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
-	62, // 26: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
-	1,  // 27: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
-	59, // 28: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
-	64, // 29: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
-	0,  // 30: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
-	64, // 31: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	64, // 32: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
-	65, // 33: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	60, // 34: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	64, // 35: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	66, // 36: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
-	29, // 37: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 38: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	32, // 39: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 40: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	24, // 41: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 42: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	24, // 43: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 44: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	24, // 45: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	24, // 46: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	25, // 47: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	24, // 48: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 49: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	24, // 50: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 51: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	61, // 52: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 53: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 54: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	55, // 55: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	64, // 56: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	5,  // 57: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 58: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 59: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 60: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 61: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 62: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 63: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	22, // 64: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	18, // 65: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
-	26, // 66: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	28, // 67: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	31, // 68: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	34, // 69: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	36, // 70: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	38, // 71: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	40, // 72: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	42, // 73: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	44, // 74: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	46, // 75: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	48, // 76: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	50, // 77: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	52, // 78: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	54, // 79: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 80: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 81: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 82: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 83: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 84: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 85: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	20, // 86: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	23, // 87: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	19, // 88: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
-	27, // 89: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	30, // 90: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	33, // 91: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	35, // 92: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	37, // 93: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	39, // 94: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	41, // 95: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	43, // 96: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	45, // 97: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	47, // 98: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	49, // 99: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	51, // 100: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	53, // 101: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	56, // 102: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	80, // [80:103] is the sub-list for method output_type
-	57, // [57:80] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	66, // 17: sliceplane.v1.RegisterResponse.lease:type_name -> google.protobuf.Duration
+	66, // 18: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
+	0,  // 19: sliceplane.v1.HeartbeatRequest.loading:type_name -> sliceplane.v1.Range
+	0,  // 20: sliceplane.v1.HeartbeatRequest.primaries:type_name -> sliceplane.v1.Range
+	66, // 21: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	66, // 22: sliceplane.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	4,  // 23: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
+	66, // 24: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
+	66, // 25: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
+	21, // 26: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
+	1,  // 27: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
+	62, // 28: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
+	1,  // 29: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
+	59, // 30: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
+	64, // 31: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
+	0,  // 32: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
+	64, // 33: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	64, // 34: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
+	65, // 35: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	60, // 36: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	64, // 37: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	66, // 38: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	29, // 39: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 40: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	32, // 41: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 42: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	24, // 43: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 44: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	24, // 45: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 46: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	24, // 47: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	24, // 48: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	25, // 49: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	24, // 50: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 51: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	24, // 52: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 53: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	61, // 54: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 55: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 56: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	55, // 57: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	64, // 58: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	5,  // 59: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 60: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 61: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 62: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 63: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 64: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 65: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	22, // 66: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	18, // 67: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
+	26, // 68: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	28, // 69: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	31, // 70: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	34, // 71: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	36, // 72: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	38, // 73: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	40, // 74: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	42, // 75: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	44, // 76: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	46, // 77: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	48, // 78: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	50, // 79: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	52, // 80: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	54, // 81: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 82: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 83: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 84: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 85: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 86: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 87: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	20, // 88: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	23, // 89: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	19, // 90: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
+	27, // 91: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	30, // 92: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	33, // 93: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	35, // 94: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	37, // 95: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	39, // 96: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	41, // 97: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	43, // 98: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	45, // 99: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	47, // 100: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	49, // 101: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	51, // 102: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	53, // 103: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	56, // 104: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	82, // [82:105] is the sub-list for method output_type
+	59, // [59:82] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }

@@ -100,8 +100,13 @@ type ReplicaSet struct {
 	// are secondaries); empty in a cluster without, and while no node serves. next, when set,
 	// is the node to become primary once primary has demoted itself: a planned move of the
 	// primary role, in two steps, so that no two nodes are primary at once.
-	Primary       string `protobuf:"bytes,5,opt,name=primary,proto3" json:"primary,omitempty"`
-	Next          string `protobuf:"bytes,6,opt,name=next,proto3" json:"next,omitempty"`
+	Primary string `protobuf:"bytes,5,opt,name=primary,proto3" json:"primary,omitempty"`
+	Next    string `protobuf:"bytes,6,opt,name=next,proto3" json:"next,omitempty"`
+	// token is the fencing token of the primary's grant: the generation of the map that named
+	// primary, plus one. It only grows for any point of the space (splits keep it, merges take
+	// the higher, a new leader's generations go on), so a store can refuse a write that
+	// carries a lower one: a stale primary's. 0 while no primary was ever named.
+	Token         uint64 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -176,6 +181,13 @@ func (x *ReplicaSet) GetNext() string {
 		return x.Next
 	}
 	return ""
+}
+
+func (x *ReplicaSet) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
 }
 
 // Assignment maps every point of the hash space to a replica set. It is stored and sent as
@@ -503,7 +515,7 @@ const file_sliceplane_v1_assignment_proto_rawDesc = "" +
 	"\x1esliceplane/v1/assignment.proto\x12\rsliceplane.v1\"2\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
-	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\"\x9a\x01\n" +
+	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\"\xb0\x01\n" +
 	"\n" +
 	"ReplicaSet\x12\x14\n" +
 	"\x05nodes\x18\x01 \x03(\tR\x05nodes\x12\x18\n" +
@@ -511,7 +523,8 @@ const file_sliceplane_v1_assignment_proto_rawDesc = "" +
 	"\aleaving\x18\x03 \x03(\tR\aleaving\x12\x14\n" +
 	"\x05since\x18\x04 \x01(\x04R\x05since\x12\x18\n" +
 	"\aprimary\x18\x05 \x01(\tR\aprimary\x12\x12\n" +
-	"\x04next\x18\x06 \x01(\tR\x04next\"{\n" +
+	"\x04next\x18\x06 \x01(\tR\x04next\x12\x14\n" +
+	"\x05token\x18\a \x01(\x04R\x05token\"{\n" +
 	"\n" +
 	"Assignment\x12\x1e\n" +
 	"\n" +

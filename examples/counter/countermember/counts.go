@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/client/fence"
 )
 
 // Schema is the counters' table: a key's count, and the key's point of the hash space
@@ -26,19 +27,22 @@ CREATE INDEX IF NOT EXISTS counters_point ON counters (point);`
 
 // ErrNotPrimary is returned by Incr for a key whose range the member does not hold as
 // primary now; ErrNotHeld by Get for a key whose range it does not hold at all. Neither
-// changed anything: the caller may send the request elsewhere.
+// changed anything: the caller may send the request elsewhere. ErrFenced is returned by
+// Incr when PostgreSQL refused the write: another member was granted the key's range with a
+// higher token since this one was (it lost the role without knowing yet); nothing changed.
 var (
 	ErrNotPrimary = errors.New("countermember: not the key's primary now")
 	ErrNotHeld    = errors.New("countermember: the key's range is not held here")
+	ErrFenced     = errors.New("countermember: the key's range was granted to another primary since")
 )
 
 // sqlPoint maps a point of the hash space to a bigint with the same order.
 func sqlPoint(p uint64) int64 { return int64(p ^ 1<<63) }
 
-// held is a range the application holds, in a role.
+// held is a range the application holds, in a grant.
 type held struct {
-	r    client.Range
-	role client.Role
+	r     client.Range
+	grant client.Grant
 }
 
 // Counts is the member's application (client.Application): the counts of the keys of the
@@ -48,11 +52,22 @@ type held struct {
 // orders increments and role changes: a demotion waits for the increment in flight, so that
 // the new primary, which loads the range after the old one demoted, sees every
 // increment the old one answered.
+//
+// Fenced, a primary claims its range with its grant's token before it loads it, and every
+// increment is written through the fence (client/fence): a member that lost the role without
+// knowing it (paused, cut off from the assigners) finds its write refused, once the new
+// primary claimed the range, instead of answering a count the new primary answers too.
 type Counts struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	fenced bool
+	// leased says whether the member's lease on primary roles is valid (client.Member.Leased):
+	// an increment is refused past it, even before the demotion's call comes.
+	leased func() bool
 	// delay is added to every write: a slower database, for demos and tests that want
-	// increments in flight when a primary moves.
-	delay time.Duration
+	// increments in flight when a primary moves. beforeWrite, for tests, runs then too:
+	// a process paused mid-increment.
+	delay       time.Duration
+	beforeWrite func()
 	log   *slog.Logger
 
 	mu     sync.Mutex
@@ -61,57 +76,110 @@ type Counts struct {
 }
 
 // NewCounts returns the application over the counters table of pool, each write delayed by
-// delay.
-func NewCounts(pool *pgxpool.Pool, delay time.Duration, log *slog.Logger) *Counts {
-	return &Counts{pool: pool, delay: delay, log: log, counts: map[string]int64{}}
+// delay, and fenced or not.
+func NewCounts(pool *pgxpool.Pool, delay time.Duration, fenced bool, log *slog.Logger) *Counts {
+	return &Counts{pool: pool, fenced: fenced, delay: delay, log: log, counts: map[string]int64{}, leased: func() bool { return true }}
 }
 
-// role returns the role in which the range of point h is held, 0 for none. c.mu held.
-func (c *Counts) role(h uint64) client.Role {
+// The messages that say when the application held a range as primary, which the ownership
+// check reads (countercheck.Ownership): from the start of the call that makes it primary
+// (it may act as one before the call returns) to the return of the call that demotes or
+// releases it, or the end of the member's lease, whichever is first.
+const (
+	LogPrimaryFrom  = "primary from"
+	LogPrimaryUntil = "primary until"
+)
+
+// logRange logs msg about r, its bounds as hexadecimal points (end "" for the end of the
+// space).
+func (c *Counts) logRange(msg string, r client.Range, attrs ...any) {
+	end := ""
+	if !r.End.IsEnd() {
+		end = fmt.Sprintf("%016x", r.End.Point())
+	}
+	c.log.Info(msg, append([]any{"start", fmt.Sprintf("%016x", r.Start), "end", end}, attrs...)...)
+}
+
+// primaryIn reports whether c holds any point of r as primary. c.mu held.
+func (c *Counts) primaryIn(r client.Range) bool {
 	for _, x := range c.ranges {
-		if x.r.Contains(h) {
-			return x.role
+		if x.grant.Role == client.RolePrimary && x.r.Overlaps(r) {
+			return true
 		}
 	}
-	return 0
+	return false
+}
+
+// grant returns the grant in which the range of point h is held, the zero one for none.
+// c.mu held.
+func (c *Counts) grant(h uint64) client.Grant {
+	for _, x := range c.ranges {
+		if x.r.Contains(h) {
+			return x.grant
+		}
+	}
+	return client.Grant{}
 }
 
 // Acquire loads r's counts when it is acquired as primary; a secondary reads the table.
-func (c *Counts) Acquire(ctx context.Context, r client.Range, role client.Role) error {
+func (c *Counts) Acquire(ctx context.Context, r client.Range, g client.Grant) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.log.Debug("acquire", "range", r, "role", role)
-	if role == client.RolePrimary {
-		if err := c.load(ctx, r); err != nil {
+	c.log.Info("acquire", "range", r, "grant", g)
+	if g.Role == client.RolePrimary {
+		c.logRange(LogPrimaryFrom, r, "token", g.Token)
+		if err := c.take(ctx, r, g.Token); err != nil {
+			c.logRange(LogPrimaryUntil, r)
 			return err
 		}
 	}
-	c.ranges = append(c.ranges, held{r: r, role: role})
+	c.ranges = append(c.ranges, held{r: r, grant: g})
 	return nil
+}
+
+// take makes c r's primary with token: it claims r (fenced) and loads its counts. c.mu held.
+func (c *Counts) take(ctx context.Context, r client.Range, token uint64) error {
+	if c.fenced {
+		if err := fence.PGClaim(ctx, c.pool, r, token); err != nil {
+			return fmt.Errorf("countermember: claiming %s: %w", r, err)
+		}
+	}
+	return c.load(ctx, r)
 }
 
 // Release forgets r.
 func (c *Counts) Release(_ context.Context, r client.Range) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.log.Debug("release", "range", r)
+	c.log.Info("release", "range", r)
+	if c.primaryIn(r) {
+		defer c.logRange(LogPrimaryUntil, r)
+	}
 	c.forget(r)
 	return nil
 }
 
-// ChangeRole makes r's role role: a promotion loads r's counts as the old primary left
-// them; a demotion, once the increment in flight is answered (the lock), drops them.
-func (c *Counts) ChangeRole(ctx context.Context, r client.Range, role client.Role) error {
+// ChangeRole makes r's grant g: a promotion (or a new token) claims r and loads its counts
+// as the old primary left them; a demotion, once the increment in flight is answered (the
+// lock), drops them. A promotion that fails holds r as secondary: the member takes the role
+// as changed, and the increments it then refuses are sent elsewhere.
+func (c *Counts) ChangeRole(ctx context.Context, r client.Range, g client.Grant) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.log.Debug("change role", "range", r, "role", role)
+	c.log.Info("change role", "range", r, "grant", g)
+	if g.Role != client.RolePrimary && c.primaryIn(r) {
+		defer c.logRange(LogPrimaryUntil, r)
+	}
 	c.forget(r)
-	if role == client.RolePrimary {
-		if err := c.load(ctx, r); err != nil {
+	if g.Role == client.RolePrimary {
+		c.logRange(LogPrimaryFrom, r, "token", g.Token)
+		if err := c.take(ctx, r, g.Token); err != nil {
+			c.logRange(LogPrimaryUntil, r)
+			c.ranges = append(c.ranges, held{r: r, grant: client.Grant{Role: client.RoleSecondary}})
 			return err
 		}
 	}
-	c.ranges = append(c.ranges, held{r: r, role: role})
+	c.ranges = append(c.ranges, held{r: r, grant: g})
 	return nil
 }
 
@@ -121,7 +189,7 @@ func (c *Counts) forget(r client.Range) {
 	var keep []held
 	for _, x := range c.ranges {
 		for _, rest := range minus(x.r, r) {
-			keep = append(keep, held{r: rest, role: x.role})
+			keep = append(keep, held{r: rest, grant: x.grant})
 		}
 	}
 	c.ranges = keep
@@ -161,10 +229,14 @@ func (c *Counts) Incr(ctx context.Context, key string) (int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := client.Hash([]byte(key))
-	if c.role(h) != client.RolePrimary {
+	g := c.grant(h)
+	if g.Role != client.RolePrimary || !c.leased() {
 		return 0, ErrNotPrimary
 	}
 	next := c.counts[key] + 1
+	if c.beforeWrite != nil {
+		c.beforeWrite()
+	}
 	if c.delay > 0 {
 		select {
 		case <-time.After(c.delay):
@@ -172,8 +244,17 @@ func (c *Counts) Incr(ctx context.Context, key string) (int64, error) {
 			return 0, fmt.Errorf("countermember: writing %q: %w", key, ctx.Err())
 		}
 	}
-	_, err := c.pool.Exec(ctx, `INSERT INTO counters (key, point, count) VALUES ($1, $2, $3)
-		ON CONFLICT (key) DO UPDATE SET count = EXCLUDED.count`, key, sqlPoint(h), next)
+	const upsert = `INSERT INTO counters (key, point, count) VALUES ($1, $2, $3)
+		ON CONFLICT (key) DO UPDATE SET count = EXCLUDED.count`
+	var err error
+	if c.fenced {
+		_, err = fence.PGExec(ctx, c.pool, h, g.Token, upsert, key, sqlPoint(h), next)
+	} else {
+		_, err = c.pool.Exec(ctx, upsert, key, sqlPoint(h), next)
+	}
+	if errors.Is(err, fence.ErrStale) {
+		return 0, fmt.Errorf("%w: %w", ErrFenced, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("countermember: writing %q: %w", key, err)
 	}
@@ -185,7 +266,7 @@ func (c *Counts) Incr(ctx context.Context, key string) (int64, error) {
 func (c *Counts) Get(ctx context.Context, key string) (int64, error) {
 	c.mu.Lock()
 	h := client.Hash([]byte(key))
-	role, n := c.role(h), c.counts[key]
+	role, n := c.grant(h).Role, c.counts[key]
 	c.mu.Unlock()
 	switch role {
 	case client.RolePrimary:

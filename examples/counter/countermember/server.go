@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/client/fence"
 	"github.com/sliceplane/sliceplane/examples/kvstore/lifecycle"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
@@ -52,6 +53,9 @@ type Config struct {
 	ReportInterval time.Duration
 	// WriteDelay is added to every increment's write (a slower database).
 	WriteDelay time.Duration
+	// Plain writes increments without the fence (client/fence): for a cluster that is not
+	// exclusive, to show what a stale primary does without it.
+	Plain bool
 	Logger     *slog.Logger
 }
 
@@ -85,7 +89,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("countermember: connecting to PostgreSQL: %w", err)
 	}
-	if _, err := pool.Exec(ctx, Schema); err != nil {
+	if _, err := pool.Exec(ctx, Schema+fence.PGSchema); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("countermember: creating the counters table: %w", err)
 	}
@@ -97,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Advertise == "" {
 		cfg.Advertise = lis.Addr().String()
 	}
-	counts := NewCounts(pool, cfg.WriteDelay, cfg.Logger.With("member", cfg.ID))
+	counts := NewCounts(pool, cfg.WriteDelay, !cfg.Plain, cfg.Logger.With("member", cfg.ID))
 	member, err := client.NewMember(client.MemberConfig{ID: cfg.ID, Address: cfg.Advertise, Assigners: cfg.Assigners,
 		TLS: client.TLS{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}, App: counts, Roles: client.RolesPrimarySecondary,
 		ReportInterval: cfg.ReportInterval, Logger: cfg.Logger})
@@ -106,6 +110,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		pool.Close()
 		return nil, fmt.Errorf("countermember: %w", err)
 	}
+	counts.leased = member.Leased
 	return &Server{cfg: cfg, log: cfg.Logger.With("member", cfg.ID), tls: src, lis: lis, pool: pool, counts: counts, member: member}, nil
 }
 
@@ -172,11 +177,17 @@ func (s *Server) Handler() http.Handler {
 }
 
 // answer writes a request's outcome: the count, 421 when the member does not serve the key
-// now (nothing changed), 503 when PostgreSQL failed (an increment may have been written).
+// now (nothing changed), 409 when the fence refused the write (nothing changed: another
+// member is the key's primary now), 503 when PostgreSQL failed (an increment may have been
+// written).
 func (s *Server) answer(w http.ResponseWriter, key string, n int64, err error) {
 	switch {
 	case errors.Is(err, ErrNotPrimary) || errors.Is(err, ErrNotHeld):
 		http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+		return
+	case errors.Is(err, ErrFenced):
+		s.log.Warn("the fence refused an increment: another member is the key's primary now", "key", key, "err", err)
+		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	case err != nil:
 		s.log.Warn("request failed", "key", key, "err", err)

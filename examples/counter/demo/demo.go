@@ -48,7 +48,10 @@ type Config struct {
 	Roll          bool
 	// WriteDelay is added to every increment's write (a slower database).
 	WriteDelay time.Duration
-	Out        io.Writer
+	// Inclusive runs the cluster without leases (no --exclusive) and the members with plain
+	// writes (no fence): what a stale primary does without them.
+	Inclusive bool
+	Out       io.Writer
 	Log        *slog.Logger
 }
 
@@ -124,9 +127,16 @@ func (d *demo) start(ctx context.Context) error {
 	}
 	d.stopAll = append(d.stopAll, func() { pg.Stop() }) //nolint:errcheck // throwaway
 	d.dsn = pg.DSN
+	assignerArgs := []string{"--roles", "primary-secondary", "--pass-interval", "1s",
+		"--load-half-life", "2s", "--handoff-timeout", drain.String(), "--log-format", "json"}
+	memberArgs := []string{"--report-interval", "500ms", "--write-delay", d.cfg.WriteDelay.String(), "--log-format", "json"}
+	if d.cfg.Inclusive {
+		memberArgs = append(memberArgs, "--plain-writes")
+	} else {
+		assignerArgs = append(assignerArgs, "--exclusive")
+	}
 	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{etcd.Endpoint()}, PKI: d.pki,
-		DrainTimeout: drain, AssignerArgs: []string{"--roles", "primary-secondary", "--pass-interval", "1s",
-			"--load-half-life", "2s", "--handoff-timeout", drain.String(), "--log-format", "json"}})
+		DrainTimeout: drain, AssignerArgs: assignerArgs})
 	if err != nil {
 		return err
 	}
@@ -139,8 +149,7 @@ func (d *demo) start(ctx context.Context) error {
 		return err
 	}
 	for i := 1; i <= d.cfg.Members; i++ {
-		if _, err := d.cluster.StartCounter(ctx, fmt.Sprintf("c%d", i), d.dsn, "--report-interval", "500ms",
-			"--write-delay", d.cfg.WriteDelay.String(), "--log-format", "json"); err != nil {
+		if _, err := d.cluster.StartCounter(ctx, fmt.Sprintf("c%d", i), d.dsn, memberArgs...); err != nil {
 			return err
 		}
 	}

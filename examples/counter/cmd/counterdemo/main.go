@@ -109,6 +109,7 @@ func command() *cobra.Command {
 	f.IntVar(&cfg.Members, "members", 3, "number of members")
 	f.DurationVar(&cfg.WriteDelay, "write-delay", 2*time.Millisecond, "added to every increment's write, as a slower database would")
 	f.BoolVar(&cfg.Roll, "roll", os.Getenv("DEMO_ROLL") == "1", "restart every member in turn under load (default: $DEMO_ROLL=1)")
+	f.BoolVar(&cfg.Inclusive, "inclusive", os.Getenv("DEMO_EXCLUSIVE") == "0", "run without leases (no --exclusive) and without the fence, to show what breaks (default: $DEMO_EXCLUSIVE=0)")
 	f.StringVar(&logLevel, "log-level", "warn", "the demo's own diagnostics: debug, info, warn or error")
 	return cmd
 }

@@ -74,6 +74,7 @@ API over TLS, requiring a client certificate from the same CA.`,
 	f.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "time between load reports")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long the member may take to hand its ranges over before it stops; 0: stop at once")
 	f.DurationVar(&cfg.WriteDelay, "write-delay", 0, "added to every increment's write, as a slower database would")
+	f.BoolVar(&cfg.Plain, "plain-writes", false, "write increments without the fence (for a cluster without --exclusive: shows what a stale primary does)")
 	cfg.TLS.AddFlags(f, true)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
