@@ -53,9 +53,9 @@ func (c appCall) String() string {
 // counts as loading, so the assigner does not count the member as serving it.
 type ownership struct {
 	want map[Grant]keyspace.Set // by the last map
-	gen  uint64                // of the last map
+	gen  uint64                 // of the last map
 	held map[Grant]keyspace.Set // what the application holds: acquired, not released
-	busy *appCall              // the call in flight
+	busy *appCall               // the call in flight
 	// retryAt is when acquires that failed are tried again; backoff the wait after the next
 	// failure.
 	retryAt time.Time

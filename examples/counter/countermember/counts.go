@@ -68,7 +68,7 @@ type Counts struct {
 	// a process paused mid-increment.
 	delay       time.Duration
 	beforeWrite func()
-	log   *slog.Logger
+	log         *slog.Logger
 
 	mu     sync.Mutex
 	ranges []held

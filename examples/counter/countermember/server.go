@@ -55,8 +55,8 @@ type Config struct {
 	WriteDelay time.Duration
 	// Plain writes increments without the fence (client/fence): for a cluster that is not
 	// exclusive, to show what a stale primary does without it.
-	Plain bool
-	Logger     *slog.Logger
+	Plain  bool
+	Logger *slog.Logger
 }
 
 // Server is a running member.

@@ -52,7 +52,7 @@ type Config struct {
 	// writes (no fence): what a stale primary does without them.
 	Inclusive bool
 	Out       io.Writer
-	Log        *slog.Logger
+	Log       *slog.Logger
 }
 
 // Summary is the demo's outcome.
