@@ -298,7 +298,7 @@ func (a *api) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRespon
 	}
 	_, s := m.Lookup(h)
 	return &pb.LookupResponse{Hash: h, Slice: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas), Generation: m.Generation(),
-		Primary: string(s.Primary), Next: string(s.Next)}, nil
+		Primary: string(s.Primary), Next: string(s.Next), Token: s.Token}, nil
 }
 
 // QuantaService
@@ -499,7 +499,7 @@ func (a *api) ListSlices(ctx context.Context, req *pb.ListSlicesRequest) (*pb.Li
 	for _, s := range rep.Slices {
 		out.Slices = append(out.Slices, &pb.SliceInfo{Range: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas),
 			Load: s.Load, Keys: s.Keys, Pinned: s.Pinned, Loading: nodeStrings(s.Loading), Leaving: nodeStrings(s.Leaving), Since: s.Since,
-			Primary: string(s.Primary), Next: string(s.Next)})
+			Primary: string(s.Primary), Next: string(s.Next), Token: s.Token})
 	}
 	return out, nil
 }

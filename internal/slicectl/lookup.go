@@ -17,6 +17,7 @@ type jsonLookup struct {
 	Replicas   []string  `json:"replicas"`
 	Primary    string    `json:"primary,omitempty"`
 	Next       string    `json:"next,omitempty"`
+	Token      uint64    `json:"token,omitempty"`
 	Generation uint64    `json:"generation"`
 }
 
@@ -61,7 +62,7 @@ key.`,
 					return err
 				}
 				out := jsonLookup{Key: key, Hash: keyspace.FormatPoint(resp.GetHash()), Slice: rangeJSON(resp.GetSlice()),
-					Replicas: resp.GetReplicas(), Primary: resp.GetPrimary(), Next: resp.GetNext(), Generation: resp.GetGeneration()}
+					Replicas: resp.GetReplicas(), Primary: resp.GetPrimary(), Next: resp.GetNext(), Token: resp.GetToken(), Generation: resp.GetGeneration()}
 				if !s.out.table() {
 					return s.out.print(out)
 				}
@@ -73,7 +74,7 @@ key.`,
 				row(w, "slice", showRange(resp.GetSlice()))
 				row(w, "replicas", showNodes(resp.GetReplicas()))
 				if resp.GetPrimary() != "" {
-					row(w, "primary", showPrimary(&pb.SliceInfo{Primary: resp.GetPrimary(), Next: resp.GetNext()}))
+					row(w, "primary", showPrimary(&pb.SliceInfo{Primary: resp.GetPrimary(), Next: resp.GetNext(), Token: resp.GetToken()}))
 				}
 				row(w, "generation", fmt.Sprint(resp.GetGeneration()))
 				return w.Flush()

@@ -12,11 +12,11 @@ import (
 )
 
 // TestSlicesShowPrimaries checks that the listing names each slice's primary, and a
-// handover under way, in a column that appears only in a cluster with roles.
+// handover under way, and its grant's fencing token, in a column that appears only in a cluster with roles.
 func TestSlicesShowPrimaries(t *testing.T) {
 	resp := &pb.ListSlicesResponse{Total: 2, Slices: []*pb.SliceInfo{
 		{Range: &pb.Range{Start: 0, End: 1 << 63}, Replicas: []string{"a", "b"}, Primary: "a"},
-		{Range: &pb.Range{Start: 1 << 63, EndOfSpace: true}, Replicas: []string{"a", "b"}, Primary: "b", Next: "a"},
+		{Range: &pb.Range{Start: 1 << 63, EndOfSpace: true}, Replicas: []string{"a", "b"}, Primary: "b", Next: "a", Token: 9},
 	}}
 	var b bytes.Buffer
 	require.NoError(t, printSlices(&session{out: newPrinter(&b, "table")}, resp, ""))
@@ -24,7 +24,7 @@ func TestSlicesShowPrimaries(t *testing.T) {
 	require.Len(t, lines, 4, b.String())
 	assert.Equal(t, []string{"START", "END", "REPLICAS", "PRIMARY", "LOAD", "KEYS", "PINNED"}, strings.Fields(lines[0]))
 	assert.Equal(t, "a", strings.Fields(lines[1])[3])
-	assert.Contains(t, lines[2], "b -> a")
+	assert.Contains(t, lines[2], "b -> a #9", "the primary's fencing token")
 
 	b.Reset()
 	resp.Slices[0].Primary, resp.Slices[1].Primary, resp.Slices[1].Next = "", "", ""

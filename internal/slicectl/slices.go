@@ -24,6 +24,8 @@ type jsonSlice struct {
 	// Primary takes the slice's writes; Next takes over once Primary has demoted itself.
 	Primary string `json:"primary,omitempty"`
 	Next    string `json:"next,omitempty"`
+	// Token is the fencing token of the primary's grant.
+	Token uint64 `json:"token,omitempty"`
 }
 
 type jsonSlices struct {
@@ -73,7 +75,7 @@ assigner caps it at 1000 when --limit is 0).`,
 						out.Slices = append(out.Slices, jsonSlice{jsonRange: rangeJSON(sl.GetRange()), Replicas: sl.GetReplicas(),
 							Load: jsonFloat(sl.GetLoad()), Keys: jsonFloat(sl.GetKeys()), Pinned: sl.GetPinned(),
 							Loading: sl.GetLoading(), Leaving: sl.GetLeaving(), Since: sl.GetSince(),
-							Primary: sl.GetPrimary(), Next: sl.GetNext()})
+							Primary: sl.GetPrimary(), Next: sl.GetNext(), Token: sl.GetToken()})
 					}
 					return s.out.print(out)
 				}
@@ -102,15 +104,19 @@ func showHandoff(sl *pb.SliceInfo) string {
 }
 
 // showPrimary describes a slice's primary: "a", "a -> b" while a hands the role to b, "-"
-// for none.
+// for none; with its grant's token, "a #7".
 func showPrimary(sl *pb.SliceInfo) string {
+	out := sl.GetPrimary()
 	switch {
-	case sl.GetPrimary() == "":
+	case out == "":
 		return "-"
 	case sl.GetNext() != "":
-		return sl.GetPrimary() + " -> " + sl.GetNext()
+		out += " -> " + sl.GetNext()
 	}
-	return sl.GetPrimary()
+	if t := sl.GetToken(); t != 0 {
+		out += fmt.Sprintf(" #%d", t)
+	}
+	return out
 }
 
 func printSlices(s *session, resp *pb.ListSlicesResponse, node string) error {

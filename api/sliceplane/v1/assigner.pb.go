@@ -661,9 +661,11 @@ type LookupResponse struct {
 	Slice      *Range                 `protobuf:"bytes,2,opt,name=slice,proto3" json:"slice,omitempty"`
 	Replicas   []string               `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	Generation uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
-	// primary and next are the slice's roles (see SliceInfo); empty without roles.
+	// primary and next are the slice's roles (see SliceInfo); empty without roles. token is
+	// the fencing token of the primary's grant (see ReplicaSet).
 	Primary       string `protobuf:"bytes,5,opt,name=primary,proto3" json:"primary,omitempty"`
 	Next          string `protobuf:"bytes,6,opt,name=next,proto3" json:"next,omitempty"`
+	Token         uint64 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -738,6 +740,13 @@ func (x *LookupResponse) GetNext() string {
 		return x.Next
 	}
 	return ""
+}
+
+func (x *LookupResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
 }
 
 type WatchQuantaRequest struct {
@@ -2241,8 +2250,10 @@ type SliceInfo struct {
 	Since   uint64   `protobuf:"varint,8,opt,name=since,proto3" json:"since,omitempty"`
 	// primary and next are the slice's roles, as in ReplicaSet: the replica that takes its
 	// writes, and the one that takes over once it has demoted itself; empty without roles.
-	Primary       string `protobuf:"bytes,9,opt,name=primary,proto3" json:"primary,omitempty"`
-	Next          string `protobuf:"bytes,10,opt,name=next,proto3" json:"next,omitempty"`
+	Primary string `protobuf:"bytes,9,opt,name=primary,proto3" json:"primary,omitempty"`
+	Next    string `protobuf:"bytes,10,opt,name=next,proto3" json:"next,omitempty"`
+	// token is the fencing token of the primary's grant (see ReplicaSet).
+	Token         uint64 `protobuf:"varint,11,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2345,6 +2356,13 @@ func (x *SliceInfo) GetNext() string {
 		return x.Next
 	}
 	return ""
+}
+
+func (x *SliceInfo) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
 }
 
 type ListSlicesResponse struct {
@@ -3743,7 +3761,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\rLookupRequest\x12\x12\n" +
 	"\x03key\x18\x01 \x01(\fH\x00R\x03key\x12\x14\n" +
 	"\x04hash\x18\x02 \x01(\x06H\x00R\x04hashB\b\n" +
-	"\x06target\"\xba\x01\n" +
+	"\x06target\"\xd0\x01\n" +
 	"\x0eLookupResponse\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\x06R\x04hash\x12*\n" +
 	"\x05slice\x18\x02 \x01(\v2\x14.sliceplane.v1.RangeR\x05slice\x12\x1a\n" +
@@ -3752,7 +3770,8 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12\x18\n" +
 	"\aprimary\x18\x05 \x01(\tR\aprimary\x12\x12\n" +
-	"\x04next\x18\x06 \x01(\tR\x04next\"A\n" +
+	"\x04next\x18\x06 \x01(\tR\x04next\x12\x14\n" +
+	"\x05token\x18\a \x01(\x04R\x05token\"A\n" +
 	"\x12WatchQuantaRequest\x12+\n" +
 	"\x04from\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\x04from\"e\n" +
 	"\x13WatchQuantaResponse\x120\n" +
@@ -3870,7 +3889,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x11ListSlicesRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\aby_load\x18\x02 \x01(\bR\x06byLoad\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\x8b\x02\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xa1\x02\n" +
 	"\tSliceInfo\x12*\n" +
 	"\x05range\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x05range\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x12\n" +
@@ -3882,7 +3901,8 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05since\x18\b \x01(\x04R\x05since\x12\x18\n" +
 	"\aprimary\x18\t \x01(\tR\aprimary\x12\x12\n" +
 	"\x04next\x18\n" +
-	" \x01(\tR\x04next\"\\\n" +
+	" \x01(\tR\x04next\x12\x14\n" +
+	"\x05token\x18\v \x01(\x04R\x05token\"\\\n" +
 	"\x12ListSlicesResponse\x120\n" +
 	"\x06slices\x18\x01 \x03(\v2\x18.sliceplane.v1.SliceInfoR\x06slices\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"N\n" +

@@ -197,6 +197,11 @@ func (d *demo) startProxy(ctx context.Context) error {
 	d.stopAll = append(d.stopAll, func() { srv.Close() })
 	d.proxy = "http://" + lis.Addr().String()
 	d.say("counter demo: %d members (mutual TLS), primary-secondary roles, counts in PostgreSQL; proxy at %s", d.cfg.Members, d.proxy)
+	if d.cfg.Inclusive {
+		d.say("  not exclusive (DEMO_EXCLUSIVE=0): no leases, no fence; a stale primary's increments land")
+	} else {
+		d.say("  exclusive: primaries hold leases, increments go through the fence (DEMO_EXCLUSIVE=0 turns both off)")
+	}
 	d.say("  increment: curl -X POST %s/v1/incr/visits", d.proxy)
 	admin, err := d.pki.Issue("admin", "demo")
 	if err != nil {
