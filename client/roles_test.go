@@ -28,9 +28,10 @@ type primaries struct {
 	by         map[string]keyspace.Set // member -> the points its application holds as primary
 	violations []string
 	taken      map[string]time.Time // "member start" -> when it last became primary of a range starting there
-	// leased, when set, says whether a member's lease is valid (Member.Leased): a member
-	// believes itself primary only within it, in an exclusive cluster.
-	leased map[string]func() bool
+	// exclusive: a member believes itself primary only within its lease (leased, by member:
+	// its Member.Leased).
+	exclusive bool
+	leased    map[string]func() bool
 	given  map[uint64]time.Time // start -> when some member last gave up the primary role of a range starting there
 }
 
@@ -38,7 +39,7 @@ func (p *primaries) take(id string, r keyspace.Range) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for other, held := range p.by {
-		if other != id && !held.Intersect(keyspace.NewSet(r)).Empty() && (p.leased == nil || p.leased[other]()) {
+		if other != id && !held.Intersect(keyspace.NewSet(r)).Empty() && (!p.exclusive || p.leased[other] == nil || p.leased[other]()) {
 			p.violations = append(p.violations, fmt.Sprintf("%s became primary of %s while %s was primary of %s", id, r, other, held.Intersect(keyspace.NewSet(r))))
 		}
 	}
@@ -78,6 +79,23 @@ func (p *primaries) covered() bool {
 		all = all.Union(s)
 	}
 	return all.Equal(keyspace.NewSet(keyspace.Full()))
+}
+
+// lease records member id's Member.Leased.
+func (p *primaries) lease(id string, leased func() bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.leased == nil {
+		p.leased = map[string]func() bool{}
+	}
+	p.leased[id] = leased
+}
+
+// holdsAll reports whether member id's application holds every point as primary.
+func (p *primaries) holdsAll(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.by[id].Equal(keyspace.NewSet(keyspace.Full()))
 }
 
 // holds reports whether member id's application holds any point as primary.
@@ -143,15 +161,7 @@ func primariesMoveGracefully(t *testing.T, exclusive bool) {
 		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 20*time.Second, 200*time.Millisecond
 	}})
 	check := &primaries{by: map[string]keyspace.Set{}, taken: map[string]time.Time{}, given: map[uint64]time.Time{}}
-	members := map[string]*client.Member{}
-	for _, id := range []string{"m1", "m2", "m3"} {
-		m, err := client.NewMember(client.MemberConfig{ID: id, Address: id + ":1", Assigners: c.Assigners(),
-			App: &roleApp{id: id, check: check, demote: 50 * time.Millisecond}, Roles: client.RolesPrimarySecondary,
-			ReportInterval: 100 * time.Millisecond, Logger: quiet()})
-		require.NoError(t, err)
-		members[id] = m
-		runMember(t, m)
-	}
+	members := startRoleMembers(t, check, map[string][]string{"m1": c.Assigners(), "m2": c.Assigners(), "m3": c.Assigners()})
 	waitFor(t, 30*time.Second, "every point has a primary", check.covered)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -192,6 +202,24 @@ func primariesMoveGracefully(t *testing.T, exclusive bool) {
 	require.NoError(t, members["m2"].Drain(ctx))
 	waitFor(t, 30*time.Second, "every point has a primary", check.covered)
 	require.Empty(t, check.failures())
+}
+
+// startRoleMembers starts a member for each ID of assigners, with the assigners' addresses
+// it is given and a roleApp reporting to check that takes 50 ms to demote itself; each runs
+// until the test ends.
+func startRoleMembers(t *testing.T, check *primaries, assigners map[string][]string) map[string]*client.Member {
+	t.Helper()
+	members := map[string]*client.Member{}
+	for id, addrs := range assigners {
+		m, err := client.NewMember(client.MemberConfig{ID: id, Address: id + ":1", Assigners: addrs,
+			App: &roleApp{id: id, check: check, demote: 50 * time.Millisecond}, Roles: client.RolesPrimarySecondary,
+			ReportInterval: 100 * time.Millisecond, Logger: quiet()})
+		require.NoError(t, err)
+		members[id] = m
+		check.lease(id, m.Leased)
+		runMember(t, m)
+	}
+	return members
 }
 
 // runMember runs m until the test ends.
