@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,10 +50,11 @@ type Config struct {
 	// WriteDelay is added to every increment's write (a slower database).
 	WriteDelay time.Duration
 	// Inclusive runs the cluster without leases (no --exclusive) and the members with plain
-	// writes (no fence): what a stale primary does without them.
-	Inclusive bool
-	Out       io.Writer
-	Log       *slog.Logger
+	// writes (no fence): what a stale primary does without them. Pause stops a member for
+	// twice its lease (3 s) a quarter of the way in, then lets it go on.
+	Inclusive, Pause bool
+	Out              io.Writer
+	Log              *slog.Logger
 }
 
 // Summary is the demo's outcome.
@@ -135,6 +137,9 @@ func (d *demo) start(ctx context.Context) error {
 	} else {
 		assignerArgs = append(assignerArgs, "--exclusive")
 	}
+	if d.cfg.Pause {
+		assignerArgs = append(assignerArgs, "--node-ttl", pauseTTL.String())
+	}
 	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{etcd.Endpoint()}, PKI: d.pki,
 		DrainTimeout: drain, AssignerArgs: assignerArgs})
 	if err != nil {
@@ -213,14 +218,14 @@ func (d *demo) startProxy(ctx context.Context) error {
 	return nil
 }
 
-// run runs the load, the roll and the live view, then the check.
+// run runs the load, the faults and the live view, then the check.
 func (d *demo) run(ctx context.Context) (Summary, error) {
 	history := countercheck.NewHistory()
 	load := counterload.New(counterload.Config{URL: d.proxy, Client: &http.Client{}, Keys: d.cfg.Keys, Rate: d.cfg.Rate}, history)
 	lctx, stopLoad := context.WithCancel(ctx)
 	loaded := make(chan struct{})
 	go func() { defer close(loaded); load.Run(lctx) }()
-	rolled := d.startRoll(lctx)
+	rolled := d.startFaults(lctx)
 	imbalance := d.watch(ctx, load)
 	stopLoad()
 	<-loaded
@@ -289,10 +294,11 @@ func (d *demo) line(ctx context.Context, elapsed time.Duration, sent, failed int
 	return st.GetImbalance()
 }
 
-// startRoll restarts every member in turn, a quarter of the way in; nil without Roll. The
-// channel gets the roll's outcome.
-func (d *demo) startRoll(ctx context.Context) <-chan error {
-	if !d.cfg.Roll {
+// startFaults, a quarter of the way in (or after 5 s without a Duration), pauses a member
+// (Pause) and restarts every member in turn (Roll); nil with neither. The channel gets the
+// outcome.
+func (d *demo) startFaults(ctx context.Context) <-chan error {
+	if !d.cfg.Roll && !d.cfg.Pause {
 		return nil
 	}
 	wait := d.cfg.Duration / 4
@@ -307,17 +313,53 @@ func (d *demo) startRoll(ctx context.Context) <-chan error {
 			out <- nil
 			return
 		}
-		for _, m := range d.cluster.Members("counter") {
-			d.say("rolling %s: it drains (its primaries demote, its ranges move), stops and starts again", m.ID)
-			if err := d.cluster.Roll(context.WithoutCancel(ctx), m); err != nil {
-				out <- fmt.Errorf("demo: %w", err)
-				return
-			}
+		if d.cfg.Pause {
+			d.pause(ctx)
 		}
-		d.say("every member restarted")
+		if d.cfg.Roll {
+			out <- d.roll(context.WithoutCancel(ctx))
+			return
+		}
 		out <- nil
 	}()
 	return out
+}
+
+// pauseTTL is the assigners' --node-ttl, the primaries' lease, in a demo that pauses a
+// member: the pause lasts twice as long.
+const pauseTTL = 3 * time.Second
+
+// pause stops a member (SIGSTOP) for twice its lease, as a long GC pause or a stalled disk
+// would, then lets it go on (SIGCONT): its primaries move meanwhile, and what it does when
+// it wakes is what the exclusive mode is for.
+func (d *demo) pause(ctx context.Context) {
+	m := d.cluster.Members("counter")[0]
+	pid := m.Proc().Pid()
+	d.say("pausing %s (SIGSTOP) for %s, twice its lease: its primaries move; then SIGCONT", m.ID, 2*pauseTTL)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		d.say("demo: pausing %s: %v", m.ID, err)
+		return
+	}
+	select {
+	case <-time.After(2 * pauseTTL):
+	case <-ctx.Done():
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		d.say("demo: resuming %s: %v", m.ID, err)
+	}
+	d.say("%s goes on", m.ID)
+}
+
+// roll restarts every member in turn.
+func (d *demo) roll(ctx context.Context) error {
+	for _, m := range d.cluster.Members("counter") {
+		d.say("rolling %s: it drains (its primaries demote, its ranges move), stops and starts again", m.ID)
+		if err := d.cluster.Roll(ctx, m); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
+	d.say("every member restarted")
+	return nil
 }
 
 // ErrCheck is returned when the counts are not a counter's.
