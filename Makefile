@@ -35,14 +35,18 @@ DEMO_BINARIES := ./cmd/assigner ./cmd/distributor ./cmd/slicectl ./examples/kvst
 COUNTER_BINARIES := ./cmd/assigner ./cmd/slicectl ./examples/counter/cmd/countermember ./examples/counter/cmd/counterdemo
 
 # The chaos suite (chaos/): make test runs a short seeded run of a few quick faults, on etcd
-# and on PostgreSQL (one restart, one outage); make chaos runs every fault, CHAOS_ROUNDS
-# times with plain binaries, then once with race-built ones, and on PostgreSQL 10 fast
-# restarts and 3 outages of twice the lease a round (CHAOS_PG_FAULTS).
-CHAOS_FLAGS     ?= -count=1 -v -timeout 60m
-CHAOS_FAULTS    ?= all
-CHAOS_PG_FAULTS ?= all
-CHAOS_ROUNDS    ?= 3
-CHAOS_SEED      ?= 1
+# and on PostgreSQL (one restart, one outage), and the example counter under a stopped and
+# a killed primary (TestChaosCounter); make chaos runs every fault, CHAOS_ROUNDS times with
+# plain binaries, then once with race-built ones, on PostgreSQL 10 fast restarts and 3
+# outages of twice the lease a round (CHAOS_PG_FAULTS), and every fault of the counter
+# (CHAOS_COUNTER_FAULTS: primaries killed, stopped and cut off, assigner and etcd leaders
+# killed and stopped, a rolling restart).
+CHAOS_FLAGS          ?= -count=1 -v -timeout 60m
+CHAOS_FAULTS         ?= all
+CHAOS_PG_FAULTS      ?= all
+CHAOS_COUNTER_FAULTS ?= all
+CHAOS_ROUNDS         ?= 3
+CHAOS_SEED           ?= 1
 
 .PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres e2e-counter build tools clean chaos
 
@@ -115,15 +119,17 @@ e2e-counter:
 	$(GO) build -o $(BIN)/ $(COUNTER_BINARIES)
 	$(BIN)/counterdemo --bin $(BIN) --duration 60s --roll
 
-## chaos: every fault of the chaos suite on plain binaries, then on race-built ones, on etcd
-## and on PostgreSQL (restarts and outages of the database); every run reports, and the
-## target fails if any did
+## chaos: every fault of the chaos suite on plain binaries, then on race-built ones, on etcd,
+## on PostgreSQL (restarts and outages of the database) and on the example counter (at most
+## one primary under faults); every run reports, and the target fails if any did
 chaos:
 	@rc=0; \
-	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_PG_FAULTS=$(CHAOS_PG_FAULTS) CHAOS_ROUNDS=$(CHAOS_ROUNDS) CHAOS_SEED=$(CHAOS_SEED) \
-		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos(Postgres)?$$' ./chaos || rc=1; \
-	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_PG_FAULTS=$(CHAOS_PG_FAULTS) CHAOS_ROUNDS=1 CHAOS_SEED=$(CHAOS_SEED) CHAOS_RACE=1 \
-		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos(Postgres)?$$' ./chaos || rc=1; \
+	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_PG_FAULTS=$(CHAOS_PG_FAULTS) CHAOS_COUNTER_FAULTS=$(CHAOS_COUNTER_FAULTS) \
+	CHAOS_ROUNDS=$(CHAOS_ROUNDS) CHAOS_SEED=$(CHAOS_SEED) \
+		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos(Postgres|Counter)?$$' ./chaos || rc=1; \
+	CHAOS_FAULTS=$(CHAOS_FAULTS) CHAOS_PG_FAULTS=$(CHAOS_PG_FAULTS) CHAOS_COUNTER_FAULTS=$(CHAOS_COUNTER_FAULTS) \
+	CHAOS_ROUNDS=1 CHAOS_SEED=$(CHAOS_SEED) CHAOS_RACE=1 \
+		$(GO) test $(CHAOS_FLAGS) -run '^TestChaos(Postgres|Counter)?$$' ./chaos || rc=1; \
 	exit $$rc
 
 ## e2e-postgres: the real binaries on a throwaway PostgreSQL (1 assigner, 2 distributors, 4

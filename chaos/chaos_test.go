@@ -14,6 +14,11 @@
 // CHAOS_MAX_STALENESS (link faults; default 10s), CHAOS_PATIENCE (each wait; default 90s),
 // CHAOS_STRICT_CLOCK=1 (fail when a node's clock goes back; by default only counted),
 // CHAOS_SESSION_TTL (the assigners' leader lease; default 5s). make chaos runs every fault, once with plain and once with race builds.
+//
+// TestChaosPostgres runs the suite with the items in PostgreSQL (CHAOS_PG_FAULTS);
+// TestChaosCounter runs the example counter under faults of its primaries, assigners and etcd,
+// and checks that no range ever has two primaries (CHAOS_COUNTER_FAULTS,
+// CHAOS_COUNTER_EXCLUSIVE=0 for the cluster without leases and fence).
 package chaos_test
 
 import (
@@ -98,7 +103,19 @@ func envDuration(name string, def time.Duration) (time.Duration, error) {
 // loadConfig reads the run's settings from the environment, for a run on src: its faults
 // from CHAOS_FAULTS (etcd) or CHAOS_PG_FAULTS (postgres).
 func loadConfig(src string) (config, error) {
-	cfg := config{source: src, seed: 1, rounds: 1, fillItems: 2000}
+	cfg, err := loadBase()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.source = src
+	cfg.faults, err = faultsOf(src)
+	return cfg, err
+}
+
+// loadBase reads the settings every run of the suite shares (TestChaosCounter's too): the
+// seed, the rounds, the race build, the leases and the patience.
+func loadBase() (config, error) {
+	cfg := config{seed: 1, rounds: 1, fillItems: 2000}
 	var err error
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		if cfg.seed, err = strconv.ParseUint(v, 10, 64); err != nil {
@@ -112,9 +129,6 @@ func loadConfig(src string) (config, error) {
 	}
 	cfg.race = os.Getenv("CHAOS_RACE") == "1"
 	cfg.strictClock = os.Getenv("CHAOS_STRICT_CLOCK") == "1"
-	if cfg.faults, err = faultsOf(src); err != nil {
-		return cfg, err
-	}
 	if cfg.assignerStale, err = envDuration("CHAOS_ASSIGNER_STALENESS", time.Second); err != nil {
 		return cfg, err
 	}
@@ -131,28 +145,33 @@ func loadConfig(src string) (config, error) {
 	return cfg, err
 }
 
-// faultsOf returns the faults the environment asks of a run on src: names, "all", or the
-// quick set when unset; "name*N" runs a fault N times a round.
+// faultsOf returns the faults the environment asks of a run on src.
 func faultsOf(src string) ([]fault, error) {
 	env, quick, all, list := "CHAOS_FAULTS", quickFaults, "", faults
 	if src == sourcePostgres {
 		env, quick, all, list = "CHAOS_PG_FAULTS", quickPGFaults, allPGFaults, pgFaults
 	}
-	names := os.Getenv(env)
-	switch names {
-	case "":
-		names = quick
-	case "all":
-		names = all
-		if all == "" {
-			var every []string
-			for _, f := range list {
-				every = append(every, f.name)
-			}
-			names = strings.Join(every, ",")
-		}
+	return selectFaults(env, quick, all, list, func(f fault) string { return f.name })
+}
+
+// selectFaults returns the faults of list that the environment variable env names: names,
+// "all" (all, or every fault of list when all is empty), or quick when unset; "name*N" runs
+// a fault N times a round. Generic, for the counter run's faults of another type.
+func selectFaults[F any](env, quick, all string, list []F, nameOf func(F) string) ([]F, error) {
+	var every []string
+	for _, f := range list {
+		every = append(every, nameOf(f))
 	}
-	var out []fault
+	names := os.Getenv(env)
+	switch {
+	case names == "":
+		names = quick
+	case names == "all" && all != "":
+		names = all
+	case names == "all":
+		names = strings.Join(every, ",")
+	}
+	var out []F
 	for name := range strings.SplitSeq(names, ",") {
 		name, times := strings.TrimSpace(name), 1
 		if n, t, ok := strings.Cut(name, "*"); ok {
@@ -162,23 +181,25 @@ func faultsOf(src string) ([]fault, error) {
 			}
 			name = n
 		}
-		i := slices.IndexFunc(list, func(f fault) bool { return f.name == name })
+		i := slices.IndexFunc(list, func(f F) bool { return nameOf(f) == name })
 		if i < 0 {
-			return nil, fmt.Errorf("%s: no fault %q for a run on %s", env, name, src)
+			return nil, fmt.Errorf("%s: no fault %q (known: %s)", env, name, strings.Join(every, ","))
 		}
-		f := list[i]
 		for range times {
-			out = append(out, f)
+			out = append(out, list[i])
 		}
 	}
 	return out, nil
 }
 
 // schedule is the faults of every round, each round shuffled by the seed.
-func (cfg config) schedule(rng *rand.Rand) []fault {
-	var out []fault
-	for range cfg.rounds {
-		round := append([]fault(nil), cfg.faults...)
+func (cfg config) schedule(rng *rand.Rand) []fault { return shuffled(rng, cfg.rounds, cfg.faults) }
+
+// shuffled returns rounds copies of faults, each shuffled by rng.
+func shuffled[F any](rng *rand.Rand, rounds int, faults []F) []F {
+	var out []F
+	for range rounds {
+		round := slices.Clone(faults)
 		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		out = append(out, round...)
 	}
@@ -224,21 +245,12 @@ func TestChaos(t *testing.T) { runChaos(t, sourceEtcd) }
 
 // runChaos runs the faults the environment asks for on a cluster whose items are in src.
 func runChaos(t *testing.T, src string) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries; skipped in -short mode")
-	}
-	if raceEnabled {
-		t.Skip("builds its own binaries (CHAOS_RACE=1 builds them with -race); run it without -race, as make test and make chaos do")
-	}
+	skipUnlessBinaries(t)
 	cfg, err := loadConfig(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline, ok := t.Deadline()
-	if !ok {
-		deadline = time.Now().Add(30 * time.Minute)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-30*time.Second))
+	ctx, cancel := runContext(t)
 	defer cancel()
 	r := &run{t: t, ctx: ctx, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed))}
 	var names []string
@@ -265,11 +277,29 @@ func runChaos(t *testing.T, src string) {
 	t.Logf("chaos report (source %s, CHAOS_SEED=%d, race=%v):\n%s", cfg.source, cfg.seed, cfg.race, r.table())
 }
 
-// setUp builds the binaries, starts the cluster and the router, fills the source, waits for
-// every node to hold slices and freezes the map: each convergence check compares the nodes
-// with one map, and failover and recovery of the data path need no balancing.
-func (r *run) setUp() {
-	t := r.t
+// skipUnlessBinaries skips a test of the suite where it cannot build and run the binaries.
+func skipUnlessBinaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries; skipped in -short mode")
+	}
+	if raceEnabled {
+		t.Skip("builds its own binaries (CHAOS_RACE=1 builds them with -race); run it without -race, as make test and make chaos do")
+	}
+}
+
+// runContext returns a run's context: it ends 30 s before the test's deadline, so that a
+// run that hangs still reports and cleans up.
+func runContext(t *testing.T) (context.Context, context.CancelFunc) {
+	deadline, ok := t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Minute)
+	}
+	return context.WithDeadline(context.Background(), deadline.Add(-30*time.Second))
+}
+
+// workspace makes a run's directory (kept, with the logs, when the test fails) and builds
+// pkgs (with -race when race) and etcd into its bin/.
+func workspace(ctx context.Context, t *testing.T, race bool, pkgs ...string) (dir, bin string) {
 	dir, err := os.MkdirTemp("", "sliceplane-chaos-")
 	if err != nil {
 		t.Fatal(err)
@@ -281,22 +311,32 @@ func (r *run) setUp() {
 		}
 		os.RemoveAll(dir)
 	})
-	bin := filepath.Join(dir, "bin")
+	bin = filepath.Join(dir, "bin")
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := launch.Build(r.ctx, root, bin, r.cfg.race, "./cmd/assigner", "./cmd/distributor", "./examples/kvstore/cmd/kvnode"); err != nil {
+	if err := launch.Build(ctx, root, bin, race, pkgs...); err != nil {
 		t.Fatal(err)
 	}
 	// etcd is built from this module's own dependency, never with -race: it is not ours.
-	build := exec.CommandContext(r.ctx, "go", "build", "-o", filepath.Join(bin, "etcd"), "go.etcd.io/etcd/server/v3")
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, "etcd"), "go.etcd.io/etcd/server/v3")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building etcd: %v\n%s", err, out)
 	}
 	t.Logf("built the binaries in %s", time.Since(start).Round(time.Millisecond))
+	return dir, bin
+}
+
+// setUp builds the binaries, starts the cluster and the router, fills the source, waits for
+// every node to hold slices and freezes the map: each convergence check compares the nodes
+// with one map, and failover and recovery of the data path need no balancing.
+func (r *run) setUp() {
+	t := r.t
+	dir, bin := workspace(r.ctx, t, r.cfg.race, "./cmd/assigner", "./cmd/distributor", "./examples/kvstore/cmd/kvnode")
+	var err error
 	if r.c, err = newCluster(dir, bin, r.cfg.sessionTTL); err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,8 @@ import (
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
-// member is one process of the cluster: an etcd member, an assigner, a distributor or a node.
+// member is one process of the cluster: an etcd member, an assigner, a distributor, a node
+// or a member of the example counter.
 type member struct {
 	kind, id string
 	// addr is where it serves, unproxied: etcd's client URL host, gRPC, or a node's HTTP;
@@ -104,6 +105,9 @@ type cluster struct {
 	// sourceArgs are the assigners' and distributors' flags of the source: none for the
 	// etcd prefix, the PostgreSQL source's otherwise.
 	sourceArgs []string
+	// assignerArgs are the assigners' flags of a run, after the suite's (the last of a flag
+	// given twice wins): the counter run's roles, leases and handoff timeout.
+	assignerArgs []string
 
 	toxi    *toxiproxy.ApiServer
 	proxies map[string]*toxiproxy.Proxy
@@ -114,6 +118,8 @@ type cluster struct {
 	assigners    []*member
 	distributors []*member
 	nodes        []*member
+	// counters are the members of the example counter (TestChaosCounter).
+	counters []*member
 
 	// etcdCli reaches every etcd member directly, for the writer, the checker and the faults.
 	etcdCli *clientv3.Client
@@ -150,7 +156,7 @@ func (c *cluster) tlsArgs(kind, id string) ([]string, error) { return c.pki.Args
 
 func (c *cluster) all() []*member {
 	var out []*member
-	for _, ms := range [][]*member{c.etcd, c.assigners, c.distributors, c.nodes} {
+	for _, ms := range [][]*member{c.etcd, c.assigners, c.distributors, c.nodes, c.counters} {
 		out = append(out, ms...)
 	}
 	return out
@@ -262,7 +268,7 @@ func (c *cluster) startAssigner(ctx context.Context, id string) error {
 	}
 	m.args = append([]string{"--etcd-endpoints", strings.Join(endpoints, ","), "--listen", m.addr,
 		"--metrics-listen", addrs[1], "--session-ttl", c.assignerTTL.String()}, tls...)
-	m.args = append(append(m.args, assignerFlags...), c.sourceArgs...)
+	m.args = append(append(append(m.args, assignerFlags...), c.sourceArgs...), c.assignerArgs...)
 	c.assigners = append(c.assigners, m)
 	return c.start(ctx, m)
 }
@@ -379,8 +385,8 @@ func (c *cluster) waitServing(ctx context.Context, m *member) error {
 	return nil
 }
 
-// serving checks once whether m serves: /health for etcd, /healthz for nodes, gRPC health
-// for the rest (over mutual TLS, with the suite's certificate).
+// serving checks once whether m serves: /health for etcd, the state of nodes, /healthz for
+// counter members, gRPC health for the rest (over mutual TLS, with the suite's certificate).
 func (c *cluster) serving(ctx context.Context, m *member) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -390,6 +396,8 @@ func (c *cluster) serving(ctx context.Context, m *member) error {
 	case "node":
 		_, err := kvclient.New(m.addr, c.http).State(ctx)
 		return err
+	case "counter":
+		return healthcheck.HTTPTLS(ctx, "https://"+m.addr+"/healthz", c.tls.ClientTLS("node"))
 	}
 	conn, err := grpc.NewClient(m.addr, c.tls.DialOption(m.kind))
 	if err != nil {

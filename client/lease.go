@@ -13,6 +13,11 @@ import (
 // assigner's count, which runs from when the request arrived, ends. While it is not valid
 // the member holds its primary ranges as secondary: it demotes its application itself.
 //
+// A lease that begins (the first, or one after the last ended) covers the primary roles of
+// the assigner's map as it answered, and later ones, only: while the member's lease had
+// ended the assigner may have given its roles to others, which its own older map does not
+// say yet (it re-registered after a partition, say).
+//
 // It is plain data with a lock: the session goroutine grants, the member's loop reads.
 type lease struct {
 	margin time.Duration // 0: a tenth of each grant
@@ -20,6 +25,7 @@ type lease struct {
 	mu        sync.Mutex
 	exclusive bool      // the cluster gives leases: its registration said so
 	until     time.Time // monotonic; valid before it
+	gen       uint64    // the least map generation whose primary roles the lease covers
 	changed   chan struct{}
 }
 
@@ -28,16 +34,17 @@ func newLease(margin time.Duration) *lease {
 }
 
 // registered takes what a registration sent at sent answered: a lease of length d, or none
-// (0: the cluster is not exclusive).
-func (l *lease) registered(sent time.Time, d time.Duration) {
+// (0: the cluster is not exclusive), as of the map of generation gen. It begins a lease.
+func (l *lease) registered(sent time.Time, d time.Duration, gen uint64) {
 	l.mu.Lock()
-	l.exclusive = d > 0
+	l.exclusive, l.until = d > 0, time.Time{}
 	l.mu.Unlock()
-	l.renewed(sent, d)
+	l.renewed(sent, d, gen)
 }
 
-// renewed takes a renewal of length d of a request sent at sent; 0 renews nothing.
-func (l *lease) renewed(sent time.Time, d time.Duration) {
+// renewed takes a renewal of length d, as of the map of generation gen, of a request sent at
+// sent; 0 renews nothing.
+func (l *lease) renewed(sent time.Time, d time.Duration, gen uint64) {
 	if d <= 0 {
 		return
 	}
@@ -46,6 +53,9 @@ func (l *lease) renewed(sent time.Time, d time.Duration) {
 		margin = d / 10
 	}
 	l.mu.Lock()
+	if !sent.Before(l.until) { // the lease had ended when the request left: a new one begins
+		l.gen = gen
+	}
 	if until := sent.Add(d - margin); until.After(l.until) {
 		l.until = until
 	}
@@ -56,13 +66,13 @@ func (l *lease) renewed(sent time.Time, d time.Duration) {
 	}
 }
 
-// valid reports whether the member may act as primary at now, and until when; always in a
-// cluster that is not exclusive.
-func (l *lease) valid(now time.Time) (bool, time.Time) {
+// valid reports whether the member may act as primary at now, until when, and the least
+// map generation whose primary roles it covers; always in a cluster that is not exclusive.
+func (l *lease) valid(now time.Time) (ok bool, until time.Time, gen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.exclusive {
-		return true, time.Time{}
+		return true, time.Time{}, 0
 	}
-	return now.Before(l.until), l.until
+	return now.Before(l.until), l.until, l.gen
 }

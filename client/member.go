@@ -150,7 +150,7 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 // primary stops at its lease's end even while its demotion waits for a call in flight;
 // the fencing token covers the rest (a pause between the check and the write).
 func (m *Member) Leased() bool {
-	ok, _ := m.lease.valid(time.Now())
+	ok, _, _ := m.lease.valid(time.Now())
 	return ok
 }
 
@@ -219,11 +219,22 @@ func (m *Member) follow(ctx context.Context) error {
 	}
 }
 
-// serve makes the application's calls, one at a time, until calls is closed.
+// errNotPromoted answers a call that would have made the application primary when, as it
+// came to be made, its context had ended or the member's lease had: the call was not made.
+var errNotPromoted = errors.New("client: not made primary: the call's context or the member's lease ended first")
+
+// serve makes the application's calls, one at a time, until calls is closed. A call that
+// would make the application primary is not made once its context or the lease has ended (a
+// process paused between deciding it and making it): ownership tries it again, if the map
+// still wants it.
 func (m *Member) serve(calls <-chan calling, results chan<- error) {
 	for cl := range calls {
 		var err error
 		r := rangeOf(cl.c.rng)
+		if cl.c.kind != callRelease && cl.c.grant.Role == RolePrimary && (cl.ctx.Err() != nil || !m.Leased()) {
+			results <- errNotPromoted
+			continue
+		}
 		switch cl.c.kind {
 		case callAcquire:
 			err = m.cfg.App.Acquire(cl.ctx, r, cl.c.grant)
@@ -278,7 +289,9 @@ func (m *Member) owned(now time.Time) (map[Grant]keyspace.Set, uint64, []Range, 
 		return map[Grant]keyspace.Set{}, 0, nil, time.Time{}
 	}
 	id, primaries := assignment.NodeID(m.cfg.ID), m.cfg.Roles == RolesPrimarySecondary
-	leased, until := m.lease.valid(now)
+	leased, until, since := m.lease.valid(now)
+	// A view older than the lease's beginning may give roles that went to others meanwhile.
+	leased = leased && v.a.Generation() >= since
 	byGrant := map[Grant][]keyspace.Range{}
 	var list []Range
 	for _, s := range v.a.All() {

@@ -88,8 +88,10 @@ func (o *ownership) setMap(want map[Grant]keyspace.Set, gen uint64) (cancel bool
 }
 
 // done takes the application's answer to the call in flight at now: nil, or the error it
-// failed with. An acquire that failed (or was cancelled) holds nothing; a release or a role
-// change is done whatever it says (the application answers for what it holds).
+// failed with. An acquire that failed (or was cancelled) holds nothing; a promotion that
+// failed leaves the points in their old grant; both are tried again after a backoff while
+// the map still wants them. A release or a demotion is done whatever it says (the
+// application answers for what it holds, and must not go on acting as primary).
 func (o *ownership) done(err error, now time.Time) {
 	c := o.busy
 	o.busy = nil
@@ -102,29 +104,27 @@ func (o *ownership) done(err error, now time.Time) {
 		for g, h := range o.held {
 			o.held[g] = h.Minus(r)
 		}
-	case c.kind == callAcquire && err != nil && c.cancelled:
+	case err != nil && (c.kind == callAcquire || c.grant.Role == RolePrimary) && c.cancelled:
 		// Cancelled, as the map took the range away: nothing failed.
-	case c.kind == callAcquire && err != nil:
+	case err != nil && (c.kind == callAcquire || c.grant.Role == RolePrimary):
 		o.failed = o.failed.Union(r)
 		o.retryAt = now.Add(o.backoff)
 		o.backoff = min(2*o.backoff, maxAcquireBackoff)
-	default: // an acquire or a role change that succeeded
+	default: // an acquire or a role change that succeeded, or a demotion
 		for g, h := range o.held {
 			o.held[g] = h.Minus(r)
 		}
 		o.held[c.grant] = o.held[c.grant].Union(r)
-		if c.kind == callAcquire {
-			o.failed = o.failed.Minus(r)
-			if o.failed.Empty() {
-				o.backoff = minAcquireBackoff
-			}
+		o.failed = o.failed.Minus(r)
+		if o.failed.Empty() {
+			o.backoff = minAcquireBackoff
 		}
 	}
 }
 
 // next returns the next call to make at now, if one is due and none is in flight, and marks
 // it in flight: releases first (what the map no longer gives in any role), then role
-// changes, then acquires (those that failed not before retryAt).
+// changes, then acquires (promotions and acquires that failed not before retryAt).
 func (o *ownership) next(now time.Time) (appCall, bool) {
 	if o.busy != nil {
 		return appCall{}, false
@@ -135,7 +135,11 @@ func (o *ownership) next(now time.Time) (appCall, bool) {
 	}
 	for _, g := range grants(o.want) {
 		// Points held in another role, or with another token: they change role.
-		if r, ok := first(o.want[g].Intersect(union(o.held).Minus(o.held[g]))); ok {
+		change := o.want[g].Intersect(union(o.held).Minus(o.held[g]))
+		if g.Role == RolePrimary && now.Before(o.retryAt) {
+			change = change.Minus(o.failed)
+		}
+		if r, ok := first(change); ok {
 			return o.start(appCall{kind: callChangeRole, rng: r, grant: g, since: now}), true
 		}
 	}
@@ -156,10 +160,13 @@ func (o *ownership) start(c appCall) appCall {
 	return c
 }
 
-// wake returns when a failed acquire is due again, if one waits.
+// wake returns when a failed acquire or promotion is due again, if one waits.
 func (o *ownership) wake() (time.Time, bool) {
-	pending := !union(o.want).Minus(union(o.held)).Intersect(o.failed).Empty()
-	return o.retryAt, pending && o.busy == nil
+	var notYet keyspace.Set // points the map wants in a grant they are not held in
+	for g, s := range o.want {
+		notYet = notYet.Union(s.Minus(o.held[g]))
+	}
+	return o.retryAt, !notYet.Intersect(o.failed).Empty() && o.busy == nil
 }
 
 // loading returns the points the map gives that the application does not hold yet: the

@@ -193,7 +193,7 @@ func (p *participant) session(ctx context.Context, assigner *dial.Follower) {
 			continue
 		}
 		b.Reset()
-		p.lease.registered(sent, resp.GetLease().AsDuration())
+		p.lease.registered(sent, resp.GetLease().AsDuration(), resp.GetGeneration())
 		p.answered(resp.GetDistributor())
 		every := max(resp.GetTtl().AsDuration()/3, 100*time.Millisecond)
 		p.heartbeat(ctx, assigner, every)
@@ -245,7 +245,7 @@ func (p *participant) heartbeat(ctx context.Context, assigner *dial.Follower, ev
 				p.log.Warn("heartbeat", "err", err)
 			}
 		default:
-			p.lease.renewed(sent, resp.GetLease().AsDuration())
+			p.lease.renewed(sent, resp.GetLease().AsDuration(), resp.GetGeneration())
 			p.answered(resp.GetDistributor())
 		}
 	}

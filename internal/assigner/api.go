@@ -319,7 +319,8 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 	if err != nil {
 		return nil, err
 	}
-	return &pb.RegisterResponse{Ttl: durationpb.New(rep.TTL), Distributor: distributor(rep.Distributor), Lease: optDuration(rep.Lease)}, nil
+	return &pb.RegisterResponse{Ttl: durationpb.New(rep.TTL), Distributor: distributor(rep.Distributor), Lease: optDuration(rep.Lease),
+		Generation: rep.Generation}, nil
 }
 
 func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
@@ -346,7 +347,7 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 	}
 	a.fresh.record(id, req.GetStale(), silence, a.s.now(), a.s.cfg.Core.NodeTTL)
 	return &pb.HeartbeatResponse{Ttl: durationpb.New(rep.TTL), Draining: rep.Draining, Distributor: distributor(rep.Distributor),
-		Lease: optDuration(rep.Lease)}, nil
+		Lease: optDuration(rep.Lease), Generation: rep.Generation}, nil
 }
 
 // optDuration encodes d, nil for 0.

@@ -70,6 +70,14 @@ func (c *Core) renew(id assignment.NodeID, now time.Time) time.Duration {
 	return c.cfg.NodeTTL
 }
 
+// generation returns the map's generation, 0 before the first map.
+func (c *Core) generation() uint64 {
+	if c.a == nil {
+		return 0
+	}
+	return c.a.Generation()
+}
+
 // leaseValid reports whether node id may act as a primary at now, by the assigner's count.
 func (c *Core) leaseValid(id assignment.NodeID, now time.Time) bool {
 	return !c.exclusive() || now.Before(c.leases.until[id])

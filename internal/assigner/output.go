@@ -94,8 +94,9 @@ type Reply struct {
 	// while there is none).
 	TTL time.Duration
 	// Lease renews the member's lease on its primary roles in an exclusive cluster; 0: not
-	// renewed.
+	// renewed. Generation is the map's generation then.
 	Lease       time.Duration
+	Generation  uint64
 	Draining    bool
 	Distributor *Distributor
 	// Admin requests: what changed. Pin and Unpin: the range; Drain: the slices held.

@@ -228,7 +228,7 @@ func demoting(s assignment.Slice) bool {
 // an exclusive cluster, the old primary's lease has ended (its renewals are withheld from
 // the timeout on).
 func (c *Core) forcePromotion(s assignment.Slice, now time.Time) (assignment.Assign, bool) {
-	if s.Next == "" || now.Before(c.ho.served[s.Since].Add(c.cfg.HandoffTimeout)) || c.leaseValid(s.Primary, now) && c.exclusive() {
+	if s.Next == "" || now.Before(c.ho.served[s.Since].Add(c.cfg.HandoffTimeout)) || c.exclusive() && c.leaseValid(s.Primary, now) {
 		return assignment.Assign{}, false
 	}
 	return assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: s.Loading, Leaving: s.Leaving,

@@ -195,7 +195,7 @@ func (c *Core) decide(now time.Time, ev requestEvent, out *Output) (*change, Rep
 		ch, err = c.register(ev.Node, now)
 		r.TTL, r.Distributor = c.cfg.NodeTTL, c.distributorFor(ev.Node.ID)
 		if err == nil {
-			r.Lease = c.renew(ev.Node.ID, now)
+			r.Lease, r.Generation = c.renew(ev.Node.ID, now), c.generation()
 		}
 	case Heartbeat:
 		if err = c.checkClaims(ev); err == nil {
@@ -203,7 +203,7 @@ func (c *Core) decide(now time.Time, ev requestEvent, out *Output) (*change, Rep
 		}
 		r.TTL, r.Distributor = c.cfg.NodeTTL, c.distributorFor(ev.Node)
 		if err == nil {
-			r.Lease = c.renew(ev.Node, now)
+			r.Lease, r.Generation = c.renew(ev.Node, now), c.generation()
 			ch = c.loadedOrLog(ev, now, out)
 		}
 	case ReportLoad:

@@ -926,8 +926,10 @@ type RegisterResponse struct {
 	// distributor is where the node pulls its deltas from; unset while no distributor runs.
 	Distributor *Distributor `protobuf:"bytes,2,opt,name=distributor,proto3" json:"distributor,omitempty"`
 	// lease, in an exclusive cluster, is the member's first lease on primary roles (see
-	// HeartbeatResponse.lease); unset in a cluster that is not exclusive.
+	// HeartbeatResponse.lease); unset in a cluster that is not exclusive. generation is the
+	// map's generation when it was granted (see HeartbeatResponse.generation).
 	Lease         *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	Generation    uint64               `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -981,6 +983,13 @@ func (x *RegisterResponse) GetLease() *durationpb.Duration {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *RegisterResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 type HeartbeatRequest struct {
@@ -1098,6 +1107,10 @@ type HeartbeatResponse struct {
 	// since it received it. Unset: not renewed (the cluster is not exclusive, or the member is
 	// handing a role over that it did not give up in time).
 	Lease *durationpb.Duration `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	// generation is the map's generation when the assigner answered. A lease that begins (the
+	// first, or one after the last ended) covers the primary roles of that map and later ones
+	// only: a member whose lease ran out may have lost roles its older map still gives it.
+	Generation uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	// draining says the node is being emptied and may leave once it holds nothing.
 	Draining bool `protobuf:"varint,2,opt,name=draining,proto3" json:"draining,omitempty"`
 	// distributor is where the node pulls its deltas from; it changes when the set of
@@ -1149,6 +1162,13 @@ func (x *HeartbeatResponse) GetLease() *durationpb.Duration {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 func (x *HeartbeatResponse) GetDraining() bool {
@@ -3784,11 +3804,14 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05roles\x18\x04 \x01(\tR\x05roles\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x01\n" +
 	"\x10RegisterResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
 	"\vdistributor\x18\x02 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\x12/\n" +
-	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xa1\x02\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\"\xa1\x02\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\x123\n" +
@@ -3798,10 +3821,13 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x12.\n" +
 	"\aloading\x18\x05 \x03(\v2\x14.sliceplane.v1.RangeR\aloading\x122\n" +
 	"\tprimaries\x18\x06 \x03(\v2\x14.sliceplane.v1.RangeR\tprimaries\x12%\n" +
-	"\x0eprimary_tokens\x18\a \x03(\x04R\rprimaryTokens\"\xcb\x01\n" +
+	"\x0eprimary_tokens\x18\a \x03(\x04R\rprimaryTokens\"\xeb\x01\n" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12/\n" +
-	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x1a\n" +
+	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\x04R\n" +
+	"generation\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\x12<\n" +
 	"\vdistributor\x18\x03 \x01(\v2\x1a.sliceplane.v1.DistributorR\vdistributor\"]\n" +
 	"\x11DeregisterRequest\x12\x17\n" +

@@ -127,9 +127,7 @@ func (c *Counts) Acquire(ctx context.Context, r client.Range, g client.Grant) er
 	defer c.mu.Unlock()
 	c.log.Info("acquire", "range", r, "grant", g)
 	if g.Role == client.RolePrimary {
-		c.logRange(LogPrimaryFrom, r, "token", g.Token)
 		if err := c.take(ctx, r, g.Token); err != nil {
-			c.logRange(LogPrimaryUntil, r)
 			return err
 		}
 	}
@@ -137,14 +135,26 @@ func (c *Counts) Acquire(ctx context.Context, r client.Range, g client.Grant) er
 	return nil
 }
 
-// take makes c r's primary with token: it claims r (fenced) and loads its counts. c.mu held.
+// take makes c r's primary with token: it claims r (fenced) and loads its counts; not
+// without a valid lease (the member tries again). It logs when c held r as primary. c.mu
+// held.
 func (c *Counts) take(ctx context.Context, r client.Range, token uint64) error {
-	if c.fenced {
-		if err := fence.PGClaim(ctx, c.pool, r, token); err != nil {
-			return fmt.Errorf("countermember: claiming %s: %w", r, err)
-		}
+	if !c.leased() {
+		return fmt.Errorf("countermember: taking %s: %w", r, ErrNotPrimary)
 	}
-	return c.load(ctx, r)
+	c.logRange(LogPrimaryFrom, r, "token", token)
+	var err error
+	if c.fenced { // claimed before the counts are read: a write of an older grant now fails
+		err = fence.PGClaim(ctx, c.pool, r, token)
+	}
+	if err == nil {
+		err = c.load(ctx, r)
+	}
+	if err != nil {
+		c.logRange(LogPrimaryUntil, r)
+		return fmt.Errorf("countermember: taking %s: %w", r, err)
+	}
+	return nil
 }
 
 // Release forgets r.
@@ -172,9 +182,7 @@ func (c *Counts) ChangeRole(ctx context.Context, r client.Range, g client.Grant)
 	}
 	c.forget(r)
 	if g.Role == client.RolePrimary {
-		c.logRange(LogPrimaryFrom, r, "token", g.Token)
 		if err := c.take(ctx, r, g.Token); err != nil {
-			c.logRange(LogPrimaryUntil, r)
 			c.ranges = append(c.ranges, held{r: r, grant: client.Grant{Role: client.RoleSecondary}})
 			return err
 		}
