@@ -32,7 +32,7 @@ type primaries struct {
 	// its Member.Leased).
 	exclusive bool
 	leased    map[string]func() bool
-	given  map[uint64]time.Time // start -> when some member last gave up the primary role of a range starting there
+	given     map[uint64]time.Time // start -> when some member last gave up the primary role of a range starting there
 }
 
 func (p *primaries) take(id string, r keyspace.Range) {
