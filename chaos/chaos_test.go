@@ -18,7 +18,8 @@
 // TestChaosPostgres runs the suite with the items in PostgreSQL (CHAOS_PG_FAULTS);
 // TestChaosCounter runs the example counter under faults of its primaries, assigners and etcd,
 // and checks that no range ever has two primaries (CHAOS_COUNTER_FAULTS,
-// CHAOS_COUNTER_EXCLUSIVE=0 for the cluster without leases and fence).
+// CHAOS_COUNTER_EXCLUSIVE=0 for the cluster without leases and fence, CHAOS_COUNTER_LEASE
+// for the lease, default 2s).
 package chaos_test
 
 import (

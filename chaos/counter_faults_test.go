@@ -89,11 +89,11 @@ func stopPrimary(r *counterRun) (counterOutcome, error) {
 	if err != nil {
 		return counterOutcome{}, err
 	}
-	o := counterOutcome{target: fmt.Sprintf("%s (primary of %d keys) for %s", m.id, len(keys), 2*counterNodeTTL), keys: keys}
+	o := counterOutcome{target: fmt.Sprintf("%s (primary of %d keys) for %s", m.id, len(keys), 2*r.ccfg.lease), keys: keys}
 	if err := m.stop(); err != nil {
 		return o, err
 	}
-	err = r.hold(2 * counterNodeTTL)
+	err = r.hold(2 * r.ccfg.lease)
 	m.cont()
 	o.healed = time.Now()
 	return o, err
@@ -106,12 +106,12 @@ func partitionPrimary(r *counterRun) (counterOutcome, error) {
 	if err != nil {
 		return counterOutcome{}, err
 	}
-	o := counterOutcome{target: fmt.Sprintf("%s (primary of %d keys) for %s", m.id, len(keys), 2*counterNodeTTL), keys: keys}
+	o := counterOutcome{target: fmt.Sprintf("%s (primary of %d keys) for %s", m.id, len(keys), 2*r.ccfg.lease), keys: keys}
 	var ps []*toxiproxy.Proxy
 	for _, a := range r.c.assigners {
 		ps = append(ps, r.c.proxies["member-"+m.id+"-"+a.id])
 	}
-	err = r.cut(ps, 2*counterNodeTTL)
+	err = r.cut(ps, 2*r.ccfg.lease)
 	o.healed = time.Now()
 	return o, err
 }

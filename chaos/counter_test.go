@@ -62,7 +62,7 @@ func TestChaosCounter(t *testing.T) {
 		names = append(names, f.name)
 	}
 	t.Logf("counter: CHAOS_SEED=%d faults=%s CHAOS_ROUNDS=%d CHAOS_RACE=%v exclusive=%v node-ttl=%s CHAOS_SESSION_TTL=%s",
-		cfg.seed, strings.Join(names, ","), cfg.rounds, cfg.race, cfg.exclusive, counterNodeTTL, cfg.sessionTTL)
+		cfg.seed, strings.Join(names, ","), cfg.rounds, cfg.race, cfg.exclusive, cfg.lease, cfg.sessionTTL)
 	start := time.Now()
 	r.setUp()
 	t.Logf("counter: set up in %s", time.Since(start).Round(time.Millisecond))
@@ -72,9 +72,10 @@ func TestChaosCounter(t *testing.T) {
 	r.finish()
 }
 
-// The counter run's shape. The lease (--node-ttl) is short so that a fault of a primary
-// resolves in seconds; the handoff timeout bounds a planned move whose old primary does not
-// demote.
+// The counter run's shape. The lease (--node-ttl, CHAOS_COUNTER_LEASE) is short by default
+// so that a fault of a primary resolves in seconds (shorter than an assigner failover, it
+// lapses in one: a longer one rides it out); the handoff timeout bounds a planned move
+// whose old primary does not demote.
 const (
 	counterNodeTTL   = 2 * time.Second
 	counterHandoff   = 5 * time.Second
@@ -91,6 +92,7 @@ type counterConfig struct {
 	config
 	kinds     []counterFault
 	exclusive bool
+	lease     time.Duration // the assigners' --node-ttl
 }
 
 func loadCounterConfig() (counterConfig, error) {
@@ -99,6 +101,9 @@ func loadCounterConfig() (counterConfig, error) {
 		return counterConfig{}, err
 	}
 	cfg := counterConfig{config: base, exclusive: os.Getenv("CHAOS_COUNTER_EXCLUSIVE") != "0"}
+	if cfg.lease, err = envDuration("CHAOS_COUNTER_LEASE", counterNodeTTL); err != nil {
+		return counterConfig{}, err
+	}
 	cfg.kinds, err = selectFaults("CHAOS_COUNTER_FAULTS", quickCounterRuns, "", counterFaults,
 		func(f counterFault) string { return f.name })
 	return cfg, err
@@ -145,7 +150,7 @@ func (r *counterRun) setUp() {
 	t.Cleanup(r.c.close)
 	// Balancing at the counter demo's pace (1 s passes, 2 s load half-life): unlike the kv
 	// run's, this map is not frozen, so planned handoffs of primaries go on through the faults.
-	r.c.assignerArgs = []string{"--roles", "primary-secondary", "--node-ttl", counterNodeTTL.String(),
+	r.c.assignerArgs = []string{"--roles", "primary-secondary", "--node-ttl", r.ccfg.lease.String(),
 		"--handoff-timeout", counterHandoff.String(), "--pass-interval", "1s", "--load-half-life", "2s"}
 	if r.ccfg.exclusive {
 		r.c.assignerArgs = append(r.c.assignerArgs, "--exclusive")
