@@ -270,10 +270,10 @@ func (m *Member) answered(own *ownership, err error) {
 	case c == nil:
 	case err == nil:
 		m.log.Debug("the application answered", "call", c.String(), "took", time.Since(c.since))
-	case c.kind == callAcquire && c.cancelled:
-		m.log.Info("an acquire ended: the map took the range away", "call", c.String(), "err", err)
-	case c.kind == callAcquire:
-		m.log.Warn("the application could not acquire a range; trying again after a backoff", "call", c.String(), "err", err)
+	case (c.kind == callAcquire || c.grant.Role == RolePrimary) && c.cancelled:
+		m.log.Info("a call ended: the map took the range or the role away", "call", c.String(), "err", err)
+	case c.kind == callAcquire || c.grant.Role == RolePrimary:
+		m.log.Warn("the application could not take a range or its primary role; trying again after a backoff", "call", c.String(), "err", err)
 	default:
 		m.log.Error("the application failed a call; the member takes it as done", "call", c.String(), "err", err)
 	}
