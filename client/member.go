@@ -231,7 +231,7 @@ func (m *Member) serve(calls <-chan calling, results chan<- error) {
 	for cl := range calls {
 		var err error
 		r := rangeOf(cl.c.rng)
-		if cl.c.kind != callRelease && cl.c.grant.Role == RolePrimary && (cl.ctx.Err() != nil || !m.Leased()) {
+		if cl.c.promotes() && (cl.ctx.Err() != nil || !m.Leased()) {
 			results <- errNotPromoted
 			continue
 		}
@@ -247,6 +247,10 @@ func (m *Member) serve(calls <-chan calling, results chan<- error) {
 	}
 }
 
+// LogLeaseEnded is the message a member logs when its lease on primary roles ended
+// unrenewed, with the time it ended ("ended"): a checker of its windows as primary reads it.
+const LogLeaseEnded = "the lease on primary roles ended unrenewed: demoting the primary ranges"
+
 // reconcile takes the member's ranges of the map as they are now into own, cancelling the
 // call in flight if the map took its range away, and returns when the lease on primary
 // roles ends (zero: none runs); leaseEnd is what it returned last, so that a lease that
@@ -258,7 +262,7 @@ func (m *Member) reconcile(own *ownership, cancelCall context.CancelFunc, leaseE
 		cancelCall()
 	}
 	if end.IsZero() && !leaseEnd.IsZero() {
-		m.log.Warn("the lease on primary roles ended unrenewed: demoting the primary ranges", "ended", leaseEnd)
+		m.log.Warn(LogLeaseEnded, "ended", leaseEnd)
 	}
 	return end
 }
@@ -270,9 +274,9 @@ func (m *Member) answered(own *ownership, err error) {
 	case c == nil:
 	case err == nil:
 		m.log.Debug("the application answered", "call", c.String(), "took", time.Since(c.since))
-	case (c.kind == callAcquire || c.grant.Role == RolePrimary) && c.cancelled:
+	case c.retried() && c.cancelled:
 		m.log.Info("a call ended: the map took the range or the role away", "call", c.String(), "err", err)
-	case c.kind == callAcquire || c.grant.Role == RolePrimary:
+	case c.retried():
 		m.log.Warn("the application could not take a range or its primary role; trying again after a backoff", "call", c.String(), "err", err)
 	default:
 		m.log.Error("the application failed a call; the member takes it as done", "call", c.String(), "err", err)

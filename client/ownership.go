@@ -30,6 +30,13 @@ type appCall struct {
 	cancelled bool
 }
 
+// promotes reports whether the call makes the application primary (a release has no grant).
+func (c appCall) promotes() bool { return c.grant.Role == RolePrimary }
+
+// retried reports whether the call, failed, is tried again after a backoff: an acquire or a
+// promotion. A release or a demotion is done whatever the application answers.
+func (c appCall) retried() bool { return c.kind == callAcquire || c.promotes() }
+
 func (c appCall) String() string {
 	switch c.kind {
 	case callAcquire:
@@ -104,9 +111,9 @@ func (o *ownership) done(err error, now time.Time) {
 		for g, h := range o.held {
 			o.held[g] = h.Minus(r)
 		}
-	case err != nil && (c.kind == callAcquire || c.grant.Role == RolePrimary) && c.cancelled:
+	case err != nil && c.retried() && c.cancelled:
 		// Cancelled, as the map took the range away: nothing failed.
-	case err != nil && (c.kind == callAcquire || c.grant.Role == RolePrimary):
+	case err != nil && c.retried():
 		o.failed = o.failed.Union(r)
 		o.retryAt = now.Add(o.backoff)
 		o.backoff = min(2*o.backoff, maxAcquireBackoff)
@@ -187,7 +194,7 @@ func (o *ownership) primaries() []primaryRange {
 			}
 		}
 	}
-	if c := o.busy; c != nil && c.kind != callRelease && c.grant.Role == RolePrimary {
+	if c := o.busy; c != nil && c.promotes() {
 		out = append(out, primaryRange{r: c.rng, token: c.grant.Token})
 	}
 	return out

@@ -9,15 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"time"
-)
 
-// The log messages Ownership reads: the counter's application says when it began and ceased
-// to hold a range as primary (countermember.LogPrimaryFrom, LogPrimaryUntil), the member
-// library when its lease on primary roles ended unrenewed (client.Member's log).
-const (
-	msgPrimaryFrom  = "primary from"
-	msgPrimaryUntil = "primary until"
-	msgLeaseEnded   = "the lease on primary roles ended unrenewed: demoting the primary ranges"
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/examples/counter/countermember"
 )
 
 // Window is a time during which a member's application held a range of points as primary,
@@ -46,7 +40,7 @@ type logLine struct {
 }
 
 // Windows reads member's JSON log and returns the windows in which its application held
-// ranges as primary: from a "primary from" to the "primary until" of the same points, or to
+// ranges as primary (countermember.LogPrimaryFrom and LogPrimaryUntil, client.LogLeaseEnded): from a "primary from" to the "primary until" of the same points, or to
 // the end of the member's lease that its log says ended first.
 func Windows(member string, log io.Reader) ([]Window, error) {
 	var open, closed []Window
@@ -58,13 +52,13 @@ func Windows(member string, log io.Reader) ([]Window, error) {
 			continue // not a JSON line: a panic's trace, which the suite reports on its own
 		}
 		switch l.Msg {
-		case msgPrimaryFrom:
+		case countermember.LogPrimaryFrom:
 			w, err := window(member, l)
 			if err != nil {
 				return nil, err
 			}
 			open = append(open, w)
-		case msgPrimaryUntil:
+		case countermember.LogPrimaryUntil:
 			w, err := window(member, l)
 			if err != nil {
 				return nil, err
@@ -79,7 +73,7 @@ func Windows(member string, log io.Reader) ([]Window, error) {
 				rest = append(rest, left...)
 			}
 			open = rest
-		case msgLeaseEnded:
+		case client.LogLeaseEnded:
 			for _, o := range open {
 				o.Until = later(o.From, l.Ended)
 				closed = append(closed, o)
