@@ -529,10 +529,11 @@ func (c *Core) passFailed(err error, now time.Time, out *Output) {
 }
 
 // cleanup proposes taking the slices of departed nodes off them without the algorithm, or
-// returns nil when no slice is held by a departed node. It is the fallback for a pass that
-// failed: whatever made the algorithm fail, I1 must hold once clean-up has run. A slice
-// keeps its live replicas; one left with none goes to the live node holding the fewest
-// slices.
+// returns nil when no slice is held by a departed node. It runs as soon as nodes leave, so
+// that their keys are served again without waiting for a pass (and their new holders'
+// reports tell that pass what they weigh), and as the fallback for a pass that failed:
+// whatever made the algorithm fail, I1 must hold once clean-up has run. A slice keeps its
+// live replicas; one left with none goes to the live node holding the fewest slices.
 func (c *Core) cleanup(now time.Time) (*change, error) {
 	live, reg := c.placement(), c.registered()
 	if c.a == nil || live.Len() == 0 {
@@ -549,11 +550,11 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 			}
 		}
 	}
-	var ops []assignment.Op
+	var fix, ops []assignment.Op
 	var moves []balance.Move
 	for _, s := range c.a.All() {
 		if op, ok := dropDeparted(s, reg); ok && s.InHandoff() {
-			ops = append(ops, op)
+			fix = append(fix, op)
 			continue
 		}
 		keep := slices.DeleteFunc(slices.Clone(s.Replicas), func(id assignment.NodeID) bool { return !reg.Has(id) })
@@ -573,6 +574,8 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 		}
 		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: keep})
 	}
+	// An orphan's new holder loads it before it serves, as after a pass.
+	ops = append(fix, c.asHandoffs(ops)...)
 	if len(ops) == 0 {
 		return nil, nil
 	}
@@ -762,7 +765,7 @@ func (c *Core) refreshNodes(now time.Time) {
 	}
 }
 
-// removeNodes proposes forgetting nodes; the next pass moves their slices.
+// removeNodes proposes forgetting nodes; the clean-up that follows moves their slices.
 func (c *Core) removeNodes(ids []assignment.NodeID, why string) *change {
 	m := c.meta
 	m.Draining = slices.DeleteFunc(slices.Clone(m.Draining), func(d assignment.NodeID) bool { return slices.Contains(ids, d) })

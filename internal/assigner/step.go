@@ -337,6 +337,10 @@ func (c *Core) commit(now time.Time, ch *change, out *Output) {
 	for _, id := range ch.forget {
 		delete(c.nodes, id)
 		c.est.Forget(id)
+		// The departed node's slices are served by no one until they move: clean them up
+		// now rather than at the next pass, so that their keys are served again at once and
+		// their new holders' reports tell the pass what they weigh.
+		c.todo.cleanup = true
 	}
 	if ch.dists != nil {
 		c.dists = ch.dists
