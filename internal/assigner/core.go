@@ -467,8 +467,9 @@ func (c *Core) pass(now time.Time) (*change, error) {
 	}
 	est := c.est.Fold(c.a, now)
 	in := balance.Input{
-		Assignment: c.a, Nodes: live, Load: loadOrKeySpace(c.a, est.Loads), Spread: est.Spread, Keys: est.Keys, HotKeys: est.HotKeys,
-		Pass: c.meta.Pass, History: c.history, Pinned: c.meta.Pins, Zones: c.zones(live),
+		Assignment: c.a, Nodes: live, Load: loadOrKeySpace(c.a, est.Loads), Spread: est.Spread, Uncertainty: est.Uncertainty, Keys: est.Keys,
+		HotKeys: est.HotKeys,
+		Pass:    c.meta.Pass, History: c.history, Pinned: c.meta.Pins, Zones: c.zones(live),
 	}
 	fix, err := c.handoffInput(&in)
 	if err != nil {

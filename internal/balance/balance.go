@@ -59,6 +59,11 @@ type Input struct {
 	// much it may differ in the window the pass balances for; nil means none known, as if
 	// every load were exact. Weighted-Move's noise_margin keeps headroom for it.
 	Spread []float64
+	// Uncertainty is the standard error of each slice's Load as an estimate of its load,
+	// indexed like it: how far Load may be off from noise alone, were the load to hold
+	// still; nil means none known, as if every load were exact. Weighted-Move's noise_gate
+	// makes no move, merge or split that a difference this size could explain.
+	Uncertainty []float64
 	// Keys is the number of keys in each slice; nil means unknown, and the share of the key
 	// space stands in for the share of keys when counting churn.
 	Keys []float64
@@ -211,7 +216,7 @@ func (in *Input) validate(full bool) error {
 	for _, v := range []struct {
 		name string
 		xs   []float64
-	}{{"load", in.Load}, {"spread", in.Spread}, {"key count", in.Keys}} {
+	}{{"load", in.Load}, {"spread", in.Spread}, {"uncertainty", in.Uncertainty}, {"key count", in.Keys}} {
 		if v.xs == nil {
 			continue
 		}

@@ -59,6 +59,15 @@ type WeightedMoveConfig struct {
 	// hot single-key slice whose load jumps about from one window to the next thus gets the
 	// replicas that its peaks, not its mean, need. 0 (the default) ignores Spread.
 	NoiseMargin float64
+	// NoiseGate is how many standard errors of the loads (Input.Uncertainty) a difference
+	// must exceed before a pass spends churn on it, beyond the sqrt(2 ln N) that the
+	// largest of N independent noises reaches anyway: moves start only while the hottest
+	// node's excess over the mean exceeds NoiseGate + sqrt(2 ln nodes) standard errors of
+	// its load, adjacent slices merge only while their joint load stays that many (over
+	// the slices) under the merge limit, and a slice splits only while it stays that many
+	// over the split limit. Counting noise and a forecast's error thus buy no churn; exact
+	// loads (no uncertainty) are balanced as before. 0 turns the gate off.
+	NoiseGate float64
 	// EmergencyChurn is the budget of a pass above SevereImbalance, merges included and
 	// clean-up excluded, like MaxChurn; below MaxChurn it is MaxChurn.
 	EmergencyChurn float64
@@ -81,6 +90,7 @@ func DefaultWeightedMoveConfig() WeightedMoveConfig {
 		HotKeyShare:          0.5,
 		SevereImbalance:      1.3,
 		EmergencyChurn:       0.3,
+		NoiseGate:            2,
 	}
 }
 
@@ -102,6 +112,7 @@ func (c *WeightedMoveConfig) params() []Param {
 		floatParam("severe_imbalance", "above this max/mean node load a pass may spend emergency_churn", &c.SevereImbalance),
 		floatParam("emergency_churn", "share of keys a pass may copy above severe_imbalance, merges included", &c.EmergencyChurn),
 		floatParam("noise_margin", "replica thresholds count a slice's load plus this many standard deviations of it", &c.NoiseMargin),
+		floatParam("noise_gate", "no move, merge or split for a difference within this many standard errors of the loads (plus sqrt(2 ln N)); 0: off", &c.NoiseGate),
 	}
 }
 
@@ -148,7 +159,8 @@ func (c WeightedMoveConfig) Validate() error {
 	check(c.SevereImbalance >= 1 && c.SevereImbalance <= MaxFactor, "severe_imbalance=%v: want 1..%v", c.SevereImbalance, MaxFactor)
 	check(c.EmergencyChurn >= 0 && c.EmergencyChurn <= 1, "emergency_churn=%v: want 0..1", c.EmergencyChurn)
 	check(c.NoiseMargin >= 0 && c.NoiseMargin <= MaxNoiseMargin, "noise_margin=%v: want 0..%v", c.NoiseMargin, MaxNoiseMargin)
-	for _, f := range []float64{c.MaxChurn, c.MergeChurn, c.SplitAbove, c.MergeBelow, c.DeadBand, c.ReplicateAbove, c.DereplicateBelow, c.HotKeyShare, c.SevereImbalance, c.EmergencyChurn, c.NoiseMargin} {
+	check(c.NoiseGate >= 0 && c.NoiseGate <= MaxNoiseMargin, "noise_gate=%v: want 0..%v", c.NoiseGate, MaxNoiseMargin)
+	for _, f := range []float64{c.MaxChurn, c.MergeChurn, c.SplitAbove, c.MergeBelow, c.DeadBand, c.ReplicateAbove, c.DereplicateBelow, c.HotKeyShare, c.SevereImbalance, c.EmergencyChurn, c.NoiseMargin, c.NoiseGate} {
 		check(!math.IsNaN(f) && !math.IsInf(f, 0), "%v is not a finite number", f)
 	}
 	return errors.Join(errs...)

@@ -29,6 +29,7 @@ type wmSlice struct {
 	reps       []int32 // live replicas, as ascending node indices (so in ID order)
 	load, keys float64
 	spread     float64 // standard deviation of load (Input.Spread), 0 if unknown
+	unc        float64 // standard error of load (Input.Uncertainty), 0 if unknown
 	hot        []HotKey
 	pinned     bool // an operator pinned it: only clean-up may move it
 	change     change
@@ -120,6 +121,9 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 		if in.Spread != nil {
 			p.sl[i].spread = in.Spread[i]
 		}
+		if in.Uncertainty != nil {
+			p.sl[i].unc = in.Uncertainty[i]
+		}
 		if i < len(in.HotKeys) {
 			p.sl[i].hot = in.HotKeys[i]
 		}
@@ -140,6 +144,16 @@ func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 }
 
 func (p *wmPass) u(n int32) float64 { return p.raw[n] / p.cap[n] }
+
+// gate returns how many standard errors a difference must exceed to be acted on when it is
+// the largest of n candidates: NoiseGate plus the expected maximum of n standard normal
+// noises, about sqrt(2 ln n); 0 with the gate off.
+func (p *wmPass) gate(n int) float64 {
+	if p.cfg.NoiseGate == 0 {
+		return 0
+	}
+	return p.cfg.NoiseGate + math.Sqrt(2*math.Log(float64(max(n, 1))))
+}
 
 // peak is the load the replica thresholds weigh for a slice: its load plus NoiseMargin
 // standard deviations of it.
@@ -359,9 +373,11 @@ func (p *wmPass) merge() {
 	limit := p.cfg.MergeBelow * p.load / float64(len(p.sl))
 	budget := p.cfg.MergeChurn * p.keys
 	top := p.maxU()
+	z := p.gate(len(p.sl))
 	w, cur := 0, p.sl[0] // compact in place: w never passes the slice being read
 	for _, next := range p.sl[1:] {
-		if cur.pinned || next.pinned || !(cur.load+next.load < limit) || !p.tryMerge(&cur, next, budget, top) {
+		joint := cur.load + next.load + z*math.Hypot(cur.unc, next.unc)
+		if cur.pinned || next.pinned || !(joint < limit) || !p.tryMerge(&cur, next, budget, top) {
 			p.sl[w] = cur
 			w++
 			cur = next
@@ -421,6 +437,7 @@ func (p *wmPass) joined(cur *wmSlice, next wmSlice) {
 	cur.r.End = next.r.End
 	cur.load += next.load
 	cur.spread = math.Hypot(cur.spread, next.spread) // independent noises
+	cur.unc = math.Hypot(cur.unc, next.unc)
 	cur.keys += next.keys
 	cur.hot = append(slices.Clip(cur.hot), next.hot...)
 	cur.change = max(cur.change, next.change) // only unchanged and moved occur before the move step

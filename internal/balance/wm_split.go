@@ -16,9 +16,10 @@ func (p *wmPass) split() {
 		return
 	}
 	limit := p.cfg.SplitAbove * p.load / float64(len(p.sl))
+	z := p.gate(len(p.sl))
 	var hot []int
 	for i, s := range p.sl {
-		if s.load > limit && !s.pinned {
+		if s.load-z*s.unc > limit && !s.pinned {
 			hot = append(hot, i)
 		}
 	}

@@ -155,6 +155,8 @@ type Estimator struct {
 	err      []float64              // the level's smoothed error (ForecastAdaptive's signal)
 	absErr   []float64              // the smoothed absolute error (the signal's scale)
 	dev      []float64              // the level's absolute error smoothed with HalfLife (Spread)
+	noise    []float64              // the windows' noise: a robust mean absolute residual (Uncertainty)
+	vari     []float64              // the variance of the level as an estimate (Uncertainty)
 	signalAt []time.Time            // the newest report in the smoothed errors
 	keys     []float64
 	hot      [][]HotKey
@@ -209,6 +211,14 @@ type Estimate struct {
 	// standard deviation of a normal error with that mean absolute value. It is what a pass
 	// may keep as headroom for a slice whose load jumps about from one window to the next.
 	Spread []float64
+	// Uncertainty is each slice's standard error of its level as an estimate of the load
+	// to come, were the load to hold still: the noise of the windows the level averages,
+	// which is all a smoothed level knows of it. Each fold that moves the level a share a
+	// towards a window whose noise has standard deviation Spread makes its variance
+	// (1-a)^2 v + a^2 Spread^2: a level that follows each window (a near 1) is as noisy as
+	// one window, one that averages many is much less so. A pass weighs a gain against it:
+	// a difference between nodes smaller than their uncertainties may be noise alone.
+	Uncertainty []float64
 }
 
 // spreadPerAbsErr turns a mean absolute error into the standard deviation of a normal error.
@@ -243,7 +253,17 @@ func (e *Estimator) Fold(a *assignment.Assignment, now time.Time) Estimate {
 			e.hot[i] = append(e.hot[i], HotKey{Hash: k.Hash, Load: k.Load * scale})
 		}
 	}
-	return Estimate{Loads: e.forecast(), Keys: slices.Clone(e.keys), HotKeys: slices.Clone(e.hot), Spread: e.spread()}
+	return Estimate{Loads: e.forecast(), Keys: slices.Clone(e.keys), HotKeys: slices.Clone(e.hot), Spread: e.spread(),
+		Uncertainty: e.uncertainty()}
+}
+
+// uncertainty returns each slice's Estimate.Uncertainty.
+func (e *Estimator) uncertainty() []float64 {
+	out := make([]float64, len(e.vari))
+	for i, v := range e.vari {
+		out[i] = math.Sqrt(v)
+	}
+	return out
 }
 
 // spread returns each slice's Estimate.Spread.
@@ -313,6 +333,7 @@ func (e *Estimator) gather(a *assignment.Assignment, now time.Time) fresh {
 func (e *Estimator) update(i int, x, k float64, dt time.Duration, newest time.Time) {
 	if !e.seen[i] {
 		e.loads[i], e.keys[i], e.trend[i], e.peak[i], e.err[i], e.absErr[i], e.dev[i], e.seen[i] = x, k, 0, x, 0, 0, 0, true
+		e.vari[i], e.noise[i] = 0, 0 // one window, of unknown noise: a pass must be free to balance the first map
 		e.signalAt[i] = newest
 		return
 	}
@@ -325,6 +346,7 @@ func (e *Estimator) update(i int, x, k float64, dt time.Duration, newest time.Ti
 	// A report folded again (passes more often than reports, or a late report) is no new
 	// evidence: counting its miss twice would look like errors all on one side.
 	if newest.After(e.signalAt[i]) {
+		e.noise[i] += alpha * (noiseResidual(miss, e.err[i], e.noise[i]) - e.noise[i])
 		phi := 1 - fade(dt, e.cfg.SignalHalfLife)
 		e.err[i] += phi * (miss - e.err[i])
 		e.absErr[i] += phi * (math.Abs(miss) - e.absErr[i])
@@ -354,6 +376,25 @@ func (e *Estimator) update(i int, x, k float64, dt time.Duration, newest time.Ti
 		}
 		e.loads[i] += alpha * miss
 	}
+	sd := e.noise[i] * spreadPerAbsErr
+	e.vari[i] = (1-alpha)*(1-alpha)*e.vari[i] + alpha*alpha*sd*sd
+}
+
+// noiseClip bounds, in units of the noise measured so far, what one window's residual adds
+// to it.
+const noiseClip = 3
+
+// noiseResidual is what a window's miss says of the noise: the part of it that the errors
+// just before it (bias, the tracking signal) did not foretell, so that a trend the level
+// lags is not taken for noise, clipped at noiseClip times the noise so far, so that a step
+// in the load, which no smoothing foretells either, is not taken for noise: noise that
+// really grows still raises the measure by a share of its clip each window.
+func noiseResidual(miss, bias, noise float64) float64 {
+	r := math.Abs(miss - bias)
+	if noise > 0 {
+		r = min(r, noiseClip*noise)
+	}
+	return r
 }
 
 func later(a, b time.Time) time.Time {
@@ -401,6 +442,7 @@ func (e *Estimator) rebase(a *assignment.Assignment) {
 		n := a.Len()
 		e.loads, e.trend, e.peak, e.keys = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 		e.err, e.absErr, e.measured, e.dev = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+		e.vari, e.noise = make([]float64, n), make([]float64, n)
 		e.hot, e.seen, e.signalAt = make([][]HotKey, n), make([]bool, n), make([]time.Time, n)
 		e.basis = a
 		return
@@ -414,7 +456,11 @@ func (e *Estimator) rebase(a *assignment.Assignment) {
 	// heaviest keys, but their rates vary the most in absolute terms), so it goes where its
 	// load goes. Merged slices add their swings, which overstates independent noises.
 	dev, errD := e.carry(e.dev, a)
-	errs[0] = errors.Join(errs[0], errM, errD)
+	// A level's variance splits as its load does (a count's variance is its mean) and
+	// adds up where slices merge.
+	vari, errV := e.carry(e.vari, a)
+	noise, errN := e.carry(e.noise, a)
+	errs[0] = errors.Join(errs[0], errM, errD, errV, errN)
 	moved[2], errs[2] = Reproject(e.basis, e.keys, a)
 	moved[3], errs[3] = Reproject(e.basis, e.absErr, a)
 	moved[4], errs[4] = reprojectSigned(e.basis, e.trend, a)
@@ -437,7 +483,7 @@ func (e *Estimator) rebase(a *assignment.Assignment) {
 		}
 	}
 	e.basis, e.loads, e.peak, e.keys, e.absErr, e.trend, e.err = a, moved[0], moved[1], moved[2], moved[3], moved[4], moved[5]
-	e.seen, e.hot, e.signalAt, e.measured, e.dev = seen, hot, signalAt, measured, dev
+	e.seen, e.hot, e.signalAt, e.measured, e.dev, e.vari, e.noise = seen, hot, signalAt, measured, dev, vari, noise
 }
 
 // carry is Reproject for a load of each slice of e.basis, but a slice that a splits gives

@@ -3,6 +3,7 @@ package load
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -373,4 +374,57 @@ func TestEstimatorSpreadFollowsNoise(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEstimatorUncertaintyIsTheLevelsStandardError: a level that averages many noisy
+// windows is known much better than one window (an EWMA's variance is a/(2-a) of the
+// windows'), one that follows each window is not, a steady load is known exactly, and a
+// step in a load is not taken for noise.
+func TestEstimatorUncertaintyIsTheLevelsStandardError(t *testing.T) {
+	q := keyspace.Equal(2)
+	a := quarters(t, ids("a"), ids("a"), ids("b"), ids("b"))
+	run := func(f Forecast, sigma float64, step func(i int) float64) []Estimate {
+		e := NewEstimator(EstimatorConfig{Forecast: f, HalfLife: 10 * time.Second})
+		rng := rand.New(rand.NewPCG(3, 5))
+		var out []Estimate
+		for i := range 300 {
+			at := t0.Add(time.Duration(i) * time.Second)
+			require.NoError(t, e.Add(report("a", at, Sample{Range: q[0], Load: max(0, step(i)+sigma*rng.NormFloat64())})))
+			require.NoError(t, e.Add(report("b", at, Sample{Range: q[1], Load: 100})))
+			out = append(out, e.Fold(a, at))
+		}
+		return out
+	}
+	flat := func(int) float64 { return 200 }
+	alpha := 1 - math.Exp2(-0.1) // a 1 s window at a 10 s half-life
+	// Each quarter of a's half carries half its load: noise of 15 a window.
+	want := 15 * math.Sqrt(alpha/(2-alpha))
+	ewma := run(ForecastEWMA, 30, flat)
+	last := ewma[len(ewma)-1]
+	for i := range 2 {
+		assert.InDelta(t, want, last.Uncertainty[i], want*0.5, "slice %d: %v", i, last.Uncertainty)
+		assert.Less(t, last.Uncertainty[i], last.Spread[i]/2, "an average of many windows is known better than one")
+		assert.Zero(t, last.Uncertainty[2+i], "slice %d is steady", 2+i)
+	}
+	adaptive := run(ForecastAdaptive, 30, flat)
+	assert.Greater(t, adaptive[len(adaptive)-1].Uncertainty[0], last.Uncertainty[0],
+		"a level that follows the last windows more closely is less certain")
+
+	stepped := run(ForecastEWMA, 4, func(i int) float64 { return 200 + 400*float64(i/150) })
+	unc := func(e Estimate) float64 { return e.Uncertainty[0] }
+	spread := func(e Estimate) float64 { return e.Spread[0] }
+	before, after := unc(stepped[149]), slices.Max(mapEstimates(stepped[150:], unc))
+	assert.Positive(t, before)
+	// Spread counts every miss, the step's too; the noise behind Uncertainty is clipped.
+	spreadGrew := slices.Max(mapEstimates(stepped[150:], spread)) / spread(stepped[149])
+	assert.Less(t, after, 5*before, "a step of 100 standard deviations is not noise: %v then %v", before, after)
+	assert.Greater(t, spreadGrew, 4*after/before, "the step's misses, counted as they are, would make it noise")
+}
+
+func mapEstimates(es []Estimate, f func(Estimate) float64) []float64 {
+	out := make([]float64, len(es))
+	for i, e := range es {
+		out[i] = f(e)
+	}
+	return out
 }

@@ -100,7 +100,7 @@ func newCoreRunner(name string, params map[string]string, sc Scenario, opt Optio
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	r := &coreRunner{runner: runner{sc: sc, opt: opt, w: newWorld(opt.Zones), undo: newUndoTracker(holdPasses(alg))},
+	r := &coreRunner{runner: runner{sc: sc, opt: opt, w: newWorld(opt.Zones), undo: newUndoTracker(holdPasses(alg)), cycles: newCycleTracker()},
 		core: core, epochLen: epoch,
 		registered: map[assignment.NodeID]float64{}}
 	if err := r.settle(simStart.Add(-epoch), assigner.LeadershipGained{Term: 1}); err != nil {
@@ -189,6 +189,7 @@ func (r *coreRunner) epoch(e int, th *thrashing) (Epoch, error) {
 	r.a = a
 	// Clean-up after the epoch's departures changes the map before it is measured.
 	undone, pingPongs := r.undo.observe(e, r.seen, a, nodes, keys)
+	cycles := r.cycles.observe(e, r.seen, a)
 	loads, top := r.served(true)
 	actual := load.NodeLoads(a, loads, nodes)
 	th.add(nodes, actual)
@@ -214,6 +215,7 @@ func (r *coreRunner) epoch(e int, th *thrashing) (Epoch, error) {
 	ep.Churn = churn(a, r.view, keys, nodes)
 	u, p := r.undo.observe(e, a, r.view, nodes, keys)
 	ep.UndoneMoves, ep.PingPongs = undone+u, pingPongs+p
+	ep.SplitMergeCycles = cycles + r.cycles.observe(e, a, r.view)
 	r.seen = r.view
 	return ep, nil
 }

@@ -60,13 +60,14 @@ func (r Report) writeTable(w io.Writer) error {
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "algorithm\tengine\tfinal imbalance\tmean imbalance\tmax imbalance\tmean reported\t"+
-		"mean forecast err\tthrashing\tmax churn\ttotal churn\tmax orphaned\tmax orphaned load\tundone moves\tping-pongs\t")
+		"mean forecast err\tthrashing\tmax churn\ttotal churn\tmax orphaned\tmax orphaned load\tundone moves\tping-pongs\t"+
+		"split/merge cycles\t")
 	for _, run := range r.Runs {
 		s := run.Summary
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.3f\t%.2f%%\t%.2f%%\t%.2f%%\t%.2f%%\t%d (<%d)\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.3f\t%.2f%%\t%.2f%%\t%.2f%%\t%.2f%%\t%d (<%d)\t%d\t%d\t\n",
 			run.Algorithm, run.Engine, s.FinalImbalance, s.MeanImbalance, s.MaxImbalance, s.MeanReportedImbalance,
 			100*s.MeanForecastError, s.Thrashing, 100*s.MaxChurn, 100*s.TotalChurn, 100*s.MaxOrphaned,
-			100*s.MaxOrphanedLoad, s.UndoneMoves, s.HoldPasses, s.PingPongs)
+			100*s.MaxOrphanedLoad, s.UndoneMoves, s.HoldPasses, s.PingPongs, s.SplitMergeCycles)
 	}
 	return tw.Flush()
 }
@@ -74,13 +75,13 @@ func (r Report) writeTable(w io.Writer) error {
 func (r Report) writeCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"algorithm", "engine", "epoch", "imbalance", "reported_imbalance", "forecast_error", "churn", "slices", "nodes", "orphaned", "orphaned_load",
-		"undone_moves", "ping_pongs"})
+		"undone_moves", "ping_pongs", "split_merge_cycles"})
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	for _, run := range r.Runs {
 		for _, e := range run.Epochs {
 			cw.Write([]string{run.Algorithm, string(run.Engine), strconv.Itoa(e.Epoch), f(e.Imbalance),
 				f(e.ReportedImbalance), f(e.ForecastError), f(e.Churn), strconv.Itoa(e.Slices), strconv.Itoa(e.Nodes), f(e.Orphaned), f(e.OrphanedLoad),
-				strconv.Itoa(e.UndoneMoves), strconv.Itoa(e.PingPongs)})
+				strconv.Itoa(e.UndoneMoves), strconv.Itoa(e.PingPongs), strconv.Itoa(e.SplitMergeCycles)})
 		}
 	}
 	cw.Flush()

@@ -112,6 +112,9 @@ type Epoch struct {
 	// back to where they were moved from, at any time before. See undoTracker.
 	UndoneMoves int `json:"undone_moves"`
 	PingPongs   int `json:"ping_pongs"`
+	// SplitMergeCycles counts the boundaries between slices the epoch's pass removed (a
+	// merge) fewer than cycleWindow passes after a pass made them (a split).
+	SplitMergeCycles int `json:"split_merge_cycles"`
 }
 
 // Summary condenses a run. MeanForecastError leaves out epoch 0, which no forecast could
@@ -131,6 +134,7 @@ type Summary struct {
 	MaxOrphanedLoad       float64 `json:"max_orphaned_load"`
 	UndoneMoves           int     `json:"undone_moves"`
 	PingPongs             int     `json:"ping_pongs"`
+	SplitMergeCycles      int     `json:"split_merge_cycles"`
 	HoldPasses            int     `json:"hold_passes"`
 }
 
@@ -157,7 +161,7 @@ func Run(ctx context.Context, alg balance.Algorithm, sc Scenario, opt Options) (
 	if err := check(sc, opt); err != nil {
 		return Result{}, err
 	}
-	r := &runner{alg: alg, sc: sc, opt: opt, w: newWorld(opt.Zones), undo: newUndoTracker(holdPasses(alg))}
+	r := &runner{alg: alg, sc: sc, opt: opt, w: newWorld(opt.Zones), undo: newUndoTracker(holdPasses(alg)), cycles: newCycleTracker()}
 	r.addInitialNodes()
 	return drive(ctx, Result{Algorithm: alg.Name(), Engine: EngineAlgorithm}, alg.Name(), opt, r.epoch, r.undo.hold)
 }
@@ -211,6 +215,7 @@ func summarize(es []Epoch) Summary {
 		s.MaxOrphanedLoad = max(s.MaxOrphanedLoad, e.OrphanedLoad)
 		s.UndoneMoves += e.UndoneMoves
 		s.PingPongs += e.PingPongs
+		s.SplitMergeCycles += e.SplitMergeCycles
 	}
 	s.FinalImbalance = es[len(es)-1].Imbalance
 	return s
@@ -224,6 +229,7 @@ type runner struct {
 	a       *assignment.Assignment
 	history []balance.Move
 	undo    *undoTracker
+	cycles  *cycleTracker
 	next    int // the next trace event
 	// forecast is each node's load over its capacity that the last pass expected for the
 	// map it made: that map under the loads the pass saw.
@@ -287,6 +293,7 @@ func (r *runner) epoch(e int, th *thrashing) (Epoch, error) {
 	}
 	ep.Churn = churn(r.a, next, keys, nodes)
 	ep.UndoneMoves, ep.PingPongs = r.undo.observe(e, r.a, next, nodes, keys)
+	ep.SplitMergeCycles = r.cycles.observe(e, r.a, next)
 	r.a, r.history = next, res.History
 	r.expect(nodes)
 	return ep, nil

@@ -95,7 +95,9 @@ on a node that lost them while live fewer than hold_passes passes before, by any
 way: moved back, by way of a third node, or as a replica; "(<4)" shows the window,
 the algorithm's hold_passes or Weighted-Move's default. ping-pongs counts moves of
 a single-key slice from B back to A after one from A to B, at any time in the
-run. Both per epoch in json and csv (undone_moves, ping_pongs).
+run. split/merge cycles counts the boundaries between slices that a pass removed (a
+merge) fewer than 10 passes after a pass made them (a split). All three per epoch in
+json and csv (undone_moves, ping_pongs, split_merge_cycles).
 
 Algorithms: ` + strings.Join(balance.Names(), ", ") + `, or all.
 Workloads:  ` + sim.Workloads + `
