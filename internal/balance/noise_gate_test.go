@@ -88,3 +88,35 @@ func TestUncertaintyIsValidated(t *testing.T) {
 		assert.ErrorIs(t, err, balance.ErrBadInput, "%v", bad)
 	}
 }
+
+// TestNoiseGateHoldsMovesTheNoiseExplains: n0 carries 88 and n1 72 (imbalance 1.1, over
+// the dead band). With a standard error of 3 on each of n0's eight slices (8.5 on n0), the
+// excess of 8 is within two of them and nothing moves; exact, or with the gate off, a
+// slice moves.
+func TestNoiseGateHoldsMovesTheNoiseExplains(t *testing.T) {
+	loads := make([]float64, 16)
+	unc := make([]float64, 16)
+	for i := range loads {
+		loads[i] = 9
+		if i < 8 {
+			loads[i], unc[i] = 11, 3
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		unc   []float64
+		gate  string
+		moves bool
+	}{{"exact loads", nil, "2", true}, {"uncertain", unc, "2", false}, {"gate off", unc, "0", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			alg, err := balance.New("weighted-move", map[string]string{"noise_gate": c.gate})
+			require.NoError(t, err)
+			res, err := alg.Rebalance(gateInput(t, loads, c.unc))
+			require.NoError(t, err)
+			assert.Equal(t, c.moves, res.Explanation.Churn.Move > 0, "%s: %v", res.Explanation.Stop, res.Ops)
+			if !c.moves {
+				assert.Contains(t, res.Explanation.Stop, "within the noise of the estimates")
+			}
+		})
+	}
+}

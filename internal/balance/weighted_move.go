@@ -60,13 +60,13 @@ type WeightedMoveConfig struct {
 	// replicas that its peaks, not its mean, need. 0 (the default) ignores Spread.
 	NoiseMargin float64
 	// NoiseGate is how many standard errors of the loads (Input.Uncertainty) a difference
-	// must exceed before a pass spends churn on it, beyond the sqrt(2 ln N) that the
-	// largest of N independent noises reaches anyway: moves start only while the hottest
-	// node's excess over the mean exceeds NoiseGate + sqrt(2 ln nodes) standard errors of
-	// its load, adjacent slices merge only while their joint load stays that many (over
-	// the slices) under the merge limit, and a slice splits only while it stays that many
-	// over the split limit. Counting noise and a forecast's error thus buy no churn; exact
-	// loads (no uncertainty) are balanced as before. 0 turns the gate off.
+	// must exceed before a pass spends churn on it: the move step starts only while the
+	// hottest node's excess over the mean exceeds NoiseGate standard errors of its load;
+	// adjacent slices merge only while their joint load stays NoiseGate + sqrt(2 ln n)
+	// standard errors under the merge limit, and a slice splits only while it stays that
+	// many over the split limit, n the slices (the largest of n noises reaches about
+	// sqrt(2 ln n) by itself). Counting noise and a forecast's error thus buy no churn;
+	// exact loads (no uncertainty) are balanced as before. 0 turns the gate off.
 	NoiseGate float64
 	// EmergencyChurn is the budget of a pass above SevereImbalance, merges included and
 	// clean-up excluded, like MaxChurn; below MaxChurn it is MaxChurn.

@@ -120,6 +120,9 @@ const maxReplicasAtOnce = 16
 // that a compound one that makes room first, and returns why it stopped.
 func (p *wmPass) moveOffHottest() string {
 	order := p.newCoolOrder()
+	if why, ok := p.withinNoise(order.nodes[len(order.nodes)-1]); ok {
+		return why
+	}
 	var round []cand
 	limit := 4*len(p.sl) + 4*len(p.raw) + 64
 	for range limit {
@@ -160,6 +163,26 @@ func (p *wmPass) moveOffHottest() string {
 		order.update(p.apply(c))
 	}
 	return "iteration limit reached"
+}
+
+// withinNoise reports why the move step makes no move when the hottest node h's excess
+// over the mean load is one the noise of the estimates could make: within NoiseGate
+// standard errors of h's load. It is asked once, as the move step begins: an excess that is
+// real is then balanced down to the dead band as exact loads would be. Unlike merges and
+// splits it has no allowance for the number of nodes: the uncertainty of loads that just
+// changed counts part of a real change (a trend the level lags, a step) as noise, and a
+// stricter gate held back real drifts (docs/BENCHMARKS.md, "Churn for noise").
+func (p *wmPass) withinNoise(h int32) (string, bool) {
+	mean := p.meanU()
+	if p.cfg.NoiseGate == 0 || mean <= 0 || p.u(h)/mean <= 1+p.cfg.DeadBand {
+		return "", false // the move loop says why it stops
+	}
+	excess, unc := p.u(h)-mean, p.uncU(h)
+	if excess > p.cfg.NoiseGate*unc {
+		return "", false
+	}
+	return fmt.Sprintf("imbalance %.3f is within the noise of the estimates (the hottest node's excess %.3g is within %v standard errors of %.3g)",
+		p.u(h)/mean, excess, p.cfg.NoiseGate, unc), true
 }
 
 // coolOrder keeps the nodes sorted by ascending utilization, ties by index, as applied

@@ -155,6 +155,18 @@ func (p *wmPass) gate(n int) float64 {
 	return p.cfg.NoiseGate + math.Sqrt(2*math.Log(float64(max(n, 1))))
 }
 
+// uncU returns the standard error of node n's utilization: the slices it holds, each served
+// in equal shares by its replicas, with independent errors.
+func (p *wmPass) uncU(n int32) float64 {
+	var v float64
+	for _, i := range p.on[n] {
+		s := &p.sl[i]
+		e := s.unc / float64(len(s.reps))
+		v += e * e
+	}
+	return math.Sqrt(v) / p.cap[n]
+}
+
 // peak is the load the replica thresholds weigh for a slice: its load plus NoiseMargin
 // standard deviations of it.
 func (p *wmPass) peak(s *wmSlice) float64 { return s.load + p.cfg.NoiseMargin*s.spread }
