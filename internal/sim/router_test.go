@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -163,4 +164,28 @@ func TestKeyCopiesCountLiveReplicasPerKey(t *testing.T) {
 	assert.Equal(t, 0.0, keyCopies(a, nil, nodes))
 	one, _ := routedMap(t, []float64{1}, ids("a"), ids("a"), ids("a"))
 	assert.Equal(t, 1.0, keyCopies(one, keys, nodes))
+}
+
+func TestRunsWithARouterAreDeterministic(t *testing.T) {
+	run := func(engine Engine, r Router) Result {
+		wl, err := ParseWorkload("noisy:1.1:0.25:0:1:1000000:0.1", 2000, 8, 1)
+		require.NoError(t, err)
+		opt := Options{Nodes: 4, Epochs: 8, Router: r}
+		params := map[string]string{"replicate_above": "0.1", "dereplicate_below": "0.05"}
+		var res Result
+		if engine == EngineCore {
+			res, err = RunCore(context.Background(), "weighted-move", params, Scenario{Workload: wl}, opt)
+		} else {
+			res, err = Run(context.Background(), algorithm(t, "weighted-move", params), Scenario{Workload: wl}, opt)
+		}
+		require.NoError(t, err)
+		return res
+	}
+	for _, engine := range Engines {
+		routed := run(engine, RouterLeastOutstanding)
+		assert.Equal(t, routed, run(engine, RouterLeastOutstanding), "%s: the same run twice", engine)
+		assert.Greater(t, routed.Summary.MaxKeyCopies, 1.0, "%s: hot keys got replicas", engine)
+		even := run(engine, RouterEven)
+		assert.Less(t, routed.Summary.MeanImbalance, even.Summary.MeanImbalance, "%s: the router levels what an even split cannot", engine)
+	}
 }
