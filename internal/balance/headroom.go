@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
 // HeadroomConfig configures Weighted-Move with headroom ("weighted-move-headroom").
@@ -178,9 +179,12 @@ type headroomPlan struct {
 	short  []float64 // per node, the shareable load it lacks
 	weight []float64 // per node
 	zone   []string  // per node; nil without zones
-	mean   float64   // the mean node load per capacity
-	budget float64   // the keys the step may still copy
-	total  float64   // the keys in all
+	// left lists, per node, the ranges a move within hold_passes took off it: the step puts
+	// no replica back there, which would undo the move (and Weighted-Move would undo it again).
+	left   [][]keyspace.Range
+	mean   float64 // the mean node load per capacity
+	budget float64 // the keys the step may still copy
+	total  float64 // the keys in all
 	ops    []assignment.Op
 	moves  []Move
 	copied float64
@@ -223,6 +227,12 @@ func newHeadroomPlan(cfg HeadroomConfig, in *Input) *headroomPlan {
 		p.short[j] = cfg.Headroom*p.mean*p.weight[j] + cfg.Sigmas*noise[j] - shared[j]
 	}
 	p.budget = min(cfg.Churn*total, cfg.MaxKeyCopies*total-copies)
+	p.left = make([][]keyspace.Range, n)
+	for _, m := range in.History {
+		if j, ok := in.Nodes.Index(m.From); ok && int64(in.Pass)-int64(m.Pass) < int64(cfg.WeightedMove.HoldPasses) {
+			p.left[j] = append(p.left[j], m.Range)
+		}
+	}
 	if in.Zones != nil {
 		p.zone = make([]string, n)
 		for j, node := range in.Nodes.Nodes() {
@@ -272,18 +282,24 @@ func (p *headroomPlan) add() {
 }
 
 // replicate adds a replica of slice i, held by node n alone, on the least loaded node by
-// capacity (in another zone than n's when one is live), and books what it shares and costs.
+// capacity that did not lose it recently (in another zone than n's when one is live), and
+// books what it shares and costs. A slice no node may take now waits for a later pass.
 func (p *headroomPlan) replicate(i, n int) {
+	s := p.in.Assignment.Slice(i)
 	to := -1
 	for pass := 0; pass < 2 && to < 0; pass++ {
 		for j := range p.raw {
-			if j == n || (pass == 0 && p.zone != nil && p.zone[j] == p.zone[n]) {
+			if j == n || (pass == 0 && p.zone != nil && p.zone[j] == p.zone[n]) ||
+				slices.ContainsFunc(p.left[j], s.Range.Overlaps) {
 				continue
 			}
 			if to < 0 || p.raw[j]/p.weight[j] < p.raw[to]/p.weight[to] {
 				to = j
 			}
 		}
+	}
+	if to < 0 {
+		return
 	}
 	half := p.load[i] / 2
 	p.raw[n] -= half
@@ -292,7 +308,6 @@ func (p *headroomPlan) replicate(i, n int) {
 	p.short[to] -= half
 	p.budget -= p.keys[i]
 	p.copied += p.keys[i]
-	s := p.in.Assignment.Slice(i)
 	ids := p.in.Nodes.Nodes()
 	p.ops = append(p.ops, assignment.Assign{Slice: s.Range.Start, Replicas: []assignment.NodeID{ids[n].ID, ids[to].ID}})
 	p.moves = append(p.moves, Move{Range: s.Range, To: ids[to].ID, Pass: p.in.Pass})

@@ -46,6 +46,24 @@ func TestHeadroomReplicatesTheDensestSlicesOfTheNoisiestNode(t *testing.T) {
 	assert.Len(t, p.ops, 2, "with room for the copies, the cold slice too")
 }
 
+func TestHeadroomPutsNoReplicaBackWhereAMoveTookItFrom(t *testing.T) {
+	cfg := DefaultHeadroomConfig()
+	cfg.Churn, cfg.MaxKeyCopies = 1, 2
+	in := headroomInput(t)
+	// The hot slice came from b two passes ago: within hold_passes, b may not take it back.
+	in.History = []Move{{Range: in.Assignment.Slice(1).Range, From: "b", To: "a", Pass: 5}}
+	p := newHeadroomPlan(cfg, &in)
+	p.add()
+	require.Len(t, p.ops, 1)
+	assert.Equal(t, assignment.Assign{Slice: in.Assignment.Slice(0).Range.Start, Replicas: []assignment.NodeID{"a", "b"}}, p.ops[0],
+		"the cold slice instead")
+
+	in.History[0].Pass = 7 - uint64(cfg.WeightedMove.HoldPasses) // the hold is over
+	p = newHeadroomPlan(cfg, &in)
+	p.add()
+	assert.Len(t, p.ops, 2)
+}
+
 func TestHeadroomRebalancesOnTheMapItsReplicasMake(t *testing.T) {
 	cfg := DefaultHeadroomConfig()
 	cfg.Churn = 1
