@@ -139,6 +139,10 @@ const simExample = `  # Compare every algorithm on a Zipf workload and draw the 
   # Three zones, one of them lost at epoch 10.
   slicectl sim --workload zipf:1.1 --nodes 30 --zones 3 --remove-zone 10:z1
 
+  # Replicas as headroom where the forecast is uncertain, against the old even split.
+  slicectl sim --workload noisy --algorithm weighted-move-headroom --router even
+  slicectl sim --workload noisy --algorithm weighted-move-headroom --param headroom=0.5
+
   # Replay a trace and write the per-epoch figures as JSON.
   slicectl sim --trace load.jsonl --algorithm weighted-move --algorithm consistent-hash --format json`
 
