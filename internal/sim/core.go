@@ -191,7 +191,8 @@ func (r *coreRunner) epoch(e int, th *thrashing) (Epoch, error) {
 	undone, pingPongs := r.undo.observe(e, r.seen, a, nodes, keys)
 	cycles := r.cycles.observe(e, r.seen, a)
 	loads, top := r.served(true)
-	actual := load.NodeLoads(a, loads, nodes)
+	sp := splitLoads(a, loads, nodes, r.opt.Router)
+	actual := sp.perCapacity()
 	th.add(nodes, actual)
 	ep := Epoch{
 		Epoch:             e,
@@ -202,9 +203,10 @@ func (r *coreRunner) epoch(e int, th *thrashing) (Epoch, error) {
 		Nodes:             nodes.Len(),
 		Orphaned:          orphans,
 		OrphanedLoad:      orphanLoad,
+		KeyCopies:         keyCopies(a, keys, nodes),
 	}
 	end := r.at(e + 1)
-	for _, rep := range reports(a, nodes, loads, top, r.epochLen) {
+	for _, rep := range reports(a, nodes, sp, top, r.epochLen) {
 		if err := r.settle(end, assigner.ReportLoad{Report: rep}); err != nil {
 			return Epoch{}, err
 		}
@@ -335,21 +337,24 @@ func (r *runner) served(withTop bool) (loads []float64, top [][]load.HotKey) {
 }
 
 // reports builds every live node's report for an epoch, as a client node does: one sample per
-// slice it holds with the load it served (a key's load split evenly over its live replicas),
-// and its heaviest keys with the load it served for each. The heavy hitters are exact where a
-// node's sketch may understate them.
-func reports(a *assignment.Assignment, nodes *assignment.NodeSet, loads []float64, top [][]load.HotKey,
+// slice it holds with the load it served (its share of the slice's load in sp, the router's
+// split), and its heaviest keys with the load it served for each, the same share of each key
+// of the slice since the router picks a replica for the slice. The heavy hitters are exact
+// where a node's sketch may understate them.
+func reports(a *assignment.Assignment, nodes *assignment.NodeSet, sp *split, top [][]load.HotKey,
 	window time.Duration) []load.Report {
 	out := make([]load.Report, nodes.Len())
 	for i, n := range nodes.Nodes() {
 		out[i] = load.Report{Node: n.ID, Window: window}
 	}
-	var idx []int
 	for s, sl := range a.All() {
-		idx = nodes.AppendIndices(idx[:0], sl.Replicas)
-		for _, i := range idx {
-			share := 1 / float64(len(idx))
-			out[i].Samples = append(out[i].Samples, load.Sample{Range: sl.Range, Load: loads[s] * share})
+		holders, served := sp.shares(s)
+		for j, i := range holders {
+			share, l := sp.fraction(s, j), served[j]
+			if sp.even { // the product, as before routers were modelled: the same bits
+				l = sp.load[s] * share
+			}
+			out[i].Samples = append(out[i].Samples, load.Sample{Range: sl.Range, Load: l})
 			for _, k := range top[s] {
 				out[i].HotKeys = keepTopN(out[i].HotKeys, load.HotKey{Hash: k.Hash, Load: k.Load * share}, reportedHotKeys)
 			}

@@ -9,7 +9,8 @@
 //
 // Each epoch: the epoch's events apply (loads change, keys and nodes come and go); the
 // imbalance of the assignment in force is measured under the epoch's loads, a key's load split
-// evenly over its live replicas, beside what the balancer believed (its forecast of each
+// over its live replicas as Options.Router says (evenly, or as a router that prefers the less
+// loaded replica would), beside what the balancer believed (its forecast of each
 // node's load, and the imbalance it reported); then one pass runs, and the pass's churn is the
 // number of key placements it adds (a key copied to a node that did not hold it) over the
 // number of keys.
@@ -80,6 +81,9 @@ type Options struct {
 	// Estimator configures the core's load estimator (RunCore): its forecast and half-lives.
 	// The zero value is the assigner's default.
 	Estimator load.EstimatorConfig
+	// Router is how a slice's load is split over its live replicas when the map is measured
+	// and, on the core, in what each node reports it served. The zero value is RouterEven.
+	Router Router
 	// Progress, if set, is called after each epoch.
 	Progress func(done, total int)
 }
@@ -115,6 +119,9 @@ type Epoch struct {
 	// SplitMergeCycles counts the boundaries between slices the epoch's pass removed (a
 	// merge) fewer than cycleWindow passes after a pass made them (a split).
 	SplitMergeCycles int `json:"split_merge_cycles"`
+	// KeyCopies is the memory the map in force costs: the copies of keys its live replicas
+	// hold, over the number of keys (1.0 when every key has one replica).
+	KeyCopies float64 `json:"key_copies"`
 }
 
 // Summary condenses a run. MeanForecastError leaves out epoch 0, which no forecast could
@@ -136,6 +143,8 @@ type Summary struct {
 	PingPongs             int     `json:"ping_pongs"`
 	SplitMergeCycles      int     `json:"split_merge_cycles"`
 	HoldPasses            int     `json:"hold_passes"`
+	MeanKeyCopies         float64 `json:"mean_key_copies"`
+	MaxKeyCopies          float64 `json:"max_key_copies"`
 }
 
 // Result is one algorithm's run, on one engine.
@@ -216,6 +225,8 @@ func summarize(es []Epoch) Summary {
 		s.UndoneMoves += e.UndoneMoves
 		s.PingPongs += e.PingPongs
 		s.SplitMergeCycles += e.SplitMergeCycles
+		s.MeanKeyCopies += e.KeyCopies / float64(len(es))
+		s.MaxKeyCopies = max(s.MaxKeyCopies, e.KeyCopies)
 	}
 	s.FinalImbalance = es[len(es)-1].Imbalance
 	return s
@@ -261,7 +272,7 @@ func (r *runner) epoch(e int, th *thrashing) (Epoch, error) {
 	}
 	loads, counts, hot := r.measure(nodes.Len())
 	orphans, orphanLoad := orphaned(r.a, nodes, loads)
-	actual := load.NodeLoads(r.a, loads, nodes)
+	actual := splitLoads(r.a, loads, nodes, r.opt.Router).perCapacity()
 	th.add(nodes, actual)
 	forecast := make([]float64, nodes.Len())
 	for i, n := range nodes.Nodes() {
@@ -276,6 +287,7 @@ func (r *runner) epoch(e int, th *thrashing) (Epoch, error) {
 		Nodes:             nodes.Len(),
 		Orphaned:          orphans,
 		OrphanedLoad:      orphanLoad,
+		KeyCopies:         keyCopies(r.a, keys, nodes),
 	}
 	res, err := r.alg.Rebalance(balance.Input{
 		Assignment: r.a, Nodes: nodes, Load: loads, Keys: counts, HotKeys: hot,
@@ -432,6 +444,27 @@ func churn(from, to *assignment.Assignment, keys []uint64, live *assignment.Node
 		added += cached
 	}
 	return float64(added) / float64(len(keys))
+}
+
+// keyCopies returns the copies of keys the live replicas of a hold, over the number of keys:
+// what replicas cost in memory. keys are sorted hashes.
+func keyCopies(a *assignment.Assignment, keys []uint64, live *assignment.NodeSet) float64 {
+	if len(keys) == 0 {
+		return 0
+	}
+	i, copies, held := 0, 0, -1
+	var idx []int
+	for _, h := range keys {
+		for !a.Slice(i).Range.Contains(h) {
+			i, held = i+1, -1
+		}
+		if held < 0 {
+			idx = live.AppendIndices(idx[:0], a.Slice(i).Replicas)
+			held = len(idx)
+		}
+		copies += held
+	}
+	return float64(copies) / float64(len(keys))
 }
 
 // orphaned returns the share of the key space whose slices in a have no replica among the

@@ -56,16 +56,20 @@ func TestRunMeasuresWhatTheAssignmentInForceServes(t *testing.T) {
 
 	assert.InDelta(t, max(lower, upper)/((lower+upper)/2), e0.Imbalance, 1e-12)
 	// Nothing was measured before epoch 0: the forecast is 0, its error 100%.
-	assert.Equal(t, Epoch{Epoch: 0, Imbalance: e0.Imbalance, ReportedImbalance: 1, ForecastError: 1, Churn: 0, Slices: 2, Nodes: 2}, e0)
+	assert.Equal(t, Epoch{Epoch: 0, Imbalance: e0.Imbalance, ReportedImbalance: 1, ForecastError: 1, Churn: 0, Slices: 2, Nodes: 2,
+		KeyCopies: 1}, e0)
 	// n1 left: the map in force still gives it the upper half, whose load nobody serves; the
 	// pass then gives n0 everything, copying the upper half's keys to it.
 	assert.Equal(t, 1.0, e1.Imbalance)
 	assert.InDelta(t, float64(upperKeys)/8, e1.Churn, 1e-12)
 	assert.Equal(t, 1, e1.Nodes)
 	assert.Equal(t, 2, e1.Slices)
+	// The keys of n1's half have no live replica: memory the map in force no longer holds.
+	assert.InDelta(t, float64(8-upperKeys)/8, e1.KeyCopies, 1e-12)
 	// The pass of epoch 1 expected n0 to serve all 36 of epoch 1's load; k0 went idle, so it
 	// served 35.
-	assert.Equal(t, Epoch{Epoch: 2, Imbalance: 1, ReportedImbalance: 1, ForecastError: 1.0 / 35, Churn: 0, Slices: 1, Nodes: 1}, e2)
+	assert.Equal(t, Epoch{Epoch: 2, Imbalance: 1, ReportedImbalance: 1, ForecastError: 1.0 / 35, Churn: 0, Slices: 1, Nodes: 1,
+		KeyCopies: 1}, e2)
 
 	s := res.Summary
 	assert.Equal(t, 1.0, s.FinalImbalance)

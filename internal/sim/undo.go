@@ -44,8 +44,11 @@ func newUndoTracker(hold int) *undoTracker {
 // hold_passes, or for an algorithm without one, Weighted-Move's default, so that runs of
 // different algorithms are counted alike.
 func holdPasses(alg balance.Algorithm) int {
-	if wm, ok := alg.(*balance.WeightedMove); ok {
-		return wm.Config().HoldPasses
+	switch a := alg.(type) {
+	case *balance.WeightedMove:
+		return a.Config().HoldPasses
+	case *balance.Headroom:
+		return a.Config().WeightedMove.HoldPasses
 	}
 	return balance.DefaultWeightedMoveConfig().HoldPasses
 }

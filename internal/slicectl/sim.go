@@ -34,6 +34,7 @@ type simOptions struct {
 	format     string
 	plot       string
 	engines    []string
+	router     string
 	epoch      time.Duration
 	halfLife   time.Duration // --half-life, the old name of --load-half-life
 	estimator  load.EstimatorFlags
@@ -64,9 +65,24 @@ Engines (--engine, repeatable to compare them in one run):
 
 Each epoch, the epoch's events apply (loads change, keys and nodes come and go);
 the imbalance (max / mean node load) of the assignment in force is measured under
-the epoch's loads, a key's load split evenly over its replicas; then the pass runs,
-and its churn is the number of key placements it adds (a key copied to a node that
-did not hold it) over the number of keys.
+the epoch's loads, a key's load split over its replicas as the router does
+(--router); then the pass runs, and its churn is the number of key placements it
+adds (a key copied to a node that did not hold it) over the number of keys. On the
+core, each node reports the share it served.
+
+Routers (--router), how a slice's load is split over its live replicas:
+  least-outstanding  (default) the router's least-outstanding policy, which the
+             example proxy, load generator and demos run: requests go to the
+             replica with the fewest in flight, so in the fluid limit a slice's
+             load fills its holders from the least loaded up to a common level;
+             every replicated slice is routed so until no load would move (node
+             load taken over capacity). An upper bound on what a router with
+             few requests in flight achieves.
+  power-of-two  two replicas drawn at random, the less loaded takes the request:
+             each pair of a slice's k holders gets 2/(k(k-1)) of its load, poured
+             into the pair's valley; with two replicas, least-outstanding.
+  even       an even split, as round-robin does (and capacity on equal nodes):
+             the simulator's split before routers were modelled.
 
 Columns:
   imbalance       experienced: the map in force under the epoch's actual loads
@@ -81,6 +97,8 @@ Columns:
                   force, left at the start of the epoch (--remove-node-at,
                   --remove-zone): keys no node serves until the epoch's pass
   orphaned load   those keys' share of the epoch's load
+  key copies      the memory replicas cost: copies of keys the map in force's live
+                  replicas hold, over the number of keys (1.000: one replica each)
 Zones (--zones N): nodes nI carry the label zone=z(I%N), those that join later
 too, and the core balances with zone label "zone" (the algorithm alone is given
 each node's zone), spreading a slice's replicas over zones. --remove-zone E:zK
@@ -123,6 +141,10 @@ const simExample = `  # Compare every algorithm on a Zipf workload and draw the 
   # Three zones, one of them lost at epoch 10.
   slicectl sim --workload zipf:1.1 --nodes 30 --zones 3 --remove-zone 10:z1
 
+  # Replicas as headroom where the forecast is uncertain, against the old even split.
+  slicectl sim --workload noisy --algorithm weighted-move-headroom --router even
+  slicectl sim --workload noisy --algorithm weighted-move-headroom --param headroom=0.5
+
   # Replay a trace and write the per-epoch figures as JSON.
   slicectl sim --trace load.jsonl --algorithm weighted-move --algorithm consistent-hash --format json`
 
@@ -160,6 +182,7 @@ func newSimCommand(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.format, "format", "table", "output format: "+strings.Join(sim.Formats, ", ")+" (the global --output/-o does the same)")
 	f.StringVar(&o.plot, "plot", "", "also draw imbalance, churn and forecast error per epoch into this .svg or .png file")
 	f.StringArrayVar(&o.engines, "engine", []string{string(sim.EngineCore)}, "what runs the passes: core or algorithm (repeatable, or comma-separated)")
+	f.StringVar(&o.router, "router", string(sim.Routers[0]), "how a slice's load splits over its replicas: "+routerNames())
 	f.DurationVar(&o.epoch, "epoch", sim.DefaultEpoch, "simulated time of an epoch for the core: the nodes' report window and the pass interval")
 	o.estimator.AddFlags(f)
 	// --half-life came first; it stays, hidden, for the commands that already use it.
@@ -167,6 +190,15 @@ func newSimCommand(g *globalOptions) *cobra.Command {
 	_ = f.MarkHidden("half-life")
 	cmd.SetHelpTemplate(cmd.HelpTemplate() + paramsHelp())
 	return cmd
+}
+
+// routerNames lists the routers --router takes, the default first.
+func routerNames() string {
+	names := make([]string, len(sim.Routers))
+	for i, r := range sim.Routers {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
 }
 
 // paramsHelp lists every algorithm's constants, for sim --help.
@@ -342,6 +374,10 @@ func (o *simOptions) build() ([]simAlgorithm, error) {
 
 func (o *simOptions) options(cmd *cobra.Command) (sim.Options, error) {
 	opt := sim.Options{Nodes: o.nodes, Epochs: o.epochs, AddNodeAt: o.addAt, Epoch: o.epoch}
+	var err error
+	if opt.Router, err = sim.ParseRouter(o.router); err != nil || o.router == "" {
+		return opt, fmt.Errorf("--router %q: want one of %s", o.router, routerNames())
+	}
 	switch {
 	case o.epoch < 100*time.Millisecond:
 		return opt, fmt.Errorf("--epoch %s: want at least 100ms, the shortest load report the assigner counts", o.epoch)

@@ -49,7 +49,7 @@ func TestSimComparesAllAlgorithmsAndPlots(t *testing.T) {
 		names = append(names, run.Algorithm)
 		assert.Len(t, run.Epochs, 6)
 	}
-	assert.Equal(t, []string{"consistent-hash", "neighbour-offload", "random", "range", "weighted-move"}, names)
+	assert.Equal(t, []string{"consistent-hash", "neighbour-offload", "random", "range", "weighted-move", "weighted-move-headroom"}, names)
 	wm := r.Runs[4]
 	assert.Less(t, wm.Summary.FinalImbalance, 1.1, "Weighted-Move balances the Zipf load")
 	for _, base := range r.Runs[:4] {
