@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
@@ -107,24 +106,6 @@ func NewHeadroom(cfg HeadroomConfig) (*Headroom, error) {
 
 // HeadroomName is the registry name of Weighted-Move with headroom.
 const HeadroomName = "weighted-move-headroom"
-
-var registerHeadroom sync.Once
-
-// RegisterHeadroom adds Weighted-Move with headroom to the algorithms New builds, for the
-// simulator, which measures it. It is not registered by default yet: it is an experiment
-// beside Weighted-Move, not a change of it, until its figures justify folding it in. Call it
-// before any goroutine uses the registry (from an init function).
-func RegisterHeadroom() {
-	registerHeadroom.Do(func() {
-		registry[HeadroomName] = factory{
-			help: "Weighted-Move after replicating the slices with the most load per key until every node " +
-				"can shed its forecast's surprise to other replicas (for routers that pick the less busy replica)",
-			config: func() any { c := DefaultHeadroomConfig(); return &c },
-			params: func(c any) []Param { return c.(*HeadroomConfig).params() },
-			build:  func(c any) (Algorithm, error) { return NewHeadroom(*c.(*HeadroomConfig)) },
-		}
-	})
-}
 
 // Name implements Algorithm.
 func (*Headroom) Name() string { return HeadroomName }

@@ -1,7 +1,6 @@
 package balance
 
 import (
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -98,14 +97,7 @@ func TestHeadroomWithoutNoiseIsWeightedMove(t *testing.T) {
 	assert.Equal(t, want.History, got.History)
 }
 
-func TestHeadroomIsRegisteredOnRequestAndValidated(t *testing.T) {
-	// Registered for this test only: the other tests list the default algorithms.
-	t.Cleanup(func() {
-		delete(registry, HeadroomName)
-		registerHeadroom = sync.Once{}
-	})
-	RegisterHeadroom()
-	RegisterHeadroom() // twice is once
+func TestHeadroomIsRegisteredAndValidated(t *testing.T) {
 	alg, err := New(HeadroomName, map[string]string{"headroom": "0.5", "dereplicate_below": "0.01"})
 	require.NoError(t, err)
 	assert.Equal(t, 0.5, alg.(*Headroom).Config().Headroom)

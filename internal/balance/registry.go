@@ -37,6 +37,13 @@ var registry = map[string]factory{
 		params: func(c any) []Param { return c.(*WeightedMoveConfig).params() },
 		build:  func(c any) (Algorithm, error) { return NewWeightedMove(*c.(*WeightedMoveConfig)) },
 	},
+	HeadroomName: {
+		help: "Weighted-Move after replicating the slices with the most load per key until every node " +
+			"can shed its forecast's surprise to other replicas (for routers that pick the less busy replica)",
+		config: func() any { c := DefaultHeadroomConfig(); return &c },
+		params: func(c any) []Param { return c.(*HeadroomConfig).params() },
+		build:  func(c any) (Algorithm, error) { return NewHeadroom(*c.(*HeadroomConfig)) },
+	},
 	"consistent-hash": {
 		help:   "a ring with virtual nodes; ignores load",
 		config: func() any { c := DefaultConsistentHashConfig(); return &c },

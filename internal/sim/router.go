@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
-	"github.com/sliceplane/sliceplane/internal/balance"
 )
 
 // Router is how the simulated routers split a slice's load over its live replicas, which is
@@ -273,7 +272,3 @@ func (f *filler) fill(load float64) {
 		f.out[j] = max(0, f.weight[j]*(h-f.base[j]))
 	}
 }
-
-// The simulator measures Weighted-Move with headroom, which buys replicas for the routers
-// modelled here; the assigner does not offer it yet.
-func init() { balance.RegisterHeadroom() }
