@@ -18,11 +18,14 @@ import (
 // crash hands its slice to the next node, which crashes too. The core remembers what each
 // node acquired within the quarantine window; when a node's lease lapses (a crash or a lost
 // session: a node that deregisters, with or without a grace, does not count), what it
-// acquired within the window is its crash's suspect set. When two crashes of different
-// nodes within the window share a range, that intersection is quarantined: it is cut into
-// its own slices, held by assignment.Nobody, which no node serves, and no pass, clean-up or
-// admin move gives it to a node until an operator lifts the quarantine (Unquarantine). So a
-// key of death crashes two nodes at most (I9 in docs/DESIGN.md).
+// acquired within the window is its crash's suspect set. When two crashes within the window
+// share a range, that intersection is quarantined: it is cut into its own slices, held by
+// assignment.Nobody, which no node serves, and no pass, clean-up or admin move gives it to a
+// node until an operator lifts the quarantine (Unquarantine). So a key of death crashes
+// nodes twice at most (I12 in docs/DESIGN.md). The two crashes may be of one node that
+// restarted and took the range again (a restart is a new session, whose acquisitions are
+// counted afresh): a restart quicker than the clean-up gets the emptiest node, often the
+// key again, and the loop would otherwise go on there.
 //
 // What each node acquired and the crashes lie in memory only: a new leader starts counting
 // afresh. The quarantined ranges are part of the meta record, stored with every change.
@@ -60,16 +63,7 @@ func (c *Core) noteAcquired(before *assignment.Assignment, ch *change, now time.
 	if !c.guarded() || ch.after == nil {
 		return
 	}
-	if c.qw.acquired == nil {
-		c.qw.acquired = map[assignment.NodeID][]acquisition{}
-	}
-	add := func(id assignment.NodeID, r keyspace.Range) {
-		if id == assignment.Nobody {
-			return
-		}
-		old := slices.DeleteFunc(c.qw.acquired[id], func(a acquisition) bool { return now.Sub(a.at) > c.cfg.QuarantineWindow })
-		c.qw.acquired[id] = append(old, acquisition{r: r, at: now})
-	}
+	add := func(id assignment.NodeID, r keyspace.Range) { c.noteAcquisition(id, r, now) }
 	if before == nil || ch.write.Init {
 		for _, s := range ch.after.All() {
 			for _, id := range s.Replicas {
@@ -96,9 +90,37 @@ func (c *Core) noteAcquired(before *assignment.Assignment, ch *change, now time.
 	}
 }
 
+// noteRejoined records that node id, registering anew (a new session: it had left, or its
+// lease had lapsed), acquires now whatever the map still gives it: a node that restarts
+// before the clean-up of its old slices loads them again, and may crash on them again.
+func (c *Core) noteRejoined(id assignment.NodeID, now time.Time) {
+	if !c.guarded() || c.a == nil {
+		return
+	}
+	for _, s := range c.a.All() {
+		if s.Holds(id) {
+			c.noteAcquisition(id, s.Range, now)
+		}
+	}
+}
+
+// noteAcquisition records that node id acquired r at now, forgetting what it acquired
+// before the window.
+func (c *Core) noteAcquisition(id assignment.NodeID, r keyspace.Range, now time.Time) {
+	if id == assignment.Nobody {
+		return
+	}
+	if c.qw.acquired == nil {
+		c.qw.acquired = map[assignment.NodeID][]acquisition{}
+	}
+	old := slices.DeleteFunc(c.qw.acquired[id], func(a acquisition) bool { return now.Sub(a.at) > c.cfg.QuarantineWindow })
+	c.qw.acquired[id] = append(old, acquisition{r: r, at: now})
+}
+
 // detectCrashes returns the crashes of the nodes gone, whose leases lapsed at now, and the
-// ranges they put in quarantine: the overlaps of what two different nodes acquired within
-// the window before crashing within it. A node that asked for a grace to restart is not
+// ranges they put in quarantine: the overlaps of what two crashed sessions (of two nodes, or
+// of one node before and after a restart) acquired within the window before crashing
+// within it. A node that asked for a grace to restart is not
 // counted: it announced its leave.
 func (c *Core) detectCrashes(gone []assignment.NodeID, now time.Time) ([]crash, []store.Quarantine) {
 	if !c.guarded() {
@@ -122,9 +144,7 @@ func (c *Core) detectCrashes(gone []assignment.NodeID, now time.Time) ([]crash, 
 			continue
 		}
 		for _, p := range recent {
-			if p.node != id {
-				found = c.overlaps(p, k, found, now)
-			}
+			found = c.overlaps(p, k, found, now)
 		}
 		recent, crashes = append(recent, k), append(crashes, k)
 	}

@@ -22,6 +22,8 @@ type crashLoop struct {
 	poison  uint64
 	members map[assignment.NodeID]*member
 	crashes []assignment.NodeID // in the order they crashed
+	// disarmed keeps the key harmless (a key that turns deadly later: a bad write, a deploy).
+	disarmed bool
 }
 
 type member struct {
@@ -67,7 +69,7 @@ func (l *crashLoop) start(id assignment.NodeID) {
 // crashHolders crashes every running member that the map gives the poison key.
 func (l *crashLoop) crashHolders() {
 	a, _, _ := l.c.Assignment()
-	if a == nil {
+	if a == nil || l.disarmed {
 		return
 	}
 	_, s := a.Lookup(l.poison)
@@ -119,7 +121,7 @@ func TestCrashLoop(t *testing.T) {
 			l := newCrashLoop(t, members, tc.window)
 			l.run(horizon)
 			counts[tc.name] = len(l.crashes)
-			t.Logf("%s: %d crashes in %s of virtual time on %d members: %v", tc.name, len(l.crashes), horizon, members, l.crashes)
+			t.Logf("%s: %d crashes in %s of virtual time, of members %v", tc.name, len(l.crashes), horizon, uniq(l.crashes))
 			if tc.window < 0 {
 				// It never stops: each crash hands the key to the emptiest member, often one
 				// that has just restarted.
@@ -136,6 +138,50 @@ func TestCrashLoop(t *testing.T) {
 		})
 	}
 	t.Logf("crashes in %s: with the guard %d, without %d", horizon, counts["guard"], counts["no-guard"])
+}
+
+// TestCrashLoopAfterARestart arms the key of death in a cluster that has been steady for
+// longer than the quarantine window, then restarts its holder gracefully (a deploy): the
+// members that take the key over crash. The guard quarantines it after two crashes, and what
+// it quarantines is narrow: what the second crashed member took from the first.
+func TestCrashLoopAfterARestart(t *testing.T) {
+	const members = 5
+	for _, guard := range []bool{true, false} {
+		window := time.Duration(0)
+		if !guard {
+			window = -1
+		}
+		l := newCrashLoop(t, members, window)
+		l.disarmed = true
+		l.run(time.Minute)
+		l.disarmed = false
+		a, _, _ := l.c.Assignment()
+		_, s := a.Lookup(l.poison)
+		holder := s.Replicas[0]
+		l.members[holder].up = false       // it stops, gracefully,
+		l.settle(Deregister{Node: holder}) // and restarts at the next step, before the clean-up
+		l.run(2 * time.Minute)
+		st := l.c.Status()
+		share := 0.0
+		for _, q := range st.Quarantined {
+			share += q.Range.Fraction()
+		}
+		t.Logf("guard %t: %d crashes, of members %v; %d ranges quarantined, %.1f%% of the key space", guard, len(l.crashes),
+			uniq(l.crashes), len(st.Quarantined), 100*share)
+		if !guard {
+			if len(l.crashes) < 4*members {
+				t.Fatalf("without the guard: %d crashes; want the key of death to keep crashing members", len(l.crashes))
+			}
+			continue
+		}
+		if len(l.crashes) > 2 {
+			t.Fatalf("with the guard: %d crashes (%v); want at most 2", len(l.crashes), l.crashes)
+		}
+		l.checkServing()
+		if share > 1.0/members {
+			t.Fatalf("the quarantine covers %.1f%% of the key space; want at most a member's share", 100*share)
+		}
+	}
 }
 
 // checkServing checks that the poison key is quarantined and held by no node, and that every

@@ -346,6 +346,9 @@ func (c *Core) commit(now time.Time, ch *change, out *Output) {
 		out.Snapshot = &Snapshot{Index: c.meta.LastIndex, Map: ch.after}
 	}
 	if ch.node != nil {
+		if _, known := c.nodes[ch.node.ID]; !known {
+			c.noteRejoined(ch.node.ID, now)
+		}
 		c.nodes[ch.node.ID] = ch.node
 	}
 	for _, id := range ch.forget {
