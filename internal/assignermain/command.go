@@ -161,7 +161,7 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 		"and the move is rolled back); =false: a move switches readers to the new node at once")
 	f.DurationVar(&o.handoffTO, "handoff-timeout", 30*time.Second, "--make-before-break: how long a move may wait for its "+
 		"new nodes to load the slice before it is rolled back (the old nodes keep it)")
-	f.DurationVar(&o.quarantineWin, "quarantine-window", 0, "quarantine a range when two nodes crash (their leases lapse, "+
+	f.DurationVar(&o.quarantineWin, "quarantine-window", 0, "quarantine a range when nodes crash twice (their leases lapse, "+
 		"no deregistration) within this long of each other, each within it of acquiring the range: it is then held by no node "+
 		"until slicectl unquarantine (0: three --node-ttl; negative: no quarantine)")
 	f.DurationVar(&o.handoffLinger, "handoff-linger", 2*time.Second, "--make-before-break: how long the old nodes keep "+

@@ -87,7 +87,7 @@ the share of keys it would have copied, and the reason it was not taken.
 It also says when balancing is frozen, as then no pass runs at all, when
 passes are failing (how many in a row, and why the last one failed; what follows
 is then the last pass that succeeded), and which ranges are in quarantine: held
-by no node, which no pass places, because two nodes crashed shortly after
+by no node, which no pass places, because nodes crashed twice shortly after
 acquiring them (slicectl unquarantine lifts one).`,
 		Example: `  slicectl explain
   slicectl explain -o json | jq '.candidates[] | select(.chosen | not) | .reason'`,

@@ -71,7 +71,7 @@ generation, the imbalance of the node loads (max over mean of load over
 capacity; 1 is perfect), the numbers of slices and nodes, whether balancing is
 frozen, the balancing algorithm and the constants set for it, when the last
 balancing pass ran, the ranges pinned in place, and the ranges in quarantine
-(held by no node: two nodes crashed shortly after acquiring them; slicectl
+(held by no node: nodes crashed twice shortly after acquiring them; slicectl
 unquarantine lifts one); while slices are handed off
 make-before-break, "handoffs" counts them. When balancing passes fail,
 "balancing" says so: how many failed in a row, when the last did and why.

@@ -60,7 +60,7 @@ func newUnquarantineCommand(g *globalOptions) *cobra.Command {
 		Use:   "unquarantine SLICE",
 		Short: "Lift the quarantine of a key of death: let passes place its range again",
 		Long: `unquarantine lifts the quarantines that overlap the slice SLICE. The assigner
-quarantines a range when two nodes crash (their leases lapse without a drain)
+quarantines a range when nodes crash twice (their leases lapse without a drain)
 shortly after acquiring it, within --quarantine-window: it takes the range off
 every node, so that the key that crashes its holders stops walking round the
 cluster, and routers answer its keys as unavailable. status and explain list
