@@ -63,7 +63,14 @@ func (c *Core) noteAcquired(before *assignment.Assignment, ch *change, now time.
 	if !c.guarded() || ch.after == nil {
 		return
 	}
-	add := func(id assignment.NodeID, r keyspace.Range) { c.noteAcquisition(id, r, now) }
+	pruned := map[assignment.NodeID]bool{} // once per node and change: a first map gives a node thousands
+	add := func(id assignment.NodeID, r keyspace.Range) {
+		if !pruned[id] {
+			c.pruneAcquired(id, now)
+			pruned[id] = true
+		}
+		c.noteAcquisition(id, r, now)
+	}
 	if before == nil || ch.write.Init {
 		for _, s := range ch.after.All() {
 			for _, id := range s.Replicas {
@@ -97,6 +104,7 @@ func (c *Core) noteRejoined(id assignment.NodeID, now time.Time) {
 	if !c.guarded() || c.a == nil {
 		return
 	}
+	c.pruneAcquired(id, now)
 	for _, s := range c.a.All() {
 		if s.Holds(id) {
 			c.noteAcquisition(id, s.Range, now)
@@ -104,8 +112,7 @@ func (c *Core) noteRejoined(id assignment.NodeID, now time.Time) {
 	}
 }
 
-// noteAcquisition records that node id acquired r at now, forgetting what it acquired
-// before the window.
+// noteAcquisition records that node id acquired r at now.
 func (c *Core) noteAcquisition(id assignment.NodeID, r keyspace.Range, now time.Time) {
 	if id == assignment.Nobody {
 		return
@@ -113,8 +120,14 @@ func (c *Core) noteAcquisition(id assignment.NodeID, r keyspace.Range, now time.
 	if c.qw.acquired == nil {
 		c.qw.acquired = map[assignment.NodeID][]acquisition{}
 	}
-	old := slices.DeleteFunc(c.qw.acquired[id], func(a acquisition) bool { return now.Sub(a.at) > c.cfg.QuarantineWindow })
-	c.qw.acquired[id] = append(old, acquisition{r: r, at: now})
+	c.qw.acquired[id] = append(c.qw.acquired[id], acquisition{r: r, at: now})
+}
+
+// pruneAcquired forgets what node id acquired before the window.
+func (c *Core) pruneAcquired(id assignment.NodeID, now time.Time) {
+	if old, ok := c.qw.acquired[id]; ok {
+		c.qw.acquired[id] = slices.DeleteFunc(old, func(a acquisition) bool { return now.Sub(a.at) > c.cfg.QuarantineWindow })
+	}
 }
 
 // detectCrashes returns the crashes of the nodes gone, whose leases lapsed at now, and the
