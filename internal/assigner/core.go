@@ -573,7 +573,7 @@ func (c *Core) passFailed(err error, now time.Time, out *Output) {
 // keeps its live replicas; one left with none goes to the live node holding the fewest
 // slices.
 func (c *Core) cleanup(now time.Time) (*change, error) {
-	live, reg := c.placement(), c.holders()
+	live, reg := c.placement(), c.registered()
 	if c.a == nil || live.Len() == 0 {
 		return nil, nil
 	}
@@ -595,12 +595,16 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 			ops = append(ops, op)
 			continue
 		}
-		keep := slices.DeleteFunc(slices.Clone(s.Replicas), func(id assignment.NodeID) bool { return !reg.Has(id) })
+		// Nobody stays on a quarantined slice; on a lifted one it is a departed holder.
+		gone := func(id assignment.NodeID) bool {
+			return !reg.Has(id) && (id != assignment.Nobody || !c.inQuarantine(s.Range))
+		}
+		keep := slices.DeleteFunc(slices.Clone(s.Replicas), gone)
 		if len(keep) == len(s.Replicas) {
 			continue
 		}
 		for _, id := range s.Replicas {
-			if !reg.Has(id) {
+			if gone(id) {
 				moves = append(moves, balance.Move{Range: s.Range, From: id, Pass: c.meta.Pass})
 			}
 		}
