@@ -571,7 +571,8 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 			}
 			byKey[string(key)] = set
 			for _, rep := range serving {
-				if _, known := r.nodes[rep]; !known {
+				// Nobody, the holder of quarantined ranges, is no node: no list names it.
+				if _, known := r.nodes[rep]; !known && rep != assignment.Nobody {
 					unknown = true
 				}
 			}
