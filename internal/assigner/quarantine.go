@@ -54,7 +54,8 @@ type crash struct {
 	ranges []keyspace.Range
 }
 
-// guarded reports whether the quarantine guard is on (CoreConfig.QuarantineWindow >= 0).
+// guarded reports whether the quarantine guard is on: a negative CoreConfig.QuarantineWindow
+// turns it off (0 was filled in with the default).
 func (c *Core) guarded() bool { return c.cfg.QuarantineWindow > 0 }
 
 // noteAcquired records the ranges that ch gives nodes which did not hold them in before, the
@@ -312,25 +313,29 @@ func boundaries(r keyspace.Range) []uint64 {
 // quarantined range is shown held by a live stand-in (the first live node by ID) and
 // pinned, so that the algorithm, which moves the slices of departed nodes, leaves it alone.
 // The pass's operations then apply to the real map, where Nobody holds it: a pin is never
-// moved, split or merged (checkQuarantine makes sure).
+// moved, split or merged (checkQuarantine makes sure). Its load counts as none: nobody serves
+// it, and the estimate it had, which no report renews, would weigh on the stand-in.
 func (c *Core) quarantineInput(in *balance.Input) error {
 	if len(c.meta.Quarantined) == 0 || in.Nodes.Len() == 0 {
 		return nil
 	}
 	stand := []assignment.NodeID{in.Nodes.Nodes()[0].ID}
 	var ops []assignment.Op
-	pins := slices.Clone(in.Pinned)
-	for _, s := range in.Assignment.All() {
+	pins, loads := slices.Clone(in.Pinned), slices.Clone(in.Load)
+	for i, s := range in.Assignment.All() {
 		if nobodyHolds(s) && c.inQuarantine(s.Range) {
 			ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: stand})
 			pins = append(pins, s.Range)
+			if i < len(loads) {
+				loads[i] = 0
+			}
 		}
 	}
 	a, err := in.Assignment.Apply(ops)
 	if err != nil {
 		return fmt.Errorf("assigner: standing in for quarantined slices: %w", err)
 	}
-	in.Assignment, in.Pinned = a, pins
+	in.Assignment, in.Pinned, in.Load = a, pins, loads
 	return nil
 }
 
