@@ -113,6 +113,9 @@ var (
 	errUnmapped  = noRoute(codes.Unavailable, "no map yet")
 	errNoPrimary = noRoute(codes.Unavailable, "the key's slice has no primary now (its role is handed over)")
 	errNoConn    = noRoute(codes.Unavailable, "the key's replica is not connected")
+	// A quarantined key fails at once rather than waiting for a map that serves it: none
+	// will until an operator lifts the quarantine.
+	errQuarantined = noRoute(codes.Unavailable, "the key is quarantined: no node serves it until an operator lifts the quarantine")
 )
 
 // retryUnrouted returns the interceptor that tries again a call that was not sent, or that a
@@ -271,6 +274,8 @@ func (p *keyPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	switch {
 	case errors.Is(err, ErrNoPrimary):
 		return balancer.PickResult{}, errNoPrimary
+	case errors.Is(err, ErrQuarantined):
+		return balancer.PickResult{}, errQuarantined
 	case err != nil:
 		return balancer.PickResult{}, errUnmapped
 	}

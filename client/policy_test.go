@@ -429,3 +429,20 @@ func keyAt(t *testing.T, r *Router, h uint64) []byte {
 	t.Fatal("no key in the slice")
 	return nil
 }
+
+// TestAQuarantinedKeyIsUnavailable checks that a key in a range held by Nobody (quarantined
+// by the assigner) is answered as quarantined, and the keys beside it as ever.
+func TestAQuarantinedKeyIsUnavailable(t *testing.T) {
+	lo, hi, err := keyspace.Full().Split(1 << 63)
+	require.NoError(t, err)
+	a, err := assignment.New(1, []assignment.Slice{{Range: lo, Replicas: ids("a")}, {Range: hi, Replicas: []assignment.NodeID{assignment.Nobody}}})
+	require.NoError(t, err)
+	r := newTestRouter(t, RoundRobin, a, nil)
+	_, err = r.Pick(keyAt(t, r, 1<<63))
+	require.ErrorIs(t, err, ErrQuarantined)
+	_, err = r.Primary(keyAt(t, r, 1<<63))
+	require.ErrorIs(t, err, ErrQuarantined)
+	p, err := r.Pick(keyAt(t, r, 0))
+	require.NoError(t, err)
+	assert.Equal(t, "a", p.ID)
+}

@@ -33,6 +33,11 @@ var ErrNotReady = errors.New("client: router not ready: no assignment applied ye
 // moment), or none of its replicas serves yet. Retry after the next map.
 var ErrNoPrimary = errors.New("client: no primary takes the key's writes now")
 
+// ErrQuarantined is returned by Pick and Primary for a key in a quarantined range: nodes
+// crashed shortly after acquiring it, so the assigner holds it on no node until an
+// operator lifts the quarantine (slicectl unquarantine). Retrying does not help until then.
+var ErrQuarantined = errors.New("client: the key is quarantined: no node serves it until an operator lifts the quarantine")
+
 // RouterConfig configures a Router.
 type RouterConfig struct {
 	// Assigners are the gRPC addresses of the assigners (leader and standbys). Required.
@@ -256,6 +261,9 @@ func (r *Router) Primary(key []byte) (Replica, error) {
 		return Replica{}, ErrNotReady
 	}
 	set := v.sets[v.find(Hash(key))]
+	if quarantined(set) {
+		return Replica{}, ErrQuarantined
+	}
 	if set.primary < 0 {
 		return Replica{}, ErrNoPrimary
 	}
@@ -479,6 +487,8 @@ func (r *Router) pickFor(key []byte, write bool) (Replica, *nodeLoad, error) {
 	}
 	set := v.sets[v.find(Hash(key))]
 	switch {
+	case quarantined(set):
+		return Replica{}, nil, ErrQuarantined
 	case !write || set.replicas[0].Role == RoleReplica: // a cluster without roles: any replica
 	case set.primary < 0:
 		return Replica{}, nil, ErrNoPrimary
@@ -490,6 +500,11 @@ func (r *Router) pickFor(key []byte, write bool) (Replica, *nodeLoad, error) {
 	}
 	i := set.pick(r.cfg.Policy, r.rand)
 	return set.replicas[i], set.load[i], nil
+}
+
+// quarantined reports whether a slice's replica set is Nobody alone.
+func quarantined(set *replicaSet) bool {
+	return len(set.replicas) == 1 && set.replicas[0].ID == string(assignment.Nobody)
 }
 
 // refreshSoon asks the node refresh to read the node list now.
@@ -556,7 +571,8 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 			}
 			byKey[string(key)] = set
 			for _, rep := range serving {
-				if _, known := r.nodes[rep]; !known {
+				// Nobody, the holder of quarantined ranges, is no node: no list names it.
+				if _, known := r.nodes[rep]; !known && rep != assignment.Nobody {
 					unknown = true
 				}
 			}

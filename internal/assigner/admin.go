@@ -70,6 +70,9 @@ func (c *Core) move(ref SliceRef, to []assignment.NodeID, now time.Time) (*chang
 	if len(reps) == 0 {
 		return nil, fmt.Errorf("%w: moving %s to no node", ErrInvalid, s.Range)
 	}
+	if c.touchesQuarantine(s.Range) {
+		return nil, fmt.Errorf("%w: %s is quarantined (its holders crashed on it); lift it first (unquarantine)", ErrPrecondition, s.Range)
+	}
 	for i, id := range reps {
 		if err := id.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -167,6 +170,11 @@ func (c *Core) merge(left, right SliceRef, now time.Time) (*change, error) {
 	}
 	if j != i+1 {
 		return nil, fmt.Errorf("%w: %s and %s are not adjacent, left then right", ErrPrecondition, l.Range, r.Range)
+	}
+	if c.touchesQuarantine(l.Range) || c.touchesQuarantine(r.Range) {
+		// The merged slice would be held by one replica set: a node would get the
+		// quarantined range, or no node the other.
+		return nil, fmt.Errorf("%w: %s or %s is quarantined; lift it first (unquarantine)", ErrPrecondition, l.Range, r.Range)
 	}
 	if l.InHandoff() || r.InHandoff() {
 		// A loading node of one would be taken as loaded for the other by its heartbeats.
@@ -309,6 +317,8 @@ type Status struct {
 	SourceError         string
 	SourceLostSince     time.Time
 	SourceMisconfigured bool
+	// Quarantined lists the ranges no node holds (see quarantine.go).
+	Quarantined []store.Quarantine
 }
 
 // Status returns the core's status.
@@ -319,6 +329,7 @@ func (c *Core) Status() Status {
 		LastPass: c.lastPass, Pinned: c.meta.Pins, Imbalance: 1,
 		PassFailures: c.failed.count, PassError: c.failed.err, PassErrorTime: c.failed.at, Handoffs: c.Handoffs(),
 		SourceError: c.src.err, SourceLostSince: c.src.since, SourceMisconfigured: c.src.misconfigured,
+		Quarantined: c.meta.Quarantined,
 	}
 	if c.a != nil {
 		st.Generation, st.Slices = c.a.Generation(), c.a.Len()
@@ -427,7 +438,7 @@ func (c *Core) Slices(node assignment.NodeID, byLoad bool, limit int) ([]SliceIn
 // passes that failed.
 func (c *Core) Explain() Explanation {
 	x := Explanation{Position: quantum.Position{Term: c.term, Seq: c.seq},
-		Failures: c.failed.count, Error: c.failed.err, ErrorTime: c.failed.at}
+		Failures: c.failed.count, Error: c.failed.err, ErrorTime: c.failed.at, Quarantined: c.meta.Quarantined}
 	if c.explain != nil {
 		x.Explanation, x.Passed = *c.explain, true
 	}

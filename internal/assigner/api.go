@@ -458,7 +458,17 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 	for _, r := range st.Pinned {
 		out.Pinned = append(out.Pinned, wire.RangeToProto(r))
 	}
+	out.Quarantined = quarantinesToProto(st.Quarantined)
 	return out, nil
+}
+
+// quarantinesToProto converts the quarantined ranges of Status and Explain.
+func quarantinesToProto(qs []store.Quarantine) []*pb.Quarantine {
+	var out []*pb.Quarantine
+	for _, q := range qs {
+		out = append(out, &pb.Quarantine{Range: wire.RangeToProto(q.Range), Since: timestamppb.New(q.Since), Nodes: nodeStrings(q.Nodes)})
+	}
+	return out
 }
 
 func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
@@ -637,6 +647,17 @@ func (a *api) Unpin(ctx context.Context, req *pb.UnpinRequest) (*pb.UnpinRespons
 	return &pb.UnpinResponse{Unpinned: wire.RangeToProto(rep.Range), Already: !rep.Change.Persisted}, nil
 }
 
+func (a *api) Unquarantine(ctx context.Context, req *pb.UnquarantineRequest) (*pb.UnquarantineResponse, error) {
+	if err := checkRef("slice", req.GetSlice()); err != nil {
+		return nil, a.toStatus(err)
+	}
+	rep, err := a.call(ctx, Unquarantine{Caller: caller(ctx), Slice: sliceRef(req.GetSlice())})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.UnquarantineResponse{Lifted: wire.RangeToProto(rep.Range), Already: !rep.Change.Persisted}, nil
+}
+
 func (a *api) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
 	if err := wire.CheckNodeID("node_id", req.GetNodeId()); err != nil {
 		return nil, a.toStatus(err)
@@ -694,7 +715,8 @@ func (a *api) Explain(ctx context.Context, _ *pb.ExplainRequest) (*pb.ExplainRes
 		return nil, err
 	}
 	r := rep.Explain
-	out := &pb.ExplainResponse{Position: wire.PositionToProto(r.Position), PassFailures: r.Failures, PassError: r.Error}
+	out := &pb.ExplainResponse{Position: wire.PositionToProto(r.Position), PassFailures: r.Failures, PassError: r.Error,
+		Quarantined: quarantinesToProto(r.Quarantined)}
 	if !r.ErrorTime.IsZero() {
 		out.PassErrorTime = timestamppb.New(r.ErrorTime)
 	}
@@ -703,7 +725,7 @@ func (a *api) Explain(ctx context.Context, _ *pb.ExplainRequest) (*pb.ExplainRes
 	}
 	x := r.Explanation
 	*out = pb.ExplainResponse{
-		PassFailures: out.PassFailures, PassError: out.PassError, PassErrorTime: out.PassErrorTime,
+		PassFailures: out.PassFailures, PassError: out.PassError, PassErrorTime: out.PassErrorTime, Quarantined: out.Quarantined,
 		Passed: true, Position: out.Position, Algorithm: x.Algorithm,
 		ImbalanceBefore: x.ImbalanceBefore, ImbalanceAfter: x.ImbalanceAfter, ChurnBudget: x.ChurnBudget,
 		ChurnCleanup: x.Churn.Cleanup, ChurnMerge: x.Churn.Merge, ChurnMove: x.Churn.Move,

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/store"
@@ -94,6 +95,10 @@ type CoreConfig struct {
 	// load onto them, a reshuffle at every failover. 0: no wait (a simulator's core, whose
 	// nodes all report each epoch). A Server's default is 2 s.
 	LoadWarmUp time.Duration
+	// QuarantineWindow is the quarantine guard's window (--quarantine-window; see
+	// quarantine.go): two nodes whose leases lapse within it, each within it of acquiring a
+	// range, put that range in quarantine. 0: three NodeTTLs; negative: no guard.
+	QuarantineWindow time.Duration
 }
 
 // Validate reports whether the configuration is usable (zero values take defaults).
@@ -112,6 +117,13 @@ func (cfg *CoreConfig) fill() error {
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = 64
+	}
+	switch {
+	case cfg.QuarantineWindow == 0:
+		cfg.QuarantineWindow = defaultQuarantineTTLs * cfg.NodeTTL
+	case cfg.QuarantineWindow > 0 && cfg.QuarantineWindow < cfg.NodeTTL:
+		return fmt.Errorf("%w: quarantine window %s: want at least the node TTL %s, as a crash is seen a TTL late (or negative: no guard)",
+			ErrInvalid, cfg.QuarantineWindow, cfg.NodeTTL)
 	}
 	if cfg.MaxGrace <= 0 {
 		cfg.MaxGrace = 5 * time.Minute
@@ -206,8 +218,9 @@ type Core struct {
 	warmUntil time.Time
 	warm      bool
 
-	ho     handoffs // the handoffs under way, as of a
-	leases leases   // of an exclusive cluster's primaries
+	ho     handoffs        // the handoffs under way, as of a
+	leases leases          // of an exclusive cluster's primaries
+	qw     quarantineWatch // what the quarantine guard remembers
 
 	inflight  *change // whose write is in flight
 	todo      agenda  // what a Tick left to do once the write in flight is committed
@@ -243,6 +256,10 @@ type change struct {
 	reply  Reply                // its reply once done (Err and Change are set then)
 	setMap bool                 // after replaces the map (a quantum may carry the same)
 	ended  handoffEnd           // the handoffs the change ends
+
+	crashes     []crash            // nodes whose leases lapsed (quarantine guard)
+	quarantined []store.Quarantine // ranges the change puts in quarantine
+	lift        *keyspace.Range    // a lifted quarantine's range
 }
 
 // passRecord is what a pass leaves besides its change of the map.
@@ -264,6 +281,7 @@ const (
 	kindRequest      = "request"
 	kindLoaded       = "loaded"
 	kindRollback     = "rollback"
+	kindQuarantine   = "quarantine"
 )
 
 // NewCore returns a core that leads nothing yet: step LeadershipGained to start a term.
@@ -422,8 +440,23 @@ func (c *Core) registered() *assignment.NodeSet {
 	return assignment.MustNodeSet(ns...)
 }
 
+// holders returns the nodes a slice may be held by: the registered ones, and Nobody, which
+// holds the quarantined ranges.
+func (c *Core) holders() *assignment.NodeSet {
+	ns := make([]assignment.Node, 0, len(c.nodes)+1)
+	for _, n := range c.nodes {
+		ns = append(ns, n.Node.Node)
+	}
+	return assignment.MustNodeSet(append(ns, assignment.Node{ID: assignment.Nobody})...)
+}
+
 // changeMap proposes a change of the map by ops, as one quantum and one log entry.
 func (c *Core) changeMap(ops []assignment.Op, moves []balance.Move, cause string, now time.Time) (*change, error) {
+	return c.changeMapOn(c.holders(), ops, moves, cause, now)
+}
+
+// changeMapOn is changeMap with the map after ops checked against the holders given.
+func (c *Core) changeMapOn(holders *assignment.NodeSet, ops []assignment.Op, moves []balance.Move, cause string, now time.Time) (*change, error) {
 	ops, err := c.withRoles(ops, now)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPrecondition, err)
@@ -432,7 +465,7 @@ func (c *Core) changeMap(ops []assignment.Op, moves []balance.Move, cause string
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPrecondition, err)
 	}
-	if err := next.Validate(c.registered()); err != nil {
+	if err := next.Validate(holders); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPrecondition, err)
 	}
 	pos := c.next()
@@ -475,9 +508,15 @@ func (c *Core) pass(now time.Time) (*change, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.quarantineInput(&in); err != nil {
+		return nil, err
+	}
 	res, err := c.alg.Rebalance(in)
 	if err != nil {
 		return nil, fmt.Errorf("assigner: pass %d: %w", c.meta.Pass, err)
+	}
+	if err := c.checkQuarantine(res.Ops); err != nil {
+		return nil, err
 	}
 	record := &passRecord{history: res.History, explain: res.Explanation, estimate: est, estimated: in.Assignment}
 	algOps, deferred := res.Ops, 0
@@ -558,16 +597,22 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 			fix = append(fix, op)
 			continue
 		}
-		keep := slices.DeleteFunc(slices.Clone(s.Replicas), func(id assignment.NodeID) bool { return !reg.Has(id) })
+		// Nobody stays on a quarantined slice; on a lifted one it is a departed holder.
+		gone := func(id assignment.NodeID) bool {
+			return !reg.Has(id) && (id != assignment.Nobody || !c.inQuarantine(s.Range))
+		}
+		keep := slices.DeleteFunc(slices.Clone(s.Replicas), gone)
 		if len(keep) == len(s.Replicas) {
 			continue
 		}
 		for _, id := range s.Replicas {
-			if !reg.Has(id) {
+			if gone(id) {
 				moves = append(moves, balance.Move{Range: s.Range, From: id, Pass: c.meta.Pass})
 			}
 		}
-		if len(keep) == 0 {
+		if len(keep) == 0 && c.touchesQuarantine(s.Range) {
+			keep = []assignment.NodeID{assignment.Nobody} // no node gets a key of death; isolate cuts it out
+		} else if len(keep) == 0 {
 			to := leastHeld(live, held)
 			held[to]++
 			keep = []assignment.NodeID{to}
@@ -662,6 +707,8 @@ func validateNode(n store.Node) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
+	case n.ID == assignment.Nobody:
+		return fmt.Errorf("%w: node ID %q is reserved: it holds the quarantined ranges", ErrInvalid, n.ID)
 	case n.Capacity != 0 && (n.Capacity < MinCapacity || n.Capacity > MaxCapacity):
 		return fmt.Errorf("%w: node %s: capacity %g; want 0 (read as 1) or %g..%g", ErrInvalid, n.ID, n.Capacity, MinCapacity, MaxCapacity)
 	case n.Address == "":
@@ -755,6 +802,8 @@ func (c *Core) expire(now time.Time) *change {
 	slices.Sort(gone)
 	ch := c.removeNodes(gone, "lease expired")
 	ch.kind = kindExpiry
+	crashes, found := c.detectCrashes(gone, now)
+	c.quarantine(ch, crashes, found, now)
 	return ch
 }
 

@@ -86,6 +86,11 @@ type (
 		Caller
 		Slice SliceRef
 	}
+	// Unquarantine lifts the quarantines that overlap a slice (see quarantine.go).
+	Unquarantine struct {
+		Caller
+		Slice SliceRef
+	}
 	// Drain empties a node, or with Cancel stops doing so.
 	Drain struct {
 		Caller
@@ -166,6 +171,7 @@ func (Split) event()               {}
 func (Merge) event()               {}
 func (Pin) event()                 {}
 func (Unpin) event()               {}
+func (Unquarantine) event()        {}
 func (Drain) event()               {}
 func (Freeze) event()              {}
 func (Unfreeze) event()            {}
@@ -204,6 +210,8 @@ func Call(ev Event) string {
 		return "pin"
 	case Unpin:
 		return "unpin"
+	case Unquarantine:
+		return "unquarantine"
 	case Drain:
 		return "drain"
 	case Freeze:
@@ -235,7 +243,7 @@ func (c Caller) caller() Caller { return c }
 // IsAdmin reports whether a call is an admin change.
 func IsAdmin(call string) bool {
 	switch call {
-	case "move", "split", "merge", "pin", "unpin", "drain", "freeze", "unfreeze", "set_algorithm":
+	case "move", "split", "merge", "pin", "unpin", "unquarantine", "drain", "freeze", "unfreeze", "set_algorithm":
 		return true
 	}
 	return false

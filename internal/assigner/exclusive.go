@@ -192,7 +192,7 @@ func (c *Core) leaseRoles(now time.Time) (*change, error) {
 			delete(c.leases.until, id)
 		}
 	}
-	if c.a.Validate(c.registered()) != nil {
+	if c.a.Validate(c.holders()) != nil {
 		return nil, nil // departed nodes wait for the clean-up, which places the roles too
 	}
 	ops := c.placeRoles(c.a, c.a, now)

@@ -40,6 +40,10 @@ type metrics struct {
 	// counts the failed watches and clock reads, by class (source.Class).
 	sourceAvailable prometheus.Gauge
 	sourceErrors    *prometheus.CounterVec
+	// quarantined is how many ranges no node holds now, their holders having crashed on
+	// them (a key of death); quarantines counts the ranges put in quarantine.
+	quarantined prometheus.Gauge
+	quarantines prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -98,6 +102,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_errors_total",
 			Help: "Failed watches and clock reads of the source, by class (unavailable, misconfigured, compacted)."}, []string{"class"}),
 	}
+	m.quarantined = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "quarantined_ranges",
+		Help: "Ranges in quarantine: held by no node, as their holders crashed shortly after acquiring them (lift with slicectl unquarantine)."})
+	m.quarantines = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quarantines_total",
+		Help: "Ranges put in quarantine because two nodes crashed shortly after acquiring them."})
 	m.sourceAvailable.Set(1)
 	for _, c := range source.Classes {
 		m.sourceErrors.WithLabelValues(c.String())
@@ -108,6 +116,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
 		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.etcdRetries, m.adminChanges,
 		m.handoffsStarted, m.handoffsCompleted, m.handoffsRolledBack, m.primaryHandovers, m.handoffsInProgress, m.handoffDuration,
-		m.sourceAvailable, m.sourceErrors)
+		m.sourceAvailable, m.sourceErrors, m.quarantined, m.quarantines)
 	return m
 }

@@ -28,17 +28,19 @@ import (
 //   - Log holds records for the log, the audit trail among them.
 //   - Pass is set when a balancing pass ran to its end; PassFailed when one failed.
 //   - Handoffs counts the handoffs that committed changes began and ended.
+//   - Quarantined counts the ranges that committed changes put in quarantine.
 //   - Wake is when the core next wants a Tick.
 type Output struct {
-	Write      *Write
-	Publish    []Publication
-	Snapshot   *Snapshot
-	Reply      *Reply
-	Log        []Record
-	Pass       *PassDone
-	PassFailed bool
-	Handoffs   HandoffStats
-	Wake       time.Time
+	Write       *Write
+	Publish     []Publication
+	Snapshot    *Snapshot
+	Reply       *Reply
+	Log         []Record
+	Pass        *PassDone
+	PassFailed  bool
+	Handoffs    HandoffStats
+	Quarantined int
+	Wake        time.Time
 }
 
 // Write is one change to persist, in order: the node, the nodes deleted, then the map (Init
@@ -134,4 +136,6 @@ type Explanation struct {
 	Failures  uint64
 	Error     string
 	ErrorTime time.Time
+	// Quarantined lists the ranges that no pass places on a node (see quarantine.go).
+	Quarantined []store.Quarantine
 }

@@ -122,7 +122,9 @@ func (c *Core) placeRoles(before, after *assignment.Assignment, now time.Time) [
 // rolesOf returns the primary and next primary slice s must have at now, the roles of was
 // (the slice it was part of) being what they were.
 func (c *Core) rolesOf(was, s assignment.Slice, counts map[assignment.NodeID]int, now time.Time) (primary, next assignment.NodeID) {
-	serving := slices.DeleteFunc(slices.Clone(s.Replicas), s.IsLoading)
+	serving := slices.DeleteFunc(slices.Clone(s.Replicas), func(id assignment.NodeID) bool {
+		return s.IsLoading(id) || id == assignment.Nobody // a quarantined slice has no primary
+	})
 	staying := slices.DeleteFunc(slices.Clone(serving), func(id assignment.NodeID) bool { return slices.Contains(s.Leaving, id) })
 	p, n := was.Primary, was.Next
 	if p == "" || !slices.Contains(serving, p) || !c.leaseValid(p, now) {

@@ -147,6 +147,9 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	}
 	cfg.Roles = take(d, "roles", "")
 	cfg.Exclusive = flag(d, "exclusive")
+	if cfg.QuarantineWindow, err = time.ParseDuration(take(d, "quarantine-window", "0s")); err != nil {
+		return "", err
+	}
 	if h.c, err = NewCore(cfg); err != nil {
 		return "", err
 	}
@@ -159,6 +162,9 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	}
 	if h.c.Config().Exclusive {
 		out += " exclusive"
+	}
+	if w := h.c.Config().QuarantineWindow; w != defaultQuarantineTTLs*h.c.Config().NodeTTL {
+		out += fmt.Sprintf(" quarantine-window %s", w)
 	}
 	return out + "\n", nil
 }
@@ -343,6 +349,8 @@ func (h *script) sliceEvent(d *datadriven.TestData, by Caller) (Event, error) {
 		return Pin{Caller: by, Slice: s}, nil
 	case "unpin":
 		return Unpin{Caller: by, Slice: s}, nil
+	case "unquarantine":
+		return Unquarantine{Caller: by, Slice: s}, nil
 	}
 	return nil, fmt.Errorf("unknown command %q", d.Cmd)
 }
@@ -561,6 +569,9 @@ func formatMeta(m store.Meta) string {
 	if len(m.Draining) > 0 {
 		s += fmt.Sprintf(" draining %v", m.Draining)
 	}
+	for _, q := range m.Quarantined {
+		s += fmt.Sprintf(" quarantined %s by %s at +%s", q.Range, assignment.FormatReplicas(q.Nodes), q.Since.Sub(t0))
+	}
 	return s
 }
 
@@ -608,6 +619,7 @@ func (h *script) printQuery(b *strings.Builder, r *Reply) {
 		if st.SourceError != "" {
 			fmt.Fprintf(b, "  source lost at %s misconfigured %t: %s\n", h.at(st.SourceLostSince), st.SourceMisconfigured, st.SourceError)
 		}
+		h.printQuarantined(b, st.Quarantined)
 	}
 	for _, n := range r.Nodes {
 		fmt.Fprintf(b, "  %s slices %d load %.3f seen %s draining %t\n", n.ID, n.Slices, n.Load, h.at(n.LastSeen), n.Draining)
@@ -624,6 +636,13 @@ func (h *script) printQuery(b *strings.Builder, r *Reply) {
 			fmt.Fprintf(b, " imbalance %.3f -> %.3f moves %d stop %q", x.ImbalanceBefore, x.ImbalanceAfter, x.Moves, x.Stop)
 		}
 		b.WriteString("\n")
+		h.printQuarantined(b, x.Quarantined)
+	}
+}
+
+func (h *script) printQuarantined(b *strings.Builder, qs []store.Quarantine) {
+	for _, q := range qs {
+		fmt.Fprintf(b, "  quarantined %s since %s by %s\n", q.Range, h.at(q.Since), assignment.FormatReplicas(q.Nodes))
 	}
 }
 

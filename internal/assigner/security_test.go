@@ -387,3 +387,23 @@ func TestMetricsNeedAClientCertificateUnderTLS(t *testing.T) {
 	_, err = get(&tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS12})
 	assert.Error(t, err, "a scraper without a certificate")
 }
+
+// TestOnlyAnAdminLiftsAQuarantine checks that Unquarantine sits behind the admin role, and
+// that an admin's lift of what is not quarantined succeeds and changes nothing.
+func TestOnlyAnAdminLiftsAQuarantine(t *testing.T) {
+	s := startSecured(t)
+	s.leading(t)
+	ctx := ctxT(t, 60*time.Second)
+	_, err := pb.NewNodeServiceClient(s.as(t, "node", "n1")).Register(ctx, register("n1", "127.0.0.1:1"))
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "a map exists", s.hasMap)
+	req := &pb.UnquarantineRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: []byte("k")}}}
+	for _, who := range [][2]string{{"viewer", "vera"}, {"node", "n1"}, {"router", "r1"}} {
+		_, err := pb.NewAdminServiceClient(s.as(t, who[0], who[1])).Unquarantine(ctx, req)
+		assert.Equal(t, codes.PermissionDenied, code(err), "a %s lifts a quarantine: %v", who[0], err)
+	}
+	assert.Equal(t, 3.0, s.denied(t, "/sliceplane.v1.AdminService/Unquarantine", authz.ReasonRole))
+	resp, err := pb.NewAdminServiceClient(s.as(t, "admin", "alice")).Unquarantine(ctx, req)
+	require.NoError(t, err, "an admin lifts a quarantine")
+	assert.True(t, resp.GetAlready(), "nothing was quarantined")
+}

@@ -627,6 +627,10 @@ func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time
 	if out.PassFailed {
 		s.metrics.passFailures.Inc()
 	}
+	if out.Quarantined > 0 {
+		s.metrics.quarantines.Add(float64(out.Quarantined))
+		s.observeCore(l.core)
+	}
 	for _, p := range out.Publish {
 		if err := s.publish(ctx, l, p); err != nil {
 			return err
@@ -785,6 +789,7 @@ func (s *Server) observeCore(c *Core) {
 	s.metrics.slices.Set(float64(st.Slices))
 	s.metrics.imbalance.Set(st.Imbalance)
 	s.metrics.handoffsInProgress.Set(float64(st.Handoffs))
+	s.metrics.quarantined.Set(float64(len(st.Quarantined)))
 	s.metrics.nodeLoad.Reset()
 	for _, n := range c.Nodes() {
 		s.metrics.nodeLoad.WithLabelValues(string(n.ID)).Set(n.Load)

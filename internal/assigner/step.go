@@ -125,6 +125,12 @@ func (c *Core) run(now time.Time, out *Output) {
 				c.propose(now, ch, out)
 			}
 		case t.pass:
+			if ch, err := c.isolate(now); err != nil {
+				out.Log = append(out.Log, Record{Level: slog.LevelError, Msg: "isolating quarantined ranges failed", Attrs: []any{"err", err}})
+			} else if ch != nil {
+				c.propose(now, ch, out) // the pass runs once it is stored
+				continue
+			}
 			t.pass = false
 			ch, err := c.pass(now)
 			if err != nil {
@@ -225,6 +231,8 @@ func (c *Core) decide(now time.Time, ev requestEvent, out *Output) (*change, Rep
 		ch, r.Range, err = c.pin(ev.Slice)
 	case Unpin:
 		ch, r.Range, err = c.unpin(ev.Slice)
+	case Unquarantine:
+		ch, r.Range, err = c.unquarantine(ev.Slice)
 	case Drain:
 		ch, r.Held, err = c.drain(ev.Node, ev.Cancel)
 	case Freeze:
@@ -325,13 +333,22 @@ func (c *Core) commit(now time.Time, ch *change, out *Output) {
 	}
 	remap := false
 	if ch.setMap {
+		c.noteAcquired(c.a, ch, now)
 		c.a, remap = ch.after, true
+	}
+	c.forgetCrashed(ch, now)
+	c.logQuarantined(ch, out)
+	if ch.lift != nil {
+		c.forgetLifted(*ch.lift)
 	}
 	if ch.snapshot {
 		c.snapshot = c.meta.LastIndex
 		out.Snapshot = &Snapshot{Index: c.meta.LastIndex, Map: ch.after}
 	}
 	if ch.node != nil {
+		if _, known := c.nodes[ch.node.ID]; !known {
+			c.noteRejoined(ch.node.ID, now)
+		}
 		c.nodes[ch.node.ID] = ch.node
 	}
 	for _, id := range ch.forget {

@@ -49,6 +49,7 @@ type options struct {
 	roles         string
 	exclusive     bool
 	handoffLinger time.Duration
+	quarantineWin time.Duration
 	algorithm     string
 	params        []string
 	logLevel      string
@@ -160,6 +161,9 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 		"and the move is rolled back); =false: a move switches readers to the new node at once")
 	f.DurationVar(&o.handoffTO, "handoff-timeout", 30*time.Second, "--make-before-break: how long a move may wait for its "+
 		"new nodes to load the slice before it is rolled back (the old nodes keep it)")
+	f.DurationVar(&o.quarantineWin, "quarantine-window", 0, "quarantine a range when nodes crash twice (their leases lapse, "+
+		"no deregistration) within this long of each other, each within it of acquiring the range: it is then held by no node "+
+		"until slicectl unquarantine (0: three --node-ttl; negative: no quarantine)")
 	f.DurationVar(&o.handoffLinger, "handoff-linger", 2*time.Second, "--make-before-break: how long the old nodes keep "+
 		"serving a slice once its new nodes have loaded it, for routers that have not yet seen the new nodes serve")
 	f.StringVar(&o.roles, "roles", assigner.RolesReplicas, "the replicas' roles: "+assigner.RolesReplicas+" (all alike) or "+
@@ -260,7 +264,8 @@ func (o *options) run(ctx context.Context) error {
 func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig) assigner.CoreConfig {
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
 		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
-		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger, Roles: o.roles, Exclusive: o.exclusive}
+		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger, Roles: o.roles, Exclusive: o.exclusive,
+		QuarantineWindow: o.quarantineWin}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's

@@ -11,6 +11,13 @@ import (
 // it can be written in flags and lists (a,b,c) without quoting.
 type NodeID string
 
+// Nobody is the holder of a slice that no node may serve: a quarantined range (a key of
+// death, whose holders crash) stays in the map, as every point of the space must, but on no
+// live node. It is a well-formed ID so that every reader of the map takes it as it is; the
+// assigner refuses a node that registers under it, and routers answer its keys as
+// unavailable.
+const Nobody NodeID = "-"
+
 // Validate reports whether id is well formed.
 func (id NodeID) Validate() error {
 	if len(id) == 0 || len(id) > 128 {

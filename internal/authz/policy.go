@@ -31,7 +31,7 @@ const (
 	RoleRouter Role = "router"
 	// RoleViewer may inspect: Status, ListSlices, ListQuanta, Explain.
 	RoleViewer Role = "viewer"
-	// RoleAdmin may change: Move, Split, Merge, Pin, Unpin, Drain, Freeze, Unfreeze,
+	// RoleAdmin may change: Move, Split, Merge, Pin, Unpin, Unquarantine, Drain, Freeze, Unfreeze,
 	// SetAlgorithm.
 	RoleAdmin Role = "admin"
 	// RoleAssigner is the assigners' own identity; no method needs it.

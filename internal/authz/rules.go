@@ -78,7 +78,7 @@ func AssignerRules() Rules {
 	methods(pb.AdminService_ServiceDesc.ServiceName, []string{"Status", "ListSlices", "ListQuanta", "Explain"},
 		Rule{Roles: []Role{RoleViewer}}, r)
 	methods(pb.AdminService_ServiceDesc.ServiceName,
-		[]string{"Move", "Split", "Merge", "Pin", "Unpin", "Drain", "Freeze", "Unfreeze", "SetAlgorithm"},
+		[]string{"Move", "Split", "Merge", "Pin", "Unpin", "Unquarantine", "Drain", "Freeze", "Unfreeze", "SetAlgorithm"},
 		Rule{Roles: []Role{RoleAdmin}}, r)
 	return public(r)
 }

@@ -78,12 +78,13 @@ func (r *Report) add(p Problem) {
 }
 
 // Check compares what the nodes hold with the source as of clock and the map a. Every node
-// named in a must be in nodes; nodes not in a must hold nothing.
+// named in a must be in nodes; nodes not in a must hold nothing. A quarantined range, held by
+// assignment.Nobody, must be held by no node.
 func Check(ctx context.Context, src source.Source, clock uint64, a *assignment.Assignment, nodes map[assignment.NodeID]client.Reader) (Report, error) {
 	var r Report
 	for _, s := range a.All() {
 		for _, id := range s.Replicas {
-			if nodes[id] == nil {
+			if nodes[id] == nil && id != assignment.Nobody {
 				return Report{}, fmt.Errorf("converge: node %s holds %s in the map, but was not given", id, s.Range)
 			}
 		}
@@ -98,12 +99,15 @@ func Check(ctx context.Context, src source.Source, clock uint64, a *assignment.A
 			ranges[id] = append(ranges[id], s.Range)
 		}
 	}
+	delete(ranges, assignment.Nobody)
 	_, err := src.Scan(ctx, keyspace.Full(), clock, func(it source.Item) error {
 		r.Items++
 		_, s := a.Lookup(it.Hash)
 		for _, id := range s.Replicas {
-			want[id][string(it.Key)] = it
-			r.Copies++
+			if id != assignment.Nobody {
+				want[id][string(it.Key)] = it
+				r.Copies++
+			}
 		}
 		return nil
 	})

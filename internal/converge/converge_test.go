@@ -593,3 +593,19 @@ func TestCheckErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckWantsAQuarantinedRangeNowhere checks that a range held by Nobody (quarantined)
+// is required of no node: its items count no copy, and a node still holding it leaks them.
+func TestCheckWantsAQuarantinedRangeNowhere(t *testing.T) {
+	f := newFixture(t)
+	a, err := f.a.Apply([]assignment.Op{assignment.Assign{Slice: f.s[2].Start, Replicas: []assignment.NodeID{assignment.Nobody}}})
+	require.NoError(t, err)
+	f.a = a
+	r := f.check(t, f.at)
+	assert.Equal(t, 5, r.Items)
+	assert.Equal(t, 8, r.Copies, "c0, in the quarantined range, is wanted nowhere")
+	assert.Equal(t, counts{Leaked: 1, Slices: 1}, countsOf(r), "%s", r)
+	for _, p := range r.Problems {
+		assert.Equal(t, n3, p.Node, "%s", r)
+	}
+}

@@ -236,6 +236,9 @@ func (r *Router) act(n *node, a Action) {
 
 // serves reports whether this distributor serves node id.
 func (r *Router) serves(id assignment.NodeID) bool {
+	if id == assignment.Nobody { // the holder of quarantined ranges: no node pulls for it
+		return false
+	}
 	d, _, ok := r.dists.For(id)
 	return ok && d == r.cfg.ID
 }

@@ -212,6 +212,8 @@ func TestAgainstAnAssigner(t *testing.T) {
 
 	t.Run("pin and unpin", func(t *testing.T) { ctlPinAndUnpin(t, e) })
 
+	t.Run("unquarantine", func(t *testing.T) { ctlUnquarantine(t, e) })
+
 	t.Run("freeze and unfreeze", func(t *testing.T) { ctlFreezeAndUnfreeze(t, e) })
 
 	t.Run("algorithm", func(t *testing.T) { ctlAlgorithm(t, e) })
@@ -237,6 +239,7 @@ func ctlStatus(t *testing.T, e *assignerEnv) {
 	assert.Regexp(t, `(?m)^algorithm\s+weighted-move \(default constants\)$`, out)
 	assert.Regexp(t, `(?m)^last pass\s+\d{4}-\d\d-\d\d .* ago\)$`, out)
 	assert.Regexp(t, `(?m)^pinned\s+none$`, out)
+	assert.Regexp(t, `(?m)^quarantined\s+none$`, out)
 
 	var got statusOut
 	e.okJSON(&got, "status")
@@ -569,6 +572,21 @@ func ctlPinAndUnpin(t *testing.T, e *assignerEnv) {
 	assert.Len(t, e.status().GetPinned(), 1)
 	e.ok("unpin", keyspace.FormatPoint(r.Start))
 	assert.Empty(t, e.status().GetPinned())
+}
+
+// ctlUnquarantine lifts what is not quarantined: it says so and changes nothing (the
+// assigner's tests quarantine ranges; here no node crashes).
+func ctlUnquarantine(t *testing.T, e *assignerEnv) {
+	r := rangeOf(e.lookup(keyspace.Hash([]byte("user:5"))).GetSlice())
+	assert.Equal(t, fmt.Sprintf("%s is not quarantined: nothing changed\n", r), e.ok("unquarantine", "key:user:5"))
+	var got struct {
+		Range   rangeOut
+		Changed bool
+	}
+	e.okJSON(&got, "unquarantine", keyspace.FormatPoint(r.Start))
+	assert.False(t, got.Changed)
+	assert.Equal(t, formatRange(r), got.Range)
+	assert.Empty(t, e.status().GetQuarantined())
 }
 
 func ctlFreezeAndUnfreeze(t *testing.T, e *assignerEnv) {

@@ -44,6 +44,8 @@ type jsonExplain struct {
 	Reassigned      uint32          `json:"reassigned"`
 	Stop            string          `json:"stop"`
 	Candidates      []jsonCandidate `json:"candidates"`
+	// Quarantined ranges are held by no node: no pass places them.
+	Quarantined []jsonQuarantine `json:"quarantined"`
 	jsonPassFailures
 }
 
@@ -54,7 +56,7 @@ func explainJSON(x *pb.ExplainResponse, frozen bool) jsonExplain {
 		Churn:  jsonChurn{Cleanup: jsonFloat(x.GetChurnCleanup()), Merge: jsonFloat(x.GetChurnMerge()), Move: jsonFloat(x.GetChurnMove())},
 		Splits: x.GetSplits(), Merges: x.GetMerges(), Moves: x.GetMoves(), ReplicasAdded: x.GetReplicasAdded(),
 		ReplicasRemoved: x.GetReplicasRemoved(), Reassigned: x.GetReassigned(), Stop: x.GetStop(),
-		Candidates: []jsonCandidate{},
+		Candidates: []jsonCandidate{}, Quarantined: quarantinesJSON(x.GetQuarantined()),
 		jsonPassFailures: jsonPassFailures{PassFailures: x.GetPassFailures(), PassError: x.GetPassError(),
 			PassErrorTime: jsonTime(x.GetPassErrorTime())},
 	}
@@ -82,9 +84,11 @@ its move step stopped, and the candidate moves it weighed: the ones it chose,
 then the best ones it rejected, each with the imbalance it would have gained,
 the share of keys it would have copied, and the reason it was not taken.
 
-It also says when balancing is frozen, as then no pass runs at all, and when
-passes are failing: how many in a row, and why the last one failed; what follows
-is then the last pass that succeeded.`,
+It also says when balancing is frozen, as then no pass runs at all, when
+passes are failing (how many in a row, and why the last one failed; what follows
+is then the last pass that succeeded), and which ranges are in quarantine: held
+by no node, which no pass places, because nodes crashed twice shortly after
+acquiring them (slicectl unquarantine lifts one).`,
 		Example: `  slicectl explain
   slicectl explain -o json | jq '.candidates[] | select(.chosen | not) | .reason'`,
 		Args: noArgs,
@@ -114,6 +118,14 @@ func printExplain(s *session, x *pb.ExplainResponse, st *pb.StatusResponse) erro
 	}
 	if f := showPassFailures(x.GetPassFailures(), x.GetPassError(), x.GetPassErrorTime()); f != "" {
 		fmt.Fprintf(out, "balancing passes are %s; the last pass that succeeded follows.\n", f)
+	}
+	if qs := x.GetQuarantined(); len(qs) > 0 {
+		w := newTable(out)
+		printQuarantined(w, qs)
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "no pass places the quarantined ranges on a node.")
 	}
 	if !x.GetPassed() {
 		_, err := fmt.Fprintf(out, "no balancing pass has run yet in term %d (map at %s)\n",

@@ -136,7 +136,7 @@ func addCommands(root *cobra.Command, g *globalOptions) {
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{
-		newMoveCommand(g), newSplitCommand(g), newMergeCommand(g), newPinCommand(g), newUnpinCommand(g),
+		newMoveCommand(g), newSplitCommand(g), newMergeCommand(g), newPinCommand(g), newUnpinCommand(g), newUnquarantineCommand(g),
 		newDrainCommand(g), newFreezeCommand(g), newUnfreezeCommand(g), newAlgorithmCommand(g),
 	} {
 		c.GroupID = groupOverride

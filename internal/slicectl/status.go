@@ -25,6 +25,7 @@ type jsonStatus struct {
 	LastPass      *time.Time        `json:"last_pass"`
 	Pinned        []jsonRange       `json:"pinned"`
 	Handoffs      uint32            `json:"handoffs"`
+	Quarantined   []jsonQuarantine  `json:"quarantined"`
 	jsonPassFailures
 	// Source is set while the leader cannot follow its data source.
 	Source *jsonSourceLost `json:"source_lost,omitempty"`
@@ -43,6 +44,7 @@ func statusJSON(st *pb.StatusResponse) jsonStatus {
 		Clock: st.GetClock(), Generation: st.GetGeneration(), Imbalance: jsonFloat(st.GetImbalance()), Slices: st.GetSlices(),
 		Nodes: st.GetNodes(), Frozen: st.GetFrozen(), Algorithm: st.GetAlgorithm(), Params: st.GetParams(),
 		LastPass: jsonTime(st.GetLastPass()), Pinned: []jsonRange{}, Handoffs: st.GetHandoffs(),
+		Quarantined: quarantinesJSON(st.GetQuarantined()),
 		jsonPassFailures: jsonPassFailures{PassFailures: st.GetPassFailures(), PassError: st.GetPassError(),
 			PassErrorTime: jsonTime(st.GetPassErrorTime())},
 	}
@@ -68,7 +70,9 @@ term, the position (term/seq) and Lamport clock of its last quantum, the map's
 generation, the imbalance of the node loads (max over mean of load over
 capacity; 1 is perfect), the numbers of slices and nodes, whether balancing is
 frozen, the balancing algorithm and the constants set for it, when the last
-balancing pass ran, and the ranges pinned in place; while slices are handed off
+balancing pass ran, the ranges pinned in place, and the ranges in quarantine
+(held by no node: nodes crashed twice shortly after acquiring them; slicectl
+unquarantine lifts one); while slices are handed off
 make-before-break, "handoffs" counts them. When balancing passes fail,
 "balancing" says so: how many failed in a row, when the last did and why.
 While the leader cannot reach its data source, "source" says since when and
@@ -140,5 +144,6 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 		}
 		row(w, label, showRange(r))
 	}
+	printQuarantined(w, st.GetQuarantined())
 	return w.Flush()
 }

@@ -69,6 +69,16 @@ type Meta struct {
 	FreezeReason                 string
 	Pins                         []keyspace.Range
 	Draining                     []assignment.NodeID
+	// Quarantined ranges are held by assignment.Nobody: their holders crashed on them.
+	Quarantined []Quarantine
+}
+
+// Quarantine is a range taken off every node, since Since, because the holders Nodes (in
+// the order they crashed) crashed shortly after acquiring it.
+type Quarantine struct {
+	Range keyspace.Range
+	Since time.Time
+	Nodes []assignment.NodeID
 }
 
 // Entry is one logged change of the map.
@@ -463,6 +473,13 @@ func metaToProto(m Meta) *storev1.Meta {
 	for _, id := range m.Draining {
 		out.Draining = append(out.Draining, string(id))
 	}
+	for _, q := range m.Quarantined {
+		pq := &storev1.Quarantine{Range: wire.RangeToProto(q.Range), Since: timestamppb.New(q.Since)}
+		for _, id := range q.Nodes {
+			pq.Nodes = append(pq.Nodes, string(id))
+		}
+		out.Quarantined = append(out.Quarantined, pq)
+	}
 	return out
 }
 
@@ -481,6 +498,17 @@ func metaFromProto(p *storev1.Meta) (Meta, error) {
 	}
 	for _, id := range p.Draining {
 		m.Draining = append(m.Draining, assignment.NodeID(id))
+	}
+	for _, q := range p.Quarantined {
+		rr, err := wire.RangeFromProto(q.Range)
+		if err != nil {
+			return Meta{}, fmt.Errorf("%w: meta record: quarantine: %w", ErrCorrupt, err)
+		}
+		mq := Quarantine{Range: rr, Since: q.Since.AsTime()}
+		for _, id := range q.Nodes {
+			mq.Nodes = append(mq.Nodes, assignment.NodeID(id))
+		}
+		m.Quarantined = append(m.Quarantined, mq)
 	}
 	return m, nil
 }

@@ -77,7 +77,8 @@ func TestStateRoundTrips(t *testing.T) {
 	f, _ := lead(t, c)
 	a := uniform(t, 8, 3)
 	m := Meta{Term: 5, Algorithm: "weighted-move", Params: map[string]string{"max_churn": "0.05"},
-		Frozen: true, FreezeReason: "maintenance", Pins: []keyspace.Range{a.Slice(2).Range}, Draining: []assignment.NodeID{"node-0001"}, Pass: 12}
+		Frozen: true, FreezeReason: "maintenance", Pins: []keyspace.Range{a.Slice(2).Range}, Draining: []assignment.NodeID{"node-0001"}, Pass: 12,
+		Quarantined: []Quarantine{{Range: a.Slice(5).Range, Since: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC), Nodes: []assignment.NodeID{"node-0002", "node-0000"}}}}
 	require.NoError(t, s.Init(ctx, f, m, a))
 	a, m = step(t, s, f, m, a, []assignment.Op{assignment.Split{Slice: 0, At: 7}}, nil)
 	move := balance.Move{Range: a.Slice(3).Range, From: "node-0002", To: "node-0000", Pass: 12}

@@ -1802,8 +1802,11 @@ type StatusResponse struct {
 	SourceError         string                 `protobuf:"bytes,18,opt,name=source_error,json=sourceError,proto3" json:"source_error,omitempty"`
 	SourceLostSince     *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=source_lost_since,json=sourceLostSince,proto3" json:"source_lost_since,omitempty"`
 	SourceMisconfigured bool                   `protobuf:"varint,20,opt,name=source_misconfigured,json=sourceMisconfigured,proto3" json:"source_misconfigured,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// quarantined lists the ranges held by no node: their holders crashed shortly after
+	// acquiring them (a key of death). Lift one with Unquarantine.
+	Quarantined   []*Quarantine `protobuf:"bytes,21,rep,name=quarantined,proto3" json:"quarantined,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1976,6 +1979,75 @@ func (x *StatusResponse) GetSourceMisconfigured() bool {
 	return false
 }
 
+func (x *StatusResponse) GetQuarantined() []*Quarantine {
+	if x != nil {
+		return x.Quarantined
+	}
+	return nil
+}
+
+// Quarantine is a range taken off every node since since, because nodes (in the order they
+// crashed) crashed shortly after acquiring it. Routers answer its keys as unavailable.
+type Quarantine struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Range         *Range                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	Nodes         []string               `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quarantine) Reset() {
+	*x = Quarantine{}
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quarantine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quarantine) ProtoMessage() {}
+
+func (x *Quarantine) ProtoReflect() protoreflect.Message {
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quarantine.ProtoReflect.Descriptor instead.
+func (*Quarantine) Descriptor() ([]byte, []int) {
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Quarantine) GetRange() *Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *Quarantine) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *Quarantine) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 type ListNodesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1984,7 +2056,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[28]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2068,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[28]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2081,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{28}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{29}
 }
 
 type NodeInfo struct {
@@ -2036,7 +2108,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[29]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2120,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[29]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2133,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{29}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeInfo) GetNode() *Node {
@@ -2157,7 +2229,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[30]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2241,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[30]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2254,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{30}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -2206,7 +2278,7 @@ type ListSlicesRequest struct {
 
 func (x *ListSlicesRequest) Reset() {
 	*x = ListSlicesRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[31]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2290,7 @@ func (x *ListSlicesRequest) String() string {
 func (*ListSlicesRequest) ProtoMessage() {}
 
 func (x *ListSlicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[31]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2303,7 @@ func (x *ListSlicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlicesRequest.ProtoReflect.Descriptor instead.
 func (*ListSlicesRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{31}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListSlicesRequest) GetNode() string {
@@ -2280,7 +2352,7 @@ type SliceInfo struct {
 
 func (x *SliceInfo) Reset() {
 	*x = SliceInfo{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[32]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2364,7 @@ func (x *SliceInfo) String() string {
 func (*SliceInfo) ProtoMessage() {}
 
 func (x *SliceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[32]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2377,7 @@ func (x *SliceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceInfo.ProtoReflect.Descriptor instead.
 func (*SliceInfo) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{32}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SliceInfo) GetRange() *Range {
@@ -2396,7 +2468,7 @@ type ListSlicesResponse struct {
 
 func (x *ListSlicesResponse) Reset() {
 	*x = ListSlicesResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[33]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2480,7 @@ func (x *ListSlicesResponse) String() string {
 func (*ListSlicesResponse) ProtoMessage() {}
 
 func (x *ListSlicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[33]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2493,7 @@ func (x *ListSlicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlicesResponse.ProtoReflect.Descriptor instead.
 func (*ListSlicesResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{33}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSlicesResponse) GetSlices() []*SliceInfo {
@@ -2450,7 +2522,7 @@ type ListQuantaRequest struct {
 
 func (x *ListQuantaRequest) Reset() {
 	*x = ListQuantaRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[34]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2534,7 @@ func (x *ListQuantaRequest) String() string {
 func (*ListQuantaRequest) ProtoMessage() {}
 
 func (x *ListQuantaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[34]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2547,7 @@ func (x *ListQuantaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQuantaRequest.ProtoReflect.Descriptor instead.
 func (*ListQuantaRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{34}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListQuantaRequest) GetLimit() uint32 {
@@ -2501,7 +2573,7 @@ type ListQuantaResponse struct {
 
 func (x *ListQuantaResponse) Reset() {
 	*x = ListQuantaResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[35]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2585,7 @@ func (x *ListQuantaResponse) String() string {
 func (*ListQuantaResponse) ProtoMessage() {}
 
 func (x *ListQuantaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[35]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2598,7 @@ func (x *ListQuantaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQuantaResponse.ProtoReflect.Descriptor instead.
 func (*ListQuantaResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{35}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListQuantaResponse) GetQuanta() []*Quantum {
@@ -2546,7 +2618,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[36]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2630,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[36]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2643,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{36}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MoveRequest) GetSlice() *SliceRef {
@@ -2597,7 +2669,7 @@ type MoveResponse struct {
 
 func (x *MoveResponse) Reset() {
 	*x = MoveResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[37]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2681,7 @@ func (x *MoveResponse) String() string {
 func (*MoveResponse) ProtoMessage() {}
 
 func (x *MoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[37]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2694,7 @@ func (x *MoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveResponse.ProtoReflect.Descriptor instead.
 func (*MoveResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{37}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MoveResponse) GetChange() *Change {
@@ -2646,7 +2718,7 @@ type SplitRequest struct {
 
 func (x *SplitRequest) Reset() {
 	*x = SplitRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[38]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2730,7 @@ func (x *SplitRequest) String() string {
 func (*SplitRequest) ProtoMessage() {}
 
 func (x *SplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[38]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2743,7 @@ func (x *SplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitRequest.ProtoReflect.Descriptor instead.
 func (*SplitRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{38}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SplitRequest) GetSlice() *SliceRef {
@@ -2731,7 +2803,7 @@ type SplitResponse struct {
 
 func (x *SplitResponse) Reset() {
 	*x = SplitResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[39]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +2815,7 @@ func (x *SplitResponse) String() string {
 func (*SplitResponse) ProtoMessage() {}
 
 func (x *SplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[39]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +2828,7 @@ func (x *SplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitResponse.ProtoReflect.Descriptor instead.
 func (*SplitResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{39}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SplitResponse) GetChange() *Change {
@@ -2776,7 +2848,7 @@ type MergeRequest struct {
 
 func (x *MergeRequest) Reset() {
 	*x = MergeRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[40]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +2860,7 @@ func (x *MergeRequest) String() string {
 func (*MergeRequest) ProtoMessage() {}
 
 func (x *MergeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[40]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +2873,7 @@ func (x *MergeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeRequest.ProtoReflect.Descriptor instead.
 func (*MergeRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{40}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MergeRequest) GetLeft() *SliceRef {
@@ -2827,7 +2899,7 @@ type MergeResponse struct {
 
 func (x *MergeResponse) Reset() {
 	*x = MergeResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[41]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2839,7 +2911,7 @@ func (x *MergeResponse) String() string {
 func (*MergeResponse) ProtoMessage() {}
 
 func (x *MergeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[41]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2852,7 +2924,7 @@ func (x *MergeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeResponse.ProtoReflect.Descriptor instead.
 func (*MergeResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{41}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MergeResponse) GetChange() *Change {
@@ -2871,7 +2943,7 @@ type PinRequest struct {
 
 func (x *PinRequest) Reset() {
 	*x = PinRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[42]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +2955,7 @@ func (x *PinRequest) String() string {
 func (*PinRequest) ProtoMessage() {}
 
 func (x *PinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[42]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +2968,7 @@ func (x *PinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinRequest.ProtoReflect.Descriptor instead.
 func (*PinRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{42}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PinRequest) GetSlice() *SliceRef {
@@ -2917,7 +2989,7 @@ type PinResponse struct {
 
 func (x *PinResponse) Reset() {
 	*x = PinResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[43]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3001,7 @@ func (x *PinResponse) String() string {
 func (*PinResponse) ProtoMessage() {}
 
 func (x *PinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[43]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3014,7 @@ func (x *PinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinResponse.ProtoReflect.Descriptor instead.
 func (*PinResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{43}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PinResponse) GetPinned() *Range {
@@ -2968,7 +3040,7 @@ type UnpinRequest struct {
 
 func (x *UnpinRequest) Reset() {
 	*x = UnpinRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[44]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3052,7 @@ func (x *UnpinRequest) String() string {
 func (*UnpinRequest) ProtoMessage() {}
 
 func (x *UnpinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[44]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3065,7 @@ func (x *UnpinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnpinRequest.ProtoReflect.Descriptor instead.
 func (*UnpinRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{44}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UnpinRequest) GetSlice() *SliceRef {
@@ -3014,7 +3086,7 @@ type UnpinResponse struct {
 
 func (x *UnpinResponse) Reset() {
 	*x = UnpinResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[45]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3098,7 @@ func (x *UnpinResponse) String() string {
 func (*UnpinResponse) ProtoMessage() {}
 
 func (x *UnpinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[45]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3111,7 @@ func (x *UnpinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnpinResponse.ProtoReflect.Descriptor instead.
 func (*UnpinResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{45}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UnpinResponse) GetUnpinned() *Range {
@@ -3050,6 +3122,104 @@ func (x *UnpinResponse) GetUnpinned() *Range {
 }
 
 func (x *UnpinResponse) GetAlready() bool {
+	if x != nil {
+		return x.Already
+	}
+	return false
+}
+
+type UnquarantineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slice         *SliceRef              `protobuf:"bytes,1,opt,name=slice,proto3" json:"slice,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnquarantineRequest) Reset() {
+	*x = UnquarantineRequest{}
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnquarantineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnquarantineRequest) ProtoMessage() {}
+
+func (x *UnquarantineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnquarantineRequest.ProtoReflect.Descriptor instead.
+func (*UnquarantineRequest) Descriptor() ([]byte, []int) {
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *UnquarantineRequest) GetSlice() *SliceRef {
+	if x != nil {
+		return x.Slice
+	}
+	return nil
+}
+
+type UnquarantineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lifted is the slice whose overlapping quarantines were lifted.
+	Lifted *Range `protobuf:"bytes,1,opt,name=lifted,proto3" json:"lifted,omitempty"`
+	// already is true when no quarantine overlapped it: nothing changed.
+	Already       bool `protobuf:"varint,2,opt,name=already,proto3" json:"already,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnquarantineResponse) Reset() {
+	*x = UnquarantineResponse{}
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnquarantineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnquarantineResponse) ProtoMessage() {}
+
+func (x *UnquarantineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnquarantineResponse.ProtoReflect.Descriptor instead.
+func (*UnquarantineResponse) Descriptor() ([]byte, []int) {
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *UnquarantineResponse) GetLifted() *Range {
+	if x != nil {
+		return x.Lifted
+	}
+	return nil
+}
+
+func (x *UnquarantineResponse) GetAlready() bool {
 	if x != nil {
 		return x.Already
 	}
@@ -3067,7 +3237,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[46]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3249,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[46]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3262,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{46}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DrainRequest) GetNodeId() string {
@@ -3119,7 +3289,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[47]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3301,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[47]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3314,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{47}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DrainResponse) GetSlices() uint32 {
@@ -3163,7 +3333,7 @@ type FreezeRequest struct {
 
 func (x *FreezeRequest) Reset() {
 	*x = FreezeRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[48]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3345,7 @@ func (x *FreezeRequest) String() string {
 func (*FreezeRequest) ProtoMessage() {}
 
 func (x *FreezeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[48]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3358,7 @@ func (x *FreezeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeRequest.ProtoReflect.Descriptor instead.
 func (*FreezeRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{48}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FreezeRequest) GetReason() string {
@@ -3206,7 +3376,7 @@ type FreezeResponse struct {
 
 func (x *FreezeResponse) Reset() {
 	*x = FreezeResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[49]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3218,7 +3388,7 @@ func (x *FreezeResponse) String() string {
 func (*FreezeResponse) ProtoMessage() {}
 
 func (x *FreezeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[49]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3231,7 +3401,7 @@ func (x *FreezeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeResponse.ProtoReflect.Descriptor instead.
 func (*FreezeResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{49}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{52}
 }
 
 type UnfreezeRequest struct {
@@ -3242,7 +3412,7 @@ type UnfreezeRequest struct {
 
 func (x *UnfreezeRequest) Reset() {
 	*x = UnfreezeRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[50]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3424,7 @@ func (x *UnfreezeRequest) String() string {
 func (*UnfreezeRequest) ProtoMessage() {}
 
 func (x *UnfreezeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[50]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3437,7 @@ func (x *UnfreezeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezeRequest.ProtoReflect.Descriptor instead.
 func (*UnfreezeRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{50}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{53}
 }
 
 type UnfreezeResponse struct {
@@ -3278,7 +3448,7 @@ type UnfreezeResponse struct {
 
 func (x *UnfreezeResponse) Reset() {
 	*x = UnfreezeResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[51]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3460,7 @@ func (x *UnfreezeResponse) String() string {
 func (*UnfreezeResponse) ProtoMessage() {}
 
 func (x *UnfreezeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[51]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3473,7 @@ func (x *UnfreezeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezeResponse.ProtoReflect.Descriptor instead.
 func (*UnfreezeResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{51}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{54}
 }
 
 type SetAlgorithmRequest struct {
@@ -3316,7 +3486,7 @@ type SetAlgorithmRequest struct {
 
 func (x *SetAlgorithmRequest) Reset() {
 	*x = SetAlgorithmRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[52]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3498,7 @@ func (x *SetAlgorithmRequest) String() string {
 func (*SetAlgorithmRequest) ProtoMessage() {}
 
 func (x *SetAlgorithmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[52]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3511,7 @@ func (x *SetAlgorithmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAlgorithmRequest.ProtoReflect.Descriptor instead.
 func (*SetAlgorithmRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{52}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetAlgorithmRequest) GetName() string {
@@ -3366,7 +3536,7 @@ type SetAlgorithmResponse struct {
 
 func (x *SetAlgorithmResponse) Reset() {
 	*x = SetAlgorithmResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[53]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3548,7 @@ func (x *SetAlgorithmResponse) String() string {
 func (*SetAlgorithmResponse) ProtoMessage() {}
 
 func (x *SetAlgorithmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[53]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3561,7 @@ func (x *SetAlgorithmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAlgorithmResponse.ProtoReflect.Descriptor instead.
 func (*SetAlgorithmResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{53}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{56}
 }
 
 type ExplainRequest struct {
@@ -3402,7 +3572,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[54]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3414,7 +3584,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[54]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3427,7 +3597,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{54}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{57}
 }
 
 type Candidate struct {
@@ -3446,7 +3616,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[55]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3458,7 +3628,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[55]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3471,7 +3641,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{55}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Candidate) GetAction() string {
@@ -3555,13 +3725,15 @@ type ExplainResponse struct {
 	PassFailures  uint64                 `protobuf:"varint,18,opt,name=pass_failures,json=passFailures,proto3" json:"pass_failures,omitempty"`
 	PassError     string                 `protobuf:"bytes,19,opt,name=pass_error,json=passError,proto3" json:"pass_error,omitempty"`
 	PassErrorTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=pass_error_time,json=passErrorTime,proto3" json:"pass_error_time,omitempty"`
+	// quarantined is as in StatusResponse: ranges no pass places on a node.
+	Quarantined   []*Quarantine `protobuf:"bytes,21,rep,name=quarantined,proto3" json:"quarantined,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[56]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +3745,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_v1_assigner_proto_msgTypes[56]
+	mi := &file_sliceplane_v1_assigner_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +3758,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{56}
+	return file_sliceplane_v1_assigner_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ExplainResponse) GetPosition() *Position {
@@ -3729,6 +3901,13 @@ func (x *ExplainResponse) GetPassErrorTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ExplainResponse) GetQuarantined() []*Quarantine {
+	if x != nil {
+		return x.Quarantined
+	}
+	return nil
+}
+
 var File_sliceplane_v1_assigner_proto protoreflect.FileDescriptor
 
 const file_sliceplane_v1_assigner_proto_rawDesc = "" +
@@ -3863,7 +4042,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x12#\n" +
 	"\x03ops\x18\x03 \x03(\v2\x11.sliceplane.v1.OpR\x03ops\x12\x18\n" +
 	"\asummary\x18\x04 \x01(\tR\asummary\"\x0f\n" +
-	"\rStatusRequest\"\xe3\x06\n" +
+	"\rStatusRequest\"\xa0\a\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\bR\x06leader\x12%\n" +
 	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress\x123\n" +
@@ -3888,10 +4067,16 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\bhandoffs\x18\x11 \x01(\rR\bhandoffs\x12!\n" +
 	"\fsource_error\x18\x12 \x01(\tR\vsourceError\x12F\n" +
 	"\x11source_lost_since\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\x0fsourceLostSince\x121\n" +
-	"\x14source_misconfigured\x18\x14 \x01(\bR\x13sourceMisconfigured\x1a9\n" +
+	"\x14source_misconfigured\x18\x14 \x01(\bR\x13sourceMisconfigured\x12;\n" +
+	"\vquarantined\x18\x15 \x03(\v2\x19.sliceplane.v1.QuarantineR\vquarantined\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
+	"\n" +
+	"Quarantine\x12*\n" +
+	"\x05range\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x05range\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05nodes\x18\x03 \x03(\tR\x05nodes\"\x12\n" +
 	"\x10ListNodesRequest\"\xdf\x03\n" +
 	"\bNodeInfo\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.sliceplane.v1.NodeR\x04node\x12\x18\n" +
@@ -3964,6 +4149,11 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05slice\x18\x01 \x01(\v2\x17.sliceplane.v1.SliceRefR\x05slice\"[\n" +
 	"\rUnpinResponse\x120\n" +
 	"\bunpinned\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\bunpinned\x12\x18\n" +
+	"\aalready\x18\x02 \x01(\bR\aalready\"D\n" +
+	"\x13UnquarantineRequest\x12-\n" +
+	"\x05slice\x18\x01 \x01(\v2\x17.sliceplane.v1.SliceRefR\x05slice\"^\n" +
+	"\x14UnquarantineResponse\x12,\n" +
+	"\x06lifted\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x06lifted\x12\x18\n" +
 	"\aalready\x18\x02 \x01(\bR\aalready\"?\n" +
 	"\fDrainRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
@@ -3991,7 +4181,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x04gain\x18\x05 \x01(\x01R\x04gain\x12\x12\n" +
 	"\x04cost\x18\x06 \x01(\x01R\x04cost\x12\x16\n" +
 	"\x06chosen\x18\a \x01(\bR\x06chosen\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"\xe6\x05\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"\xa3\x06\n" +
 	"\x0fExplainResponse\x123\n" +
 	"\bposition\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\bposition\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12)\n" +
@@ -4020,7 +4210,8 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\rpass_failures\x18\x12 \x01(\x04R\fpassFailures\x12\x1d\n" +
 	"\n" +
 	"pass_error\x18\x13 \x01(\tR\tpassError\x12B\n" +
-	"\x0fpass_error_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\rpassErrorTime2\x9a\x02\n" +
+	"\x0fpass_error_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\rpassErrorTime\x12;\n" +
+	"\vquarantined\x18\x15 \x03(\v2\x19.sliceplane.v1.QuarantineR\vquarantined2\x9a\x02\n" +
 	"\x11AssignmentService\x12b\n" +
 	"\x0fWatchAssignment\x12%.sliceplane.v1.WatchAssignmentRequest\x1a&.sliceplane.v1.WatchAssignmentResponse0\x01\x12Z\n" +
 	"\rGetAssignment\x12#.sliceplane.v1.GetAssignmentRequest\x1a$.sliceplane.v1.GetAssignmentResponse\x12E\n" +
@@ -4034,7 +4225,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"Deregister\x12 .sliceplane.v1.DeregisterRequest\x1a!.sliceplane.v1.DeregisterResponse\x12Q\n" +
 	"\n" +
 	"ReportLoad\x12 .sliceplane.v1.ReportLoadRequest\x1a!.sliceplane.v1.ReportLoadResponse\x12X\n" +
-	"\x05Drain\x12&.sliceplane.v1.NodeServiceDrainRequest\x1a'.sliceplane.v1.NodeServiceDrainResponse2\x91\b\n" +
+	"\x05Drain\x12&.sliceplane.v1.NodeServiceDrainRequest\x1a'.sliceplane.v1.NodeServiceDrainResponse2\xea\b\n" +
 	"\fAdminService\x12E\n" +
 	"\x06Status\x12\x1c.sliceplane.v1.StatusRequest\x1a\x1d.sliceplane.v1.StatusResponse\x12N\n" +
 	"\tListNodes\x12\x1f.sliceplane.v1.ListNodesRequest\x1a .sliceplane.v1.ListNodesResponse\x12Q\n" +
@@ -4046,7 +4237,8 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05Split\x12\x1b.sliceplane.v1.SplitRequest\x1a\x1c.sliceplane.v1.SplitResponse\x12B\n" +
 	"\x05Merge\x12\x1b.sliceplane.v1.MergeRequest\x1a\x1c.sliceplane.v1.MergeResponse\x12<\n" +
 	"\x03Pin\x12\x19.sliceplane.v1.PinRequest\x1a\x1a.sliceplane.v1.PinResponse\x12B\n" +
-	"\x05Unpin\x12\x1b.sliceplane.v1.UnpinRequest\x1a\x1c.sliceplane.v1.UnpinResponse\x12B\n" +
+	"\x05Unpin\x12\x1b.sliceplane.v1.UnpinRequest\x1a\x1c.sliceplane.v1.UnpinResponse\x12W\n" +
+	"\fUnquarantine\x12\".sliceplane.v1.UnquarantineRequest\x1a#.sliceplane.v1.UnquarantineResponse\x12B\n" +
 	"\x05Drain\x12\x1b.sliceplane.v1.DrainRequest\x1a\x1c.sliceplane.v1.DrainResponse\x12E\n" +
 	"\x06Freeze\x12\x1c.sliceplane.v1.FreezeRequest\x1a\x1d.sliceplane.v1.FreezeResponse\x12K\n" +
 	"\bUnfreeze\x12\x1e.sliceplane.v1.UnfreezeRequest\x1a\x1f.sliceplane.v1.UnfreezeResponse\x12W\n" +
@@ -4065,7 +4257,7 @@ func file_sliceplane_v1_assigner_proto_rawDescGZIP() []byte {
 	return file_sliceplane_v1_assigner_proto_rawDescData
 }
 
-var file_sliceplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_sliceplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_sliceplane_v1_assigner_proto_goTypes = []any{
 	(*Range)(nil),                    // 0: sliceplane.v1.Range
 	(*Position)(nil),                 // 1: sliceplane.v1.Position
@@ -4095,157 +4287,168 @@ var file_sliceplane_v1_assigner_proto_goTypes = []any{
 	(*Change)(nil),                   // 25: sliceplane.v1.Change
 	(*StatusRequest)(nil),            // 26: sliceplane.v1.StatusRequest
 	(*StatusResponse)(nil),           // 27: sliceplane.v1.StatusResponse
-	(*ListNodesRequest)(nil),         // 28: sliceplane.v1.ListNodesRequest
-	(*NodeInfo)(nil),                 // 29: sliceplane.v1.NodeInfo
-	(*ListNodesResponse)(nil),        // 30: sliceplane.v1.ListNodesResponse
-	(*ListSlicesRequest)(nil),        // 31: sliceplane.v1.ListSlicesRequest
-	(*SliceInfo)(nil),                // 32: sliceplane.v1.SliceInfo
-	(*ListSlicesResponse)(nil),       // 33: sliceplane.v1.ListSlicesResponse
-	(*ListQuantaRequest)(nil),        // 34: sliceplane.v1.ListQuantaRequest
-	(*ListQuantaResponse)(nil),       // 35: sliceplane.v1.ListQuantaResponse
-	(*MoveRequest)(nil),              // 36: sliceplane.v1.MoveRequest
-	(*MoveResponse)(nil),             // 37: sliceplane.v1.MoveResponse
-	(*SplitRequest)(nil),             // 38: sliceplane.v1.SplitRequest
-	(*SplitResponse)(nil),            // 39: sliceplane.v1.SplitResponse
-	(*MergeRequest)(nil),             // 40: sliceplane.v1.MergeRequest
-	(*MergeResponse)(nil),            // 41: sliceplane.v1.MergeResponse
-	(*PinRequest)(nil),               // 42: sliceplane.v1.PinRequest
-	(*PinResponse)(nil),              // 43: sliceplane.v1.PinResponse
-	(*UnpinRequest)(nil),             // 44: sliceplane.v1.UnpinRequest
-	(*UnpinResponse)(nil),            // 45: sliceplane.v1.UnpinResponse
-	(*DrainRequest)(nil),             // 46: sliceplane.v1.DrainRequest
-	(*DrainResponse)(nil),            // 47: sliceplane.v1.DrainResponse
-	(*FreezeRequest)(nil),            // 48: sliceplane.v1.FreezeRequest
-	(*FreezeResponse)(nil),           // 49: sliceplane.v1.FreezeResponse
-	(*UnfreezeRequest)(nil),          // 50: sliceplane.v1.UnfreezeRequest
-	(*UnfreezeResponse)(nil),         // 51: sliceplane.v1.UnfreezeResponse
-	(*SetAlgorithmRequest)(nil),      // 52: sliceplane.v1.SetAlgorithmRequest
-	(*SetAlgorithmResponse)(nil),     // 53: sliceplane.v1.SetAlgorithmResponse
-	(*ExplainRequest)(nil),           // 54: sliceplane.v1.ExplainRequest
-	(*Candidate)(nil),                // 55: sliceplane.v1.Candidate
-	(*ExplainResponse)(nil),          // 56: sliceplane.v1.ExplainResponse
-	nil,                              // 57: sliceplane.v1.DistributorSet.AddressesEntry
-	nil,                              // 58: sliceplane.v1.RegisterRequest.LabelsEntry
-	nil,                              // 59: sliceplane.v1.StatusResponse.ParamsEntry
-	nil,                              // 60: sliceplane.v1.NodeInfo.LabelsEntry
-	nil,                              // 61: sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	(*Op)(nil),                       // 62: sliceplane.v1.Op
-	(*Assignment)(nil),               // 63: sliceplane.v1.Assignment
-	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
-	(*Node)(nil),                     // 65: sliceplane.v1.Node
-	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
+	(*Quarantine)(nil),               // 28: sliceplane.v1.Quarantine
+	(*ListNodesRequest)(nil),         // 29: sliceplane.v1.ListNodesRequest
+	(*NodeInfo)(nil),                 // 30: sliceplane.v1.NodeInfo
+	(*ListNodesResponse)(nil),        // 31: sliceplane.v1.ListNodesResponse
+	(*ListSlicesRequest)(nil),        // 32: sliceplane.v1.ListSlicesRequest
+	(*SliceInfo)(nil),                // 33: sliceplane.v1.SliceInfo
+	(*ListSlicesResponse)(nil),       // 34: sliceplane.v1.ListSlicesResponse
+	(*ListQuantaRequest)(nil),        // 35: sliceplane.v1.ListQuantaRequest
+	(*ListQuantaResponse)(nil),       // 36: sliceplane.v1.ListQuantaResponse
+	(*MoveRequest)(nil),              // 37: sliceplane.v1.MoveRequest
+	(*MoveResponse)(nil),             // 38: sliceplane.v1.MoveResponse
+	(*SplitRequest)(nil),             // 39: sliceplane.v1.SplitRequest
+	(*SplitResponse)(nil),            // 40: sliceplane.v1.SplitResponse
+	(*MergeRequest)(nil),             // 41: sliceplane.v1.MergeRequest
+	(*MergeResponse)(nil),            // 42: sliceplane.v1.MergeResponse
+	(*PinRequest)(nil),               // 43: sliceplane.v1.PinRequest
+	(*PinResponse)(nil),              // 44: sliceplane.v1.PinResponse
+	(*UnpinRequest)(nil),             // 45: sliceplane.v1.UnpinRequest
+	(*UnpinResponse)(nil),            // 46: sliceplane.v1.UnpinResponse
+	(*UnquarantineRequest)(nil),      // 47: sliceplane.v1.UnquarantineRequest
+	(*UnquarantineResponse)(nil),     // 48: sliceplane.v1.UnquarantineResponse
+	(*DrainRequest)(nil),             // 49: sliceplane.v1.DrainRequest
+	(*DrainResponse)(nil),            // 50: sliceplane.v1.DrainResponse
+	(*FreezeRequest)(nil),            // 51: sliceplane.v1.FreezeRequest
+	(*FreezeResponse)(nil),           // 52: sliceplane.v1.FreezeResponse
+	(*UnfreezeRequest)(nil),          // 53: sliceplane.v1.UnfreezeRequest
+	(*UnfreezeResponse)(nil),         // 54: sliceplane.v1.UnfreezeResponse
+	(*SetAlgorithmRequest)(nil),      // 55: sliceplane.v1.SetAlgorithmRequest
+	(*SetAlgorithmResponse)(nil),     // 56: sliceplane.v1.SetAlgorithmResponse
+	(*ExplainRequest)(nil),           // 57: sliceplane.v1.ExplainRequest
+	(*Candidate)(nil),                // 58: sliceplane.v1.Candidate
+	(*ExplainResponse)(nil),          // 59: sliceplane.v1.ExplainResponse
+	nil,                              // 60: sliceplane.v1.DistributorSet.AddressesEntry
+	nil,                              // 61: sliceplane.v1.RegisterRequest.LabelsEntry
+	nil,                              // 62: sliceplane.v1.StatusResponse.ParamsEntry
+	nil,                              // 63: sliceplane.v1.NodeInfo.LabelsEntry
+	nil,                              // 64: sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	(*Op)(nil),                       // 65: sliceplane.v1.Op
+	(*Assignment)(nil),               // 66: sliceplane.v1.Assignment
+	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
+	(*Node)(nil),                     // 68: sliceplane.v1.Node
+	(*durationpb.Duration)(nil),      // 69: google.protobuf.Duration
 }
 var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 0: sliceplane.v1.Quantum.position:type_name -> sliceplane.v1.Position
-	62, // 1: sliceplane.v1.Quantum.ops:type_name -> sliceplane.v1.Op
-	63, // 2: sliceplane.v1.Quantum.assignment:type_name -> sliceplane.v1.Assignment
-	64, // 3: sliceplane.v1.Quantum.time:type_name -> google.protobuf.Timestamp
+	65, // 1: sliceplane.v1.Quantum.ops:type_name -> sliceplane.v1.Op
+	66, // 2: sliceplane.v1.Quantum.assignment:type_name -> sliceplane.v1.Assignment
+	67, // 3: sliceplane.v1.Quantum.time:type_name -> google.protobuf.Timestamp
 	3,  // 4: sliceplane.v1.Quantum.distributors:type_name -> sliceplane.v1.DistributorSet
-	57, // 5: sliceplane.v1.DistributorSet.addresses:type_name -> sliceplane.v1.DistributorSet.AddressesEntry
+	60, // 5: sliceplane.v1.DistributorSet.addresses:type_name -> sliceplane.v1.DistributorSet.AddressesEntry
 	1,  // 6: sliceplane.v1.WatchAssignmentRequest.from:type_name -> sliceplane.v1.Position
 	2,  // 7: sliceplane.v1.WatchAssignmentResponse.quantum:type_name -> sliceplane.v1.Quantum
 	1,  // 8: sliceplane.v1.GetAssignmentResponse.position:type_name -> sliceplane.v1.Position
-	63, // 9: sliceplane.v1.GetAssignmentResponse.assignment:type_name -> sliceplane.v1.Assignment
+	66, // 9: sliceplane.v1.GetAssignmentResponse.assignment:type_name -> sliceplane.v1.Assignment
 	0,  // 10: sliceplane.v1.LookupResponse.slice:type_name -> sliceplane.v1.Range
 	1,  // 11: sliceplane.v1.WatchQuantaRequest.from:type_name -> sliceplane.v1.Position
 	2,  // 12: sliceplane.v1.WatchQuantaResponse.quantum:type_name -> sliceplane.v1.Quantum
-	65, // 13: sliceplane.v1.RegisterRequest.node:type_name -> sliceplane.v1.Node
-	58, // 14: sliceplane.v1.RegisterRequest.labels:type_name -> sliceplane.v1.RegisterRequest.LabelsEntry
-	66, // 15: sliceplane.v1.RegisterResponse.ttl:type_name -> google.protobuf.Duration
+	68, // 13: sliceplane.v1.RegisterRequest.node:type_name -> sliceplane.v1.Node
+	61, // 14: sliceplane.v1.RegisterRequest.labels:type_name -> sliceplane.v1.RegisterRequest.LabelsEntry
+	69, // 15: sliceplane.v1.RegisterResponse.ttl:type_name -> google.protobuf.Duration
 	4,  // 16: sliceplane.v1.RegisterResponse.distributor:type_name -> sliceplane.v1.Distributor
-	66, // 17: sliceplane.v1.RegisterResponse.lease:type_name -> google.protobuf.Duration
-	66, // 18: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
+	69, // 17: sliceplane.v1.RegisterResponse.lease:type_name -> google.protobuf.Duration
+	69, // 18: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
 	0,  // 19: sliceplane.v1.HeartbeatRequest.loading:type_name -> sliceplane.v1.Range
 	0,  // 20: sliceplane.v1.HeartbeatRequest.primaries:type_name -> sliceplane.v1.Range
-	66, // 21: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	66, // 22: sliceplane.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	69, // 21: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	69, // 22: sliceplane.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
 	4,  // 23: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
-	66, // 24: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
-	66, // 25: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
+	69, // 24: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
+	69, // 25: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
 	21, // 26: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
 	1,  // 27: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
-	62, // 28: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
+	65, // 28: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
 	1,  // 29: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
-	59, // 30: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
-	64, // 31: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
+	62, // 30: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
+	67, // 31: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
 	0,  // 32: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
-	64, // 33: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	64, // 34: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
-	65, // 35: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	60, // 36: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	64, // 37: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	66, // 38: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
-	29, // 39: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 40: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	32, // 41: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 42: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	24, // 43: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 44: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	24, // 45: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 46: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	24, // 47: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	24, // 48: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	25, // 49: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	24, // 50: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 51: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	24, // 52: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 53: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	61, // 54: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 55: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 56: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	55, // 57: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	64, // 58: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	5,  // 59: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 60: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 61: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 62: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 63: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 64: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 65: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	22, // 66: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	18, // 67: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
-	26, // 68: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	28, // 69: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	31, // 70: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	34, // 71: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	36, // 72: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	38, // 73: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	40, // 74: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	42, // 75: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	44, // 76: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	46, // 77: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	48, // 78: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	50, // 79: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	52, // 80: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	54, // 81: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 82: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 83: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 84: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 85: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 86: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 87: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	20, // 88: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	23, // 89: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	19, // 90: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
-	27, // 91: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	30, // 92: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	33, // 93: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	35, // 94: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	37, // 95: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	39, // 96: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	41, // 97: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	43, // 98: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	45, // 99: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	47, // 100: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	49, // 101: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	51, // 102: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	53, // 103: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	56, // 104: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	82, // [82:105] is the sub-list for method output_type
-	59, // [59:82] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	67, // 33: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	67, // 34: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
+	28, // 35: sliceplane.v1.StatusResponse.quarantined:type_name -> sliceplane.v1.Quarantine
+	0,  // 36: sliceplane.v1.Quarantine.range:type_name -> sliceplane.v1.Range
+	67, // 37: sliceplane.v1.Quarantine.since:type_name -> google.protobuf.Timestamp
+	68, // 38: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	63, // 39: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	67, // 40: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	69, // 41: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	30, // 42: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 43: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	33, // 44: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 45: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	24, // 46: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 47: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	24, // 48: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 49: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	24, // 50: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	24, // 51: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	25, // 52: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	24, // 53: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 54: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	24, // 55: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 56: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	24, // 57: sliceplane.v1.UnquarantineRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 58: sliceplane.v1.UnquarantineResponse.lifted:type_name -> sliceplane.v1.Range
+	64, // 59: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 60: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 61: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	58, // 62: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	67, // 63: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	28, // 64: sliceplane.v1.ExplainResponse.quarantined:type_name -> sliceplane.v1.Quarantine
+	5,  // 65: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 66: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 67: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 68: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 69: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 70: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 71: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	22, // 72: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	18, // 73: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
+	26, // 74: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	29, // 75: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	32, // 76: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	35, // 77: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	37, // 78: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	39, // 79: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	41, // 80: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	43, // 81: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	45, // 82: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	47, // 83: sliceplane.v1.AdminService.Unquarantine:input_type -> sliceplane.v1.UnquarantineRequest
+	49, // 84: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	51, // 85: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	53, // 86: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	55, // 87: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	57, // 88: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 89: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 90: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 91: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 92: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 93: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 94: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	20, // 95: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	23, // 96: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	19, // 97: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
+	27, // 98: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	31, // 99: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	34, // 100: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	36, // 101: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	38, // 102: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	40, // 103: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	42, // 104: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	44, // 105: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	46, // 106: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	48, // 107: sliceplane.v1.AdminService.Unquarantine:output_type -> sliceplane.v1.UnquarantineResponse
+	50, // 108: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	52, // 109: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	54, // 110: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	56, // 111: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	59, // 112: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	89, // [89:113] is the sub-list for method output_type
+	65, // [65:89] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }
@@ -4263,7 +4466,7 @@ func file_sliceplane_v1_assigner_proto_init() {
 		(*SliceRef_Key)(nil),
 		(*SliceRef_Hash)(nil),
 	}
-	file_sliceplane_v1_assigner_proto_msgTypes[38].OneofWrappers = []any{
+	file_sliceplane_v1_assigner_proto_msgTypes[39].OneofWrappers = []any{
 		(*SplitRequest_AtHash)(nil),
 		(*SplitRequest_AtKey)(nil),
 	}
@@ -4273,7 +4476,7 @@ func file_sliceplane_v1_assigner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sliceplane_v1_assigner_proto_rawDesc), len(file_sliceplane_v1_assigner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -614,6 +614,7 @@ const (
 	AdminService_Merge_FullMethodName        = "/sliceplane.v1.AdminService/Merge"
 	AdminService_Pin_FullMethodName          = "/sliceplane.v1.AdminService/Pin"
 	AdminService_Unpin_FullMethodName        = "/sliceplane.v1.AdminService/Unpin"
+	AdminService_Unquarantine_FullMethodName = "/sliceplane.v1.AdminService/Unquarantine"
 	AdminService_Drain_FullMethodName        = "/sliceplane.v1.AdminService/Drain"
 	AdminService_Freeze_FullMethodName       = "/sliceplane.v1.AdminService/Freeze"
 	AdminService_Unfreeze_FullMethodName     = "/sliceplane.v1.AdminService/Unfreeze"
@@ -641,6 +642,9 @@ type AdminServiceClient interface {
 	// Pin keeps a slice where it is: balancing passes never move, split or merge it.
 	Pin(ctx context.Context, in *PinRequest, opts ...grpc.CallOption) (*PinResponse, error)
 	Unpin(ctx context.Context, in *UnpinRequest, opts ...grpc.CallOption) (*UnpinResponse, error)
+	// Unquarantine lifts the quarantines overlapping a slice: the next pass places their
+	// ranges on nodes again.
+	Unquarantine(ctx context.Context, in *UnquarantineRequest, opts ...grpc.CallOption) (*UnquarantineResponse, error)
 	// Drain moves everything off a node, which may leave once it holds nothing.
 	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error)
 	// Freeze stops balancing passes (admin changes, clock quanta and the creation of the first
@@ -751,6 +755,16 @@ func (c *adminServiceClient) Unpin(ctx context.Context, in *UnpinRequest, opts .
 	return out, nil
 }
 
+func (c *adminServiceClient) Unquarantine(ctx context.Context, in *UnquarantineRequest, opts ...grpc.CallOption) (*UnquarantineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnquarantineResponse)
+	err := c.cc.Invoke(ctx, AdminService_Unquarantine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DrainResponse)
@@ -821,6 +835,9 @@ type AdminServiceServer interface {
 	// Pin keeps a slice where it is: balancing passes never move, split or merge it.
 	Pin(context.Context, *PinRequest) (*PinResponse, error)
 	Unpin(context.Context, *UnpinRequest) (*UnpinResponse, error)
+	// Unquarantine lifts the quarantines overlapping a slice: the next pass places their
+	// ranges on nodes again.
+	Unquarantine(context.Context, *UnquarantineRequest) (*UnquarantineResponse, error)
 	// Drain moves everything off a node, which may leave once it holds nothing.
 	Drain(context.Context, *DrainRequest) (*DrainResponse, error)
 	// Freeze stops balancing passes (admin changes, clock quanta and the creation of the first
@@ -867,6 +884,9 @@ func (UnimplementedAdminServiceServer) Pin(context.Context, *PinRequest) (*PinRe
 }
 func (UnimplementedAdminServiceServer) Unpin(context.Context, *UnpinRequest) (*UnpinResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Unpin not implemented")
+}
+func (UnimplementedAdminServiceServer) Unquarantine(context.Context, *UnquarantineRequest) (*UnquarantineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Unquarantine not implemented")
 }
 func (UnimplementedAdminServiceServer) Drain(context.Context, *DrainRequest) (*DrainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
@@ -1066,6 +1086,24 @@ func _AdminService_Unpin_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_Unquarantine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnquarantineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).Unquarantine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_Unquarantine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).Unquarantine(ctx, req.(*UnquarantineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DrainRequest)
 	if err := dec(in); err != nil {
@@ -1198,6 +1236,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Unpin",
 			Handler:    _AdminService_Unpin_Handler,
+		},
+		{
+			MethodName: "Unquarantine",
+			Handler:    _AdminService_Unquarantine_Handler,
 		},
 		{
 			MethodName: "Drain",

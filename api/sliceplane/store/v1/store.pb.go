@@ -37,13 +37,15 @@ type Meta struct {
 	// last_index numbers the last log entry.
 	LastIndex uint64 `protobuf:"varint,5,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
 	// pass counts the balancing passes run so far.
-	Pass          uint64            `protobuf:"varint,7,opt,name=pass,proto3" json:"pass,omitempty"`
-	Algorithm     string            `protobuf:"bytes,8,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
-	Params        map[string]string `protobuf:"bytes,9,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Frozen        bool              `protobuf:"varint,10,opt,name=frozen,proto3" json:"frozen,omitempty"`
-	FreezeReason  string            `protobuf:"bytes,11,opt,name=freeze_reason,json=freezeReason,proto3" json:"freeze_reason,omitempty"`
-	Pins          []*v1.Range       `protobuf:"bytes,12,rep,name=pins,proto3" json:"pins,omitempty"`
-	Draining      []string          `protobuf:"bytes,13,rep,name=draining,proto3" json:"draining,omitempty"`
+	Pass         uint64            `protobuf:"varint,7,opt,name=pass,proto3" json:"pass,omitempty"`
+	Algorithm    string            `protobuf:"bytes,8,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Params       map[string]string `protobuf:"bytes,9,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Frozen       bool              `protobuf:"varint,10,opt,name=frozen,proto3" json:"frozen,omitempty"`
+	FreezeReason string            `protobuf:"bytes,11,opt,name=freeze_reason,json=freezeReason,proto3" json:"freeze_reason,omitempty"`
+	Pins         []*v1.Range       `protobuf:"bytes,12,rep,name=pins,proto3" json:"pins,omitempty"`
+	Draining     []string          `protobuf:"bytes,13,rep,name=draining,proto3" json:"draining,omitempty"`
+	// quarantined lists the ranges held by no node because their holders crashed on them.
+	Quarantined   []*Quarantine `protobuf:"bytes,14,rep,name=quarantined,proto3" json:"quarantined,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -162,6 +164,75 @@ func (x *Meta) GetDraining() []string {
 	return nil
 }
 
+func (x *Meta) GetQuarantined() []*Quarantine {
+	if x != nil {
+		return x.Quarantined
+	}
+	return nil
+}
+
+// Quarantine is a range taken off every node: holders crashed shortly after acquiring it.
+type Quarantine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Range *v1.Range              `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// nodes are the holders whose crashes put it in quarantine, in the order they crashed.
+	Nodes         []string `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quarantine) Reset() {
+	*x = Quarantine{}
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quarantine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quarantine) ProtoMessage() {}
+
+func (x *Quarantine) ProtoReflect() protoreflect.Message {
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quarantine.ProtoReflect.Descriptor instead.
+func (*Quarantine) Descriptor() ([]byte, []int) {
+	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Quarantine) GetRange() *v1.Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *Quarantine) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *Quarantine) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 // SnapshotRef says which log entry the stored snapshot of the map corresponds to.
 type SnapshotRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -172,7 +243,7 @@ type SnapshotRef struct {
 
 func (x *SnapshotRef) Reset() {
 	*x = SnapshotRef{}
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[1]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -184,7 +255,7 @@ func (x *SnapshotRef) String() string {
 func (*SnapshotRef) ProtoMessage() {}
 
 func (x *SnapshotRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[1]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -197,7 +268,7 @@ func (x *SnapshotRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRef.ProtoReflect.Descriptor instead.
 func (*SnapshotRef) Descriptor() ([]byte, []int) {
-	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{1}
+	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SnapshotRef) GetIndex() uint64 {
@@ -229,7 +300,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[2]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -241,7 +312,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[2]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -254,7 +325,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{2}
+	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LogEntry) GetIndex() uint64 {
@@ -340,7 +411,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[3]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +423,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[3]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +436,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{3}
+	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Move) GetRange() *v1.Range {
@@ -409,7 +480,7 @@ type Value struct {
 
 func (x *Value) Reset() {
 	*x = Value{}
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[4]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +492,7 @@ func (x *Value) String() string {
 func (*Value) ProtoMessage() {}
 
 func (x *Value) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[4]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +505,7 @@ func (x *Value) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Value.ProtoReflect.Descriptor instead.
 func (*Value) Descriptor() ([]byte, []int) {
-	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{4}
+	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Value) GetInline() []byte {
@@ -472,7 +543,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[5]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +555,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_sliceplane_store_v1_store_proto_msgTypes[5]
+	mi := &file_sliceplane_store_v1_store_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +568,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{5}
+	return file_sliceplane_store_v1_store_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -532,7 +603,7 @@ var File_sliceplane_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_sliceplane_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1fsliceplane/store/v1/store.proto\x12\x13sliceplane.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1csliceplane/v1/assigner.proto\x1a\x1esliceplane/v1/assignment.proto\"\xc6\x03\n" +
+	"\x1fsliceplane/store/v1/store.proto\x12\x13sliceplane.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1csliceplane/v1/assigner.proto\x1a\x1esliceplane/v1/assignment.proto\"\x89\x04\n" +
 	"\x04Meta\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
@@ -549,10 +620,16 @@ const file_sliceplane_store_v1_store_proto_rawDesc = "" +
 	" \x01(\bR\x06frozen\x12#\n" +
 	"\rfreeze_reason\x18\v \x01(\tR\ffreezeReason\x12(\n" +
 	"\x04pins\x18\f \x03(\v2\x14.sliceplane.v1.RangeR\x04pins\x12\x1a\n" +
-	"\bdraining\x18\r \x03(\tR\bdraining\x1a9\n" +
+	"\bdraining\x18\r \x03(\tR\bdraining\x12A\n" +
+	"\vquarantined\x18\x0e \x03(\v2\x1f.sliceplane.store.v1.QuarantineR\vquarantined\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x06\x10\aR\x0esnapshot_index\"#\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x06\x10\aR\x0esnapshot_index\"\x80\x01\n" +
+	"\n" +
+	"Quarantine\x12*\n" +
+	"\x05range\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x05range\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05nodes\x18\x03 \x03(\tR\x05nodes\"#\n" +
 	"\vSnapshotRef\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\xa8\x02\n" +
 	"\bLogEntry\x12\x14\n" +
@@ -600,35 +677,39 @@ func file_sliceplane_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_sliceplane_store_v1_store_proto_rawDescData
 }
 
-var file_sliceplane_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_sliceplane_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_sliceplane_store_v1_store_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: sliceplane.store.v1.Meta
-	(*SnapshotRef)(nil),           // 1: sliceplane.store.v1.SnapshotRef
-	(*LogEntry)(nil),              // 2: sliceplane.store.v1.LogEntry
-	(*Move)(nil),                  // 3: sliceplane.store.v1.Move
-	(*Value)(nil),                 // 4: sliceplane.store.v1.Value
-	(*NodeRecord)(nil),            // 5: sliceplane.store.v1.NodeRecord
-	nil,                           // 6: sliceplane.store.v1.Meta.ParamsEntry
-	nil,                           // 7: sliceplane.store.v1.NodeRecord.LabelsEntry
-	(*v1.Range)(nil),              // 8: sliceplane.v1.Range
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
-	(*v1.Op)(nil),                 // 10: sliceplane.v1.Op
-	(*v1.Node)(nil),               // 11: sliceplane.v1.Node
+	(*Quarantine)(nil),            // 1: sliceplane.store.v1.Quarantine
+	(*SnapshotRef)(nil),           // 2: sliceplane.store.v1.SnapshotRef
+	(*LogEntry)(nil),              // 3: sliceplane.store.v1.LogEntry
+	(*Move)(nil),                  // 4: sliceplane.store.v1.Move
+	(*Value)(nil),                 // 5: sliceplane.store.v1.Value
+	(*NodeRecord)(nil),            // 6: sliceplane.store.v1.NodeRecord
+	nil,                           // 7: sliceplane.store.v1.Meta.ParamsEntry
+	nil,                           // 8: sliceplane.store.v1.NodeRecord.LabelsEntry
+	(*v1.Range)(nil),              // 9: sliceplane.v1.Range
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*v1.Op)(nil),                 // 11: sliceplane.v1.Op
+	(*v1.Node)(nil),               // 12: sliceplane.v1.Node
 }
 var file_sliceplane_store_v1_store_proto_depIdxs = []int32{
-	6,  // 0: sliceplane.store.v1.Meta.params:type_name -> sliceplane.store.v1.Meta.ParamsEntry
-	8,  // 1: sliceplane.store.v1.Meta.pins:type_name -> sliceplane.v1.Range
-	9,  // 2: sliceplane.store.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	10, // 3: sliceplane.store.v1.LogEntry.ops:type_name -> sliceplane.v1.Op
-	3,  // 4: sliceplane.store.v1.LogEntry.moves:type_name -> sliceplane.store.v1.Move
-	8,  // 5: sliceplane.store.v1.Move.range:type_name -> sliceplane.v1.Range
-	11, // 6: sliceplane.store.v1.NodeRecord.node:type_name -> sliceplane.v1.Node
-	7,  // 7: sliceplane.store.v1.NodeRecord.labels:type_name -> sliceplane.store.v1.NodeRecord.LabelsEntry
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	7,  // 0: sliceplane.store.v1.Meta.params:type_name -> sliceplane.store.v1.Meta.ParamsEntry
+	9,  // 1: sliceplane.store.v1.Meta.pins:type_name -> sliceplane.v1.Range
+	1,  // 2: sliceplane.store.v1.Meta.quarantined:type_name -> sliceplane.store.v1.Quarantine
+	9,  // 3: sliceplane.store.v1.Quarantine.range:type_name -> sliceplane.v1.Range
+	10, // 4: sliceplane.store.v1.Quarantine.since:type_name -> google.protobuf.Timestamp
+	10, // 5: sliceplane.store.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	11, // 6: sliceplane.store.v1.LogEntry.ops:type_name -> sliceplane.v1.Op
+	4,  // 7: sliceplane.store.v1.LogEntry.moves:type_name -> sliceplane.store.v1.Move
+	9,  // 8: sliceplane.store.v1.Move.range:type_name -> sliceplane.v1.Range
+	12, // 9: sliceplane.store.v1.NodeRecord.node:type_name -> sliceplane.v1.Node
+	8,  // 10: sliceplane.store.v1.NodeRecord.labels:type_name -> sliceplane.store.v1.NodeRecord.LabelsEntry
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_store_v1_store_proto_init() }
@@ -642,7 +723,7 @@ func file_sliceplane_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sliceplane_store_v1_store_proto_rawDesc), len(file_sliceplane_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
