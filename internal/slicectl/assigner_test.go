@@ -432,7 +432,7 @@ func ctlExplain(t *testing.T, e *assignerEnv) {
 	assert.Contains(t, out, "balancing is frozen: no pass runs until slicectl unfreeze")
 	assert.Regexp(t, `(?m)^algorithm\s+weighted-move$`, out)
 	assert.Regexp(t, `(?m)^stopped\s+`+regexp.QuoteMeta(x.GetStop())+`$`, out)
-	assert.Regexp(t, `(?m)^churn\s+[0-9.]+% of keys \(clean-up [0-9.]+%, merge [0-9.]+%, move [0-9.]+%; budget 9%\)$`, out)
+	assert.Regexp(t, `(?m)^churn\s+[0-9.]+% of keys \(clean-up [0-9.]+%, merge [0-9.]+%, move [0-9.]+%; budget (9|30)%\)$`, out) // 30% if the last pass found a node empty
 	assert.Regexp(t, fmt.Sprintf(`(?m)^did\s+%d splits, %d merges, %d moves`, x.GetSplits(), x.GetMerges(), x.GetMoves()), out)
 }
 

@@ -88,8 +88,23 @@ func TestNodesServeTheirKeysAndNameTheOwnersOfOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A still map, so that no slice is between two nodes while the test reads.
-	if _, err := pb.NewAdminServiceClient(c.Conn()).Freeze(ctx, &pb.FreezeRequest{Reason: "test"}); err != nil {
+	// A still map, so that no slice is between two nodes while the test reads: frozen, and
+	// the handoffs the last passes began (a replica loading) ended.
+	admin := pb.NewAdminServiceClient(c.Conn())
+	if _, err := admin.Freeze(ctx, &pb.FreezeRequest{Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	err = launch.WaitFor(ctx, "no handoff under way", 50*time.Millisecond, func(ctx context.Context) error {
+		st, err := admin.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		if n := st.GetHandoffs(); n > 0 {
+			return fmt.Errorf("%d slices in handoff", n)
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	checker := &kvcheck.Checker{Source: c.Source, Assigner: c.Conn(), Nodes: nodes}
