@@ -214,10 +214,11 @@ type Estimate struct {
 	// Uncertainty is each slice's standard error of its level as an estimate of the load
 	// to come, were the load to hold still: the noise of the windows the level averages,
 	// which is all a smoothed level knows of it. Each fold that moves the level a share a
-	// towards a window whose noise has standard deviation Spread makes its variance
-	// (1-a)^2 v + a^2 Spread^2: a level that follows each window (a near 1) is as noisy as
-	// one window, one that averages many is much less so. A pass weighs a gain against it:
-	// a difference between nodes smaller than their uncertainties may be noise alone.
+	// towards a window whose noise has standard deviation s makes its variance
+	// (1-a)^2 v + a^2 s^2: a level that follows each window (a near 1) is as noisy as one
+	// window, one that averages many is much less so. s is not Spread, which counts every
+	// miss, but a robust measure of the noise alone (noiseResidual). A pass weighs a gain
+	// against it: a difference between nodes smaller than their uncertainties may be noise.
 	Uncertainty []float64
 }
 
