@@ -70,7 +70,7 @@ func startMember(t *testing.T, c *clustertest.Cluster, dsn, id string) *member {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := countermember.New(t.Context(), countermember.Config{ID: id, Listen: "127.0.0.1:0", Assigners: c.Assigners(), DSN: dsn,
-		DrainTimeout: 45 * time.Second, ReportInterval: 200 * time.Millisecond, WriteDelay: 10 * time.Millisecond, Logger: log})
+		DrainTimeout: 90 * time.Second, ReportInterval: 200 * time.Millisecond, WriteDelay: 10 * time.Millisecond, Logger: log})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &member{id: id, stop: cancel, done: make(chan error, 1)}
@@ -85,7 +85,7 @@ func (m *member) halt(t *testing.T) {
 	select {
 	case err := <-m.done:
 		require.NoError(t, err, "member %s", m.id)
-	case <-time.After(90 * time.Second): // a drain of 45 s at most, then the stop
+	case <-time.After(150 * time.Second): // a drain of 90 s at most, then the stop
 		t.Fatalf("member %s did not stop", m.id)
 	}
 }
