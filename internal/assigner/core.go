@@ -432,22 +432,21 @@ func (c *Core) placement() *assignment.NodeSet {
 }
 
 // registered returns every registered node.
-func (c *Core) registered() *assignment.NodeSet {
-	ns := make([]assignment.Node, 0, len(c.nodes))
-	for _, n := range c.nodes {
-		ns = append(ns, n.Node.Node)
-	}
-	return assignment.MustNodeSet(ns...)
-}
+func (c *Core) registered() *assignment.NodeSet { return c.registeredAnd() }
 
 // holders returns the nodes a slice may be held by: the registered ones, and Nobody, which
 // holds the quarantined ranges.
 func (c *Core) holders() *assignment.NodeSet {
-	ns := make([]assignment.Node, 0, len(c.nodes)+1)
+	return c.registeredAnd(assignment.Node{ID: assignment.Nobody})
+}
+
+// registeredAnd returns every registered node and extra.
+func (c *Core) registeredAnd(extra ...assignment.Node) *assignment.NodeSet {
+	ns := make([]assignment.Node, 0, len(c.nodes)+len(extra))
 	for _, n := range c.nodes {
 		ns = append(ns, n.Node.Node)
 	}
-	return assignment.MustNodeSet(append(ns, assignment.Node{ID: assignment.Nobody})...)
+	return assignment.MustNodeSet(append(ns, extra...)...)
 }
 
 // changeMap proposes a change of the map by ops, as one quantum and one log entry.

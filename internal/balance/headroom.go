@@ -210,7 +210,7 @@ func newHeadroomPlan(cfg HeadroomConfig, in *Input) *headroomPlan {
 	p.budget = min(cfg.Churn*total, cfg.MaxKeyCopies*total-copies)
 	p.left = make([][]keyspace.Range, n)
 	for _, m := range in.History {
-		if j, ok := in.Nodes.Index(m.From); ok && int64(in.Pass)-int64(m.Pass) < int64(cfg.WeightedMove.HoldPasses) {
+		if j, ok := in.Nodes.Index(m.From); ok && withinHold(m, in.Pass, cfg.WeightedMove.HoldPasses) {
 			p.left[j] = append(p.left[j], m.Range)
 		}
 	}

@@ -204,7 +204,12 @@ func (p *wmPass) setBudget() {
 // relevant reports whether move m still blocks its undoing in pass pass. A pass's own moves
 // always do, whatever HoldPasses says.
 func (p *wmPass) relevant(m Move, pass uint64) bool {
-	return m.Pass == pass || int64(pass)-int64(m.Pass) < int64(p.cfg.HoldPasses)
+	return m.Pass == pass || withinHold(m, pass, p.cfg.HoldPasses)
+}
+
+// withinHold reports whether move m is fewer than holdPasses passes older than pass.
+func withinHold(m Move, pass uint64, holdPasses int) bool {
+	return int64(pass)-int64(m.Pass) < int64(holdPasses)
 }
 
 // remember records move m, so that it is not undone while it is relevant.

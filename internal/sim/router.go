@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -224,15 +225,13 @@ func (b *blocks) sweep(s *split, f *filler) float64 {
 		}
 		f.fill(blk.load)
 		for j, e := range members {
-			moved = max(moved, abs(f.out[j]-take[j]))
+			moved = max(moved, math.Abs(f.out[j]-take[j]))
 			take[j] = f.out[j]
 			s.served[s.node[e]] += take[j]
 		}
 	}
 	return moved
 }
-
-func abs(x float64) float64 { return max(x, -x) }
 
 // filler water-fills one block; its slices are reused from block to block.
 type filler struct {
