@@ -666,6 +666,7 @@ func (a *api) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainRespons
 	if err != nil {
 		return nil, err
 	}
+	a.s.view.Drain(time.Now(), req.GetNodeId(), req.GetCancel(), authz.Caller(ctx))
 	return &pb.DrainResponse{Slices: uint32(rep.Held)}, nil
 }
 
@@ -714,14 +715,18 @@ func (a *api) Explain(ctx context.Context, _ *pb.ExplainRequest) (*pb.ExplainRes
 	if err != nil {
 		return nil, err
 	}
-	r := rep.Explain
+	return explainToProto(*rep.Explain), nil
+}
+
+// explainToProto converts the explanation of the last pass, for Explain and the web view.
+func explainToProto(r Explanation) *pb.ExplainResponse {
 	out := &pb.ExplainResponse{Position: wire.PositionToProto(r.Position), PassFailures: r.Failures, PassError: r.Error,
 		Quarantined: quarantinesToProto(r.Quarantined)}
 	if !r.ErrorTime.IsZero() {
 		out.PassErrorTime = timestamppb.New(r.ErrorTime)
 	}
 	if !r.Passed {
-		return out, nil
+		return out
 	}
 	x := r.Explanation
 	*out = pb.ExplainResponse{
@@ -737,7 +742,7 @@ func (a *api) Explain(ctx context.Context, _ *pb.ExplainRequest) (*pb.ExplainRes
 		out.Candidates = append(out.Candidates, &pb.Candidate{Action: c.Action, Slice: wire.RangeToProto(c.Slice),
 			From: string(c.From), To: nodeStrings(c.To), Gain: c.Gain, Cost: c.Cost, Chosen: c.Chosen, Reason: c.Reason})
 	}
-	return out, nil
+	return out
 }
 
 // checkAlgorithm bounds an algorithm's name and constants; their meaning is for

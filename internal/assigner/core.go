@@ -824,3 +824,7 @@ func (c *Core) removeNodes(ids []assignment.NodeID, why string) *change {
 		forget:  ids,
 	}
 }
+
+// Loads returns the current map and its slices' estimated loads, for the web view's history.
+// Both are the core's: read them in the leader's loop, and do not modify them.
+func (c *Core) Loads() (*assignment.Assignment, []float64) { return c.a, c.current.Loads }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
+	"github.com/sliceplane/sliceplane/internal/heatmap"
+	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/store"
 )
@@ -96,4 +98,53 @@ func BenchmarkHandoffInput(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkHistoryBesideAPass compares, in one run, the core's pass over 150k slices on 1,000
+// nodes with what the web view's history adds to it: a column recorded each pass, a chunk
+// encoded for etcd each Config.HistoryFlush (10 passes at the default 1 s), and a grid of a
+// screen's size drawn from a full hour. Target: the history costs ≤ 5% of a pass's CPU.
+func BenchmarkHistoryBesideAPass(b *testing.B) {
+	c, now := benchCore(b, 1000, 150, false, 0)
+	if _, err := c.pass(now); err != nil {
+		b.Fatal(err)
+	}
+	a, loads := c.Loads()
+	h, err := heatmap.New(heatmap.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range heatmap.DefaultColumns {
+		h.Record(now.Add(time.Duration(i)*time.Second), a, loads)
+	}
+	b.Run("pass", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := c.pass(now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("record", func(b *testing.B) {
+		for b.Loop() {
+			h.Record(now, a, loads)
+		}
+		b.ReportMetric(float64(h.Bytes())/(1<<20), "MiB-history")
+	})
+	b.Run("encode-chunk", func(b *testing.B) {
+		k := heatmap.ChunkOf(h.Bounds().Last) - 1
+		for b.Loop() {
+			data, err := h.Encode(k)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(len(data)), "bytes/chunk")
+		}
+	})
+	b.Run("grid-1200x600", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := h.Rasterize(heatmap.Query{W: 1200, H: 600, Range: keyspace.Full()}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

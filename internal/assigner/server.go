@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,11 +23,13 @@ import (
 	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/grpcserver"
+	"github.com/sliceplane/sliceplane/internal/heatmap"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/store"
+	"github.com/sliceplane/sliceplane/internal/webview"
 )
 
 // LeaderHealthService is the gRPC health service name that reports SERVING only on the
@@ -72,6 +75,10 @@ type Config struct {
 	Policy *authz.Policy
 	// Insecure lets the server listen without TLS on a non-loopback address.
 	Insecure bool
+	// History bounds the web view's heatmap (package heatmap): by default an hour of passes
+	// at PassInterval. HistoryFlush is how often the leader persists it; default 10 s.
+	History      heatmap.Config
+	HistoryFlush time.Duration
 }
 
 // Validate fills in the defaults of c and rejects a configuration no assigner can run with,
@@ -91,6 +98,7 @@ func (c *Config) Validate() error {
 		grpcserver.Default("--pass-interval", &c.PassInterval, time.Second),
 		grpcserver.Default("--clock-interval", &c.ClockInterval, 20*time.Millisecond),
 		grpcserver.Default("--session-ttl", &c.SessionTTL, 5*time.Second),
+		grpcserver.Default("HistoryFlush", &c.HistoryFlush, 10*time.Second),
 	); err != nil {
 		return err
 	}
@@ -118,6 +126,9 @@ func (c *Config) Validate() error {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
+	if c.History.Columns == 0 {
+		c.History.Columns = max(int(time.Hour/c.PassInterval), 2)
+	}
 	return grpcserver.CheckListen("assigner", c.TLS, c.Insecure, c.Listen, c.MetricsListen)
 }
 
@@ -132,6 +143,7 @@ type Server struct {
 	clockOnly bool
 	metrics   *metrics
 	grpc      *grpcserver.Server
+	view      *webview.View
 	health    *health.Server // grpc's
 
 	leading    atomic.Pointer[leadership] // nil unless this server leads
@@ -151,10 +163,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("assigner: no etcd client")
 	}
+	api := &api{fresh: newFreshness(cfg.Registry)}
+	view, err := webview.New(cfg.History, api, cfg.Core.ZoneLabel)
+	if err != nil {
+		return nil, fmt.Errorf("assigner: the web view's history: %w", err)
+	}
 	srv, err := grpcserver.New(grpcserver.Config{
 		Name: "assigner", Listen: cfg.Listen, Advertise: cfg.Advertise, MetricsListen: cfg.MetricsListen,
 		MaxRecvBytes: cfg.MaxRequestBytes, Rules: authz.AssignerRules(), Policy: cfg.Policy, TLS: cfg.TLS,
 		Registry: cfg.Registry, Logger: cfg.Logger, Grace: 10 * time.Second,
+		Pages: []grpcserver.Page{{Path: webview.Path, Role: authz.RoleViewer, Handler: view.Handler(cfg.Logger)}},
 	})
 	if err != nil {
 		return nil, err
@@ -164,7 +182,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Source = source.NewEtcd(cfg.Client, cfg.SourcePrefix)
 	}
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, grpc: srv, health: srv.Health(),
+		cfg: cfg, log: cfg.Logger, grpc: srv, health: srv.Health(), view: view,
 		store:   store.New(cfg.Client, cfg.Prefix+"assigner/"),
 		source:  cfg.Source,
 		metrics: newMetrics(cfg.Registry),
@@ -173,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 	_, s.clockOnly = cfg.Source.(source.ClockWatcher)
 	s.leaderAddr.Store("")
 	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
-	api := &api{s: s, fresh: newFreshness(cfg.Registry)}
+	api.s = s
 	pb.RegisterAssignmentServiceServer(srv, api)
 	pb.RegisterQuantaServiceServer(srv, api)
 	pb.RegisterNodeServiceServer(srv, nodeAPI{api})
@@ -299,7 +317,13 @@ type leadership struct {
 	wake    time.Time // when the core wants its next Tick
 
 	snapshotting atomic.Bool
-	background   sync.WaitGroup // snapshots being written
+	background   sync.WaitGroup // snapshots and history being written
+
+	// historyFlushed is the last column of the web view's history persisted, historyAt when
+	// its last flush began; flushing is set while one runs (see webview.go).
+	historyFlushed uint64
+	historyAt      time.Time
+	flushing       atomic.Bool
 }
 
 // request is an event for the core, stepped in the leader's loop; or, for tests only, a
@@ -370,6 +394,7 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 	if err != nil {
 		return err
 	}
+	s.restoreHistory(ctx, l)
 	s.takeOffice(l, b)
 	defer s.leaveOffice(l, cancel)
 	lease.step(s.now()) // the loop starts: campaigning is no gap
@@ -408,6 +433,7 @@ func (s *Server) leaveOffice(l *leadership, cancel context.CancelFunc) {
 	l.background.Wait()
 	l.core.Step(s.now(), LeadershipLost{})
 	s.leading.Store(nil)
+	s.view.Reset()                   // a standby shows no history: the leader's is the one that goes on
 	s.metrics.sourceAvailable.Set(1) // a standby follows no source: it knows of no outage
 	close(l.done)
 	l.hub.Close()
@@ -592,10 +618,12 @@ func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev Event
 	begun := time.Now()
 	out := l.core.Step(now, ev)
 	computed := time.Since(begun) // the pass's decision, before persistence
+	changed := false              // the map changed, or a pass ran: the web view records it
 	for {
 		if reply == nil {
 			reply = out.Reply
 		}
+		changed = changed || out.Pass != nil || slices.ContainsFunc(out.Publish, func(p Publication) bool { return !p.Quantum.ClockOnly() })
 		if err := s.emit(ctx, l, out, now, computed); err != nil && failure == nil {
 			failure = err
 		}
@@ -614,6 +642,9 @@ func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev Event
 	}
 	if reply == nil {
 		reply = &Reply{}
+	}
+	if changed && failure == nil {
+		s.recordHistory(ctx, l, now)
 	}
 	return *reply, failure
 }
@@ -649,6 +680,7 @@ func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time
 	}
 	if out.Pass != nil || out.PassFailed {
 		s.observeCore(l.core)
+		s.view.Pass(start, explainToProto(l.core.Explain()))
 	}
 	s.observeHandoffs(l.core, out.Handoffs)
 	return nil
@@ -685,6 +717,7 @@ func (s *Server) publish(ctx context.Context, l *leadership, p Publication) erro
 	if err := l.hub.Publish(q, p.Map); err != nil {
 		return fmt.Errorf("assigner: publishing %s: %w", q.Position, err)
 	}
+	s.view.Publish(q, p.Map)
 	s.metrics.quanta.WithLabelValues(quantumCause(q.Cause)).Inc()
 	s.metrics.clock.Set(float64(q.Clock))
 	return nil

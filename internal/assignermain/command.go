@@ -22,6 +22,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/etcdlog"
 	"github.com/sliceplane/sliceplane/internal/flagfile"
+	"github.com/sliceplane/sliceplane/internal/heatmap"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/logging"
 	"github.com/sliceplane/sliceplane/internal/mtls"
@@ -33,6 +34,8 @@ type options struct {
 	listen        string
 	advertise     string
 	metrics       string
+	history       time.Duration
+	historyCells  int
 	endpoints     []string
 	dataDir       string
 	embeddedEtcd  string
@@ -132,7 +135,9 @@ func (o *options) addServingFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.config, "config", "", "YAML file of flag values (keys are flag names)")
 	f.StringVar(&o.listen, "listen", "127.0.0.1:7070", "gRPC address to serve on")
 	f.StringVar(&o.advertise, "advertise", "", "address clients should dial to reach this assigner (default: the bound address)")
-	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:7071", "address serving Prometheus metrics at /metrics (empty: none)")
+	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:7071", "address serving Prometheus metrics at /metrics and the web view at /ui/ (empty: none)")
+	f.DurationVar(&o.history, "history", time.Hour, "how much of the past the web view's heatmap keeps, a column a pass (its memory: docs/OPERATIONS.md)")
+	f.IntVar(&o.historyCells, "history-cells", heatmap.DefaultCells, "most cells of a heatmap column, a power of two: a map of more slices is drawn in this many parts of the key space")
 	f.StringSliceVar(&o.endpoints, "etcd-endpoints", nil, "etcd cluster endpoints; none starts an embedded etcd in --data-dir")
 	f.StringVar(&o.dataDir, "data-dir", "sliceplane-data", "directory of the embedded etcd")
 	f.StringVar(&o.embeddedEtcd, "embedded-etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd, for other processes")
@@ -223,6 +228,10 @@ func (o *options) run(ctx context.Context) error {
 		PassInterval: o.passInterval, ClockInterval: o.clockInterval, SessionTTL: o.sessionTTL,
 		Core:   o.coreConfig(params, est),
 		Logger: log, TLS: src, Policy: policy, Insecure: o.tls.Insecure,
+		History: heatmap.Config{Columns: int(o.history / max(o.passInterval, time.Millisecond)), Cells: o.historyCells},
+	}
+	if o.history < 2*o.passInterval {
+		return fmt.Errorf("assigner: --history %s: the heatmap keeps at least two passes (--pass-interval %s)", o.history, o.passInterval)
 	}
 	if err := cfg.Validate(); err != nil { // before starting anything
 		return err

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -38,8 +39,11 @@ type Config struct {
 	Name string
 	// Listen is the gRPC address; Advertise the address others dial, default the bound one.
 	Listen, Advertise string
-	// MetricsListen serves Registry at /metrics; "" serves none.
+	// MetricsListen serves Registry at /metrics, and Pages; "" serves none.
 	MetricsListen string
+	// Pages are served beside /metrics, each to the callers with its Role (see
+	// authz.Authorizer.HTTP): the assigner's web view.
+	Pages []Page
 	// MaxRecvBytes caps a request; 0 keeps gRPC's default (4 MiB).
 	MaxRecvBytes int
 	// Rules and Policy decide who may call what (package authz).
@@ -53,6 +57,13 @@ type Config struct {
 	// its tasks returned. Zero cuts them at once, without waiting for the tasks: for a
 	// server whose streams never end on their own.
 	Grace time.Duration
+}
+
+// Page is a handler the metrics listener serves under Path to the callers with Role.
+type Page struct {
+	Path    string
+	Role    authz.Role
+	Handler http.Handler
 }
 
 // CheckListen refuses addresses a server named name cannot listen on: one that is no
@@ -110,7 +121,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, cfg.TLS.ServerTLS()); err != nil {
+	var pages []metricsserver.Page
+	for _, p := range cfg.Pages {
+		pages = append(pages, metricsserver.Page{Path: p.Path, Handler: az.HTTP(p.Path, p.Role, p.Handler)})
+	}
+	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, cfg.TLS.ServerTLS(), pages...); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 	}

@@ -25,11 +25,18 @@ type Server struct {
 	http *http.Server
 }
 
-// Listen binds addr and prepares to serve reg at /metrics, over TLS when tlsConf is not nil
-// (mtls.Source.ServerTLS: scrapers then need a client certificate from the CA); the handler
-// counts its own errors in reg too. An empty addr asks for no endpoint: Listen returns nil,
-// nil.
-func Listen(addr string, reg *prometheus.Registry, tlsConf *tls.Config) (*Server, error) {
+// Page is more that the endpoint serves beside /metrics: Handler under Path (a pattern of
+// http.ServeMux, such as "/ui/"). It guards itself (authz.Authorizer.HTTP).
+type Page struct {
+	Path    string
+	Handler http.Handler
+}
+
+// Listen binds addr and prepares to serve reg at /metrics, and pages, over TLS when tlsConf is
+// not nil (mtls.Source.ServerTLS: clients then need a client certificate from the CA); the
+// handler counts its own errors in reg too. An empty addr asks for no endpoint: Listen
+// returns nil, nil.
+func Listen(addr string, reg *prometheus.Registry, tlsConf *tls.Config, pages ...Page) (*Server, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -39,6 +46,9 @@ func Listen(addr string, reg *prometheus.Registry, tlsConf *tls.Config) (*Server
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	for _, p := range pages {
+		mux.Handle(p.Path, p.Handler)
+	}
 	if tlsConf != nil {
 		lis = tls.NewListener(lis, tlsConf)
 	}
@@ -68,6 +78,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s == nil {
 		return nil
 	}
+	// Requests see ctx end: a page's long-lived stream then ends, and does not hold up the
+	// shutdown.
+	s.http.BaseContext = func(net.Listener) context.Context { return ctx }
 	stopped := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(stopped)

@@ -542,3 +542,42 @@ func entryFromProto(p *storev1.LogEntry) (Entry, error) {
 	}
 	return e, nil
 }
+
+// historyKey is where chunk k of the web view's history is kept (package heatmap).
+func (s *Store) historyKey(k uint64) string { return s.prefix + fmt.Sprintf("history/%020d", k) }
+
+// PutHistory writes chunk k of the history, replacing what it held, if f still holds.
+func (s *Store) PutHistory(ctx context.Context, f Fence, k uint64, data []byte) error {
+	key := s.historyKey(k)
+	head, err := s.writeValue(ctx, f, key, data)
+	if err != nil {
+		return err
+	}
+	return s.txn(ctx, f, "put_history", clientv3.OpPut(key, string(head)))
+}
+
+// DeleteHistory deletes the chunks of the history before chunk k, if f still holds.
+func (s *Store) DeleteHistory(ctx context.Context, f Fence, k uint64) error {
+	return s.txn(ctx, f, "delete_history", clientv3.OpDelete(s.historyKey(0), clientv3.WithRange(s.historyKey(k))))
+}
+
+// LoadHistory reads the chunks of the history, oldest first.
+func (s *Store) LoadHistory(ctx context.Context) ([][]byte, error) {
+	resp, err := s.c.Get(ctx, s.prefix+"history/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("store: listing the history: %w", err)
+	}
+	var out [][]byte
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		if strings.Count(strings.TrimPrefix(key, s.prefix+"history/"), "/") > 0 {
+			continue // a part of a chunk
+		}
+		data, err := s.readValue(ctx, key, resp.Header.Revision)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, data)
+	}
+	return out, nil
+}
