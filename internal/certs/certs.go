@@ -26,6 +26,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"software.sslmate.com/src/go-pkcs12"
 )
 
 // ErrInvalid marks a request for a certificate that cannot be made (a bad name).
@@ -234,6 +236,49 @@ func WriteLeaf(dir string, r Request, l *Leaf) (Files, error) {
 		return Files{}, err
 	}
 	return f, nil
+}
+
+// PKCS12Password is the password of the PKCS#12 files WritePKCS12 writes: none. A password
+// would protect nothing the .key beside the file leaves open (unencrypted PEM, with the same
+// owner-only mode), and NSS (the certificate store of Firefox, and of Chromium on Linux) and
+// OpenSSL import the file given an empty one. docs/SECURITY.md says how to make a file with
+// a password, for one that travels.
+const PKCS12Password = ""
+
+// EncodePKCS12 encodes l's certificate and key, with the certificate of ca that signed it,
+// as one PKCS#12 file protected by password: the form in which a browser imports a client
+// certificate. Its encryption is PBES2 with AES-256 and its MAC HMAC-SHA-256, which NSS and
+// OpenSSL 1.1.1 and later read; not the legacy RC2 (which OpenSSL 3 reads only with its
+// legacy provider) or 3DES.
+func EncodePKCS12(l *Leaf, ca *x509.Certificate, password string) ([]byte, error) {
+	kb, _ := pem.Decode(l.KeyPEM)
+	if kb == nil {
+		return nil, fmt.Errorf("%w: the key of %s is not PEM", ErrInvalid, l.Cert.Subject.CommonName)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("certs: parsing the key of %s: %w", l.Cert.Subject.CommonName, err)
+	}
+	data, err := pkcs12.Modern.Encode(key, l.Cert, []*x509.Certificate{ca}, password)
+	if err != nil {
+		return nil, fmt.Errorf("certs: encoding %s as PKCS#12: %w", l.Cert.Subject.CommonName, err)
+	}
+	return data, nil
+}
+
+// WritePKCS12 writes l, with ca's certificate, as <kind>-<name>.p12 into dir, next to the
+// .crt and .key of WriteLeaf, and returns its path. The file holds the private key, so only
+// its owner reads it; an existing one is replaced (atomically), like WriteLeaf's.
+func WritePKCS12(dir string, r Request, l *Leaf, ca *x509.Certificate) (string, error) {
+	data, err := EncodePKCS12(l, ca, PKCS12Password)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, r.Kind+"-"+r.Name+".p12")
+	if err := WriteAtomic(path, data, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // WriteAtomic replaces path with data through a rename, so a reader sees the old file or

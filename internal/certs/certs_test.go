@@ -1,6 +1,7 @@
 package certs_test
 
 import (
+	"crypto/ecdsa"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/mtls"
@@ -65,4 +67,53 @@ func TestACAIsNeverOverwrittenAndLoadsBack(t *testing.T) {
 
 	_, err = certs.LoadCA(filepath.Join(dir, "missing"))
 	require.Error(t, err)
+}
+
+// A browser gets the certificate, its key and the CA in one PKCS#12 file; decoded, it gives
+// back the same three, and only the owner reads it. A second write replaces it.
+func TestPKCS12HoldsTheCertificateItsKeyAndTheCA(t *testing.T) {
+	ca, err := certs.NewCA("test", time.Hour)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	req := certs.Request{Kind: "admin", Name: "alice"}
+	leaf, err := ca.Issue(req)
+	require.NoError(t, err)
+
+	data, err := certs.EncodePKCS12(leaf, ca.Cert, "s3cret")
+	require.NoError(t, err)
+	key, cert, chain, err := pkcs12.DecodeChain(data, "s3cret")
+	require.NoError(t, err)
+	require.Equal(t, leaf.Cert.Raw, cert.Raw)
+	require.Len(t, chain, 1)
+	require.Equal(t, ca.Cert.Raw, chain[0].Raw)
+	ec, ok := key.(*ecdsa.PrivateKey)
+	require.True(t, ok, "key %T", key)
+	require.True(t, ec.PublicKey.Equal(cert.PublicKey), "the key is the certificate's")
+	_, _, _, err = pkcs12.DecodeChain(data, "wrong")
+	require.ErrorIs(t, err, pkcs12.ErrIncorrectPassword)
+
+	path, err := certs.WritePKCS12(dir, req, leaf, ca.Cert)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "admin-alice.p12"), path)
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "it holds a private key")
+	first, err := os.ReadFile(path)
+	require.NoError(t, err)
+	_, cert, _, err = pkcs12.DecodeChain(first, certs.PKCS12Password)
+	require.NoError(t, err)
+	require.Equal(t, leaf.Cert.Raw, cert.Raw)
+
+	renewed, err := ca.Issue(req)
+	require.NoError(t, err)
+	_, err = certs.WritePKCS12(dir, req, renewed, ca.Cert)
+	require.NoError(t, err)
+	second, err := os.ReadFile(path)
+	require.NoError(t, err)
+	_, cert, _, err = pkcs12.DecodeChain(second, certs.PKCS12Password)
+	require.NoError(t, err)
+	require.Equal(t, renewed.Cert.Raw, cert.Raw, "a rewrite replaces the file")
+
+	_, err = certs.EncodePKCS12(&certs.Leaf{Cert: leaf.Cert, KeyPEM: []byte("not PEM")}, ca.Cert, "")
+	require.ErrorIs(t, err, certs.ErrInvalid)
 }

@@ -3,11 +3,16 @@ package launch
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -141,5 +146,51 @@ func TestPKIIssuesOnceAndNilIsPlaintext(t *testing.T) {
 	}
 	if src, err := none.Source("node", "n1"); err != nil || src != nil {
 		t.Errorf("nil PKI source %v, %v; want plaintext", src, err)
+	}
+}
+
+// The web line names the https URL and a PKCS#12 file of the admin that decodes, with the
+// empty password it promises, into that admin's certificate; without a PKI, the http URL.
+func TestWebLineNamesTheURLAndAnAdminsPKCS12(t *testing.T) {
+	dir := t.TempDir()
+	p, err := NewPKI(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := p.WebLine("127.0.0.1:7071", "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p12 := filepath.Join(dir, "admin-demo.p12")
+	want := "web:         https://127.0.0.1:7071/ui/  (import " + p12 + " into the browser, empty password; see docs/SECURITY.md)"
+	if line != want {
+		t.Errorf("line\n%q, want\n%q", line, want)
+	}
+	data, err := os.ReadFile(p12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cert, chain, err := pkcs12.DecodeChain(data, "")
+	if err != nil {
+		t.Fatalf("%s: %v", p12, err)
+	}
+	files, err := p.Issue("admin", "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := files.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := mtls.IdentityOf(cert); err != nil || id != src.Identity() || len(chain) != 1 {
+		t.Errorf("the .p12 holds %v (%v) and %d CA certificates; want %v and the CA", id, err, len(chain), src.Identity())
+	}
+
+	var none *PKI
+	if line, err := none.WebLine("127.0.0.1:7071", "demo"); err != nil || line != "web:         http://127.0.0.1:7071/ui/" {
+		t.Errorf("nil PKI: %q, %v", line, err)
+	}
+	if path, err := none.PKCS12("admin", "demo"); err != nil || path != "" {
+		t.Errorf("nil PKI wrote %q, %v", path, err)
 	}
 }

@@ -17,7 +17,14 @@ type PKI struct {
 
 	mu     sync.Mutex
 	ca     *certs.CA
-	issued map[string]mtls.Config
+	issued map[string]issued
+}
+
+// issued is one identity's certificate, kept with its key for the PKCS#12 file.
+type issued struct {
+	req   certs.Request
+	leaf  *certs.Leaf
+	files mtls.Config
 }
 
 // NewPKI makes a CA valid for validity (a day when 0) and writes it into dir.
@@ -32,7 +39,7 @@ func NewPKI(dir string, validity time.Duration) (*PKI, error) {
 	if err := certs.WriteCA(dir, ca); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
-	return &PKI{Dir: dir, ca: ca, issued: map[string]mtls.Config{}}, nil
+	return &PKI{Dir: dir, ca: ca, issued: map[string]issued{}}, nil
 }
 
 // Issue returns the TLS files of identity kind/name, issuing its certificate at first use
@@ -41,24 +48,64 @@ func (p *PKI) Issue(kind, name string) (mtls.Config, error) {
 	if p == nil {
 		return mtls.Config{}, nil
 	}
+	is, err := p.issue(kind, name)
+	return is.files, err
+}
+
+func (p *PKI) issue(kind, name string) (issued, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	key := kind + "/" + name
-	if c, ok := p.issued[key]; ok {
-		return c, nil
+	if is, ok := p.issued[key]; ok {
+		return is, nil
 	}
 	req := certs.Request{Kind: kind, Name: name}
 	leaf, err := p.ca.Issue(req)
 	if err != nil {
-		return mtls.Config{}, fmt.Errorf("launch: %w", err)
+		return issued{}, fmt.Errorf("launch: %w", err)
 	}
 	f, err := certs.WriteLeaf(p.Dir, req, leaf)
 	if err != nil {
-		return mtls.Config{}, fmt.Errorf("launch: %w", err)
+		return issued{}, fmt.Errorf("launch: %w", err)
 	}
-	c := mtls.Config{Cert: f.Cert, Key: f.Key, CA: f.CA}
-	p.issued[key] = c
-	return c, nil
+	is := issued{req: req, leaf: leaf, files: mtls.Config{Cert: f.Cert, Key: f.Key, CA: f.CA}}
+	p.issued[key] = is
+	return is, nil
+}
+
+// PKCS12 writes the certificate of kind/name (issued at first use), its key and the CA as
+// <kind>-<name>.p12 beside its other files, and returns the path: the file a person imports
+// into a browser, with an empty password (certs.PKCS12Password). A nil PKI writes nothing.
+func (p *PKI) PKCS12(kind, name string) (string, error) {
+	if p == nil {
+		return "", nil
+	}
+	is, err := p.issue(kind, name)
+	if err != nil {
+		return "", err
+	}
+	path, err := certs.WritePKCS12(p.Dir, is.req, is.leaf, p.ca.Cert)
+	if err != nil {
+		return "", fmt.Errorf("launch: %w", err)
+	}
+	return path, nil
+}
+
+// WebLine returns a launcher's line on the assigner's web view, served under /ui/ on its
+// metrics address addr: with a PKI, the https URL and the PKCS#12 file of admin/name, written
+// for the purpose, to import into the browser (the view requires a client certificate);
+// with a nil PKI, the http URL alone. The line begins "web:" so that a reader (or a script)
+// finds it in the intro.
+func (p *PKI) WebLine(addr, admin string) (string, error) {
+	if p == nil {
+		return "web:         http://" + addr + "/ui/", nil
+	}
+	p12, err := p.PKCS12("admin", admin)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("web:         https://%s/ui/  (import %s into the browser, empty password; see docs/SECURITY.md)",
+		addr, p12), nil
 }
 
 // Source issues the certificate of kind/name and loads it, for the launcher's own clients;

@@ -24,18 +24,19 @@ type certsInitOptions struct {
 }
 
 // certKinds are the kinds certs init issues, in the order it prints them; the ones that
-// serve get --host in their certificates.
+// serve get --host in their certificates, and the ones a person may use in a browser (the
+// assigner's web view) also get a PKCS#12 file, the form a browser imports.
 var certKinds = []struct {
-	kind, help string
-	serves     bool
+	kind, help      string
+	serves, browser bool
 }{
-	{"assigner", "assigner names", true},
-	{"distributor", "distributor names", true},
-	{"node", "storage node IDs", true},
-	{"etcd", "etcd members (a kind Sliceplane's servers give no role)", true},
-	{"router", "router names", false},
-	{"admin", "admins: people or tools that may override the assignment", false},
-	{"viewer", "viewers: people or tools that may only inspect", false},
+	{"assigner", "assigner names", true, false},
+	{"distributor", "distributor names", true, false},
+	{"node", "storage node IDs", true, false},
+	{"etcd", "etcd members (a kind Sliceplane's servers give no role)", true, false},
+	{"router", "router names", false, false},
+	{"admin", "admins: people or tools that may override the assignment", false, true},
+	{"viewer", "viewers: people or tools that may only inspect", false, true},
 }
 
 // caValidity is the least a new CA is valid for: longer than the certificates it signs, so
@@ -49,12 +50,15 @@ func newCertsInitCommand(g *globalOptions) *cobra.Command {
 		Short: "Make a development CA and the certificates of a cluster's identities",
 		Long: `init writes into DIR a certificate authority (ca.crt, ca.key) and, for each
 identity named by the flags, a certificate and its key: <kind>-<name>.crt and
-<kind>-<name>.key, valid for --validity. Keys are readable by their owner only.
+<kind>-<name>.key, valid for --validity. Admins and viewers, who may open the
+assigner's web view in a browser, also get <kind>-<name>.p12: the certificate,
+its key and ca.crt in the PKCS#12 form a browser imports, with an empty password
+(see docs/SECURITY.md). Keys and .p12 files are readable by their owner only.
 
 A CA already in DIR is reused, so that a rerun adds identities (or renews their
-certificates, replacing the files) and every certificate stays trusted. A name
-may hold letters, digits, '-', '_' and '.'; a bad one is refused before anything
-is written.
+certificates, replacing the files, .p12 included) and every certificate stays
+trusted. A name may hold letters, digits, '-', '_' and '.'; a bad one is refused
+before anything is written.
 
 The certificates of the servers (assigner, distributor, node, etcd) are valid for
 localhost and the loopback addresses, plus --host, for the tools that check host
@@ -92,16 +96,19 @@ type certsInitOut struct {
 }
 
 type certIdentity struct {
-	ID       string    `json:"id"`
-	Cert     string    `json:"cert"`
-	Key      string    `json:"key"`
+	ID   string `json:"id"`
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+	// P12 is the PKCS#12 file of an identity a person may use in a browser.
+	P12      string    `json:"p12,omitempty"`
 	NotAfter time.Time `json:"not_after"`
 }
 
 // issued is one certificate made in memory, not yet written.
 type issued struct {
-	req  certs.Request
-	leaf *certs.Leaf
+	req     certs.Request
+	leaf    *certs.Leaf
+	browser bool
 }
 
 func (o *certsInitOptions) run(w io.Writer, dir string) error {
@@ -127,19 +134,33 @@ func (o *certsInitOptions) run(w io.Writer, dir string) error {
 	}
 	out := certsInitOut{Dir: dir, CA: filepath.Join(dir, "ca.crt"), CAKey: filepath.Join(dir, "ca.key"), CAReused: reused}
 	for _, l := range leaves {
-		files, err := certs.WriteLeaf(dir, l.req, l.leaf)
+		id, err := writeIdentity(dir, ca, l)
 		if err != nil {
 			return err
 		}
-		out.Identities = append(out.Identities, certIdentity{
-			ID: certs.ID("", l.req.Kind, l.req.Name), Cert: files.Cert, Key: files.Key, NotAfter: l.leaf.Cert.NotAfter,
-		})
+		out.Identities = append(out.Identities, id)
 	}
 	p := newPrinter(w, o.output)
 	if !p.table() {
 		return p.print(out)
 	}
 	return printCertsInit(w, out)
+}
+
+// writeIdentity writes the files of one identity: its certificate and key, and its PKCS#12
+// file when a person may use it in a browser.
+func writeIdentity(dir string, ca *certs.CA, l issued) (certIdentity, error) {
+	files, err := certs.WriteLeaf(dir, l.req, l.leaf)
+	if err != nil {
+		return certIdentity{}, err
+	}
+	id := certIdentity{ID: certs.ID("", l.req.Kind, l.req.Name), Cert: files.Cert, Key: files.Key, NotAfter: l.leaf.Cert.NotAfter}
+	if l.browser {
+		if id.P12, err = certs.WritePKCS12(dir, l.req, l.leaf, ca.Cert); err != nil {
+			return certIdentity{}, err
+		}
+	}
+	return id, nil
 }
 
 // loadOrMakeCA returns the CA in dir, or a new one (not yet written) when dir holds none.
@@ -190,7 +211,7 @@ func (o *certsInitOptions) issueAll(ca *certs.CA) ([]issued, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, issued{req: req, leaf: leaf})
+			out = append(out, issued{req: req, leaf: leaf, browser: k.browser})
 		}
 	}
 	return out, nil
@@ -219,6 +240,7 @@ func printCertsInit(w io.Writer, out certsInitOut) error {
 	for _, id := range out.Identities {
 		fmt.Fprintf(w, "  %-40s --tls-cert %s --tls-key %s --tls-ca %s\n", id.ID, id.Cert, id.Key, out.CA)
 	}
+	printBrowserFiles(w, out)
 	for _, id := range out.Identities {
 		if strings.Contains(id.ID, "/admin/") || strings.Contains(id.ID, "/viewer/") {
 			_, err := fmt.Fprintf(w, "\nslicectl as %s, for this shell:\n  export %s=%s %s=%s %s=%s\n",
@@ -227,4 +249,21 @@ func printCertsInit(w io.Writer, out certsInitOut) error {
 		}
 	}
 	return nil
+}
+
+// printBrowserFiles lists the PKCS#12 files, which a person imports into a browser to open
+// the assigner's web view.
+func printBrowserFiles(w io.Writer, out certsInitOut) {
+	header := false
+	for _, id := range out.Identities {
+		if id.P12 == "" {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(w, "\nIn a browser, for the assigner's web view at https://<its --metrics-listen>/ui/: import\n"+
+				"(empty password), and trust %s as an authority; see docs/SECURITY.md.\n", out.CA)
+			header = true
+		}
+		fmt.Fprintf(w, "  %-40s %s\n", id.ID, id.P12)
+	}
 }

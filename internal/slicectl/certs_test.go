@@ -1,6 +1,7 @@
 package slicectl
 
 import (
+	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
@@ -28,8 +30,30 @@ func parseCertFile(t *testing.T, path string) *x509.Certificate {
 	return c
 }
 
+// checkP12 verifies that dir holds kind-name's PKCS#12 file, only its owner reads it, and it
+// decodes with the empty password into the certificate of the .crt beside it, a key of that
+// certificate and ca.crt.
+func checkP12(t *testing.T, dir, kind, name string) {
+	t.Helper()
+	base := filepath.Join(dir, kind+"-"+name)
+	fi, err := os.Stat(base + ".p12")
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "%s.p12 holds a private key", base)
+	data, err := os.ReadFile(base + ".p12")
+	require.NoError(t, err)
+	key, cert, chain, err := pkcs12.DecodeChain(data, "")
+	require.NoError(t, err, "%s.p12 decodes with an empty password", base)
+	assert.Equal(t, parseCertFile(t, base+".crt").Raw, cert.Raw, "%s.p12 holds the .crt's certificate", base)
+	require.Len(t, chain, 1)
+	assert.Equal(t, parseCertFile(t, filepath.Join(dir, "ca.crt")).Raw, chain[0].Raw, "%s.p12 holds ca.crt", base)
+	ec, ok := key.(*ecdsa.PrivateKey)
+	require.True(t, ok, "key %T", key)
+	assert.True(t, ec.PublicKey.Equal(cert.PublicKey), "%s.p12's key is its certificate's", base)
+}
+
 // checkLeaf verifies that dir holds kind-name's certificate, naming that identity, signed
-// by dir's CA, with a key only its owner reads, usable as mtls files.
+// by dir's CA, with a key only its owner reads, usable as mtls files; admins and viewers
+// have a PKCS#12 file too, the others none.
 func checkLeaf(t *testing.T, dir, kind, name string) *x509.Certificate {
 	t.Helper()
 	base := filepath.Join(dir, kind+"-"+name)
@@ -47,6 +71,11 @@ func checkLeaf(t *testing.T, dir, kind, name string) *x509.Certificate {
 	src, err := mtls.Config{Cert: base + ".crt", Key: base + ".key", CA: filepath.Join(dir, "ca.crt")}.Load()
 	require.NoError(t, err, "the files load as --tls-cert, --tls-key and --tls-ca")
 	assert.Equal(t, id, src.Identity())
+	if kind == "admin" || kind == "viewer" {
+		checkP12(t, dir, kind, name)
+	} else {
+		assert.NoFileExists(t, base+".p12", "only the kinds a person uses in a browser get one")
+	}
 	return c
 }
 
@@ -70,12 +99,22 @@ func TestCertsInitWritesACAAndEveryIdentity(t *testing.T) {
 	}
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	assert.Len(t, entries, 2+2*7, "the CA and a pair per identity, nothing else")
+	assert.Len(t, entries, 2+2*7+2, "the CA, a pair per identity and a .p12 per admin and viewer, nothing else")
 
 	assert.Contains(t, out, "wrote a new CA: "+filepath.Join(dir, "ca.crt"))
 	assert.Regexp(t, `spiffe://sliceplane/admin/alice\s+--tls-cert `+regexpQuote(filepath.Join(dir, "admin-alice.crt"))+
 		` --tls-key `+regexpQuote(filepath.Join(dir, "admin-alice.key"))+` --tls-ca `+regexpQuote(filepath.Join(dir, "ca.crt")), out)
 	assert.Contains(t, out, "export SLICEPLANE_TLS_CERT="+filepath.Join(dir, "admin-alice.crt")+" SLICEPLANE_TLS_KEY=")
+	assert.Contains(t, out, "In a browser")
+	assert.Regexp(t, `spiffe://sliceplane/viewer/v\s+`+regexpQuote(filepath.Join(dir, "viewer-v.p12"))+"\n", out)
+	assert.NotContains(t, out, "node-n1.p12")
+
+	js, _, err := run(t, "certs", "init", dir, "--viewer", "v", "-o", "json")
+	require.NoError(t, err)
+	var got certsInitOut
+	require.NoError(t, json.Unmarshal([]byte(js), &got), js)
+	require.Len(t, got.Identities, 1)
+	assert.Equal(t, filepath.Join(dir, "viewer-v.p12"), got.Identities[0].P12)
 
 	show, _, err := run(t, "certs", "show", filepath.Join(dir, "node-n1.crt"), "--ca", filepath.Join(dir, "ca.crt"), "-o", "json")
 	require.NoError(t, err)
@@ -107,6 +146,16 @@ func TestCertsInitReusesTheCA(t *testing.T) {
 	assert.Equal(t, caBefore, caAfter)
 	assert.Equal(t, keyBefore, keyAfter)
 	checkLeaf(t, dir, "node", "n1")
+	checkLeaf(t, dir, "admin", "bob")
+
+	// A rerun renews bob's files, the .p12 with the rest.
+	p12Before, err := os.ReadFile(filepath.Join(dir, "admin-bob.p12"))
+	require.NoError(t, err)
+	_, errOut, err = run(t, "certs", "init", dir, "--admin", "bob")
+	require.NoError(t, err, errOut)
+	p12After, err := os.ReadFile(filepath.Join(dir, "admin-bob.p12"))
+	require.NoError(t, err)
+	assert.NotEqual(t, p12Before, p12After, "the .p12 is replaced")
 	checkLeaf(t, dir, "admin", "bob")
 
 	// The CA bounds what it signs.
@@ -148,6 +197,10 @@ func TestCertsInitRefusesBadNamesAndWritesNothing(t *testing.T) {
 	_, _, err = run(t, "certs", "init", dir, "--node", "n2,n3!")
 	require.ErrorIs(t, err, ErrUsage)
 	assert.NoFileExists(t, filepath.Join(dir, "node-n2.crt"))
+	_, _, err = run(t, "certs", "init", dir, "--admin", "alice", "--viewer", "v!")
+	require.ErrorIs(t, err, ErrUsage)
+	assert.NoFileExists(t, filepath.Join(dir, "admin-alice.crt"))
+	assert.NoFileExists(t, filepath.Join(dir, "admin-alice.p12"))
 
 	// A CA made for certificates longer than its default outlives them.
 	dir = t.TempDir()

@@ -74,9 +74,11 @@ type demo struct {
 	stopAll []func()
 	dsn     string
 	cluster *kvcluster.Cluster
-	admin   pb.AdminServiceClient
-	router  *client.Router
-	proxy   string // the proxy's URL
+	// assigner is the cluster's one assigner; its metrics address serves the web view too.
+	assigner *kvcluster.Member
+	admin    pb.AdminServiceClient
+	router   *client.Router
+	proxy    string // the proxy's URL
 }
 
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.cfg.Out, format+"\n", args...) }
@@ -150,7 +152,7 @@ func (d *demo) start(ctx context.Context) error {
 			d.say("demo: %v", err)
 		}
 	})
-	if _, err := d.cluster.StartAssigner(ctx, "a1"); err != nil {
+	if d.assigner, err = d.cluster.StartAssigner(ctx, "a1"); err != nil {
 		return err
 	}
 	for i := 1; i <= d.cfg.Members; i++ {
@@ -201,6 +203,11 @@ func (d *demo) startProxy(ctx context.Context) error {
 	go srv.Serve(lis) //nolint:errcheck // it returns when closed
 	d.stopAll = append(d.stopAll, func() { srv.Close() })
 	d.proxy = "http://" + lis.Addr().String()
+	return d.intro()
+}
+
+// intro says what runs where, and how to look at it.
+func (d *demo) intro() error {
 	d.say("counter demo: %d members (mutual TLS), primary-secondary roles, counts in PostgreSQL; proxy at %s", d.cfg.Members, d.proxy)
 	if d.cfg.Inclusive {
 		d.say("  not exclusive (DEMO_EXCLUSIVE=0): no leases, no fence; a stale primary's increments land")
@@ -212,8 +219,14 @@ func (d *demo) startProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	slicectl := filepath.Join(d.cfg.Bin, "slicectl") + " --assigner " + d.cluster.Assigners()[0] + " " + strings.Join(launch.TLSArgs(admin), " ")
+	slicectl := filepath.Join(d.cfg.Bin, "slicectl") + " --assigner " + d.assigner.Addr + " " + strings.Join(launch.TLSArgs(admin), " ")
 	d.say("  inspect:   %s slices --sort load --limit 5   (also: nodes, lookup visits)", slicectl)
+	// Flush left, unlike its neighbours: the line is looked for by its first word.
+	web, err := d.pki.WebLine(d.assigner.Metrics, "demo")
+	if err != nil {
+		return err
+	}
+	d.say("%s", web)
 	d.say("  counts:    psql '%s' -c 'SELECT * FROM counters ORDER BY count DESC LIMIT 5'", d.dsn)
 	return nil
 }

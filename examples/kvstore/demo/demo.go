@@ -316,15 +316,11 @@ func (d *demo) startPostgres(ctx context.Context) error {
 
 // intro says what runs where, and how to look at it.
 func (d *demo) intro(assigner *kvcluster.Member, started time.Time) error {
-	scheme := "http"
-	if d.pki != nil {
-		scheme = "https"
-	}
 	d.say("Sliceplane demo: etcd, 1 assigner, 2 distributors, %d kvstore nodes on loopback, %s (up in %s)", d.cfg.Nodes,
 		d.security(), time.Since(started).Round(100*time.Millisecond))
-	d.say("  metrics:   assigner %s, distributors %s, nodes %s", metricsOf(scheme, []*kvcluster.Member{assigner}),
-		metricsOf(scheme, d.cluster.Members("distributor")), metricsOf(scheme, d.cluster.Members("node")))
-	d.say("  dashboard: deploy/grafana/sliceplane.json (import into Grafana; Prometheus scrapes the endpoints above)")
+	if err := d.endpoints(assigner); err != nil {
+		return err
+	}
 	slicectl := filepath.Join(d.cfg.Bin, "slicectl") + " --assigner " + assigner.Addr
 	if d.pki != nil {
 		env, err := d.slicectlEnv()
@@ -347,6 +343,25 @@ func (d *demo) intro(assigner *kvcluster.Member, started time.Time) error {
 		d.say("  source:    PostgreSQL, table sliceplane_items: psql '%s'", d.dsn)
 	}
 	d.say("  logs:      %s (kvdemo --keep keeps them)", d.cluster.LogDir())
+	return nil
+}
+
+// endpoints says where the metrics and the web view are; the web view's line comes with the
+// admin's PKCS#12 file, which it names.
+func (d *demo) endpoints(assigner *kvcluster.Member) error {
+	scheme := "http"
+	if d.pki != nil {
+		scheme = "https"
+	}
+	d.say("  metrics:   assigner %s, distributors %s, nodes %s", metricsOf(scheme, []*kvcluster.Member{assigner}),
+		metricsOf(scheme, d.cluster.Members("distributor")), metricsOf(scheme, d.cluster.Members("node")))
+	d.say("  dashboard: deploy/grafana/sliceplane.json (import into Grafana; Prometheus scrapes the endpoints above)")
+	// Flush left, unlike its neighbours: the line is looked for by its first word.
+	web, err := d.pki.WebLine(assigner.Metrics, "demo")
+	if err != nil {
+		return err
+	}
+	d.say("%s", web)
 	return nil
 }
 

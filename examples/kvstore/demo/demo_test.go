@@ -1,12 +1,16 @@
 package demo
 
 import (
+	"bytes"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/mtls"
@@ -91,5 +95,75 @@ func TestSlicectlEnvNamesAnAdminsFiles(t *testing.T) {
 	}
 	if d.mode() != "mTLS on" || (&demo{}).mode() != "plaintext" {
 		t.Errorf("modes %q and %q", d.mode(), (&demo{}).mode())
+	}
+}
+
+// The intro has a line beginning "web:" with the assigner's web view, on its metrics address,
+// and, with mutual TLS, the admin's PKCS#12 file to import, which is there and decodes with
+// the empty password the line promises.
+func TestIntroNamesTheWebViewAndTheAdminsPKCS12(t *testing.T) {
+	assigner := &kvcluster.Member{Kind: "assigner", ID: "a1", Metrics: "127.0.0.1:7071"}
+	for _, secured := range []bool{true, false} {
+		dir := t.TempDir()
+		var pki *launch.PKI
+		if secured {
+			var err error
+			if pki, err = launch.NewPKI(filepath.Join(dir, "pki"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cluster, err := kvcluster.New(kvcluster.Options{Dir: dir, PKI: pki})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		d := &demo{cfg: Config{Dir: dir}, out: &out, pki: pki, cluster: cluster}
+		if err := d.endpoints(assigner); err != nil {
+			t.Fatal(err)
+		}
+		web := webLine(t, out.String())
+		p12 := filepath.Join(dir, "pki", "admin-demo.p12")
+		if !secured {
+			if web != "web:         http://127.0.0.1:7071/ui/" {
+				t.Errorf("plaintext: %q", web)
+			}
+			continue
+		}
+		if !strings.HasPrefix(web, "web:         https://127.0.0.1:7071/ui/  (import "+p12+" into the browser, empty password") {
+			t.Errorf("mTLS: %q", web)
+		}
+		checkP12(t, p12)
+	}
+}
+
+// webLine returns the one line of out that begins "web:".
+func webLine(t *testing.T, out string) string {
+	t.Helper()
+	var found []string
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, "web:") {
+			found = append(found, line)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d lines begin with web:, want 1:\n%s", len(found), out)
+	}
+	return found[0]
+}
+
+// checkP12 checks that path decodes with the empty password into an admin's certificate
+// and the CA.
+func checkP12(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cert, chain, err := pkcs12.DecodeChain(data, "")
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if id, err := mtls.IdentityOf(cert); err != nil || id.Kind != "admin" || len(chain) != 1 {
+		t.Errorf("%s holds %v (%v) and %d CA certificates; want an admin and the CA", path, id, err, len(chain))
 	}
 }

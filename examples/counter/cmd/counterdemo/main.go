@@ -30,8 +30,10 @@ const longHelp = `counterdemo starts, on loopback, an embedded etcd, an assigner
 installed) and three members of the example sharded counter (countermember, from
 --bin), every link mutual TLS with a throwaway CA. A proxy routes each increment to
 its key's primary through the Go router, and a load increments --keys counters at
---rate per second. Every second it prints the increments sent and failed, the
-imbalance and each member's slices and load.
+--rate per second. It first says where everything runs, the assigner's web view on
+a line beginning "web:" with the admin's PKCS#12 file to import into a browser
+(admin-demo.p12, empty password). Every second it prints the increments sent and
+failed, the imbalance and each member's slices and load.
 
 With --roll (or DEMO_ROLL=1), a quarter of the way in, every member is restarted in
 turn under the load: it drains on SIGTERM (its primaries demote, its ranges move to

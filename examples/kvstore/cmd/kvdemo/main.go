@@ -31,7 +31,9 @@ four nodes of the example key-value store (separate processes, from the binaries
 --bin), fills the store and reads it with a skewed popularity whose hot keys move
 half-way. Every link is mutual TLS: the demo makes a throwaway CA and a
 certificate for each process in its directory (--plaintext turns that off), and
-prints the slicectl command, with an admin's certificate, to inspect the cluster.
+prints the slicectl command, with an admin's certificate, to inspect the cluster,
+and on a line beginning "web:" the URL of the assigner's web view with that admin's
+PKCS#12 file (admin-demo.p12, empty password) to import into a browser.
 Every second it prints the load each node serves, the imbalance (busiest
 node over the mean), the slices, the churn of the last pass and the items.
 
