@@ -3,7 +3,10 @@ package webview_test
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"io"
+	"math"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -68,6 +71,28 @@ func TestBadQueriesGetAClearError(t *testing.T) {
 	code, body := get(t, base+"api/cell?seq=1&at=0000000000000000")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, float64(2), body["slices"], "16 slices in 8 cells")
+	code, body = get(t, base+"api/heatmap?w=2&h=4")
+	require.Equal(t, http.StatusOK, code)
+	for _, layer := range []string{"load", "holder", "role"} {
+		assert.Len(t, body[layer], 8, "the %s layer is an array of a number a cell", layer)
+	}
+	// The binary form carries the same grid.
+	resp, err := http.Get(base + "api/heatmap?w=2&h=4&format=bin")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	n := int(binary.LittleEndian.Uint32(raw))
+	var meta map[string]any
+	require.NoError(t, json.Unmarshal(raw[4:4+n], &meta))
+	assert.Equal(t, body["seqs"], meta["seqs"])
+	off := (4 + n + 3) &^ 3
+	require.Len(t, raw, off+8*4+8*4+8)
+	for i := range 8 {
+		assert.InDelta(t, body["load"].([]any)[i], math.Float32frombits(binary.LittleEndian.Uint32(raw[off+4*i:])), 1e-3*body["maxLoad"].(float64))
+		assert.Equal(t, body["holder"].([]any)[i], float64(int32(binary.LittleEndian.Uint32(raw[off+32+4*i:]))))
+		assert.Equal(t, body["role"].([]any)[i], float64(raw[off+64+i]))
+	}
 }
 
 // TestAStandbyShowsWhereTheLeaderIs: its state says so, and it draws no history.

@@ -28,7 +28,7 @@ func TestThePageInABrowser(t *testing.T) {
 		`window.sliceplane && sliceplane.frames > 0 && sliceplane.lastGrid && sliceplane.lastGrid.nodes.length == 4 &&
 		 Number(document.getElementById("heatmap").dataset.nonzero) > 0`)
 	// The newest column of the grid covers the space: every row has a holder.
-	holders := eval[[]int](t, b, `(() => { const g = sliceplane.lastGrid; return g.holder.slice((g.w-1)*g.h, g.w*g.h) })()`)
+	holders := eval[[]int](t, b, `(() => { const g = sliceplane.lastGrid; return Array.from(g.holder.slice((g.w-1)*g.h, g.w*g.h)) })()`)
 	for r, h := range holders {
 		require.GreaterOrEqual(t, h, 0, "row %d of the newest column has no holder", r)
 	}

@@ -120,6 +120,31 @@
     return body;
   }
 
+  // getGrid fetches a heatmap grid in its binary form (see writeBinary in grid.go): the JSON
+  // of its columns and events, then its layers as typed arrays, which need no parsing.
+  async function getGrid(url) {
+    let res;
+    try {
+      res = await fetch(url, { cache: 'no-store' });
+    } catch (e) {
+      throw new Error('cannot reach the assigner; retrying');
+    }
+    if (!res.ok) {
+      let body = null;
+      try { body = await res.json(); } catch (e) { body = null; }
+      throw new Error((body && body.error) || `HTTP ${res.status} ${res.statusText}`);
+    }
+    const buf = await res.arrayBuffer();
+    const n = new DataView(buf).getUint32(0, true);
+    const g = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 4, n)));
+    const cells = g.w * g.h;
+    let off = (4 + n + 3) & ~3;
+    g.load = new Float32Array(buf, off, cells); off += 4 * cells;
+    g.holder = new Int32Array(buf, off, cells); off += 4 * cells;
+    g.role = new Uint8Array(buf, off, cells);
+    return g;
+  }
+
   // coalesced runs fn with at most one run in flight and runs at least minGap ms apart;
   // kicks that arrive meanwhile fold into one more run. Failures retry with a backoff.
   function coalesced(name, fn, minGap) {
@@ -205,7 +230,7 @@
     const r = box.getBoundingClientRect();
     return {
       w: FORCE_W || Math.max(16, Math.min(2000, Math.floor(r.width))),
-      h: FORCE_H || Math.max(16, Math.min(600, Math.floor(r.height))),
+      h: FORCE_H || Math.max(16, Math.min(400, Math.floor(r.height))),
     };
   }
   function heatQuery() {
@@ -231,7 +256,7 @@
     if (standby || !haveState) return;
     const key = viewKey();
     const t0 = performance.now();
-    const g = await getJSON('api/heatmap?' + heatQuery());
+    const g = await getGrid('api/heatmap?format=bin&' + heatQuery());
     sp.lastFetchMs = performance.now() - t0;
     if (standby) return; // leadership moved while this was in flight
     if (!g || !Array.isArray(g.seqs) || !(g.w >= 0) || !(g.h >= 0)) throw new Error('malformed answer');
@@ -340,14 +365,19 @@
     octx.clearRect(0, 0, ow, oh);
     const evs = g.events || [];
     if (!ui.events || !evs.length || !g.seqs.length) return;
-    const fLo = bigFrac(hexToBig(g.lo)), fHi = bigFrac(hiToBig(g.hi));
-    const fy = (f) => ((f - fLo) / (fHi - fLo)) * oh;
+    // Positions from the hex points in BigInt: deep in a zoom, float fractions of the whole
+    // space no longer tell neighbouring rows apart.
+    const gLo = hexToBig(g.lo), gSpan = hiToBig(g.hi) - gLo, SC = 1n << 24n;
+    const fLo = bigFrac(gLo), fSpan = bigFrac(gSpan);
+    const fy = (hex, frac, isHi) => (typeof hex === 'string'
+      ? (Number(((isHi ? hiToBig(hex) : hexToBig(hex)) - gLo) * SC / gSpan) / Number(SC)) * oh
+      : ((num(frac) - fLo) / fSpan) * oh);
     const colW = ow / g.w;
     const byKind = { move: [], drain: [], primary: [], split: [], merge: [] };
     for (const e of evs) {
       const c = columnOf(g.seqs, e.seq);
       if (c < 0 || !byKind[e.kind]) continue;
-      const y0 = Math.max(0, fy(num(e.loFrac))), y1 = Math.min(oh, fy(e.hiFrac === undefined ? 1 : num(e.hiFrac)));
+      const y0 = Math.max(0, fy(e.lo, e.loFrac, false)), y1 = Math.min(oh, fy(e.hi, e.hiFrac === undefined ? 1 : e.hiFrac, true));
       if (y1 < 0 || y0 > oh) continue;
       byKind[e.kind].push((c + 0.5) * colW, y0, y1);
     }
@@ -629,7 +659,8 @@
     if (num(h.last) > lastSeq) lastSeq = num(h.last);
     renderStatus(s);
     renderNodes(s);
-    renderPasses(s.passes || []);
+    // A pass comes as {time, explain}: the explanation is the Explain RPC's, as protojson.
+    renderPasses((s.passes || []).map((e) => Object.assign({ time: e.time }, e.explain || {})), s.status || {});
     renderFeed(s.quanta || []);
     if (!es) connect();
     if (wasStandby || first) {
@@ -656,7 +687,7 @@
     if (st.sourceError) out += item('source error', esc(st.sourceError) + (st.sourceMisconfigured ? ' (misconfigured)' : ''), true);
     if ((st.quarantined || []).length) out += item('quarantined', String(st.quarantined.length), true);
     const h = s.history || {};
-    if (h.columns) out += item('history', `${fmt(h.columns)} cols · ${esc(h.window || '')}`);
+    if (h.columns) out += item('history', `${fmt(h.columns)} of ${fmt(h.capacity)} passes · ${fmt(num(h.bytes) / 1048576, 1)} MiB`);
     $('status').innerHTML = out;
   }
 
@@ -666,17 +697,18 @@
     const nodes = s.nodes || [];
     const states = s.nodeStates || {};
     const rows = [];
+    // Loads are over capacity, in the units the nodes report: the bars compare the nodes.
+    const top = Math.max(1e-9, ...nodes.map((n) => num(n.load)));
     for (const n of nodes) {
       const id = (n.node && n.node.id) || n.id || '';
-      const labels = n.labels || {};
-      const zone = (n.node && n.node.zone) || n.zone || labels.zone || labels['topology.kubernetes.io/zone'] || '';
+      const zone = (s.zones || {})[id] || '';
       const cap = num(n.node && n.node.capacity) || 1;
-      const load = num(n.load); // already over capacity: 1 is full
-      const pct = Math.max(0, Math.min(100, load * 100));
+      const load = num(n.load);
+      const pct = Math.max(0, Math.min(100, 100 * load / top));
       let state = states[id];
       if (!STATES.has(state)) state = n.draining ? 'draining' : n.stale ? 'stale' : num(n.loading) > 0 ? 'loading' : 'serving';
       rows.push(`<tr><td>${esc(id)}</td><td>${esc(zone)}</td>` +
-        `<td title="load over capacity; capacity ${fmt(cap, 2)}"><span class="bar"><i${load > 1 ? ' class="over"' : ''} style="width:${pct.toFixed(1)}%"></i></span>${fmt(load, 2)}</td>` +
+        `<td title="load over capacity (capacity ${fmt(cap, 2)}); the bar is against the most loaded node"><span class="bar"><i style="width:${pct.toFixed(1)}%"></i></span>${fmt(load, 2)}</td>` +
         `<td class="num">${fmt(cap, 2)}</td>` +
         `<td class="num">${fmt(n.slices)}</td><td class="num">${fmt(n.primaries)}</td><td class="num">${fmt(n.loading)}</td>` +
         `<td><span class="st st-${state}">${state}</span></td><td title="${esc(n.lastSeen)}">${esc(ago(n.lastSeen))}</td></tr>`);
@@ -704,13 +736,17 @@
     const sum = e.target.closest('summary');
     if (sum) userOpen.set(sum.parentElement.dataset.key, !sum.parentElement.open);
   });
-  function renderPasses(passes) {
-    const key = JSON.stringify(passes);
+  function renderPasses(passes, st = {}) {
+    const key = JSON.stringify([passes, st.passFailures, st.passError]);
     if (key === passesKey) return;
     passesKey = key;
     const el = $('explain');
-    if (!passes.length) { el.innerHTML = '<p class="k">no pass yet</p>'; return; }
-    el.innerHTML = passes.map((p, i) => {
+    // The passes listed are those that succeeded; a run of failures since is only counted.
+    const failing = num(st.passFailures) > 0
+      ? `<p class="err">${fmt(st.passFailures)} failed pass${num(st.passFailures) === 1 ? '' : 'es'} in a row` +
+        `${st.passError ? `: ${esc(st.passError)}` : ''}${st.passErrorTime ? ` (${esc(ago(st.passErrorTime))})` : ''}</p>` : '';
+    if (!passes.length) { el.innerHTML = failing + '<p class="k">no pass yet</p>'; return; }
+    el.innerHTML = failing + passes.map((p, i) => {
       const pos = p.position || {};
       const k = `${fmt(pos.term)}.${fmt(pos.seq)}`;
       const open = userOpen.has(k) ? userOpen.get(k) : i === 0;
