@@ -12,7 +12,9 @@ import (
 	"github.com/sliceplane/sliceplane/internal/heatmap"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
+	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/store"
+	"github.com/sliceplane/sliceplane/internal/webview"
 )
 
 // BenchmarkCorePass measures the core's balancing pass (the algorithm, and with
@@ -129,6 +131,23 @@ func BenchmarkHistoryBesideAPass(b *testing.B) {
 			h.Record(now, a, loads)
 		}
 		b.ReportMetric(float64(h.Bytes())/(1<<20), "MiB-history")
+	})
+	b.Run("explain-and-events", func(b *testing.B) {
+		ch, err := c.pass(now)
+		if err != nil || ch == nil || ch.quantum == nil {
+			b.Fatalf("a pass with no change: %v", err)
+		}
+		v, err := webview.New(heatmap.Config{}, nil, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		v.Publish(quantum.Quantum{Snapshot: a}, a)
+		for b.Loop() {
+			v.Pass(now, explainToProto(c.Explain()))
+			v.Publish(*ch.quantum, ch.after)
+			v.Publish(quantum.Quantum{Snapshot: a}, a) // the next pass starts from the same map
+		}
+		b.ReportMetric(float64(len(ch.quantum.Ops)), "ops/pass")
 	})
 	b.Run("encode-chunk", func(b *testing.B) {
 		k := heatmap.ChunkOf(h.Bounds().Last) - 1

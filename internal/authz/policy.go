@@ -29,7 +29,7 @@ const (
 	// RoleRouter may read the map and where the nodes serve: WatchAssignment,
 	// GetAssignment, Lookup, ListNodes.
 	RoleRouter Role = "router"
-	// RoleViewer may inspect: Status, ListSlices, ListQuanta, Explain.
+	// RoleViewer may inspect: Status, ListSlices, ListQuanta, Explain, and the web view.
 	RoleViewer Role = "viewer"
 	// RoleAdmin may change: Move, Split, Merge, Pin, Unpin, Unquarantine, Drain, Freeze, Unfreeze,
 	// SetAlgorithm.
