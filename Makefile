@@ -17,7 +17,8 @@ STATICCHECK_VERSION := v0.8.2
 # Every package is tested with the race detector but e2e and chaos, whose tests start real
 # binaries and skip under it: they run without it, after. The data-path integration
 # scenarios shrink under it (10k items), so they run a second time without it at the full
-# 100k. The timeouts only catch hangs: the distributor's package takes ~2 min under the race
+# 100k; the browser test allows the page 8 s under it, and runs again without it at 2 s.
+# The timeouts only catch hangs: the distributor's package takes ~2 min under the race
 # detector on an idle 2-core machine, and more than 5 on a busy one.
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS   ?= -race -timeout $(TEST_TIMEOUT)
@@ -59,6 +60,7 @@ unit:
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/chaos$$' -e '/internal/sim$$')
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./internal/sim
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestDataPath' ./internal/distributor
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestThePageInABrowser$$' ./internal/webview
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./e2e
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./chaos
 

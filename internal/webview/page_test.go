@@ -40,11 +40,16 @@ func TestThePageInABrowser(t *testing.T) {
 	asked := time.Now()
 	require.NoError(t, slicectl.Execute(ctx, []string{"--assigner", c.srv.Addr(), "--tls-cert", admin.Cert, "--tls-key", admin.Key,
 		"--tls-ca", admin.CA, "move", slice, "--to", to}, &out, &out), out.String())
-	b.waitFor(t, 2*time.Second, "the move in the feed",
+	within := 2 * time.Second
+	if raceDetector {
+		within = 8 * time.Second
+	}
+	b.waitFor(t, within, "the move in the feed",
 		`[...document.querySelectorAll("li[data-cause]")].some(li => li.dataset.cause.startsWith("admin: move"))`)
-	b.waitFor(t, 2*time.Second-time.Since(asked)+100*time.Millisecond, "the move on the heatmap",
+	b.waitFor(t, within-time.Since(asked)+100*time.Millisecond, "the move on the heatmap",
 		`sliceplane.lastGrid.events.some(e => e.kind == "move" && e.cause.startsWith("admin: move"))`)
-	assert.Less(t, time.Since(asked), 2100*time.Millisecond)
+	t.Logf("the move was in the feed and on the heatmap %s after slicectl was started", time.Since(asked))
+	assert.Less(t, time.Since(asked), within+100*time.Millisecond)
 	assert.Empty(t, b.consoleErrors(), "the page logged errors")
 	b.screenshot(t)
 

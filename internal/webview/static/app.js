@@ -265,7 +265,7 @@
     heatMessage(g.w && g.h && g.seqs.length ? '' : 'No history recorded yet.');
     if (g.to > lastSeq) lastSeq = g.to;
     draw();
-  }, () => Math.max(1000, 2 * (sp.lastFetchMs || 0))); // a big grid on a slow link must not hog it
+  }, () => Math.max(500, 2 * (sp.lastFetchMs || 0))); // a big grid on a slow link must not hog it
 
   function heatMessage(msg) {
     const m = $('heat-msg');
@@ -620,7 +620,7 @@
   // ---------- state: header, nodes, passes, feed ----------
   const stateLoader = coalesced('state', async () => {
     applyState(await getJSON('api/state'));
-  }, 1000);
+  }, 500);
 
   function applyState(s) {
     const t0 = performance.now();

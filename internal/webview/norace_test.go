@@ -1,0 +1,5 @@
+//go:build !race
+
+package webview_test
+
+const raceDetector = false
