@@ -59,8 +59,7 @@ test: proto-check lint unit
 unit:
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/chaos$$' -e '/internal/sim$$')
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./internal/sim
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestDataPath' ./internal/distributor
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestThePageInABrowser$$' ./internal/webview
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^(TestDataPath.*|TestThePageInABrowser)$$' ./internal/distributor ./internal/webview
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./e2e
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./chaos
 
