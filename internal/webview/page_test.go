@@ -2,6 +2,7 @@ package webview_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,17 @@ func TestThePageInABrowser(t *testing.T) {
 		`sliceplane.lastGrid.events.some(e => e.kind == "move" && e.cause.startsWith("admin: move"))`)
 	t.Logf("the move was in the feed and on the heatmap %s after slicectl was started", time.Since(asked))
 	assert.Less(t, time.Since(asked), within+100*time.Millisecond)
+	// The other colourings draw too: by holder, and by role of one node.
+	for _, mode := range []struct{ mode, node string }{{"node", ""}, {"role", "n1"}, {"load", ""}} {
+		frames := eval[int](t, b, `sliceplane.frames`)
+		eval[bool](t, b, `(() => { const s = document.getElementById("mode"); s.value = "`+mode.mode+`"; s.dispatchEvent(new Event("change"));
+			const n = document.getElementById("node-select"); n.value = "`+mode.node+`"; n.dispatchEvent(new Event("change")); return true })()`)
+		cond := `sliceplane.frames > ` + strconv.Itoa(frames)
+		if mode.node != "" { // the node's ranges show: it holds some
+			cond += ` && sliceplane.lastGrid.role.some(r => r == 2)`
+		}
+		b.waitFor(t, within, "a frame coloured by "+mode.mode, cond)
+	}
 	assert.Empty(t, b.consoleErrors(), "the page logged errors")
 	b.screenshot(t)
 
