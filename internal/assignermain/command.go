@@ -233,6 +233,9 @@ func (o *options) run(ctx context.Context) error {
 	if o.history < 2*o.passInterval {
 		return fmt.Errorf("assigner: --history %s: the heatmap keeps at least two passes (--pass-interval %s)", o.history, o.passInterval)
 	}
+	if err := (heatmap.Config{Cells: o.historyCells}).Validate(); err != nil || o.historyCells == 0 {
+		return fmt.Errorf("assigner: --history-cells %d: want a power of two from 1 to 65536", o.historyCells)
+	}
 	if err := cfg.Validate(); err != nil { // before starting anything
 		return err
 	}

@@ -117,6 +117,8 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		{[]string{"--load-signal-half-life", "-2s"}, "--load-signal-half-life -2s"},
 		{[]string{"--handoff-timeout", "-1s"}, "handoff timeout -1s"},
 		{[]string{"--handoff-linger", "-1s"}, "handoff linger -1s"},
+		{[]string{"--history", "1s"}, "--history 1s: the heatmap keeps at least two passes"},
+		{[]string{"--history-cells", "3"}, "--history-cells 3: want a power of two"},
 	} {
 		cmd := NewCommand()
 		cmd.SetArgs(c.args)

@@ -55,6 +55,9 @@ const noPrimary = 3
 // CellBytes is the memory a cell takes: start, load, slices, holders, meta, replica count.
 const CellBytes = 8 + 4 + 2 + 2*holders + 1 + 1
 
+// Validate says whether a History can be made with c (zero fields taking the defaults).
+func (c Config) Validate() error { return c.fill() }
+
 func (c *Config) fill() error {
 	if c.Columns == 0 {
 		c.Columns = DefaultColumns
