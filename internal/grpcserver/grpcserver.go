@@ -125,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 	for _, p := range cfg.Pages {
 		pages = append(pages, metricsserver.Page{Path: p.Path, Handler: az.HTTP(p.Path, p.Role, p.Handler)})
 	}
-	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, cfg.TLS.ServerTLS(), pages...); err != nil {
+	if s.scrape, err = metricsserver.Listen(cfg.MetricsListen, cfg.Registry, cfg.TLS.ServerTLS(), cfg.Logger, pages...); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 	}

@@ -7,8 +7,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
+	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,9 +37,9 @@ type Page struct {
 
 // Listen binds addr and prepares to serve reg at /metrics, and pages, over TLS when tlsConf is
 // not nil (mtls.Source.ServerTLS: clients then need a client certificate from the CA); the
-// handler counts its own errors in reg too. An empty addr asks for no endpoint: Listen
-// returns nil, nil.
-func Listen(addr string, reg *prometheus.Registry, tlsConf *tls.Config, pages ...Page) (*Server, error) {
+// handler counts its own errors in reg too, and the server's go to log (nil: the standard
+// logger). An empty addr asks for no endpoint: Listen returns nil, nil.
+func Listen(addr string, reg *prometheus.Registry, tlsConf *tls.Config, log *slog.Logger, pages ...Page) (*Server, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -52,7 +55,26 @@ func Listen(addr string, reg *prometheus.Registry, tlsConf *tls.Config, pages ..
 	if tlsConf != nil {
 		lis = tls.NewListener(lis, tlsConf)
 	}
-	return &Server{lis: lis, http: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if log != nil {
+		srv.ErrorLog = stdlog.New(serverErrors{log}, "", 0)
+	}
+	return &Server{lis: lis, http: srv}, nil
+}
+
+// serverErrors writes what net/http logs to a structured log: a client refused at the TLS
+// handshake (one without a certificate, a scanner) at debug, as it is the listener doing its
+// job; anything else, such as a handler's panic, as a warning.
+type serverErrors struct{ log *slog.Logger }
+
+func (e serverErrors) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelWarn
+	if strings.Contains(msg, "TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	e.log.Log(context.Background(), level, "metrics: http server", "err", msg)
+	return len(p), nil
 }
 
 // Addr returns the bound address, or "" for a nil Server.

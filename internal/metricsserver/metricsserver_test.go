@@ -1,9 +1,14 @@
 package metricsserver_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sliceplane/sliceplane/internal/metricsserver"
+	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -22,7 +28,7 @@ func TestServesTheRegistryUntilCancelled(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sliceplane_test_things_total", Help: "Things."})
 	reg.MustRegister(c)
 	c.Add(3)
-	s, err := metricsserver.Listen("127.0.0.1:0", reg, nil)
+	s, err := metricsserver.Listen("127.0.0.1:0", reg, nil, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -50,7 +56,7 @@ func TestServesTheRegistryUntilCancelled(t *testing.T) {
 }
 
 func TestNoAddressNoEndpoint(t *testing.T) {
-	s, err := metricsserver.Listen("", prometheus.NewRegistry(), nil)
+	s, err := metricsserver.Listen("", prometheus.NewRegistry(), nil, nil)
 	require.NoError(t, err)
 	assert.Nil(t, s)
 	assert.Empty(t, s.Addr())
@@ -59,10 +65,53 @@ func TestNoAddressNoEndpoint(t *testing.T) {
 }
 
 func TestAddressInUse(t *testing.T) {
-	a, err := metricsserver.Listen("127.0.0.1:0", prometheus.NewRegistry(), nil)
+	a, err := metricsserver.Listen("127.0.0.1:0", prometheus.NewRegistry(), nil, nil)
 	require.NoError(t, err)
 	defer a.Close()
-	_, err = metricsserver.Listen(a.Addr(), prometheus.NewRegistry(), nil)
+	_, err = metricsserver.Listen(a.Addr(), prometheus.NewRegistry(), nil, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), a.Addr())
+}
+
+// syncBuffer is a log's output that a test reads while the server writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestAClientWithoutACertificateIsLoggedAtDebug: the handshake a client without a
+// certificate fails goes to the server's structured log, at debug, not to stderr.
+func TestAClientWithoutACertificateIsLoggedAtDebug(t *testing.T) {
+	pki := mtlstest.New(t)
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, err := metricsserver.Listen("127.0.0.1:0", prometheus.NewRegistry(), pki.Source("assigner", "a1").ServerTLS(), log)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second} //nolint:gosec // the client's certificate is what is missing
+	defer client.CloseIdleConnections()
+	_, err = client.Get("https://" + s.Addr() + "/metrics")
+	require.Error(t, err)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "TLS handshake error") {
+		require.True(t, time.Now().Before(deadline), "no log of the refused handshake: %s", logs.String())
+		time.Sleep(10 * time.Millisecond) // the server logs after the client saw the error
+	}
+	assert.Contains(t, logs.String(), `"level":"DEBUG"`)
 }
