@@ -78,7 +78,7 @@ func BenchmarkAFrameAt150kSlices(b *testing.B) {
 }
 
 // bigMap returns a map of n equal slices, slice i on node i%nodes.
-func bigMap(b *testing.B, n, nodes int) *assignment.Assignment {
+func bigMap(b testing.TB, n, nodes int) *assignment.Assignment {
 	ss := make([]assignment.Slice, n)
 	for i, r := range keyspace.Equal(n) {
 		ss[i] = assignment.Slice{Range: r, Replicas: []assignment.NodeID{assignment.NodeID(fmt.Sprintf("n%04d", i%nodes))}}

@@ -84,7 +84,7 @@ func (v *View) serveHeatmap(w http.ResponseWriter, r *http.Request) {
 			out.Events[i].HiFrac = out.Events[i].LoFrac
 		}
 	}
-	if first(r.URL.Query(), "format") == "bin" {
+	if r.URL.Query().Get("format") == "bin" {
 		writeBinary(w, out)
 		return
 	}
@@ -130,26 +130,18 @@ func parseQuery(r *http.Request) (heatmap.Query, error) {
 	if q.Range, err = parseRange(p); err != nil {
 		return q, err
 	}
-	ints := []struct {
+	var w, h uint64
+	for _, i := range []struct {
 		key string
 		def uint64
 		to  *uint64
-	}{{"from", 0, &q.From}, {"to", 0, &q.To}}
-	for _, i := range ints {
+	}{{"from", 0, &q.From}, {"to", 0, &q.To}, {"w", 600, &w}, {"h", 256, &h}} {
 		if *i.to, err = uintParam(p, i.key, i.def); err != nil {
 			return q, err
 		}
 	}
-	w, err := uintParam(p, "w", 600)
-	if err != nil {
-		return q, err
-	}
-	h, err := uintParam(p, "h", 256)
-	if err != nil {
-		return q, err
-	}
 	q.W, q.H = int(min(w, heatmap.MaxWidth+1)), int(min(h, heatmap.MaxHeight+1))
-	node := first(p, "node")
+	node := p.Get("node")
 	if err := checkNode(node); err != nil {
 		return q, err
 	}
@@ -181,7 +173,7 @@ func (v *View) serveCell(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	rng, err := parseRange(map[string][]string{"lo": p["at"]})
+	at, _, err := pointParam(p, "at")
 	if err != nil {
 		writeError(w, err)
 		return
@@ -191,7 +183,7 @@ func (v *View) serveCell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.mu.RLock()
-	c, err := v.hist.CellAt(seq, rng.Start)
+	c, err := v.hist.CellAt(seq, at)
 	v.mu.RUnlock()
 	if err != nil {
 		writeError(w, err)

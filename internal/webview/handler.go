@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -230,23 +231,19 @@ func fracBound(b keyspace.Bound) float64 {
 }
 
 // parseRange reads lo and hi (16 hex digits; hi 0 or absent: the end of the space).
-func parseRange(q map[string][]string) (keyspace.Range, error) {
+func parseRange(q url.Values) (keyspace.Range, error) {
 	r := keyspace.Full()
-	if lo := first(q, "lo"); lo != "" {
-		p, err := strconv.ParseUint(lo, 16, 64)
-		if err != nil {
-			return r, fmt.Errorf("%w: lo %q: want 16 hex digits", errBadRequest, lo)
-		}
-		r.Start = p
+	lo, _, err := pointParam(q, "lo")
+	if err != nil {
+		return r, err
 	}
-	if hi := first(q, "hi"); hi != "" {
-		p, err := strconv.ParseUint(hi, 16, 64)
-		if err != nil {
-			return r, fmt.Errorf("%w: hi %q: want 16 hex digits", errBadRequest, hi)
-		}
-		if p != 0 {
-			r.End = keyspace.At(p)
-		}
+	hi, hasHi, err := pointParam(q, "hi")
+	if err != nil {
+		return r, err
+	}
+	r.Start = lo
+	if hasHi && hi != 0 {
+		r.End = keyspace.At(hi)
 	}
 	if !r.Valid() {
 		return r, fmt.Errorf("%w: the range %s is empty", errBadRequest, r)
@@ -254,16 +251,22 @@ func parseRange(q map[string][]string) (keyspace.Range, error) {
 	return r, nil
 }
 
-func first(q map[string][]string, key string) string {
-	if v := q[key]; len(v) > 0 {
-		return v[0]
+// pointParam reads a point of the space (16 hex digits), 0 and false when absent.
+func pointParam(q url.Values, key string) (uint64, bool, error) {
+	s := q.Get(key)
+	if s == "" {
+		return 0, false, nil
 	}
-	return ""
+	p, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: %s %q: want 16 hex digits", errBadRequest, key, s)
+	}
+	return p, true, nil
 }
 
 // uintParam reads a non-negative integer parameter, def when absent.
-func uintParam(q map[string][]string, key string, def uint64) (uint64, error) {
-	s := first(q, key)
+func uintParam(q url.Values, key string, def uint64) (uint64, error) {
+	s := q.Get(key)
 	if s == "" {
 		return def, nil
 	}

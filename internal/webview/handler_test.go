@@ -51,7 +51,7 @@ func get(t *testing.T, url string) (int, map[string]any) {
 // TestBadQueriesGetAClearError: every malformed parameter is a 400 that names it.
 func TestBadQueriesGetAClearError(t *testing.T) {
 	v, base := serve(t, newFleet(3))
-	v.Record(time.Unix(1, 0), bigMap(&testing.B{}, 16, 3), nil)
+	v.Record(time.Unix(1, 0), bigMap(t, 16, 3), nil)
 	for query, want := range map[string]string{
 		"api/heatmap?w=0":     "a grid of 0×256",
 		"api/heatmap?w=99999": "a grid of 2001×256",
@@ -60,7 +60,7 @@ func TestBadQueriesGetAClearError(t *testing.T) {
 		"api/heatmap?lo=8000000000000000&hi=4000000000000000": "is empty",
 		"api/heatmap?from=5&to=2":                             "columns 5..2",
 		"api/heatmap?node=" + strings.Repeat("n", 300):        "node: 300 bytes",
-		"api/cell?seq=1&at=nothex":                            `lo "nothex"`,
+		"api/cell?seq=1&at=nothex":                            `at "nothex"`,
 		"api/cell?seq=x&at=00":                                `seq "x"`,
 	} {
 		code, body := get(t, base+query)
@@ -129,7 +129,7 @@ func TestTheStreamSaysWhenSomethingChanged(t *testing.T) {
 		return ""
 	}
 	assert.Equal(t, `{"version":0,"last":0}`, next())
-	a := bigMap(&testing.B{}, 16, 3)
+	a := bigMap(t, 16, 3)
 	for i := range 5 {
 		v.Record(time.Unix(int64(i), 0), a, nil)
 	}

@@ -91,8 +91,7 @@ func (v *View) Restore(data []byte) error {
 	return v.hist.Restore(data)
 }
 
-// Encode returns chunk k of the history as it stands (heatmap.History.Encode), and the
-// history's bounds.
+// Encode returns chunk k of the history as it stands (heatmap.History.Encode).
 func (v *View) Encode(k uint64) ([]byte, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
