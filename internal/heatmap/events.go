@@ -1,6 +1,7 @@
 package heatmap
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
@@ -38,6 +39,11 @@ func eventBytes(e *Event) int {
 // newest column's.
 func (h *History) Add(e Event) {
 	e.Seq = h.next - 1
+	h.add(e)
+}
+
+// add records e as it is.
+func (h *History) add(e Event) {
 	if len(h.events) < h.cfg.Events {
 		h.events = append(h.events, e)
 		h.evN++
@@ -85,7 +91,7 @@ func (h *History) Observe(q quantum.Quantum, before *assignment.Assignment) {
 func assignEvent(o assignment.Assign, before *assignment.Assignment) (keyspace.Range, string, string) {
 	_, s := before.Lookup(o.Slice)
 	what := assignment.FormatReplicas(s.Replicas) + " → " + assignment.FormatReplicas(o.Replicas)
-	if equalIDs(s.Replicas, o.Replicas) {
+	if slices.Equal(s.Replicas, o.Replicas) {
 		return s.Range, KindPrimary, "primary " + orNone(s.Primary) + " → " + orNone(o.Primary)
 	}
 	return s.Range, KindMove, what
@@ -96,18 +102,6 @@ func orNone(id assignment.NodeID) string {
 		return "none"
 	}
 	return string(id)
-}
-
-func equalIDs(a, b []assignment.NodeID) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Events returns the events recorded after column from and at or before column to that

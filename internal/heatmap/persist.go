@@ -117,10 +117,8 @@ func (h *History) Restore(data []byte) error {
 		if fe.ToEnd {
 			end = keyspace.End
 		}
-		e := Event{At: time.UnixMilli(fe.At), Kind: fe.Kind, Range: keyspace.Range{Start: fe.Start, End: end},
-			Cause: fe.Cause, By: fe.By, What: fe.What}
-		h.Add(e)
-		h.events[(h.evFst+h.evN-1)%len(h.events)].Seq = fe.Seq
+		h.add(Event{Seq: fe.Seq, At: time.UnixMilli(fe.At), Kind: fe.Kind, Range: keyspace.Range{Start: fe.Start, End: end},
+			Cause: fe.Cause, By: fe.By, What: fe.What})
 	}
 	return nil
 }
