@@ -184,15 +184,20 @@ func (a *Authorizer) checkSelf(method string, g grant, msg any) error {
 }
 
 func (a *Authorizer) refuse(method, reason string, code codes.Code, format string, args ...any) error {
+	return status.Error(code, a.deny(method, reason, fmt.Sprintf(format, args...)))
+}
+
+// deny counts and logs the refusal of method (a gRPC method, or the path of a page) for
+// reason, and returns msg prefixed by the package.
+func (a *Authorizer) deny(method, reason, msg string) string {
 	a.denied.WithLabelValues(method, reason).Inc()
-	msg := fmt.Sprintf(format, args...)
 	if !strings.HasPrefix(msg, "authz: ") {
 		msg = "authz: " + msg
 	}
 	if a.log != nil {
 		a.log.Warn("refused a call", "method", method, "reason", reason, "err", msg)
 	}
-	return status.Error(code, msg)
+	return msg
 }
 
 // checkedStream checks every message a node sends on a stream it may open only as itself.

@@ -36,10 +36,7 @@ func (a *Authorizer) HTTP(path string, role Role, next http.Handler) http.Handle
 }
 
 func (a *Authorizer) refuseHTTP(w http.ResponseWriter, path, reason string, code int, msg string) {
-	a.denied.WithLabelValues(path, reason).Inc()
-	if a.log != nil {
-		a.log.Warn("refused a request", "path", path, "reason", reason, "err", msg)
-	}
+	msg = a.deny(path, reason, msg)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(map[string]string{"error": msg}) //nolint:errcheck // the client may be gone
