@@ -13,7 +13,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/sliceplane/sliceplane/examples/counter/counterproxy"
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
+	"github.com/sliceplane/sliceplane/internal/logging/logtest"
 	"github.com/sliceplane/sliceplane/internal/source/postgres/pgtest"
 )
 
@@ -41,30 +41,7 @@ type member struct {
 
 // logs collects the members' role changes (their applications' debug logs), for the report
 // of a failed check.
-var logs syncBuffer
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+var logs logtest.Buffer
 
 func startMember(t *testing.T, c *clustertest.Cluster, dsn, id string) *member {
 	t.Helper()
@@ -94,7 +71,7 @@ func (m *member) halt(t *testing.T) {
 // rolling restart of every member and operator moves of primaries (COUNTER_SECONDS of load
 // after the faults, default 2).
 func TestCounterUnderRollingRestartAndPrimaryMoves(t *testing.T) {
-	logs.reset()
+	logs.Reset()
 	pg := pgtest.Start(t)
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
 		cfg.Core.Roles = assigner.RolesPrimarySecondary

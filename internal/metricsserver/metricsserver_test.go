@@ -1,14 +1,12 @@
 package metricsserver_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sliceplane/sliceplane/internal/logging/logtest"
 	"github.com/sliceplane/sliceplane/internal/metricsserver"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
@@ -73,29 +72,11 @@ func TestAddressInUse(t *testing.T) {
 	assert.Contains(t, err.Error(), a.Addr())
 }
 
-// syncBuffer is a log's output that a test reads while the server writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestAClientWithoutACertificateIsLoggedAtDebug: the handshake a client without a
 // certificate fails goes to the server's structured log, at debug, not to stderr.
 func TestAClientWithoutACertificateIsLoggedAtDebug(t *testing.T) {
 	pki := mtlstest.New(t)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := metricsserver.Listen("127.0.0.1:0", prometheus.NewRegistry(), pki.Source("assigner", "a1").ServerTLS(), log)
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/logging/logtest"
 )
 
 // assignerEnv is a running cluster (an embedded etcd, one assigner, four nodes) and RPC
@@ -661,12 +661,12 @@ func ctlAlgorithm(t *testing.T, e *assignerEnv) {
 }
 
 func ctlQuantaFollow(t *testing.T, e *assignerEnv) {
-	out := &syncBuffer{}
+	out := &logtest.Buffer{}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- Execute(ctx, []string{"--assigner", e.addr, "quanta", "--follow", "--limit", "1", "-o", "json"}, out, &syncBuffer{})
+		done <- Execute(ctx, []string{"--assigner", e.addr, "quanta", "--follow", "--limit", "1", "-o", "json"}, out, &logtest.Buffer{})
 	}()
 	waitFor(t, 10*time.Second, "the history's last quantum", func() bool { return strings.Count(out.String(), "\n") >= 1 })
 	listed := quantaLines(t, out.String())
@@ -728,7 +728,7 @@ func ctlDrain(t *testing.T, e *assignerEnv) {
 	// while it waits) have moved every slice off the node.
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &logtest.Buffer{}, &logtest.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- Execute(ctx, []string{"--assigner", e.addr, "drain", node, "-o", "json"}, stdout, stderr)
@@ -832,24 +832,6 @@ func quantaLines(t *testing.T, out string) []quantumOut {
 func regexpQuote(s string) string {
 	r := strings.NewReplacer(`[`, `\[`, `]`, `\]`, `(`, `\(`, `)`, `\)`, `.`, `\.`)
 	return r.Replace(s)
-}
-
-// syncBuffer is a bytes.Buffer that a command writes while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // deadAddress returns a loopback address where nothing listens.
