@@ -16,8 +16,8 @@ const (
 )
 
 // Query asks for a grid of the history: W columns over the columns From..To (0: the oldest,
-// the newest), H rows over the hash range Range. By colours it (the grid carries every
-// layer; By only decides Role): with Node set, Role says that node's role in each row.
+// the newest), H rows over the hash range Range. The grid carries every layer, whichever the
+// page colours by; with Node set, its Role layer says that node's role in each row.
 type Query struct {
 	From, To uint64
 	Range    keyspace.Range
