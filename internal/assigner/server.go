@@ -394,7 +394,6 @@ func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *conc
 	if err != nil {
 		return err
 	}
-	s.restoreHistory(ctx, l)
 	s.takeOffice(l, b)
 	defer s.leaveOffice(l, cancel)
 	lease.step(s.now()) // the loop starts: campaigning is no gap
@@ -469,6 +468,9 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 	term := uint64(e.Rev())
 	l := &leadership{term: term, fence: store.Fence{Key: e.Key(), Rev: e.Rev()}, lease: lease, core: core,
 		log: s.log.With("term", term), reqs: make(chan request), done: make(chan struct{})}
+	// Before the first step: a step that changes the map records a column and may persist the
+	// history, which must go on from the persisted one, not replace its first chunk.
+	s.restoreHistory(ctx, l)
 	if !lease.confirm(ctx) {
 		return nil, b, errLeaseLapsed
 	}

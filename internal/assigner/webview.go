@@ -9,7 +9,7 @@ import (
 
 // The web view's history (package webview) is persisted in chunks (heatmap.ChunkColumns
 // columns each) under the store's prefix: the leader rewrites the chunks it added to every
-// Config.HistoryFlush, and a new leader restores them before its first pass, within
+// Config.HistoryFlush, and a new leader restores them before its first step, within
 // historyRestoreTimeout (the history is for people to look at: a leader that cannot read it in
 // time starts a new one rather than wait). A failover loses at most the columns of the last
 // HistoryFlush.
