@@ -133,7 +133,7 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	router, err := NewRouter(RouterConfig{Assigners: cfg.Assigners, TLS: cfg.TLS, Logger: cfg.Logger})
+	router, err := NewRouter(RouterConfig{ID: cfg.ID, Assigners: cfg.Assigners, TLS: cfg.TLS, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

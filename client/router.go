@@ -50,6 +50,12 @@ type RouterConfig struct {
 	TLS TLS
 	// Policy chooses the replica Pick returns; default RoundRobin.
 	Policy Policy
+	// ID names the router among the others: it chooses the relay it watches (rendezvous
+	// hashing over the distributors, which relay the map), so that routers spread evenly over
+	// them. A member's is its node ID; default a random one.
+	ID string
+	// Direct watches the assigners themselves, never a relay; for tools.
+	Direct bool
 	// RefreshInterval is how often the nodes' addresses and capacities are read again; default
 	// 5 s. A map that names a node the router does not know makes it read them at once.
 	RefreshInterval time.Duration
@@ -108,6 +114,9 @@ type Router struct {
 	viewers   map[chan struct{}]struct{}
 	running   atomic.Bool
 	kick      chan struct{} // asks for the node list now
+	// relayConn is the connection to the relay the map is watched from, nil while the
+	// router watches the leader: the node list is read from it too.
+	relayConn atomic.Pointer[grpc.ClientConn]
 
 	loads sync.Map // node ID (string) -> *nodeLoad: requests in flight, from Begin
 
@@ -184,6 +193,9 @@ func (c *RouterConfig) Validate() error {
 		return fmt.Errorf("client: negative refresh interval %s", c.RefreshInterval)
 	}
 	c.Assigners = addrs
+	if c.ID == "" {
+		c.ID = fmt.Sprintf("router-%016x", rand.Uint64())
+	}
 	if c.RefreshInterval == 0 {
 		c.RefreshInterval = 5 * time.Second
 	}
@@ -326,40 +338,84 @@ func (r *Router) loadOf(id string) *nodeLoad {
 // connection, which would keep choosing it, is renewed.
 func (r *Router) watch(ctx context.Context, leader *dial.Follower) {
 	b := newBackoff()
+	rs := newRelays(r.cfg.ID, r.relayDialer)
+	defer rs.close()
+	defer r.relayConn.Store(nil)
 	var from *quantum.Position // the last position applied; nil asks for the whole map
 	for ctx.Err() == nil {
-		conn := leader.Conn()
-		applied, err := r.follow(ctx, pb.NewAssignmentServiceClient(conn), &from)
+		w := r.upstream(rs, leader)
+		applied, err := r.follow(ctx, w, &from)
 		if ctx.Err() != nil {
 			return
-		}
-		if errors.Is(err, dial.ErrSilent) {
-			leader.Renew(conn)
 		}
 		if applied {
 			b.Reset()
 		}
-		wait := b.NextBackOff()
-		resume := "the whole map"
-		if from != nil {
-			resume = from.String()
+		switch {
+		case errors.Is(err, errBetterRelay):
+			continue
+		case w.relay != "":
+			// Another relay, or the assigner, at once: the map must not wait for this one.
+			rs.fail(w.relay, time.Now())
+			r.log.Info("relay watch ended; watching another", "relay", w.relay, "err", err, "from", resumeOf(from))
+			continue
+		case errors.Is(err, dial.ErrSilent):
+			leader.Renew(w.conn)
 		}
-		r.log.Info("assignment watch ended; reconnecting", "err", err, "from", resume, "retry_in", wait)
+		wait := b.NextBackOff()
+		r.log.Info("assignment watch ended; reconnecting", "err", err, "from", resumeOf(from), "retry_in", wait)
 		sleep(ctx, wait)
 	}
 }
 
+// resumeOf says where a watch resumes, for the logs.
+func resumeOf(from *quantum.Position) string {
+	if from == nil {
+		return "the whole map"
+	}
+	return from.String()
+}
+
+// watched is what one watch stream follows: a relay, or the leader ("" relay).
+type watched struct {
+	relay string
+	conn  *grpc.ClientConn
+	rs    *relays
+}
+
+// upstream returns what to watch now: the preferred relay, or the leader when the router
+// watches it directly, knows no relay yet, or every relay failed lately.
+func (r *Router) upstream(rs *relays, leader *dial.Follower) watched {
+	if !r.cfg.Direct {
+		if id := rs.preferred(time.Now()); id != "" {
+			conn, err := rs.conn(id)
+			if err == nil {
+				rs.warm(id, time.Now())
+				r.relayConn.Store(conn)
+				return watched{relay: id, conn: conn, rs: rs}
+			}
+			rs.fail(id, time.Now())
+		}
+	}
+	r.relayConn.Store(nil)
+	return watched{conn: leader.Conn(), rs: rs}
+}
+
+// errBetterRelay ends a watch when a relay ranked before the one watched can be watched:
+// the relay set changed, or a failed relay's time out ended.
+var errBetterRelay = errors.New("client: a better relay can be watched")
+
 // follow runs one watch stream, applying its quanta, until it fails. It keeps *from at the
 // last position applied, and sets it to nil when the router must start over from the whole
 // map. It reports whether it applied any quantum.
-func (r *Router) follow(ctx context.Context, assignments pb.AssignmentServiceClient, from **quantum.Position) (applied bool, err error) {
+func (r *Router) follow(ctx context.Context, w watched, from **quantum.Position) (applied bool, err error) {
 	ctx, watchdog := dial.NewWatchdog(ctx, dial.StreamIdleTimeout)
 	defer watchdog.Stop()
 	req := &pb.WatchAssignmentRequest{}
 	if *from != nil {
 		req.From = wire.PositionToProto(**from)
 	}
-	stream, err := assignments.WatchAssignment(ctx, req, grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(maxMapBytes))
+	stream, err := pb.NewAssignmentServiceClient(w.conn).WatchAssignment(ctx, req, grpc.WaitForReady(w.relay == ""), grpc.MaxCallRecvMsgSize(maxMapBytes))
 	if err != nil {
 		return false, fmt.Errorf("client: watching the assignment: %w", err)
 	}
@@ -368,23 +424,26 @@ func (r *Router) follow(ctx context.Context, assignments pb.AssignmentServiceCli
 		if err != nil {
 			return applied, fmt.Errorf("client: watching the assignment: %w", err)
 		}
-		if resp.GetHeartbeat() {
-			continue
+		if !resp.GetHeartbeat() {
+			q, err := wire.QuantumFromProto(resp.GetQuantum())
+			if err == nil {
+				err = r.apply(q)
+			}
+			if err != nil {
+				// The map the router holds is still whole and consistent, so lookups go on
+				// with it; the stream is not to be trusted any more, so start over.
+				*from = nil
+				err = fmt.Errorf("client: from the assignment watch: %w", err)
+				r.log.Warn("quantum rejected; starting over from the whole map", "err", err)
+				return applied, err
+			}
+			pos := q.Position
+			*from, applied = &pos, true
+			w.rs.update(q.Distributors)
 		}
-		q, err := wire.QuantumFromProto(resp.GetQuantum())
-		if err == nil {
-			err = r.apply(q)
+		if !r.cfg.Direct && w.rs.preferred(time.Now()) != w.relay {
+			return applied, errBetterRelay
 		}
-		if err != nil {
-			// The map the router holds is still whole and consistent, so lookups go on
-			// with it; the stream is not to be trusted any more, so start over.
-			*from = nil
-			err = fmt.Errorf("client: from the assignment watch: %w", err)
-			r.log.Warn("quantum rejected; starting over from the whole map", "err", err)
-			return applied, err
-		}
-		pos := q.Position
-		*from, applied = &pos, true
 	}
 }
 
@@ -698,14 +757,22 @@ func (r *Router) refreshNodes(ctx context.Context, leader *dial.Follower) {
 	}
 }
 
-// listNodes reads the node list from the assigner and records it.
+// listNodes reads the node list from the relay the map is watched from, or from the leader
+// (when the router watches it, or the relay could not answer), and records it.
 func (r *Router) listNodes(ctx context.Context, leader *dial.Follower) error {
-	conn := leader.Conn()
 	callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := pb.NewAdminServiceClient(conn).ListNodes(callCtx, &pb.ListNodesRequest{}, grpc.WaitForReady(true))
-	if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
-		leader.Renew(conn) // it may have gone to a leader that hangs
+	var resp *pb.ListNodesResponse
+	err := errors.New("no relay")
+	if conn := r.relayConn.Load(); conn != nil {
+		resp, err = pb.NewAdminServiceClient(conn).ListNodes(callCtx, &pb.ListNodesRequest{})
+	}
+	if err != nil {
+		conn := leader.Conn()
+		resp, err = pb.NewAdminServiceClient(conn).ListNodes(callCtx, &pb.ListNodesRequest{}, grpc.WaitForReady(true))
+		if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
+			leader.Renew(conn) // it may have gone to a leader that hangs
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("client: listing the nodes: %w", err)

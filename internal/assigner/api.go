@@ -5,25 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/authz"
-	"github.com/sliceplane/sliceplane/internal/dial"
-	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
-	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/mapserve"
 	"github.com/sliceplane/sliceplane/internal/store"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
@@ -40,9 +35,9 @@ type api struct {
 	pb.UnimplementedQuantaServiceServer
 	pb.UnimplementedNodeServiceServer
 	pb.UnimplementedAdminServiceServer
-	s       *Server
-	reinits reinitCache
-	fresh   *freshness
+	s     *Server
+	maps  *mapserve.Server // the leader's map, from the hub of its term
+	fresh *freshness
 }
 
 // leader returns the leadership, or a status that says where the leader is.
@@ -51,6 +46,15 @@ func (a *api) leader() (*leadership, error) {
 		return l, nil
 	}
 	return nil, a.notLeader()
+}
+
+// feed returns the leader's feed, for the map's service.
+func (a *api) feed() (*mapserve.Feed, error) {
+	l, err := a.leader()
+	if err != nil {
+		return nil, err
+	}
+	return l.feed, nil
 }
 
 func (a *api) notLeader() error {
@@ -119,192 +123,24 @@ func changeToProto(c *Change) *pb.Change {
 		Ops: wire.OpsToProto(c.Ops)}
 }
 
-// encodeQuantum returns the wire form of a watch response carrying q.
-func encodeQuantum(q quantum.Quantum) ([]byte, error) {
-	return proto.Marshal(&pb.WatchQuantaResponse{Quantum: wire.QuantumToProto(q)})
-}
-
-// reinitCache holds the encoding of the last reinitializing quantum. When many watchers
-// connect at once (after a failover, all of them), the map is encoded once, not once per
-// watcher: for 150k slices that is 4.5 MB each time, and encoding it a hundred times over
-// starved the leader's own etcd lease in a benchmark.
-type reinitCache struct {
-	mu   sync.Mutex
-	pos  quantum.Position
-	data []byte
-}
-
-// encodings holds the encodings of a term's recent quanta by position: the leader encodes
-// each quantum once, as it publishes it, and every watcher sends the same bytes (for a
-// hundred watchers, encoding each quantum per watcher would cost a hundred times the
-// encoding). It is bounded as the hub is; a watcher so far behind that its quantum is gone
-// encodes it itself.
-type encodings struct {
-	mu    sync.Mutex
-	data  map[quantum.Position][]byte
-	order []quantum.Position // oldest first
-	bytes int
-}
-
-// Bounds of encodings, those of the hub's defaults.
-const (
-	maxEncodings     = 4096
-	maxEncodingBytes = 64 << 20
-)
-
-func (e *encodings) put(pos quantum.Position, data []byte) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.data == nil {
-		e.data = map[quantum.Position][]byte{}
-	}
-	e.data[pos] = data
-	e.order = append(e.order, pos)
-	e.bytes += len(data)
-	for len(e.order) > 1 && (len(e.order) > maxEncodings || e.bytes > maxEncodingBytes) {
-		e.bytes -= len(e.data[e.order[0]])
-		delete(e.data, e.order[0])
-		e.order = e.order[1:]
-	}
-}
-
-func (e *encodings) get(pos quantum.Position) ([]byte, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	data, ok := e.data[pos]
-	return data, ok
-}
-
-// encode returns the encoding of a quantum a watcher is to send. The hub's own
-// reinitializing quanta (cause "reinit", for a watcher starting over) share their position
-// with the published quantum they follow, so they are told apart by their cause and encoded
-// once per position in reinits.
-func (a *api) encode(l *leadership, q quantum.Quantum) ([]byte, error) {
-	if q.Cause == "reinit" {
-		return a.reinit(q)
-	}
-	if data, ok := l.encoded.get(q.Position); ok {
-		return data, nil
-	}
-	return encodeQuantum(q)
-}
-
-// reinit returns the encoding of a reinitializing quantum.
-func (a *api) reinit(q quantum.Quantum) ([]byte, error) {
-	c := &a.reinits
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.data != nil && c.pos == q.Position {
-		return c.data, nil
-	}
-	data, err := encodeQuantum(q)
-	if err != nil {
-		return nil, err
-	}
-	c.pos, c.data = q.Position, data
-	return data, nil
-}
-
 // AssignmentService
 
 func (a *api) WatchAssignment(req *pb.WatchAssignmentRequest, stream pb.AssignmentService_WatchAssignmentServer) error {
-	return a.watch(stream, req.GetFrom(), false)
-}
-
-func (a *api) watch(stream grpc.ServerStream, from *pb.Position, clockQuanta bool) error {
-	l, err := a.leader()
-	if err != nil {
-		return err
-	}
-	sub := l.hub.Subscribe(wire.PositionFromProto(from), clockQuanta)
-	a.s.metrics.watchers.Inc()
-	defer a.s.metrics.watchers.Dec()
-	for {
-		q, err := a.next(stream.Context(), sub)
-		if errors.Is(err, errIdle) {
-			// Nothing to send: say so, so that watchers tell an idle leader from a hung one.
-			if err := stream.SendMsg(&frame.Frame{Data: heartbeatFrame}); err != nil {
-				return err
-			}
-			continue
-		}
-		if errors.Is(err, quantum.ErrClosed) {
-			return status.Error(codes.Unavailable, "assigner: this assigner stopped leading; reconnect to the leader")
-		}
-		if err != nil {
-			return status.FromContextError(err).Err()
-		}
-		data, err := a.encode(l, q)
-		if err != nil {
-			return status.Errorf(codes.Internal, "assigner: encoding %s: %v", q.Position, err)
-		}
-		if err := stream.SendMsg(&frame.Frame{Data: data}); err != nil {
-			return err
-		}
-	}
-}
-
-// errIdle says a watch had nothing to send for a heartbeat interval.
-var errIdle = errors.New("assigner: idle")
-
-// heartbeatFrame is the encoding of a watch response that only says the leader is alive
-// (WatchQuantaResponse and WatchAssignmentResponse share it).
-var heartbeatFrame, _ = proto.Marshal(&pb.WatchQuantaResponse{Heartbeat: true})
-
-// next returns the subscription's next quantum, or errIdle after a heartbeat interval
-// without one.
-func (a *api) next(ctx context.Context, sub *quantum.Subscription) (quantum.Quantum, error) {
-	wait, cancel := context.WithTimeout(ctx, dial.StreamHeartbeat)
-	defer cancel()
-	q, err := sub.Next(wait)
-	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		return q, errIdle
-	}
-	return q, err
+	return a.maps.Watch(stream, req.GetFrom(), false)
 }
 
 func (a *api) GetAssignment(context.Context, *pb.GetAssignmentRequest) (*pb.GetAssignmentResponse, error) {
-	l, err := a.leader()
-	if err != nil {
-		return nil, err
-	}
-	m, pos, clock := l.hub.Current()
-	if m == nil {
-		return nil, a.toStatus(ErrNoMap)
-	}
-	return &pb.GetAssignmentResponse{Position: wire.PositionToProto(pos), Clock: clock, Assignment: wire.AssignmentToProto(m)}, nil
+	return a.maps.GetAssignment()
 }
 
 func (a *api) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
-	l, err := a.leader()
-	if err != nil {
-		return nil, err
-	}
-	var h uint64
-	switch t := req.GetTarget().(type) {
-	case *pb.LookupRequest_Key:
-		if len(t.Key) > maxLookupKey {
-			return nil, status.Errorf(codes.InvalidArgument, "assigner: a key of %d bytes; at most %d", len(t.Key), maxLookupKey)
-		}
-		h = keyspace.Hash(t.Key)
-	case *pb.LookupRequest_Hash:
-		h = t.Hash
-	default:
-		return nil, status.Error(codes.InvalidArgument, "assigner: lookup needs a key or a hash")
-	}
-	m, _, _ := l.hub.Current()
-	if m == nil {
-		return nil, a.toStatus(ErrNoMap)
-	}
-	_, s := m.Lookup(h)
-	return &pb.LookupResponse{Hash: h, Slice: wire.RangeToProto(s.Range), Replicas: nodeStrings(s.Replicas), Generation: m.Generation(),
-		Primary: string(s.Primary), Next: string(s.Next), Token: s.Token}, nil
+	return a.maps.Lookup(req)
 }
 
 // QuantaService
 
 func (a *api) WatchQuanta(req *pb.WatchQuantaRequest, stream pb.QuantaService_WatchQuantaServer) error {
-	return a.watch(stream, req.GetFrom(), true)
+	return a.maps.Watch(stream, req.GetFrom(), true)
 }
 
 // NodeService
@@ -526,7 +362,7 @@ func (a *api) ListQuanta(_ context.Context, req *pb.ListQuantaRequest) (*pb.List
 	}
 	limit = min(limit, maxListQuanta)
 	out := &pb.ListQuantaResponse{}
-	for _, q := range l.hub.Recent(limit, req.GetIncludeClock()) {
+	for _, q := range l.feed.Hub().Recent(limit, req.GetIncludeClock()) {
 		p := wire.QuantumToProto(q)
 		p.Assignment = nil // the whole map is not history; GetAssignment gives it
 		out.Quanta = append(out.Quanta, p)
@@ -545,7 +381,6 @@ const (
 	maxReasonBytes   = 1024 // a freeze's reason
 	maxParams        = 32   // an algorithm's constants
 	maxParamBytes    = 64   // an algorithm's name, a constant's name or value
-	maxLookupKey     = 64 << 10
 	maxListQuanta    = 10000
 	maxListedSlices  = 1 << 20
 )

@@ -176,7 +176,7 @@ func TestALeaderResumingAfterItsLeaseEmitsAndWritesNothing(t *testing.T) {
 	suspend := func(*Core) {
 		cut.Store(true)
 		clock.Advance(10 * time.Second)
-		_, p, _ := l.hub.Current()
+		_, p, _ := l.feed.Hub().Current()
 		at = p.Seq
 	}
 	// On a very busy machine the first leadership may lapse (its 2 s lease unrenewed) before
@@ -196,7 +196,7 @@ func TestALeaderResumingAfterItsLeaseEmitsAndWritesNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the leader did not step down")
 	}
-	_, p, _ := l.hub.Current()
+	_, p, _ := l.feed.Hub().Current()
 	assert.Equal(t, at, p.Seq, "no quantum after the suspension")
 	cut.Store(false)
 	assert.Equal(t, 2, storedNodes(t, srv), "no node expired")

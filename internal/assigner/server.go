@@ -24,6 +24,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/grpcserver"
 	"github.com/sliceplane/sliceplane/internal/heatmap"
+	"github.com/sliceplane/sliceplane/internal/mapserve"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
@@ -192,6 +193,8 @@ func New(cfg Config) (*Server, error) {
 	s.leaderAddr.Store("")
 	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
 	api.s = s
+	api.maps = &mapserve.Server{Name: "assigner", Feed: api.feed, Watchers: s.metrics.watchers,
+		Closed: "assigner: this assigner stopped leading; reconnect to the leader", NoMap: api.toStatus(ErrNoMap)}
 	pb.RegisterAssignmentServiceServer(srv, api)
 	pb.RegisterQuantaServiceServer(srv, api)
 	pb.RegisterNodeServiceServer(srv, nodeAPI{api})
@@ -305,16 +308,15 @@ func (s *Server) observe(ctx context.Context, e *concurrency.Election) {
 
 // leadership is the state of this server while it leads.
 type leadership struct {
-	term    uint64
-	lease   *leaderLease
-	hub     *quantum.Hub
-	core    *Core // owned by the leader loop
-	log     *slog.Logger
-	reqs    chan request
-	done    chan struct{} // closed when the leadership ends
-	fence   store.Fence
-	encoded encodings // of the quanta published, for the watchers
-	wake    time.Time // when the core wants its next Tick
+	term  uint64
+	lease *leaderLease
+	feed  *mapserve.Feed // the hub of the term, with its quanta's encodings
+	core  *Core          // owned by the leader loop
+	log   *slog.Logger
+	reqs  chan request
+	done  chan struct{} // closed when the leadership ends
+	fence store.Fence
+	wake  time.Time // when the core wants its next Tick
 
 	snapshotting atomic.Bool
 	background   sync.WaitGroup // snapshots and history being written
@@ -435,7 +437,7 @@ func (s *Server) leaveOffice(l *leadership, cancel context.CancelFunc) {
 	s.view.Reset()                   // a standby shows no history: the leader's is the one that goes on
 	s.metrics.sourceAvailable.Set(1) // a standby follows no source: it knows of no outage
 	close(l.done)
-	l.hub.Close()
+	l.feed.Hub().Close()
 	s.metrics.leader.Set(0)
 	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	l.log.Info("no longer leading")
@@ -482,7 +484,7 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 		return nil, b, fmt.Errorf("claiming term %d: %w", term, err)
 	}
 	a, _, published := core.Assignment()
-	l.hub = quantum.NewHub(quantum.HubConfig{}, term, a, published)
+	l.feed = mapserve.NewFeed(quantum.NewHub(quantum.HubConfig{}, term, a, published))
 	err = s.retry(ctx, lease, "load_distributors", func(ctx context.Context) (err error) {
 		b.dists, b.distRev, err = membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
 		return err
@@ -711,12 +713,7 @@ func (s *Server) publish(ctx context.Context, l *leadership, p Publication) erro
 	}
 	q := p.Quantum
 	q.Time = time.Now() // when it is emitted, which watchers can measure their lag from
-	data, err := encodeQuantum(q)
-	if err != nil {
-		return fmt.Errorf("assigner: encoding %s: %w", q.Position, err)
-	}
-	l.encoded.put(q.Position, data)
-	if err := l.hub.Publish(q, p.Map); err != nil {
+	if err := l.feed.Publish(q, p.Map); err != nil {
 		return fmt.Errorf("assigner: publishing %s: %w", q.Position, err)
 	}
 	s.view.Publish(q, p.Map)

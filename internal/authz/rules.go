@@ -87,5 +87,9 @@ func AssignerRules() Rules {
 func DistributorRules() Rules {
 	r := Rules{}
 	methods(pb.DistributorService_ServiceDesc.ServiceName, []string{"Pull"}, Rule{Roles: []Role{RoleNode}, Self: nodeID}, r)
+	// A distributor relays the map and the node list to routers and members (package relay).
+	methods(pb.AssignmentService_ServiceDesc.ServiceName, []string{"WatchAssignment", "GetAssignment", "Lookup"},
+		Rule{Roles: []Role{RoleRouter}}, r)
+	methods(pb.AdminService_ServiceDesc.ServiceName, []string{"ListNodes"}, Rule{Roles: []Role{RoleRouter}}, r)
 	return public(r)
 }

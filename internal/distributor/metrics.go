@@ -32,6 +32,10 @@ type metrics struct {
 	// that failed, by class (source.Class).
 	sourceAvailable prometheus.Gauge
 	sourceErrors    *prometheus.CounterVec
+	// relayWatchers counts the routers and members watching this distributor's copy of the
+	// map; relayRefused the quanta the relay did not take.
+	relayWatchers prometheus.Gauge
+	relayRefused  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,6 +83,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "0 from a failed watch of the source until the source answers again, else 1."}),
 		sourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_errors_total",
 			Help: "Watches of the source that failed, by class (unavailable, misconfigured, compacted)."}, []string{"class"}),
+		relayWatchers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "relay_watchers",
+			Help: "Open watches of the assignment relayed by this distributor (routers and members)."}),
+		relayRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "relay_quanta_refused_total",
+			Help: "Quanta the relay did not take (an older term, or not following its map); the quanta stream starts over."}),
 	}
 	m.sourceAvailable.Set(1)
 	for _, c := range source.Classes {
@@ -93,6 +101,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.served, m.streams, m.queueOps, m.queueBytes,
 		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.quantaSilent,
-		m.quantaRefused, m.rejected, m.scanPauses, m.sourceAvailable, m.sourceErrors)
+		m.quantaRefused, m.rejected, m.scanPauses, m.sourceAvailable, m.sourceErrors, m.relayWatchers, m.relayRefused)
 	return m
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/relay"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
@@ -166,6 +167,10 @@ type Server struct {
 	attach  chan attachRequest
 	done    chan struct{}                          // closed when Run's loop ends
 	counted struct{ snapshots, overflows float64 } // of the router's stats, by the metrics
+	// relay is this distributor's copy of the assigner's stream, which it serves to routers
+	// and members; nodes its copy of the node list.
+	relay *relay.Relay
+	nodes *relay.Nodes
 	// sourceHeard is when the source last answered the route loop's watch (Unix ns; 0
 	// before the first watch): Pull tells every node how long ago (see sourceFeed).
 	sourceHeard atomic.Int64
@@ -199,12 +204,15 @@ func New(cfg Config) (*Server, error) {
 			NewEpoch: cfg.NewEpoch}),
 		attach: make(chan attachRequest),
 		done:   make(chan struct{}),
+		relay:  relay.New(),
+		nodes:  &relay.Nodes{},
 	}
 	s.app = newApplier(s.router)
 	if o, ok := cfg.Source.(source.Observed); ok {
 		o.Observe(s.log, func(r source.RejectReason) { s.metrics.rejected.WithLabelValues(string(r)).Inc() })
 	}
 	pb.RegisterDistributorServiceServer(srv, &puller{s: s})
+	relay.NewService(s.relay, s.nodes, s.metrics.relayWatchers).Register(srv)
 	return s, nil
 }
 
@@ -217,7 +225,31 @@ func (s *Server) MetricsAddr() string { return s.grpc.MetricsAddr() }
 // Run serves until ctx ends: it registers the distributor, follows quanta and the source,
 // and serves Pull. On return it has left the distributor set and stopped every goroutine.
 func (s *Server) Run(ctx context.Context) error {
-	return s.grpc.Run(ctx, grpcserver.Task{Name: "routing", Run: s.route}, grpcserver.Task{Name: "registering", Run: s.register})
+	defer s.relay.Close()
+	return s.grpc.Run(ctx, grpcserver.Task{Name: "routing", Run: s.route}, grpcserver.Task{Name: "registering", Run: s.register},
+		grpcserver.Task{Name: "relaying the node list", Run: s.relayNodes})
+}
+
+// relayNodes keeps the node list the relay serves, read from the leader, until ctx ends.
+func (s *Server) relayNodes(ctx context.Context) error {
+	leader, err := dial.Follow(s.cfg.Assigners, s.cfg.TLS.DialOption("assigner"))
+	if err != nil {
+		return err
+	}
+	defer leader.Close()
+	s.nodes.Run(ctx, leader, relay.NodesInterval, s.log)
+	return nil
+}
+
+// relayQuantum hands a quantum received from the assigner to the relay, as it arrives. One
+// it refuses goes on to the router all the same, which refuses it too (an older term's, or
+// one of a broken stream) and starts the stream over from a whole map, which resets the
+// relay; until then the relay, if its map is behind, stops vouching for it.
+func (s *Server) relayQuantum(q quantum.Quantum) {
+	if _, err := s.relay.Take(q); err != nil {
+		s.metrics.relayRefused.Inc()
+		s.log.Debug("the relay refused a quantum", "err", err)
+	}
 }
 
 // register keeps the distributor in the set while ctx lasts, registering again whenever its
@@ -327,6 +359,7 @@ func (s *Server) route(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case q := <-quanta.out:
+			s.relayQuantum(q)
 			latest = max(latest, q.Clock)
 			if seq == nil {
 				// The first quantum is reinitializing, as every fresh stream begins: the source
@@ -538,6 +571,7 @@ func (s *Server) watchQuanta(ctx context.Context, client pb.QuantaServiceClient,
 		if err != nil {
 			return err
 		}
+		s.relay.Heard(time.Now())
 		if resp.GetHeartbeat() {
 			continue
 		}

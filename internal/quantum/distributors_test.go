@@ -220,3 +220,19 @@ func TestDistributorsChangesMoveOnlyWhatTheyMustProperty(t *testing.T) {
 		}
 	})
 }
+
+func TestRankPutsForFirstAndMovesOnlyWhatWasThere(t *testing.T) {
+	d := Distributors{"d1": "a:1", "d2": "a:2", "d3": "a:3", "d4": "a:4"}
+	for _, key := range []string{"n1", "router-7", "member-x", ""} {
+		ranked := d.Rank(key)
+		require.Len(t, ranked, 4)
+		id, _, _ := d.For(assignment.NodeID(key))
+		assert.Equal(t, id, ranked[0], "the first is For's choice for %q", key)
+		// Without the first, the rest keep their order: a relay that goes moves only its own.
+		rest := Distributors{}
+		for _, r := range ranked[1:] {
+			rest[r] = d[r]
+		}
+		assert.Equal(t, ranked[1:], rest.Rank(key))
+	}
+}

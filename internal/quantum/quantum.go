@@ -71,6 +71,11 @@ type HubConfig struct {
 	// MaxQuanta and MaxBytes bound the recent quanta kept; defaults 4096 and 64 MiB.
 	MaxQuanta int
 	MaxBytes  int
+	// Follows says the hub follows another's stream (a relay's copy of the assigner's) and
+	// may lag its watchers: a watcher resuming from a position ahead of the hub waits for
+	// the hub to reach it, instead of starting over from an older map. The assigner's own
+	// hub is the stream's origin: a position ahead of it was never given out.
+	Follows bool
 }
 
 // Hub holds the current map and the recent quanta of one term, and streams them to
@@ -91,6 +96,10 @@ type Hub struct {
 	bytes   int
 	wake    chan struct{} // closed and replaced at every publish and at Close
 	closed  bool
+	// epoch counts Resets, and base is the position of the last: a subscription made
+	// before it starts over, unless it stands at or after base in base's term.
+	epoch uint64
+	base  Position
 }
 
 // NewHub returns a hub for term, starting from map a at clock. a may be nil while there is no
@@ -149,6 +158,35 @@ func (h *Hub) Publish(q Quantum, after *assignment.Assignment) error {
 	return nil
 }
 
+// Reset makes q, a reinitializing quantum, the hub's new start: the map and position it
+// carries replace the hub's, the recent quanta go, and every subscription starts over from q's
+// map (or resumes, if it stands at q's position). A relay resets its hub when the stream it
+// follows starts over: a new term, or a reconnection that found its position gone. A
+// quantum of an older term, or one that goes back in the same term, is refused.
+func (h *Hub) Reset(q Quantum) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return ErrClosed
+	case q.Snapshot == nil:
+		return fmt.Errorf("quantum: resetting to %s, which carries no map", q.Position)
+	case q.Position.Less(h.pos):
+		return fmt.Errorf("quantum: resetting to %s, before %s", q.Position, h.pos)
+	}
+	h.current, h.pos, h.clock, h.last = q.Snapshot, q.Position, q.Clock, q.Time
+	if q.Distributors != nil {
+		h.dists = q.Distributors
+	}
+	clear(h.recent)
+	h.recent, h.first, h.bytes = h.recent[:0], q.Seq+1, 0
+	h.epoch++
+	h.base = q.Position
+	close(h.wake)
+	h.wake = make(chan struct{})
+	return nil
+}
+
 // Recent returns up to limit of the most recent quanta, oldest first.
 func (h *Hub) Recent(limit int, clockOnly bool) []Quantum {
 	h.mu.Lock()
@@ -183,6 +221,9 @@ type Subscription struct {
 	next        uint64 // seq of the next quantum to deliver
 	reinit      bool
 	clockQuanta bool
+	epoch       uint64   // the hub's when the cursor was set
+	after       Position // a reinit waits until the hub reaches it (a Follows hub)
+	at          Position // the last position delivered, or the one subscribed from
 }
 
 // Subscribe starts a subscription after position from, or with a reinitializing quantum if
@@ -191,8 +232,16 @@ type Subscription struct {
 func (h *Hub) Subscribe(from *Position, clockQuanta bool) *Subscription {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := &Subscription{h: h, clockQuanta: clockQuanta, reinit: true}
-	if from != nil && from.Term == h.pos.Term && from.Seq+1 >= h.first && from.Seq <= h.pos.Seq {
+	s := &Subscription{h: h, clockQuanta: clockQuanta, reinit: true, epoch: h.epoch}
+	if from == nil {
+		return s
+	}
+	s.at = *from
+	ahead := h.pos.Less(*from) && h.cfg.Follows
+	if ahead {
+		s.after = *from
+	}
+	if from.Term == h.pos.Term && from.Seq+1 >= h.first && (from.Seq <= h.pos.Seq || ahead) {
 		s.next, s.reinit = from.Seq+1, false
 	}
 	return s
@@ -207,19 +256,26 @@ func (s *Subscription) Next(ctx context.Context) (Quantum, error) {
 			h.mu.Unlock()
 			return Quantum{}, ErrClosed
 		}
-		if (s.reinit || s.next < h.first) && h.current != nil {
+		if s.epoch != h.epoch {
+			// The hub started over: from its map, unless the subscriber stands at its position.
+			s.epoch = h.epoch
+			s.reinit = s.at.Term != h.base.Term || s.at.Seq < h.base.Seq
+			s.next = s.at.Seq + 1
+		}
+		if (s.reinit || s.next < h.first) && h.current != nil && !h.pos.Less(s.after) {
 			// Too far behind, or never in step: start over from the whole map.
 			// Every subscriber starting over at a position gets the same quantum, so that a
 			// transport can encode it once for all of them.
 			q := Quantum{Position: h.pos, Clock: h.clock, Generation: h.current.Generation(),
 				Snapshot: h.current, Distributors: h.dists, Cause: "reinit", Time: h.last}
-			s.next, s.reinit = h.pos.Seq+1, false
+			s.next, s.reinit, s.at = h.pos.Seq+1, false, h.pos
 			h.mu.Unlock()
 			return q, nil
 		}
 		if !s.reinit && s.next <= h.pos.Seq {
 			q := h.recent[s.next-h.first]
 			s.next++
+			s.at = q.Position
 			h.mu.Unlock()
 			if q.ClockOnly() && !s.clockQuanta {
 				continue

@@ -238,3 +238,60 @@ func TestRecentListsClockOnlyQuantaMadeBySomeone(t *testing.T) {
 	assert.Equal(t, []uint64{1, 3}, seqs, "the freeze is history, the tick is not")
 	assert.Len(t, h.Recent(100, true), 3)
 }
+
+func TestResetStartsEverySubscriberOverExceptOneAtItsPosition(t *testing.T) {
+	a := start(t)
+	h := NewHub(HubConfig{Follows: true}, 4, nil, 0)
+	require.NoError(t, h.Reset(Quantum{Position: Position{Term: 4, Seq: 7}, Clock: 70, Snapshot: a, Cause: "reinit"}))
+	behind := h.Subscribe(&Position{Term: 4, Seq: 5}, false)
+	at := h.Subscribe(&Position{Term: 4, Seq: 7}, false)
+	q := next(t, behind)
+	require.True(t, q.Reinitializing(), "the hub holds nothing before its reset")
+	assert.Equal(t, Position{Term: 4, Seq: 7}, q.Position)
+
+	publish(t, h, "b", 80)
+	b, _, _ := h.Current()
+	q = next(t, at)
+	assert.False(t, q.Reinitializing(), "a subscriber at the reset's position resumes")
+	assert.Equal(t, uint64(8), q.Seq)
+
+	// A new term upstream: the hub starts over, and so does every subscriber.
+	require.NoError(t, h.Reset(Quantum{Position: Position{Term: 5, Seq: 2}, Clock: 90, Snapshot: b, Cause: "reinit"}))
+	q = next(t, at)
+	require.True(t, q.Reinitializing())
+	assert.Equal(t, Position{Term: 5, Seq: 2}, q.Position)
+
+	err := h.Reset(Quantum{Position: Position{Term: 4, Seq: 9}, Snapshot: a})
+	require.Error(t, err, "an older term's map never replaces a newer one's")
+	_, pos, _ := h.Current()
+	assert.Equal(t, Position{Term: 5, Seq: 2}, pos, "a refused reset changes nothing")
+	require.Error(t, h.Reset(Quantum{Position: Position{Term: 5, Seq: 3}}), "a reset needs a map")
+}
+
+func TestAFollowingHubHoldsAWatcherAheadOfItUntilItCatchesUp(t *testing.T) {
+	a := start(t)
+	h := NewHub(HubConfig{Follows: true}, 4, nil, 0)
+	require.NoError(t, h.Reset(Quantum{Position: Position{Term: 4, Seq: 7}, Snapshot: a}))
+	ahead := h.Subscribe(&Position{Term: 4, Seq: 8}, true)
+	newer := h.Subscribe(&Position{Term: 5, Seq: 1}, true)
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := ahead.Next(expired)
+	require.ErrorIs(t, err, context.Canceled, "the watcher has seen 4.8: the hub sends nothing until it has more")
+	_, err = newer.Next(expired)
+	require.ErrorIs(t, err, context.Canceled, "an older term's map is not sent to a watcher of a newer one")
+
+	publish(t, h, "b", 1)
+	publish(t, h, "c", 2)
+	q := next(t, ahead)
+	assert.Equal(t, Position{Term: 4, Seq: 9}, q.Position, "resumed after what the watcher had")
+	require.NoError(t, h.Reset(Quantum{Position: Position{Term: 5, Seq: 1}, Snapshot: a}))
+	publish(t, h, "d", 3)
+	q = next(t, newer)
+	assert.False(t, q.Reinitializing(), "the watcher stood at the position the hub reset to: it resumes")
+	assert.Equal(t, Position{Term: 5, Seq: 2}, q.Position)
+
+	origin := NewHub(HubConfig{}, 4, a, 0)
+	q = next(t, origin.Subscribe(&Position{Term: 4, Seq: 8}, true))
+	assert.True(t, q.Reinitializing(), "the origin never gave out 4.8: the watcher starts over")
+}

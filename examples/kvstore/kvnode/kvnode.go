@@ -104,7 +104,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
 	ctls := client.TLS{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}
-	router, err := client.NewRouter(client.RouterConfig{Assigners: cfg.Assigners, TLS: ctls, Logger: cfg.Logger.With("part", "router")})
+	router, err := client.NewRouter(client.RouterConfig{ID: cfg.ID, Assigners: cfg.Assigners, TLS: ctls, Logger: cfg.Logger.With("part", "router")})
 	if err != nil {
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}

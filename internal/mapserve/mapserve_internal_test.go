@@ -1,4 +1,4 @@
-package assigner
+package mapserve
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -18,7 +19,7 @@ import (
 func TestOneEncodingServesBothWatchStreams(t *testing.T) {
 	q := quantum.Quantum{Position: quantum.Position{Term: 3, Seq: 9}, Clock: 77, Generation: 5, Cause: "pass", Time: time.Unix(1, 2),
 		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 4}, assignment.Assign{Slice: 4, Replicas: []assignment.NodeID{"a"}}}}
-	data, err := encodeQuantum(q)
+	data, err := Encode(q)
 	require.NoError(t, err)
 	want, err := proto.Marshal(&pb.WatchAssignmentResponse{Quantum: wire.QuantumToProto(q)})
 	require.NoError(t, err)
@@ -33,14 +34,14 @@ func TestReinitializingQuantaAreEncodedOncePerPosition(t *testing.T) {
 	a, err := assignment.Uniform(1000, func(int) []assignment.NodeID { return []assignment.NodeID{"a"} })
 	require.NoError(t, err)
 	h := quantum.NewHub(quantum.HubConfig{}, 4, a, 9)
-	var api api
+	var f Feed
 	first, err := h.Subscribe(nil, true).Next(t.Context())
 	require.NoError(t, err)
 	second, err := h.Subscribe(nil, true).Next(t.Context())
 	require.NoError(t, err)
-	x, err := api.reinit(first)
+	x, err := f.reinits.get(first)
 	require.NoError(t, err)
-	y, err := api.reinit(second)
+	y, err := f.reinits.get(second)
 	require.NoError(t, err)
 	assert.Same(t, &x[0], &y[0], "two watchers starting over at one position share one encoding")
 
@@ -49,7 +50,7 @@ func TestReinitializingQuantaAreEncodedOncePerPosition(t *testing.T) {
 	require.NoError(t, h.Publish(quantum.Quantum{Position: quantum.Position{Term: 4, Seq: 1}, Clock: 9, Ops: []assignment.Op{assignment.Merge{Left: 0}}}, b))
 	third, err := h.Subscribe(nil, true).Next(t.Context())
 	require.NoError(t, err)
-	z, err := api.reinit(third)
+	z, err := f.reinits.get(third)
 	require.NoError(t, err)
 	assert.NotEqual(t, x, z, "a later position is encoded anew")
 	var back pb.WatchQuantaResponse
@@ -60,28 +61,27 @@ func TestReinitializingQuantaAreEncodedOncePerPosition(t *testing.T) {
 
 // Every watcher of a quantum sends the encoding the leader made once, as it published it.
 func TestQuantaAreEncodedOnceForEveryWatcher(t *testing.T) {
-	var a api
-	l := &leadership{}
+	f := NewFeed(nil)
 	q := quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 5}, Clock: 9, Cause: "pass",
 		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 4}}}
-	data, err := encodeQuantum(q)
+	data, err := Encode(q)
 	require.NoError(t, err)
-	l.encoded.put(q.Position, data)
-	x, err := a.encode(l, q)
+	f.encoded.put(q.Position, data)
+	x, err := f.encode(q)
 	require.NoError(t, err)
-	y, err := a.encode(l, q)
+	y, err := f.encode(q)
 	require.NoError(t, err)
 	assert.Same(t, &data[0], &x[0], "the publisher's encoding")
 	assert.Same(t, &x[0], &y[0])
 
 	// The cache is bounded as the hub is; a quantum that left it is encoded anew, alike.
 	for i := range maxEncodings {
-		l.encoded.put(quantum.Position{Term: 2, Seq: 6 + uint64(i)}, []byte{1})
+		f.encoded.put(quantum.Position{Term: 2, Seq: 6 + uint64(i)}, []byte{1})
 	}
-	_, ok := l.encoded.get(q.Position)
+	_, ok := f.encoded.get(q.Position)
 	assert.False(t, ok)
-	assert.LessOrEqual(t, len(l.encoded.data), maxEncodings)
-	z, err := a.encode(l, q)
+	assert.LessOrEqual(t, len(f.encoded.data), maxEncodings)
+	z, err := f.encode(q)
 	require.NoError(t, err)
 	assert.Equal(t, data, z)
 
@@ -91,16 +91,18 @@ func TestQuantaAreEncodedOnceForEveryWatcher(t *testing.T) {
 	require.NoError(t, err)
 	h := quantum.NewHub(quantum.HubConfig{}, 2, m, 9)
 	pub := quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 1}, Clock: 9, Snapshot: m, Cause: "distributors"}
-	data, err = encodeQuantum(pub)
+	data, err = Encode(pub)
 	require.NoError(t, err)
-	l.encoded.put(pub.Position, data)
+	f.encoded.put(pub.Position, data)
 	require.NoError(t, h.Publish(pub, m))
 	re, err := h.Subscribe(nil, true).Next(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, pub.Position, re.Position)
-	got, err := a.encode(l, re)
+	got, err := f.encode(re)
 	require.NoError(t, err)
 	var back pb.WatchQuantaResponse
 	require.NoError(t, proto.Unmarshal(got, &back))
 	assert.Equal(t, "reinit", back.GetQuantum().GetCause())
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

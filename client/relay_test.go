@@ -1,0 +1,194 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/internal/assigner"
+	"github.com/sliceplane/sliceplane/internal/clustertest"
+	"github.com/sliceplane/sliceplane/internal/distributor"
+)
+
+// relayFleet is a cluster of one assigner (clustertest's), three distributors (the relays) and one node,
+// over mutual TLS, with routers that share one router certificate.
+type relayFleet struct {
+	c        *clustertest.Cluster
+	mu       sync.Mutex
+	regs     map[string]*prometheus.Registry // each distributor's metrics, by ID
+	leader   *prometheus.Registry
+	routers  []*client.Router
+	routerTL client.TLS
+}
+
+func startRelayFleet(t testing.TB) *relayFleet {
+	f := &relayFleet{regs: map[string]*prometheus.Registry{}, leader: prometheus.NewRegistry()}
+	f.c = clustertest.New(t, clustertest.Options{TLS: true,
+		Assigner: func(cfg *assigner.Config) { cfg.Registry = f.leader },
+		Distributor: func(cfg *distributor.Config) {
+			reg := prometheus.NewRegistry()
+			cfg.Registry = reg
+			f.mu.Lock()
+			f.regs[cfg.ID] = reg
+			f.mu.Unlock()
+		}})
+	for _, id := range []string{"d1", "d2", "d3"} {
+		f.c.StartDistributor(id)
+	}
+	f.c.StartNode("n1", nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, err := f.c.WaitConverged(ctx)
+	require.NoError(t, err, "the node holds the first map")
+	f.routerTL = tlsOf(f.c.PKI.Config("router", "fleet"))
+	return f
+}
+
+// start runs n routers, named r0..r<n-1>, and waits for each to have a map.
+func (f *relayFleet) start(t *testing.T, n int) {
+	for i := range n {
+		r, err := client.NewRouter(client.RouterConfig{ID: fmt.Sprintf("r%d", i), Assigners: f.c.Assigners(), TLS: f.routerTL, Logger: quiet()})
+		require.NoError(t, err)
+		runRouter(t, r)
+		f.routers = append(f.routers, r)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	for _, r := range f.routers {
+		require.NoError(t, r.WaitReady(ctx))
+	}
+}
+
+// watchers returns how many watches each distributor relays.
+func (f *relayFleet) watchers(t *testing.T) map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for id, reg := range f.regs {
+		out[id] = int(gauge(t, reg, "sliceplane_distributor_relay_watchers"))
+	}
+	return out
+}
+
+func gauge(t testing.TB, reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// behind returns how many routers have not applied generation gen yet.
+func (f *relayFleet) behind(gen uint64) int {
+	n := 0
+	for _, r := range f.routers {
+		if r.Generation() < gen {
+			n++
+		}
+	}
+	return n
+}
+
+// split splits the slice holding key through the leader and returns the new generation.
+func (f *relayFleet) split(t testing.TB, key string) uint64 {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := pb.NewAdminServiceClient(f.c.Conn()).Split(ctx, &pb.SplitRequest{Slice: &pb.SliceRef{Ref: &pb.SliceRef_Key{Key: []byte(key)}}},
+		grpc.WaitForReady(true))
+	require.NoError(t, err)
+	return resp.GetChange().GetGeneration()
+}
+
+// relayWatchers is how many routers the relay tests run; SLICEPLANE_RELAY_WATCHERS raises it.
+func relayWatchers(t testing.TB) int {
+	if v := os.Getenv("SLICEPLANE_RELAY_WATCHERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		return n
+	}
+	return 150
+}
+
+// Routers watch the distributors, not the assigner, spread by rendezvous hashing; when a
+// relay dies, its routers resume from another and none of them loses the map: a change made
+// right after the kill reaches every router.
+func TestRoutersWatchRelaysAndOutliveOne(t *testing.T) {
+	f := startRelayFleet(t)
+	n := relayWatchers(t)
+	f.start(t, n)
+	require.Eventually(t, func() bool {
+		w := f.watchers(t)
+		return w["d1"]+w["d2"]+w["d3"] == n
+	}, 30*time.Second, 20*time.Millisecond, "every router watches a relay")
+	w := f.watchers(t)
+	for id, k := range w {
+		assert.Greater(t, k, n/6, "rendezvous hashing spreads the routers: %s has %d of %d", id, k, n)
+	}
+	assert.Equal(t, 3.0, testutil.ToFloat64(leaderWatchers(t, f.leader)), "only the distributors watch the leader")
+
+	victim, most := "", -1
+	for id, k := range w {
+		if k > most {
+			victim, most = id, k
+		}
+	}
+	before := f.routers[0].Generation()
+	f.c.Distributors()[victim].Stop()
+	start := time.Now()
+	gen := f.split(t, "after-the-kill")
+	require.Greater(t, gen, before)
+	require.Eventually(t, func() bool { return f.behind(gen) == 0 }, 20*time.Second, 5*time.Millisecond,
+		"every router has the change made after its relay died")
+	t.Logf("%d routers, %d of them on the stopped relay %s: all at generation %d %s after the stop",
+		n, most, victim, gen, time.Since(start).Round(time.Millisecond))
+	require.Eventually(t, func() bool {
+		w := f.watchers(t)
+		sum := 0
+		for id, k := range w {
+			if id != victim {
+				sum += k
+			}
+		}
+		return sum == n
+	}, 30*time.Second, 20*time.Millisecond, "the stopped relay's routers watch the others")
+}
+
+// leaderWatchers is the assigner's gauge of open watches.
+func leaderWatchers(t *testing.T, reg *prometheus.Registry) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
+	g.Set(gauge(t, reg, "sliceplane_assigner_watchers"))
+	return g
+}
+
+// With no relay left, routers watch the assigner, and go back to a relay once one returns.
+func TestRoutersFallBackToTheAssigner(t *testing.T) {
+	f := startRelayFleet(t)
+	f.start(t, 5)
+	for _, p := range f.c.Distributors() {
+		p.Stop()
+	}
+	gen := f.split(t, "no-relay")
+	require.Eventually(t, func() bool { return f.behind(gen) == 0 }, 20*time.Second, 5*time.Millisecond,
+		"the routers follow the assigner with every relay gone")
+	f.c.StartDistributor("d4")
+	require.Eventually(t, func() bool { return f.watchers(t)["d4"] == 5 }, 30*time.Second, 20*time.Millisecond,
+		"a relay that comes back takes its routers back from the assigner")
+	gen = f.split(t, "relay-again")
+	require.Eventually(t, func() bool { return f.behind(gen) == 0 }, 20*time.Second, 5*time.Millisecond)
+}
