@@ -467,21 +467,17 @@ func (r *Router) apply(q quantum.Quantum) error {
 		}
 	}
 	next := &view{pos: q.Position, clock: q.Clock}
-	switch {
-	case q.Snapshot != nil:
-		next.a = q.Snapshot
-	case len(q.Ops) == 0:
-		// Clock only: the map and its replicas stay as they are.
+	if q.ClockOnly() {
+		// The map and its replicas stay as they are.
 		next.a, next.starts, next.sets = cur.a, cur.starts, cur.sets
-	default:
-		a, err := cur.a.Apply(q.Ops)
-		if err != nil {
-			return fmt.Errorf("quantum %s does not apply to generation %d: %w", q.Position, cur.a.Generation(), err)
+	} else {
+		var prev *assignment.Assignment
+		if cur != nil {
+			prev = cur.a
 		}
-		if a.Generation() != q.Generation {
-			// Each change increments the generation: the router missed one.
-			return fmt.Errorf("quantum %s leads to generation %d, but applied to the router's map it gives %d",
-				q.Position, q.Generation, a.Generation())
+		a, err := q.Next(prev, "the router")
+		if err != nil {
+			return err
 		}
 		next.a = a
 	}

@@ -60,6 +60,30 @@ func (q Quantum) ClockOnly() bool { return len(q.Ops) == 0 && q.Snapshot == nil 
 // Reinitializing reports whether the quantum carries the whole map.
 func (q Quantum) Reinitializing() bool { return q.Snapshot != nil }
 
+// Next returns the map q leads to from cur, the map of the quantum before it: q's own for a
+// reinitializing quantum, cur for a clock-only one, else cur with q's operations applied,
+// which must reach q's generation (a watcher that missed a change finds out here). holder
+// names cur's holder in the errors: "the router".
+func (q Quantum) Next(cur *assignment.Assignment, holder string) (*assignment.Assignment, error) {
+	switch {
+	case q.Snapshot != nil:
+		return q.Snapshot, nil
+	case len(q.Ops) == 0:
+		return cur, nil
+	case cur == nil:
+		return nil, fmt.Errorf("quantum %s changes a map %s never had", q.Position, holder)
+	}
+	next, err := cur.Apply(q.Ops)
+	if err != nil {
+		return nil, fmt.Errorf("quantum %s does not apply to generation %d: %w", q.Position, cur.Generation(), err)
+	}
+	if next.Generation() != q.Generation {
+		return nil, fmt.Errorf("quantum %s leads to generation %d, but applied to %s's map it gives %d",
+			q.Position, q.Generation, holder, next.Generation())
+	}
+	return next, nil
+}
+
 // size approximates the memory a quantum holds, to bound the hub's ring.
 func (q Quantum) size() int { return 128 + 48*len(q.Ops) }
 

@@ -97,18 +97,9 @@ func (r *Relay) take(q quantum.Quantum) (Outcome, error) {
 	case !follows:
 		return 0, fmt.Errorf("%w: %s does not follow %s", ErrRefused, q.Position, pos)
 	}
-	after := cur
-	switch {
-	case q.Snapshot != nil:
-		after = q.Snapshot
-	case len(q.Ops) > 0:
-		var err error
-		if after, err = cur.Apply(q.Ops); err != nil {
-			return 0, fmt.Errorf("%w: %s does not apply to generation %d: %w", ErrRefused, q.Position, cur.Generation(), err)
-		}
-	}
-	if after.Generation() != q.Generation && !q.ClockOnly() {
-		return 0, fmt.Errorf("%w: %s leads to generation %d, but applied it gives %d", ErrRefused, q.Position, q.Generation, after.Generation())
+	after, err := q.Next(cur, "the relay")
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	if err := r.feed.Publish(q, after); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrRefused, err)
