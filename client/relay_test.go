@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -140,7 +139,7 @@ func TestRoutersWatchRelaysAndOutliveOne(t *testing.T) {
 	for id, k := range w {
 		assert.Greater(t, k, n/6, "rendezvous hashing spreads the routers: %s has %d of %d", id, k, n)
 	}
-	assert.Equal(t, 3.0, testutil.ToFloat64(leaderWatchers(t, f.leader)), "only the distributors watch the leader")
+	assert.Equal(t, 3.0, gauge(t, f.leader, "sliceplane_assigner_watchers"), "only the distributors watch the leader")
 
 	victim, most := "", -1
 	for id, k := range w {
@@ -167,13 +166,6 @@ func TestRoutersWatchRelaysAndOutliveOne(t *testing.T) {
 		}
 		return sum == n
 	}, 30*time.Second, 20*time.Millisecond, "the stopped relay's routers watch the others")
-}
-
-// leaderWatchers is the assigner's gauge of open watches.
-func leaderWatchers(t *testing.T, reg *prometheus.Registry) prometheus.Gauge {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
-	g.Set(gauge(t, reg, "sliceplane_assigner_watchers"))
-	return g
 }
 
 // With no relay left, routers watch the assigner, and go back to a relay once one returns.

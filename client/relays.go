@@ -24,14 +24,12 @@ type relays struct {
 	dialer func(addr string) (*grpc.ClientConn, error)
 	set    quantum.Distributors
 	ranked []string                    // the set's IDs, best first
-	conns  map[string]*grpc.ClientConn // by relay ID, dialled when first chosen
-	addrs  map[string]string           // the address each conn was dialled at
+	conns  map[string]*grpc.ClientConn // by relay ID, dialled at its address in set when first chosen
 	failed map[string]time.Time        // relay ID -> when it may be tried again
 }
 
 func newRelays(self string, dialer func(string) (*grpc.ClientConn, error)) *relays {
-	return &relays{self: self, dialer: dialer, conns: map[string]*grpc.ClientConn{}, addrs: map[string]string{},
-		failed: map[string]time.Time{}}
+	return &relays{self: self, dialer: dialer, conns: map[string]*grpc.ClientConn{}, failed: map[string]time.Time{}}
 }
 
 // update records the set a quantum carried; the connections of relays gone or moved are
@@ -40,14 +38,13 @@ func (rs *relays) update(set quantum.Distributors) {
 	if set == nil || maps.Equal(set, rs.set) {
 		return
 	}
-	rs.set, rs.ranked = set, set.Rank(rs.self)
 	for id, conn := range rs.conns {
-		if set[id] != rs.addrs[id] {
+		if set[id] != rs.set[id] {
 			_ = conn.Close()
 			delete(rs.conns, id)
-			delete(rs.addrs, id)
 		}
 	}
+	rs.set, rs.ranked = set, set.Rank(rs.self)
 }
 
 // preferred returns the ID of the relay to watch at now: the first in the ranking not left
@@ -89,7 +86,7 @@ func (rs *relays) conn(id string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs.conns[id], rs.addrs[id] = c, rs.set[id]
+	rs.conns[id] = c
 	return c, nil
 }
 

@@ -54,8 +54,6 @@ type RouterConfig struct {
 	// hashing over the distributors, which relay the map), so that routers spread evenly over
 	// them. A member's is its node ID; default a random one.
 	ID string
-	// Direct watches the assigners themselves, never a relay; for tools.
-	Direct bool
 	// RefreshInterval is how often the nodes' addresses and capacities are read again; default
 	// 5 s. A map that names a node the router does not know makes it read them at once.
 	RefreshInterval time.Duration
@@ -384,18 +382,17 @@ type watched struct {
 }
 
 // upstream returns what to watch now: the preferred relay, or the leader when the router
-// watches it directly, knows no relay yet, or every relay failed lately.
+// knows no relay yet, or every relay failed lately.
 func (r *Router) upstream(rs *relays, leader *dial.Follower) watched {
-	if !r.cfg.Direct {
-		if id := rs.preferred(time.Now()); id != "" {
-			conn, err := rs.conn(id)
-			if err == nil {
-				rs.warm(id, time.Now())
-				r.relayConn.Store(conn)
-				return watched{relay: id, conn: conn, rs: rs}
-			}
-			rs.fail(id, time.Now())
+	now := time.Now()
+	if id := rs.preferred(now); id != "" {
+		conn, err := rs.conn(id)
+		if err == nil {
+			rs.warm(id, now)
+			r.relayConn.Store(conn)
+			return watched{relay: id, conn: conn, rs: rs}
 		}
+		rs.fail(id, now)
 	}
 	r.relayConn.Store(nil)
 	return watched{conn: leader.Conn(), rs: rs}
@@ -441,7 +438,7 @@ func (r *Router) follow(ctx context.Context, w watched, from **quantum.Position)
 			*from, applied = &pos, true
 			w.rs.update(q.Distributors)
 		}
-		if !r.cfg.Direct && w.rs.preferred(time.Now()) != w.relay {
+		if w.rs.preferred(time.Now()) != w.relay {
 			return applied, errBetterRelay
 		}
 	}

@@ -246,7 +246,6 @@ type Subscription struct {
 	reinit      bool
 	clockQuanta bool
 	epoch       uint64   // the hub's when the cursor was set
-	after       Position // a reinit waits until the hub reaches it (a Follows hub)
 	at          Position // the last position delivered, or the one subscribed from
 }
 
@@ -262,9 +261,6 @@ func (h *Hub) Subscribe(from *Position, clockQuanta bool) *Subscription {
 	}
 	s.at = *from
 	ahead := h.pos.Less(*from) && h.cfg.Follows
-	if ahead {
-		s.after = *from
-	}
 	if from.Term == h.pos.Term && from.Seq+1 >= h.first && (from.Seq <= h.pos.Seq || ahead) {
 		s.next, s.reinit = from.Seq+1, false
 	}
@@ -286,7 +282,8 @@ func (s *Subscription) Next(ctx context.Context) (Quantum, error) {
 			s.reinit = s.at.Term != h.base.Term || s.at.Seq < h.base.Seq
 			s.next = s.at.Seq + 1
 		}
-		if (s.reinit || s.next < h.first) && h.current != nil && !h.pos.Less(s.after) {
+		// A following hub sends no map older than the subscriber has: it waits to catch up.
+		if (s.reinit || s.next < h.first) && h.current != nil && (!h.cfg.Follows || !h.pos.Less(s.at)) {
 			// Too far behind, or never in step: start over from the whole map.
 			// Every subscriber starting over at a position gets the same quantum, so that a
 			// transport can encode it once for all of them.
