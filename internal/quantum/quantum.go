@@ -277,7 +277,8 @@ func (s *Subscription) Next(ctx context.Context) (Quantum, error) {
 			return Quantum{}, ErrClosed
 		}
 		if s.epoch != h.epoch {
-			// The hub started over: from its map, unless the subscriber stands at its position.
+			// The hub started over: from its map, unless the subscriber stands at or after its
+			// position in its term.
 			s.epoch = h.epoch
 			s.reinit = s.at.Term != h.base.Term || s.at.Seq < h.base.Seq
 			s.next = s.at.Seq + 1
