@@ -86,6 +86,9 @@ queues over gRPC. Several distributors share the nodes: each registers in etcd u
 and the assigner spreads the nodes over those registered. A restart is safe: queues live
 in memory, so the restarted distributor's nodes catch up by taking a snapshot.
 
+A distributor also relays the map and the node list to routers and members, on the same
+address: they watch it rather than the assigner, which streams to the distributors only.
+
 Flags can also come from a YAML file (--config), one flag name per key; flags given
 on the command line win.`,
 		Example: `  # Next to a zero-setup assigner on the same machine (its embedded etcd and gRPC port).
