@@ -115,6 +115,9 @@ type Router struct {
 	// relayConn is the connection to the relay the map is watched from, nil while the
 	// router watches the leader: the node list is read from it too.
 	relayConn atomic.Pointer[grpc.ClientConn]
+	// unknown says the current map names a node the last node list did not: the list is
+	// read again soon, for a relay's copy of it may be a second older than the map.
+	unknown atomic.Bool
 
 	loads sync.Map // node ID (string) -> *nodeLoad: requests in flight, from Begin
 
@@ -481,6 +484,7 @@ func (r *Router) apply(q quantum.Quantum) error {
 	unknown := false
 	if next.sets == nil {
 		next.starts, next.sets, unknown = r.buildSets(next.a, false)
+		r.unknown.Store(unknown)
 	}
 	r.publish(next)
 	if unknown {
@@ -577,7 +581,8 @@ func (r *Router) setNodes(nodes map[assignment.NodeID]nodeInfo) {
 	}
 	r.nodes = nodes
 	if cur := r.view.Load(); cur != nil {
-		starts, sets, _ := r.buildSets(cur.a, true)
+		starts, sets, unknown := r.buildSets(cur.a, true)
+		r.unknown.Store(unknown)
 		r.publish(&view{a: cur.a, starts: starts, sets: sets, pos: cur.pos, clock: cur.clock})
 	}
 	r.pruneLoads()
@@ -731,8 +736,9 @@ func (r *Router) refreshNodes(ctx context.Context, leader *dial.Follower) {
 		} else {
 			b.Reset()
 		}
-		if r.anyStale() {
-			// Reads avoid a stale node: learn soon that it is fresh again.
+		if r.anyStale() || r.unknown.Load() {
+			// Reads avoid a stale node: learn soon that it is fresh again. A node the map
+			// names and the list did not: learn its address soon.
 			wait = min(wait, staleRefreshInterval)
 		}
 		t := time.NewTimer(wait)
