@@ -33,11 +33,12 @@ func newRelays(self string, dialer func(string) (*grpc.ClientConn, error)) *rela
 }
 
 // update records the set a quantum carried; the connections of relays gone or moved are
-// closed.
+// closed, and the relays that failed are tried again: a relay that restarted registers anew.
 func (rs *relays) update(set quantum.Distributors) {
 	if set == nil || maps.Equal(set, rs.set) {
 		return
 	}
+	clear(rs.failed)
 	for id, conn := range rs.conns {
 		if set[id] != rs.set[id] {
 			_ = conn.Close()

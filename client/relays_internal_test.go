@@ -39,8 +39,10 @@ func TestARouterWatchesItsBestRelayThatDidNotFailLately(t *testing.T) {
 	assert.Equal(t, ranked[0], rs.preferred(now.Add(relayRetry+time.Second)), "and the best one again once its time is out")
 
 	// A relay that moved is dialled again at its new address; one that left is forgotten.
+	// A new set is news: the relays that failed are tried again.
 	moved := quantum.Distributors{ranked[0]: "127.0.0.1:9", ranked[1]: set[ranked[1]]}
 	rs.update(moved)
+	assert.Equal(t, ranked[0], rs.preferred(now), "the set changed: its best relay is tried again")
 	_, ok := rs.conns[ranked[0]]
 	assert.False(t, ok, "the moved relay's connection is closed")
 	assert.Contains(t, rs.conns, ranked[1])
