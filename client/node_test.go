@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +27,12 @@ import (
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(watcherChildEnv); spec != "" {
+		os.Exit(runWatcherChild(spec))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // waitFor polls cond until it holds, and fails the test if it does not within the deadline.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
-	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 )
@@ -75,50 +74,61 @@ func rawWatch(ctx context.Context, conn *grpc.ClientConn, lat *latencies, ready 
 	}
 }
 
-// fanOut connects n raw watchers, each on a connection of its own to what pick says, and
-// measures the emission-to-receipt time of splits quanta.
-func (f *relayFleet) fanOut(b *testing.B, n, splits int, pick func(i int) (addr, kind string)) (p50, p99 time.Duration, heapPerWatcher float64) {
+func (l *latencies) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.d)
+}
+
+func (l *latencies) endedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended
+}
+
+// direct connects n raw watchers to the leader in this process and measures the
+// emission-to-receipt time of splits quanta.
+func (f *relayFleet) direct(b *testing.B, n, splits int) (p50, p99 time.Duration) {
 	src, err := mtls.Config{Cert: f.routerTL.Cert, Key: f.routerTL.Key, CA: f.routerTL.CA}.Load()
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(b.Context())
-	var wg, ready sync.WaitGroup
-	defer wg.Wait()
+	leader := f.c.Assigners()[0]
+	lat, wait, err := watch(ctx, src, n, func(int) (string, string) { return leader, "assigner" })
 	defer cancel()
-	runtime.GC()
+	require.NoError(b, err)
+	defer func() { cancel(); wait() }()
+	f.splits(b, fmt.Sprintf("direct-%d", n), splits)
+	require.Eventually(b, func() bool { return lat.count() >= n*splits }, 60*time.Second, 10*time.Millisecond,
+		"every watcher receives every split: %d of %d", lat.count(), n*splits)
+	return lat.quantile(0.5), lat.quantile(0.99)
+}
+
+// relayed runs n raw watchers of the relays in a child process and measures the
+// emission-to-receipt time of splits quanta, and this process's (the relays') heap and
+// stacks per watcher.
+func (f *relayFleet) relayed(b *testing.B, n, splits int, relays quantum.Distributors) (watcherResult, float64) {
 	var before, after runtime.MemStats
+	runtime.GC()
 	runtime.ReadMemStats(&before)
-	lat := &latencies{}
-	// Connected 250 at a time: ten thousand TLS handshakes at once on two cores outlast
-	// the connection timeout, and retried, never end.
-	for lo := 0; lo < n; lo += 250 {
-		ready.Add(min(250, n-lo))
-		for i := lo; i < min(lo+250, n); i++ {
-			addr, kind := pick(i)
-			conn, err := dial.Peer(addr, src.DialOption(kind))
-			require.NoError(b, err)
-			wg.Go(func() {
-				defer conn.Close()
-				rawWatch(ctx, conn, lat, &ready)
-			})
-		}
-		ready.Wait()
-	}
+	c := startWatcherChild(b, watcherSpec{Relays: relays, N: n, Splits: splits,
+		TLS: mtls.Config{Cert: f.routerTL.Cert, Key: f.routerTL.Key, CA: f.routerTL.CA}})
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	for i := range splits {
-		f.split(b, fmt.Sprintf("fan-out-%d-%d", n, i))
-		// Quanta 50 ms apart: each is measured on its own, not behind the one before.
+	f.splits(b, fmt.Sprintf("relayed-%d", n), splits)
+	res := c.result(b)
+	require.Empty(b, res.Err, "the watchers' process")
+	require.Equal(b, res.Want, res.Samples, "every watcher receives every split (%d watches ended early)", res.Ended)
+	grown := (after.HeapInuse + after.StackInuse) - (before.HeapInuse + before.StackInuse)
+	return res, float64(grown) / float64(n)
+}
+
+// splits makes n splits, 50 ms apart: each quantum is measured on its own, not behind the
+// one before.
+func (f *relayFleet) splits(b *testing.B, prefix string, n int) {
+	for i := range n {
+		f.split(b, fmt.Sprintf("%s-%d", prefix, i))
 		time.Sleep(50 * time.Millisecond)
 	}
-	require.Eventually(b, func() bool {
-		lat.mu.Lock()
-		defer lat.mu.Unlock()
-		return len(lat.d) >= n*splits
-	}, 60*time.Second, 10*time.Millisecond, "every watcher receives every split: %d of %d", len(lat.d), n*splits)
-	if lat.ended > 0 {
-		b.Logf("%d of %d watches ended before the measurement did", lat.ended, n)
-	}
-	return lat.quantile(0.5), lat.quantile(0.99), float64(after.HeapInuse-before.HeapInuse) / float64(n)
 }
 
 // BenchmarkRelayFanOut measures, side by side in one run, a quantum's emission-to-receipt
@@ -131,21 +141,18 @@ func (f *relayFleet) fanOut(b *testing.B, n, splits int, pick func(i int) (addr,
 func BenchmarkRelayFanOut(b *testing.B) {
 	f := startRelayFleet(b)
 	n := relayWatchers(b)
-	leader := f.c.Assigners()[0]
 	ids := quantum.Distributors{}
 	for id, p := range f.c.Distributors() {
 		ids[id] = p.Addr
 	}
 	for b.Loop() {
-		d50, d99, _ := f.fanOut(b, 100, 20, func(int) (string, string) { return leader, "assigner" })
-		r50, r99, heap := f.fanOut(b, n, 20, func(i int) (string, string) {
-			return ids[ids.Rank(fmt.Sprintf("w%d", i))[0]], "distributor"
-		})
+		d50, d99 := f.direct(b, 100, 20)
+		r, mem := f.relayed(b, n, 20, ids)
 		b.ReportMetric(float64(d50.Microseconds())/1000, "direct-100-p50-ms")
 		b.ReportMetric(float64(d99.Microseconds())/1000, "direct-100-p99-ms")
-		b.ReportMetric(float64(r50.Microseconds())/1000, fmt.Sprintf("relayed-%d-p50-ms", n))
-		b.ReportMetric(float64(r99.Microseconds())/1000, fmt.Sprintf("relayed-%d-p99-ms", n))
-		b.ReportMetric(heap, "heap-B/watcher")
+		b.ReportMetric(float64(r.P50.Microseconds())/1000, fmt.Sprintf("relayed-%d-p50-ms", n))
+		b.ReportMetric(float64(r.P99.Microseconds())/1000, fmt.Sprintf("relayed-%d-p99-ms", n))
+		b.ReportMetric(mem, "relay-B/watcher")
 		b.ReportMetric(gauge(b, f.leader, "sliceplane_assigner_watchers"), "leader-watchers")
 	}
 }
