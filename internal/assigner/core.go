@@ -95,6 +95,14 @@ type CoreConfig struct {
 	// load onto them, a reshuffle at every failover. 0: no wait (a simulator's core, whose
 	// nodes all report each epoch). A Server's default is 2 s.
 	LoadWarmUp time.Duration
+	// FirstMapNodes is how many nodes the first map of a cluster waits for (--first-map-nodes):
+	// made at the first pass with a node, it would give every slice to the few nodes
+	// registered by then, and the passes after it would move most of the map as the rest of
+	// a starting fleet arrives. 0: no wait.
+	FirstMapNodes int
+	// FirstMapWait caps that wait, counted from the start of the leader's term
+	// (--first-map-wait): a fleet that never reaches FirstMapNodes still gets a map. 0: 1 min.
+	FirstMapWait time.Duration
 	// QuarantineWindow is the quarantine guard's window (--quarantine-window; see
 	// quarantine.go): two nodes whose leases lapse within it, each within it of acquiring a
 	// range, put that range in quarantine. 0: three NodeTTLs; negative: no guard.
@@ -138,6 +146,14 @@ func (cfg *CoreConfig) fill() error {
 	cfg.Roles = roles
 	if cfg.Exclusive && roles != RolesPrimarySecondary {
 		return fmt.Errorf("%w: an exclusive cluster gives leases on primary roles: it needs --roles %s", ErrInvalid, RolesPrimarySecondary)
+	}
+	switch {
+	case cfg.FirstMapNodes < 0:
+		return fmt.Errorf("%w: first map nodes %d: want >= 0 (0: no wait)", ErrInvalid, cfg.FirstMapNodes)
+	case cfg.FirstMapWait < 0:
+		return fmt.Errorf("%w: first map wait %s: want >= 0 (0: the default, 1m)", ErrInvalid, cfg.FirstMapWait)
+	case cfg.FirstMapWait == 0:
+		cfg.FirstMapWait = time.Minute
 	}
 	switch {
 	case cfg.LoadWarmUp < 0:
@@ -214,6 +230,8 @@ type Core struct {
 	dists     quantum.Distributors
 	failed    passFailure
 	src       sourceState
+	// firstMapBy ends a new leader's wait for FirstMapNodes.
+	firstMapBy time.Time
 	// warmUntil ends a new leader's wait for load reports; warm says it ended.
 	warmUntil time.Time
 	warm      bool
@@ -322,6 +340,7 @@ func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
 	c.leading = true
 	c.nextPass, c.nextClock = now.Add(c.cfg.PassInterval), now.Add(c.cfg.ClockInterval)
 	c.warmUntil = now.Add(c.cfg.LoadWarmUp)
+	c.firstMapBy = now.Add(c.cfg.FirstMapWait)
 	m.Term = ev.Term
 	c.propose(now, &change{write: Write{SaveMeta: true, Meta: m}, kind: kindTerm,
 		summary: fmt.Sprintf("term %d begins", ev.Term)}, out)
@@ -482,13 +501,15 @@ func (c *Core) changeMapOn(holders *assignment.NodeSet, ops []assignment.Op, mov
 }
 
 // pass proposes a balancing pass, or returns nil when there is nothing to do: balancing is
-// frozen, or no node can hold slices. The first map is made even when balancing is frozen:
-// without it nothing can be served. While the source is lost, a pass is only the clean-up
+// frozen, no node can hold slices, or the first map waits for FirstMapNodes. The first map
+// is made even when balancing is frozen: without it nothing can be served. While the source is lost, a pass is only the clean-up
 // of departed nodes (see sourceLost).
 func (c *Core) pass(now time.Time) (*change, error) {
 	live := c.placement()
 	switch {
 	case live.Len() == 0:
+		return nil, nil
+	case c.a == nil && live.Len() < c.cfg.FirstMapNodes && now.Before(c.firstMapBy):
 		return nil, nil
 	case c.a == nil:
 		return c.initial(live, now)

@@ -39,7 +39,7 @@ import (
 //	source-lost err=E [misconfigured]   the source's clock cannot be followed, for E
 //	distributors [IDS...]     the live distributors, each at "ID:7001"
 //	register id=N [cap=C] [addr=A] [roles=R]   roles: the model a member expects and acts on
-//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [roles=R] [exclusive]
+//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [first-map-nodes=N] [first-map-wait=D] [roles=R] [exclusive]
 //	                          a new core so configured (first command)
 //	heartbeat id=N [gen=G] [loading=I,J] [primaries=K] [tokens=T]   the node applied
 //	                          generation G, still loads slices I, J and holds slice K as
@@ -145,6 +145,12 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	if cfg.LoadWarmUp, err = time.ParseDuration(take(d, "load-warm-up", "0s")); err != nil {
 		return "", err
 	}
+	if cfg.FirstMapNodes, err = strconv.Atoi(take(d, "first-map-nodes", "0")); err != nil {
+		return "", err
+	}
+	if cfg.FirstMapWait, err = time.ParseDuration(take(d, "first-map-wait", "0s")); err != nil {
+		return "", err
+	}
 	cfg.Roles = take(d, "roles", "")
 	cfg.Exclusive = flag(d, "exclusive")
 	if cfg.QuarantineWindow, err = time.ParseDuration(take(d, "quarantine-window", "0s")); err != nil {
@@ -156,6 +162,9 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	out := fmt.Sprintf("make-before-break %t handoff-timeout %s", !h.c.Config().BreakBeforeMake, h.c.Config().HandoffTimeout)
 	if w := h.c.Config().LoadWarmUp; w > 0 {
 		out += fmt.Sprintf(" load-warm-up %s", w)
+	}
+	if n := h.c.Config().FirstMapNodes; n > 0 {
+		out += fmt.Sprintf(" first-map-nodes %d first-map-wait %s", n, h.c.Config().FirstMapWait)
 	}
 	if r := h.c.Config().Roles; r != RolesReplicas {
 		out += " roles " + r

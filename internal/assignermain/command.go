@@ -53,6 +53,8 @@ type options struct {
 	exclusive     bool
 	handoffLinger time.Duration
 	quarantineWin time.Duration
+	firstMapNodes int
+	firstMapWait  time.Duration
 	algorithm     string
 	params        []string
 	logLevel      string
@@ -169,6 +171,10 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.quarantineWin, "quarantine-window", 0, "quarantine a range when nodes crash twice (their leases lapse, "+
 		"no deregistration) within this long of each other, each within it of acquiring the range: it is then held by no node "+
 		"until slicectl unquarantine (0: three --node-ttl; negative: no quarantine)")
+	f.IntVar(&o.firstMapNodes, "first-map-nodes", 0, "a cluster's first map waits until this many nodes are registered "+
+		"(or --first-map-wait passes), instead of giving every slice to the first nodes of a starting fleet (0: no wait)")
+	f.DurationVar(&o.firstMapWait, "first-map-wait", time.Minute, "--first-map-nodes: the longest the first map waits, from "+
+		"the leader's start")
 	f.DurationVar(&o.handoffLinger, "handoff-linger", 2*time.Second, "--make-before-break: how long the old nodes keep "+
 		"serving a slice once its new nodes have loaded it, for routers that have not yet seen the new nodes serve")
 	f.StringVar(&o.roles, "roles", assigner.RolesReplicas, "the replicas' roles: "+assigner.RolesReplicas+" (all alike) or "+
@@ -277,7 +283,7 @@ func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig)
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
 		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
 		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger, Roles: o.roles, Exclusive: o.exclusive,
-		QuarantineWindow: o.quarantineWin}
+		QuarantineWindow: o.quarantineWin, FirstMapNodes: o.firstMapNodes, FirstMapWait: o.firstMapWait}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's
