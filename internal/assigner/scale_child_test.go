@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +33,7 @@ import (
 // the child's certificate files are named by the other three variables.
 const (
 	childEnv     = "SLICEPLANE_SCALE_ASSIGNER"
+	childNodes   = "SLICEPLANE_SCALE_NODES" // the first map waits for them, 150k slices over them
 	childCertEnv = "SLICEPLANE_SCALE_TLS_CERT"
 	childKeyEnv  = "SLICEPLANE_SCALE_TLS_KEY"
 	childCAEnv   = "SLICEPLANE_SCALE_TLS_CA"
@@ -64,11 +66,18 @@ func runChild() {
 		os.Exit(1)
 	}
 	defer cli.Close()
+	nodes, err := strconv.Atoi(os.Getenv(childNodes))
+	if err != nil || nodes <= 0 {
+		log.Error("nodes", "err", err, "nodes", nodes)
+		os.Exit(1)
+	}
+	perNode := 150_000 / nodes
+	params := map[string]string{"initial_slices_per_node": strconv.Itoa(perNode), "min_slices_per_node": strconv.Itoa(min(50, perNode))}
 	srv, err := assigner.New(assigner.Config{
 		Client: cli, Logger: log, PassInterval: time.Second, TLS: src,
 		// A long lease: setting up 100 watchers of a 150k-slice map takes a while, and the
 		// nodes only start reporting after it.
-		Core: assigner.CoreConfig{NodeTTL: 10 * time.Minute, Params: map[string]string{"initial_slices_per_node": "150"}},
+		Core: assigner.CoreConfig{NodeTTL: 10 * time.Minute, FirstMapNodes: nodes, Params: params},
 	})
 	if err != nil {
 		log.Error("assigner", "err", err)
@@ -102,7 +111,6 @@ type assignerProc struct {
 
 	mu               sync.Mutex
 	passes, computes []float64 // whole passes; their computation, before persistence (ms)
-	leading          time.Time // when it began to lead, and so to pass every second
 }
 
 // startAssigner starts the child in dir with the extra environment env; stop ends it.
@@ -128,18 +136,12 @@ func (p *assignerProc) readLog(b *testing.B, r io.Reader) {
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		var line struct {
-			Time     time.Time `json:"time"`
 			Msg      string    `json:"msg"`
 			Took     int64     `json:"took"`
 			Computed int64     `json:"computed"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil {
 			continue
-		}
-		if strings.HasPrefix(line.Msg, "leading") {
-			p.mu.Lock()
-			p.leading = line.Time
-			p.mu.Unlock()
 		}
 		switch {
 		case line.Msg == "pass":
@@ -171,19 +173,6 @@ func (p *assignerProc) file(b *testing.B, name string, deadline time.Time) strin
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// afterPass waits until just after the child's next pass, as its clock of passes, started
-// when it began to lead, says.
-func (p *assignerProc) afterPass() {
-	p.mu.Lock()
-	leading := p.leading
-	p.mu.Unlock()
-	if leading.IsZero() {
-		return // no log of it: the set-up checks the first map anyway
-	}
-	const interval, margin = time.Second, 30 * time.Millisecond
-	time.Sleep(interval - time.Since(leading.Add(margin))%interval)
 }
 
 // cpu returns the CPU time the child has used, in seconds.

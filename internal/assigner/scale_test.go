@@ -95,6 +95,13 @@ type follower struct {
 	held map[assignment.NodeID][]int
 }
 
+// generation returns the generation of the map f holds.
+func (f *follower) generation() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.m.Generation()
+}
+
 func (f *follower) apply(q *pb.Quantum) error {
 	var next *assignment.Assignment
 	var err error
@@ -311,9 +318,19 @@ func BenchmarkAssignerScale(b *testing.B) {
 	}{{"tls=off", false}, {"tls=on", true}} {
 		b.Run(v.name, func(b *testing.B) {
 			for b.Loop() {
-				scale(b, v.tls)
+				scale(b, shape{nodes: 1000, watchers: 100}, v.tls)
 			}
 		})
+	}
+}
+
+// BenchmarkAssignerMembers measures the assigner under 10,000 members, 15 slices each
+// (150k slices), that each heartbeat and report their load every second, over mutual TLS,
+// with 10 quanta watchers (the relays). Target: the leader within one core. Run with
+// -benchtime 1x.
+func BenchmarkAssignerMembers(b *testing.B) {
+	for b.Loop() {
+		scale(b, shape{nodes: 10_000, watchers: 10, heartbeats: true}, true)
 	}
 }
 
@@ -452,42 +469,40 @@ func (sc *scaleCluster) stop() {
 	sc.proc.stop()
 }
 
-// startScaleCluster starts the assigner and registers the fleet. The first map is made at the
-// first pass after a node registers, over the nodes registered by then: until it covers
-// them all (150 slices each), as it must for the variants to be compared, it starts again.
+// startScaleCluster starts the assigner and registers the fleet. The assigner's first map
+// waits for the whole fleet (CoreConfig.FirstMapNodes), 150k slices over it.
 func startScaleCluster(ctx context.Context, b *testing.B, c creds, fl *nodeFleet, admin *mtls.Source) *scaleCluster {
-	want := uint32(150 * len(fl.ids))
-	for attempt := 1; ; attempt++ {
-		sc := &scaleCluster{proc: startAssigner(b, b.TempDir(), c.childEnv()), fleet: fl}
-		sc.addr = sc.proc.file(b, "addr.txt", time.Now().Add(60*time.Second))
-		sc.admin = dialScale(b, sc.addr, admin)
-		adminSvc := pb.NewAdminServiceClient(sc.admin)
-		fl.dial(ctx, b, sc.addr)
-		waitStatus(ctx, b, adminSvc, "the assigner did not lead", (*pb.StatusResponse).GetLeader)
-		if _, err := adminSvc.Freeze(ctx, &pb.FreezeRequest{Reason: "benchmark set-up"}); err != nil {
-			b.Fatal(err)
-		}
-		// Registering takes most of a second: all of it between two passes.
-		sc.proc.afterPass()
-		fl.register(ctx, b)
-		st := waitStatus(ctx, b, adminSvc, "no first map", func(st *pb.StatusResponse) bool { return st.GetSlices() > 0 })
-		if st.GetSlices() == want {
-			return sc
-		}
-		sc.stop()
-		if attempt == 5 {
-			b.Fatalf("the first map has %d slices, not %d, %d times", st.GetSlices(), want, attempt)
-		}
-		b.Logf("the first map has %d slices, not %d: a pass came amid the registrations; starting again", st.GetSlices(), want)
+	env := append(c.childEnv(), fmt.Sprintf("%s=%d", childNodes, len(fl.ids)))
+	sc := &scaleCluster{proc: startAssigner(b, b.TempDir(), env), fleet: fl}
+	sc.addr = sc.proc.file(b, "addr.txt", time.Now().Add(60*time.Second))
+	sc.admin = dialScale(b, sc.addr, admin)
+	adminSvc := pb.NewAdminServiceClient(sc.admin)
+	fl.dial(ctx, b, sc.addr)
+	waitStatus(ctx, b, adminSvc, "the assigner did not lead", (*pb.StatusResponse).GetLeader)
+	if _, err := adminSvc.Freeze(ctx, &pb.FreezeRequest{Reason: "benchmark set-up"}); err != nil {
+		b.Fatal(err)
 	}
+	fl.register(ctx, b)
+	st := waitStatus(ctx, b, adminSvc, "no first map", func(st *pb.StatusResponse) bool { return st.GetSlices() > 0 })
+	if want := uint32(150_000 / len(fl.ids) * len(fl.ids)); st.GetSlices() != want {
+		sc.stop()
+		b.Fatalf("the first map has %d slices, not %d", st.GetSlices(), want)
+	}
+	return sc
 }
 
-func scale(b *testing.B, secure bool) {
-	const nodes, watchers = 1000, 100
+// shape is a scale benchmark's fleet: nodes, quanta watchers, and whether each node also
+// heartbeats every second, as a member does.
+type shape struct {
+	nodes, watchers int
+	heartbeats      bool
+}
+
+func scale(b *testing.B, sh shape, secure bool) {
 	c := newCreds(b, secure)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sc := startScaleCluster(ctx, b, c, newNodeFleet(c, nodes), c.source("admin", "bench"))
+	sc := startScaleCluster(ctx, b, c, newNodeFleet(c, sh.nodes), c.source("admin", "bench"))
 	defer sc.stop()
 	admin := pb.NewAdminServiceClient(sc.admin)
 
@@ -497,12 +512,12 @@ func scale(b *testing.B, secure bool) {
 		wg.Wait()
 	}()
 	f := &follower{}
-	fo := startWatchers(ctx, b, &wg, c, sc.addr, watchers, f)
-	z := newZipfSpace(1000 * nodes)
-	rc := startReporters(ctx, b, &wg, sc.fleet, f, z)
+	fo := startWatchers(ctx, b, &wg, c, sc.addr, sh.watchers, f)
+	z := newZipfSpace(1000 * float64(sh.nodes))
+	rc := startReporters(ctx, b, &wg, sc.fleet, f, z, sh.heartbeats)
 	startWriter(ctx, b, &wg, c, sc.proc.file(b, "etcd.txt", time.Now().Add(60*time.Second)))
 
-	ingest, total := measure(ctx, b, sc.proc, admin, z)
+	ingest, total := measure(ctx, b, sc.proc, admin, z, rc)
 	st, err := admin.Status(ctx, &pb.StatusRequest{})
 	if err != nil {
 		b.Errorf("status: %v", err)
@@ -599,14 +614,22 @@ func (fo *fanout) watch(ctx context.Context, b *testing.B, w int, quanta pb.Quan
 type reportCount struct {
 	mu                sync.Mutex
 	reports, rejected int64
+	ingestRate        float64 // reports a second while the ingest phase was measured
 }
 
-// startReporters has every node report its load once a second, each on its own connection,
-// the reports spread evenly over the second by 40 senders.
-func startReporters(ctx context.Context, b *testing.B, wg *sync.WaitGroup, fl *nodeFleet, f *follower, z *zipfSpace) *reportCount {
-	const senders = 40
-	rc := &reportCount{}
+func (rc *reportCount) sent() int64 {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.reports
+}
+
+// startReporters has every node report its load once a second, and heartbeat before it if
+// heartbeats, each on its own connection, the calls spread evenly over the second by 40
+// senders or more.
+func startReporters(ctx context.Context, b *testing.B, wg *sync.WaitGroup, fl *nodeFleet, f *follower, z *zipfSpace, heartbeats bool) *reportCount {
 	nodes := len(fl.ids)
+	senders := max(40, nodes/25) // a sender's calls wait for each other: at most 25 nodes each
+	rc := &reportCount{}
 	for w := range senders {
 		wg.Add(1)
 		go func() {
@@ -620,7 +643,14 @@ func startReporters(ctx context.Context, b *testing.B, wg *sync.WaitGroup, fl *n
 				case <-tick.C:
 				}
 				i := k % nodes
-				_, err := pb.NewNodeServiceClient(fl.conns[i]).ReportLoad(ctx, wire.ReportToProto(loadOf(f, z, fl.ids[i])))
+				svc := pb.NewNodeServiceClient(fl.conns[i])
+				var err error
+				if heartbeats {
+					_, err = svc.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: string(fl.ids[i]), Generation: f.generation()})
+				}
+				if err == nil {
+					_, err = svc.ReportLoad(ctx, wire.ReportToProto(loadOf(f, z, fl.ids[i])))
+				}
 				rc.mu.Lock()
 				rc.reports++
 				if err != nil && ctx.Err() == nil {
@@ -676,12 +706,16 @@ func startWriter(ctx context.Context, b *testing.B, wg *sync.WaitGroup, c creds,
 
 // measure runs the two phases and returns the assigner's CPU, in cores, in each: ingest
 // alone, balancing frozen; then balancing, with the hot spots moving every 10 s.
-func measure(ctx context.Context, b *testing.B, proc *assignerProc, admin pb.AdminServiceClient, z *zipfSpace) (ingest, total float64) {
+func measure(ctx context.Context, b *testing.B, proc *assignerProc, admin pb.AdminServiceClient, z *zipfSpace, rc *reportCount) (ingest, total float64) {
 	time.Sleep(5 * time.Second) // warm-up: every node has reported a few times
-	cpu0, t0 := proc.cpu(b), time.Now()
+	cpu0, t0, sent0 := proc.cpu(b), time.Now(), rc.sent()
 	profile(b, proc.dir, "ingest", 14*time.Second)
 	time.Sleep(15*time.Second - time.Since(t0))
 	ingest = (proc.cpu(b) - cpu0) / time.Since(t0).Seconds()
+	rate := float64(rc.sent()-sent0) / time.Since(t0).Seconds()
+	rc.mu.Lock()
+	rc.ingestRate = rate
+	rc.mu.Unlock()
 
 	if _, err := admin.Unfreeze(ctx, &pb.UnfreezeRequest{}); err != nil {
 		b.Fatal(err)
@@ -725,6 +759,7 @@ func reportScale(b *testing.B, proc *assignerProc, fo *fanout, rc *reportCount, 
 	b.ReportMetric(float64(fo.reinits), "watcher-reinits")
 	b.ReportMetric(float64(fo.errored), "watcher-errors")
 	b.ReportMetric(float64(rc.reports), "reports")
+	b.ReportMetric(rc.ingestRate, "ingest-reports/s")
 	b.ReportMetric(float64(rc.rejected), "rejected")
 	b.ReportMetric(st.GetImbalance(), "final-imbalance")
 	b.ReportMetric(float64(st.GetSlices()), "slices")
