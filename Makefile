@@ -49,7 +49,7 @@ CHAOS_COUNTER_FAULTS ?= all
 CHAOS_ROUNDS         ?= 3
 CHAOS_SEED           ?= 1
 
-.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres e2e-counter build tools clean chaos
+.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres e2e-counter e2e-fleet build tools clean chaos
 
 ## test: proto and lint checks, every test with the race detector (every fuzz target's seed
 ## corpus among them; the simulator, which starts no goroutine, without it), the data path at
@@ -144,6 +144,13 @@ e2e-postgres:
 	grep -E '^(--- |ok|FAIL|PASS)|postgres_test.go' "$$out" | grep -v 'postgres e2e:' || true; \
 	if [ $$rc -ne 0 ]; then tail -50 "$$out"; exit $$rc; fi; \
 	grep -o 'postgres e2e: .*' "$$out" || { echo "e2e-postgres: skipped (no PostgreSQL server?)"; grep -- '--- SKIP' -A2 "$$out"; }
+
+## e2e-fleet: a relay killed (kill -9) under FLEET_ROUTERS routers (default 10,000) in processes
+## of their own beside the real binaries; it reports when every router had the change made
+## right after the kill. make test runs 150 routers in one process (client's relay tests)
+FLEET_ROUTERS ?= 10000
+e2e-fleet:
+	SLICEPLANE_FLEET_ROUTERS=$(FLEET_ROUTERS) $(GO) test -count=1 -timeout 30m -run '^TestARelayKilledUnderItsRouters$$' -v ./e2e
 
 ## e2e-compose: the docker-compose deployment, built, broken and checked (skips without Docker)
 e2e-compose:

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -33,7 +34,12 @@ import (
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(routerChildEnv); spec != "" {
+		os.Exit(runRouterChild(spec))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // patience bounds every wait of the scenario; it is long because the machine may be busy
 // with other packages' tests.
