@@ -136,9 +136,9 @@ func (p *assignerProc) readLog(b *testing.B, r io.Reader) {
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		var line struct {
-			Msg      string    `json:"msg"`
-			Took     int64     `json:"took"`
-			Computed int64     `json:"computed"`
+			Msg      string `json:"msg"`
+			Took     int64  `json:"took"`
+			Computed int64  `json:"computed"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil {
 			continue
