@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -24,13 +23,13 @@ import (
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/testchild"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(watcherChildEnv); spec != "" {
-		os.Exit(runWatcherChild(spec))
-	}
+	var spec watcherSpec
+	testchild.Main(watcherChildEnv, &spec, watcherJob(&spec))
 	goleak.VerifyTestMain(m)
 }
 

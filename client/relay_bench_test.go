@@ -115,9 +115,7 @@ func (f *relayFleet) relayed(b *testing.B, n, splits int, relays quantum.Distrib
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	f.splits(b, fmt.Sprintf("relayed-%d", n), splits)
-	res := c.result(b)
-	require.Empty(b, res.Err, "the watchers' process")
-	require.Equal(b, res.Want, res.Samples, "every watcher receives every split (%d watches ended early)", res.Ended)
+	res := watcherResultOf(b, c)
 	grown := (after.HeapInuse + after.StackInuse) - (before.HeapInuse + before.StackInuse)
 	return res, float64(grown) / float64(n)
 }

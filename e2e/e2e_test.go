@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -32,12 +31,12 @@ import (
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/testchild"
 )
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(routerChildEnv); spec != "" {
-		os.Exit(runRouterChild(spec))
-	}
+	var spec routerSpec
+	testchild.Main(routerChildEnv, &spec, routerJob(&spec))
 	goleak.VerifyTestMain(m)
 }
 

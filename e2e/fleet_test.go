@@ -1,14 +1,11 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -21,9 +18,10 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/testchild"
 )
 
-// routerChildEnv, when set, makes this test binary a fleet of routers (see runRouterChild):
+// routerChildEnv, when set, makes this test binary a fleet of routers (see routerJob):
 // thousands of routers, each with connections to the assigners, its relay and the next one,
 // do not fit in one process's file descriptors.
 const routerChildEnv = "SLICEPLANE_ROUTER_CHILD"
@@ -40,44 +38,41 @@ type routerSpec struct {
 type routerResult struct {
 	Reached []float64
 	Behind  int
-	Err     string
 }
 
-// runRouterChild runs the spec's routers, prints "ready" once each has a map, then for
-// each line "GEN UNIXNANO" on its input prints a routerResult as JSON. It returns the exit
-// code.
-func runRouterChild(spec string) int {
-	var s routerSpec
-	if err := json.Unmarshal([]byte(spec), &s); err != nil {
-		fmt.Println(`{"Err":"spec"}`)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var routers []*client.Router
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel() // before the wait
-	// 250 at a time: thousands of TLS handshakes at once on two cores outlast the connection
-	// timeout, and retried, never end.
-	for lo := s.From; lo < s.To; lo += 250 {
-		batch, err := startRouters(ctx, &wg, s, lo, min(lo+250, s.To))
-		if err != nil {
-			json.NewEncoder(os.Stdout).Encode(routerResult{Err: err.Error()})
-			return 1
+// reachRequest asks a child when its routers reach generation Gen, counted from Since.
+type reachRequest struct {
+	Gen   uint64
+	Since time.Time
+}
+
+// routerJob runs the spec's routers, says it is ready once each has a map, then answers
+// each reachRequest with a routerResult.
+func routerJob(s *routerSpec) func(*testchild.Parent) error {
+	return func(p *testchild.Parent) error {
+		ctx, cancel := context.WithCancel(context.Background())
+		var routers []*client.Router
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel() // before the wait
+		// 250 at a time: thousands of TLS handshakes at once on two cores outlast the
+		// connection timeout, and retried, never end.
+		for lo := s.From; lo < s.To; lo += 250 {
+			batch, err := startRouters(ctx, &wg, *s, lo, min(lo+250, s.To))
+			if err != nil {
+				return err
+			}
+			routers = append(routers, batch...)
 		}
-		routers = append(routers, batch...)
-	}
-	fmt.Println("ready")
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		var gen uint64
-		var since int64
-		if _, err := fmt.Sscan(in.Text(), &gen, &since); err != nil {
-			return 1
+		p.Ready()
+		var req reachRequest
+		for p.Recv(&req) {
+			if err := p.Send(reach(routers, req.Gen, req.Since)); err != nil {
+				return err
+			}
 		}
-		json.NewEncoder(os.Stdout).Encode(reach(routers, gen, time.Unix(0, since)))
+		return nil
 	}
-	return 0
 }
 
 // startRouters runs routers r<from>..r<to-1> until ctx ends, and returns them once each
@@ -128,53 +123,6 @@ func reach(routers []*client.Router, gen uint64, since time.Time) routerResult {
 	return res
 }
 
-// routerChild is the test's side of a child fleet of routers.
-type routerChild struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-func startRouterChild(t *testing.T, s routerSpec) *routerChild {
-	spec, err := json.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &routerChild{cmd: exec.Command(os.Args[0], "-test.run=^$")}
-	c.cmd.Env = append(os.Environ(), routerChildEnv+"="+string(spec))
-	c.cmd.Stderr = os.Stderr
-	if c.in, err = c.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.in.Close(); c.cmd.Process.Kill(); c.cmd.Wait() })
-	c.out = bufio.NewScanner(stdout)
-	return c
-}
-
-// ready waits for the child's routers to have a map.
-func (c *routerChild) ready(t *testing.T) {
-	if !c.out.Scan() || c.out.Text() != "ready" {
-		t.Fatalf("the routers' process did not get ready: %s", c.out.Text())
-	}
-}
-
-// reached asks the child when its routers reached gen, after since.
-func (c *routerChild) reached(t *testing.T, gen uint64, since time.Time) routerResult {
-	fmt.Fprintf(c.in, "%d %d\n", gen, since.UnixNano())
-	var res routerResult
-	if !c.out.Scan() || json.Unmarshal(c.out.Bytes(), &res) != nil {
-		t.Fatalf("the routers' process did not answer: %s", c.out.Text())
-	}
-	return res
-}
-
 // fleetRouters is how many routers TestARelayKilledUnderItsRouters runs: its
 // SLICEPLANE_FLEET_ROUTERS, or none (the test is skipped; make e2e-fleet runs 10,000).
 func fleetRouters(t *testing.T) int {
@@ -209,13 +157,13 @@ func TestARelayKilledUnderItsRouters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var children []*routerChild
+	var children []*testchild.Child
 	// 3,500 routers a process at most: each has 4 connections (2 assigners, its relay and the
 	// next one), and a process may hold 20,000 here. One process after the other: their
 	// handshakes would starve each other.
 	for lo := 0; lo < n; lo += 3500 {
-		c := startRouterChild(t, routerSpec{From: lo, To: min(lo+3500, n), Assigners: s.cluster.Assigners(), TLS: tls})
-		c.ready(t)
+		c := testchild.Start(t, routerChildEnv, routerSpec{From: lo, To: min(lo+3500, n), Assigners: s.cluster.Assigners(), TLS: tls})
+		c.Ready(t)
 		children = append(children, c)
 	}
 	victim, routers := busiest(ids, n)
@@ -236,7 +184,9 @@ func TestARelayKilledUnderItsRouters(t *testing.T) {
 	var reached []float64
 	behind := 0
 	for _, c := range children {
-		res := c.reached(t, gen, killed)
+		var res routerResult
+		c.Send(t, reachRequest{Gen: gen, Since: killed})
+		c.Recv(t, &res)
 		reached, behind = append(reached, res.Reached...), behind+res.Behind
 	}
 	slices.Sort(reached)
