@@ -23,7 +23,12 @@ func TestAMemberCutOffFromTheAssignersDemotesItself(t *testing.T) {
 	const ttl = 2 * time.Second
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
 		cfg.Core.Roles, cfg.Core.Exclusive, cfg.Core.NodeTTL = assigner.RolesPrimarySecondary, true, ttl
-		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 20*time.Second, 200*time.Millisecond
+		// A handoff in flight at the cut waits for m1 until it times out: under the race
+		// detector on a busy machine, 20 s of it made the takeover 28 s and more.
+		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 5*time.Second, 200*time.Millisecond
+		// The first map waits for both members: made between their registrations, it gave
+		// every slice to one of them, and m2 then had to load them all after the cut.
+		cfg.Core.FirstMapNodes = 2
 	}})
 	link, err := faultproxy.New(c.Assigners()[0])
 	require.NoError(t, err)

@@ -21,6 +21,9 @@ func TestBadClaimsAreRefusedOverGRPC(t *testing.T) {
 	c := newCluster(t)
 	a := c.start(func(cfg *assigner.Config) {
 		cfg.Core.Roles, cfg.Core.Exclusive, cfg.Core.BreakBeforeMake = assigner.RolesPrimarySecondary, true, false
+		// The first map waits for both members: made between their registrations, it gave
+		// every primary to m1 (a failure of this test on a busy machine).
+		cfg.Core.FirstMapNodes = 2
 	})
 	ctx := ctxT(t, 30*time.Second)
 	a.leading(t)

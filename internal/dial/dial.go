@@ -49,13 +49,6 @@ const (
 	StreamIdleTimeout = 4 * StreamHeartbeat
 )
 
-// readBuffer is the read buffer of every connection, client and server: none, so that it
-// reads its frames straight from its transport, not through 32 KiB of its own. Over TLS, the default, the connection already holds a whole
-// record; the buffer was half of a relay's memory per watcher (issue 24's benchmark: 153 KB
-// of heap per watcher, both ends, against 79 KB without). Plaintext connections pay a read
-// call per frame header.
-const readBuffer = 0
-
 // Options returns the dial options of every Sliceplane client connection: plaintext,
 // keepalive, and bounded connection attempts.
 func Options() []grpc.DialOption {
@@ -68,7 +61,6 @@ func Options() []grpc.DialOption {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: ConnectTimeout,
 		}),
-		grpc.WithReadBufferSize(readBuffer),
 	}
 }
 
@@ -79,7 +71,6 @@ func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ServerKeepaliveTime, Timeout: KeepaliveTimeout}),
-		grpc.ReadBufferSize(readBuffer),
 	}
 }
 
