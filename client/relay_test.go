@@ -60,7 +60,7 @@ func startRelayFleet(t testing.TB) *relayFleet {
 // machine outlast the connection timeout, and retried, did not end within a minute.
 func (f *relayFleet) start(t *testing.T, n int) {
 	for lo := 0; lo < n; lo += 25 {
-		batch := f.routers[len(f.routers):]
+		var batch []*client.Router
 		for i := lo; i < min(lo+25, n); i++ {
 			r, err := client.NewRouter(client.RouterConfig{ID: fmt.Sprintf("r%d", i), Assigners: f.c.Assigners(), TLS: f.routerTL, Logger: quiet()})
 			require.NoError(t, err)
