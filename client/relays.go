@@ -2,6 +2,7 @@ package client
 
 import (
 	"maps"
+	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
@@ -13,6 +14,13 @@ import (
 // relayRetry is how long a router leaves a relay alone after a watch of it failed: it
 // watches the next relay in its ranking, or the assigner, meanwhile.
 const relayRetry = 10 * time.Second
+
+// warmSpread is the time over which a router connects ahead of need to its next relay,
+// after it starts watching one: at a random point within it, so that the routers a relay's
+// end moved all at once do not all make a TLS handshake with their next relay at once.
+// Made at once, those handshakes kept the relays' cores busy for seconds, and the relays'
+// other watchers, hearing nothing, took them for dead too.
+const warmSpread = 5 * time.Second
 
 // relays are the relays a router may watch the map from: the distributors, which the map's
 // stream itself names (a reinitializing quantum carries their set). A router ranks them by
@@ -26,10 +34,14 @@ type relays struct {
 	ranked []string                    // the set's IDs, best first
 	conns  map[string]*grpc.ClientConn // by relay ID, dialled at its address in set when first chosen
 	failed map[string]time.Time        // relay ID -> when it may be tried again
+	warmOf string                      // the relay whose next one is to be connected at warmAt; "" for none
+	warmAt time.Time
+	jitter func(time.Duration) time.Duration // a random duration in [0, d)
 }
 
 func newRelays(self string, dialer func(string) (*grpc.ClientConn, error)) *relays {
-	return &relays{self: self, dialer: dialer, conns: map[string]*grpc.ClientConn{}, failed: map[string]time.Time{}}
+	return &relays{self: self, dialer: dialer, conns: map[string]*grpc.ClientConn{}, failed: map[string]time.Time{},
+		jitter: func(d time.Duration) time.Duration { return rand.N(d) }}
 }
 
 // update records the set a quantum carried; the connections of relays gone or moved are
@@ -57,6 +69,20 @@ func (rs *relays) preferred(now time.Time) string {
 		}
 	}
 	return ""
+}
+
+// watching records that the router watches relay id from now on: the relay after it is
+// connected ahead of need at a random point within warmSpread (see tick).
+func (rs *relays) watching(id string, now time.Time) {
+	rs.warmOf, rs.warmAt = id, now.Add(rs.jitter(warmSpread))
+}
+
+// tick connects the next relay ahead of need once its time has come.
+func (rs *relays) tick(now time.Time) {
+	if rs.warmOf != "" && !now.Before(rs.warmAt) {
+		rs.warm(rs.warmOf, now)
+		rs.warmOf = ""
+	}
 }
 
 // warm connects, ahead of need, to the relay after id in the ranking, not left alone after a

@@ -28,8 +28,14 @@ func TestARouterWatchesItsBestRelayThatDidNotFailLately(t *testing.T) {
 	require.Equal(t, ranked[0], rs.preferred(now))
 	_, err := rs.conn(ranked[0])
 	require.NoError(t, err)
-	rs.warm(ranked[0], now)
+	rs.jitter = func(d time.Duration) time.Duration { return d / 2 }
+	rs.watching(ranked[0], now)
+	rs.tick(now.Add(warmSpread/2 - time.Millisecond))
+	assert.Equal(t, []string{set[ranked[0]]}, dialled, "the next relay is connected at a random point of warmSpread, not at once")
+	rs.tick(now.Add(warmSpread / 2))
 	assert.Equal(t, []string{set[ranked[0]], set[ranked[1]]}, dialled, "the next relay is connected ahead of need")
+	rs.tick(now.Add(warmSpread))
+	assert.Len(t, dialled, 2, "and once")
 
 	rs.fail(ranked[0], now)
 	assert.Equal(t, ranked[1], rs.preferred(now), "a failed relay is left alone")

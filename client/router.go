@@ -391,7 +391,7 @@ func (r *Router) upstream(rs *relays, leader *dial.Follower) watched {
 	if id := rs.preferred(now); id != "" {
 		conn, err := rs.conn(id)
 		if err == nil {
-			rs.warm(id, now)
+			rs.watching(id, now)
 			r.relayConn.Store(conn)
 			return watched{relay: id, conn: conn, rs: rs}
 		}
@@ -441,7 +441,9 @@ func (r *Router) follow(ctx context.Context, w watched, from **quantum.Position)
 			*from, applied = &pos, true
 			w.rs.update(q.Distributors)
 		}
-		if w.rs.preferred(time.Now()) != w.relay {
+		now := time.Now()
+		w.rs.tick(now)
+		if w.rs.preferred(now) != w.relay {
 			return applied, errBetterRelay
 		}
 	}

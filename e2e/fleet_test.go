@@ -26,6 +26,10 @@ import (
 // do not fit in one process's file descriptors.
 const routerChildEnv = "SLICEPLANE_ROUTER_CHILD"
 
+// fleetSettle is how long a child's routers run, once each has a map, before the child says
+// it is ready: the handshakes of a fleet's start are over by then.
+const fleetSettle = 10 * time.Second
+
 // routerSpec is what the test asks of a child: routers r<From>..r<To-1> of the assigners.
 type routerSpec struct {
 	From, To  int
@@ -64,6 +68,9 @@ func routerJob(s *routerSpec) func(*testchild.Parent) error {
 			}
 			routers = append(routers, batch...)
 		}
+		// The kill is to come in the fleet's steady state, not amid its start: each router
+		// connects ahead of need to its next relay within 5 s of its first watch.
+		time.Sleep(fleetSettle)
 		p.Ready()
 		var req reachRequest
 		for p.Recv(&req) {
@@ -78,7 +85,7 @@ func routerJob(s *routerSpec) func(*testchild.Parent) error {
 // startRouters runs routers r<from>..r<to-1> until ctx ends, and returns them once each
 // has a map.
 func startRouters(ctx context.Context, wg *sync.WaitGroup, s routerSpec, from, to int) ([]*client.Router, error) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := fleetLog()
 	var routers []*client.Router
 	for i := from; i < to; i++ {
 		r, err := client.NewRouter(client.RouterConfig{ID: fmt.Sprintf("r%d", i), Assigners: s.Assigners,
@@ -98,6 +105,18 @@ func startRouters(ctx context.Context, wg *sync.WaitGroup, s routerSpec, from, t
 	}
 	return routers, nil
 }
+
+// fleetLog is where a child's routers log: the file SLICEPLANE_FLEET_LOG names (each
+// child appends to it), for reading a run after the fact, or nowhere.
+var fleetLog = sync.OnceValue(func() *slog.Logger {
+	var w io.Writer = io.Discard
+	if path := os.Getenv("SLICEPLANE_FLEET_LOG"); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
+			w = f // closed with the process
+		}
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+})
 
 // reach waits, 30 s at most, until every router has generation gen, and returns when each
 // did, after since.

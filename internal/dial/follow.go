@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 )
 
 // Follower is a connection to the leading assigner that its users replace when the leader
@@ -39,13 +40,15 @@ func (f *Follower) Conn() *grpc.ClientConn {
 	return f.conn
 }
 
-// Renew replaces conn, if it is still the current connection, with a new one; a Renew of a
-// connection already replaced does nothing, so that users that notice the same hang at
-// once make one new connection.
+// Renew replaces conn, if it is still the current connection and ready, with a new one; a
+// Renew of a connection already replaced does nothing, so that users that notice the same
+// hang at once make one new connection. A connection that is not ready is not renewed: it
+// is not held by a hung peer but still connecting, and a new one would only start its
+// handshakes over. Under load, renewing those turned slow handshakes into a storm of them.
 func (f *Follower) Renew(conn *grpc.ClientConn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed || conn != f.conn {
+	if f.closed || conn != f.conn || conn.GetState() != connectivity.Ready {
 		return
 	}
 	next, err := Leader(f.addrs, f.opts...)

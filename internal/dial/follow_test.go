@@ -69,12 +69,42 @@ func TestRenewIsOncePerConnection(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { f.Close() })
 	old := f.Conn()
+	awaitReady(t, old)
 	f.Renew(old)
 	renewed := f.Conn()
 	assert.NotSame(t, old, renewed)
 	f.Renew(old)
 	assert.Same(t, renewed, f.Conn())
 	assert.Equal(t, connectivity.Shutdown, old.GetState(), "the replaced connection is closed")
+}
+
+// A connection still connecting is not renewed: it is not held by a hung peer, and a new one
+// would only start its handshakes over. A call that timed out waiting for it leaves it be.
+func TestAConnectionNotReadyIsNotRenewed(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close()) // nothing listens there
+	f, err := dial.Follow([]string{addr})
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	conn := f.Conn()
+	_, err = reached(ctxT(t, 100*time.Millisecond), pb.NewNodeServiceClient(conn), grpc.WaitForReady(true))
+	require.Error(t, err)
+	require.NotEqual(t, connectivity.Ready, conn.GetState())
+	f.Renew(conn)
+	assert.Same(t, conn, f.Conn(), "a connection that is not ready was renewed")
+	assert.NotEqual(t, connectivity.Shutdown, conn.GetState())
+}
+
+// awaitReady connects conn and waits until it is ready.
+func awaitReady(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	conn.Connect()
+	ctx := ctxT(t, 10*time.Second)
+	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
+		require.True(t, conn.WaitForStateChange(ctx, s), "the connection never became ready")
+	}
 }
 
 // A peer that accepts TCP and never speaks (a frozen process: the kernel accepts for it) is
