@@ -527,3 +527,28 @@ func TestApplyOnMemstore(t *testing.T) {
 	assert.Equal(t, client.Cursor{Epoch: 5, Index: 8}, cur3)
 	assert.Len(t, items3, 3)
 }
+
+// A load report the assigner refuses does not cost the node its lease: the heartbeat that
+// carried it is sent again without it. The node reports every 100 ms, more often than it
+// heartbeats (every TTL/3), so every heartbeat it sends carries a report.
+func TestARefusedLoadReportDoesNotCostTheLease(t *testing.T) {
+	const ttl = 3 * time.Second
+	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) { cfg.Core.NodeTTL = ttl }})
+	c.StartDistributor("d1")
+	n := c.StartNode("n1", nil)
+	adm := newAdmin(c)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	waitFor(t, 30*time.Second, "n1 holds slices", func() bool { return len(n.Slices()) > 0 })
+	keys := keysIn(n.Slices(), "absurd", 5)
+	// Far above any cap: every report is refused whole (the unit is the application's).
+	for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
+		for _, k := range keys {
+			n.RecordLoad(k, 1e300)
+		}
+		info := adm.nodes(ctx)["n1"]
+		require.NotNil(t, info, "n1 lost its lease while its load reports were refused")
+		require.Zero(t, info.GetLoad(), "a refused report was counted")
+		waitFor(t, time.Second, "the assigner answers again", func() bool { return adm.nodes(ctx) != nil })
+	}
+}

@@ -177,13 +177,37 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 		return nil, err
 	}
 	hb.Tokens = req.GetPrimaryTokens()
+	if hb.Report, err = a.heartbeatLoad(id, req.GetLoad()); err != nil {
+		return nil, err
+	}
 	rep, err := a.call(ctx, hb)
+	if hb.Report != nil {
+		a.countReport(rep, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	a.fresh.record(id, req.GetStale(), silence, a.s.now(), a.s.cfg.Core.NodeTTL)
 	return &pb.HeartbeatResponse{Ttl: durationpb.New(rep.TTL), Draining: rep.Draining, Distributor: distributor(rep.Distributor),
 		Lease: optDuration(rep.Lease), Generation: rep.Generation}, nil
+}
+
+// heartbeatLoad decodes the load report a heartbeat of node id carries: nil for none.
+func (a *api) heartbeatLoad(id assignment.NodeID, req *pb.ReportLoadRequest) (*load.Report, error) {
+	if req == nil {
+		return nil, nil
+	}
+	if named := req.GetNodeId(); named != "" && named != string(id) {
+		a.countMalformed()
+		return nil, status.Errorf(codes.InvalidArgument, "assigner: heartbeat of %s: its load names node %q", id, named)
+	}
+	r, err := wire.ReportFromProto(req)
+	if err != nil {
+		a.countMalformed()
+		return nil, a.toStatus(fmt.Errorf("heartbeat: load: %w", err))
+	}
+	r.Node = id
+	return &r, nil
 }
 
 // optDuration encodes d, nil for 0.
@@ -235,24 +259,34 @@ func (a *api) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb.De
 func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.ReportLoadResponse, error) {
 	r, err := wire.ReportFromProto(req)
 	if err != nil {
-		a.s.metrics.reports.WithLabelValues("rejected").Inc()
-		a.s.metrics.reportsRejected.WithLabelValues("malformed").Inc()
+		a.countMalformed()
 		return nil, a.toStatus(err)
 	}
 	rep, err := a.call(ctx, ReportLoad{Caller: caller(ctx), Report: r})
-	refused := rep.Err // the core's verdict, not a failure to reach it
+	a.countReport(rep, err)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ReportLoadResponse{}, nil
+}
+
+// countMalformed counts a load report refused before the core saw it.
+func (a *api) countMalformed() {
+	a.s.metrics.reports.WithLabelValues("rejected").Inc()
+	a.s.metrics.reportsRejected.WithLabelValues("malformed").Inc()
+}
+
+// countReport counts a load report the core was asked to take, by its answer: rep.Err is
+// the core's verdict, err also a failure to reach it.
+func (a *api) countReport(rep Reply, err error) {
 	result := "accepted"
 	if err != nil {
 		result = "rejected"
 	}
 	a.s.metrics.reports.WithLabelValues(result).Inc()
-	if refused != nil {
-		a.s.metrics.reportsRejected.WithLabelValues(rejectReason(refused)).Inc()
+	if rep.Err != nil {
+		a.s.metrics.reportsRejected.WithLabelValues(rejectReason(rep.Err)).Inc()
 	}
-	if err != nil {
-		return nil, err
-	}
-	return &pb.ReportLoadResponse{}, nil
 }
 
 // rejectReason names why the core refused a report, for the metric's bounded label.

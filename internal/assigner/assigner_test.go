@@ -557,6 +557,22 @@ var badInputCases = []badInputCase{
 		_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "ghost", Loading: []*pb.Range{{Start: 9, End: 3}}})
 		return err
 	}, codes.InvalidArgument, "loading range 0"},
+	{"a heartbeat carrying another node's load", func(ctx context.Context, a *node) error {
+		r := fullReport(1)
+		r.NodeId = "n2"
+		_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "n1", Load: r})
+		return err
+	}, codes.InvalidArgument, `its load names node "n2"`},
+	{"a heartbeat carrying a NaN load", func(ctx context.Context, a *node) error {
+		_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "n1", Load: fullReport(math.NaN())})
+		return err
+	}, codes.InvalidArgument, "loads[0] = NaN"},
+	{"a heartbeat carrying ragged columns", func(ctx context.Context, a *node) error {
+		r := fullReport(1)
+		r.Loads = append(r.Loads, 2)
+		_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "n1", Load: r})
+		return err
+	}, codes.InvalidArgument, "columns differ"},
 	{"a huge load", func(ctx context.Context, a *node) error {
 		_, err := a.nodes.ReportLoad(ctx, fullReport(1e308))
 		return err
@@ -617,7 +633,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	assert.Equal(t, 1.0, overCap)
 	notFinite, err := metric(a, "sliceplane_assigner_reports_rejected_total", "not_finite")
 	require.NoError(t, err)
-	assert.Equal(t, 1.0, notFinite)
+	assert.Equal(t, 2.0, notFinite, "a NaN report, and a heartbeat carrying one")
 }
 
 func TestNodesThatStopReportingLeave(t *testing.T) {

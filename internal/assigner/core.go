@@ -759,6 +759,24 @@ func (c *Core) heartbeat(id assignment.NodeID, now time.Time) (draining bool, er
 
 // report records a node's load report; it renews the node's lease too.
 func (c *Core) report(r load.Report, now time.Time) error {
+	if err := c.checkReport(r); err != nil {
+		return err
+	}
+	return c.record(r, now)
+}
+
+// record adds a report checkReport took to the estimator.
+func (c *Core) record(r load.Report, now time.Time) error {
+	if err := c.est.Add(r); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	n := c.nodes[r.Node]
+	n.lastSeen, n.reported = now, true
+	return nil
+}
+
+// checkReport says why report would refuse r, or nil.
+func (c *Core) checkReport(r load.Report) error {
 	n, ok := c.nodes[r.Node]
 	if !ok {
 		return fmt.Errorf("%w: %s is not registered, so its load cannot be counted", ErrUnknownNode, r.Node)
@@ -768,10 +786,9 @@ func (c *Core) report(r load.Report, now time.Time) error {
 	if err := r.Check(load.Cap(c.cfg.MaxLoadRate, r.Window, n.Weight())); err != nil {
 		return fmt.Errorf("%w: node %s: %w", ErrInvalid, r.Node, err)
 	}
-	if err := c.est.Add(r); err != nil {
+	if err := r.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	n.lastSeen, n.reported = now, true
 	return nil
 }
 

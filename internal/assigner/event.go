@@ -41,6 +41,9 @@ type (
 		// tokens, in the same order.
 		Primaries []keyspace.Range
 		Tokens    []uint64
+		// Report, if set, is the node's load report, counted as ReportLoad counts it; a
+		// report refused refuses the heartbeat whole.
+		Report *load.Report
 	}
 	// ReportLoad counts a node's load report (its At is set to the step's time); it renews the
 	// node's lease too.

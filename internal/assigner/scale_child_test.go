@@ -109,8 +109,10 @@ type assignerProc struct {
 	dir     string
 	logDone chan struct{}
 
-	mu               sync.Mutex
-	passes, computes []float64 // whole passes; their computation, before persistence (ms)
+	mu sync.Mutex
+	// whole passes; their computation, before persistence; their writes; their commit
+	// steps (ms)
+	passes, computes, writes, commits []float64
 }
 
 // startAssigner starts the child in dir with the extra environment env; stop ends it.
@@ -136,9 +138,11 @@ func (p *assignerProc) readLog(b *testing.B, r io.Reader) {
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		var line struct {
-			Msg      string `json:"msg"`
-			Took     int64  `json:"took"`
-			Computed int64  `json:"computed"`
+			Msg       string `json:"msg"`
+			Took      int64  `json:"took"`
+			Computed  int64  `json:"computed"`
+			Wrote     int64  `json:"wrote"`
+			Committed int64  `json:"committed"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil {
 			continue
@@ -148,6 +152,8 @@ func (p *assignerProc) readLog(b *testing.B, r io.Reader) {
 			p.mu.Lock()
 			p.passes = append(p.passes, float64(line.Took)/1e6)
 			p.computes = append(p.computes, float64(line.Computed)/1e6)
+			p.writes = append(p.writes, float64(line.Wrote)/1e6)
+			p.commits = append(p.commits, float64(line.Committed)/1e6)
 			p.mu.Unlock()
 		case strings.Contains(sc.Text(), `"level":"WARN"`) || strings.Contains(sc.Text(), `"level":"ERROR"`) ||
 			strings.Contains(line.Msg, "leading"):

@@ -27,6 +27,7 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/mtls"
@@ -326,13 +327,30 @@ func BenchmarkAssignerScale(b *testing.B) {
 
 // BenchmarkAssignerMembers measures the assigner under 10,000 members, 15 slices each
 // (150k slices), that each heartbeat and report their load every second, over mutual TLS,
-// with 10 quanta watchers (the relays). Target: the leader within one core. Run with
-// -benchtime 1x.
+// with 10 quanta watchers (the relays). Target: the leader within one core. calls=2 sends
+// a heartbeat and a ReportLoad, as members did before; calls=1 a heartbeat that carries the
+// load, as they do. Run with -benchtime 1x.
 func BenchmarkAssignerMembers(b *testing.B) {
-	for b.Loop() {
-		scale(b, shape{nodes: 10_000, watchers: 10, heartbeats: true}, true)
+	for _, v := range []struct {
+		name  string
+		beats beats
+	}{{"calls=2", beatsApart}, {"calls=1", beatsCarry}} {
+		b.Run(v.name, func(b *testing.B) {
+			for b.Loop() {
+				scale(b, shape{nodes: 10_000, watchers: 10, beats: v.beats}, true)
+			}
+		})
 	}
 }
+
+// beats is how the benchmark's nodes heartbeat.
+type beats int
+
+const (
+	beatsNone  beats = iota // they only report their load
+	beatsApart              // a heartbeat, then a load report, each a call
+	beatsCarry              // a heartbeat carrying the load report
+)
 
 // creds hands each party of the benchmark its certificate from a throwaway CA, or none
 // (plaintext) when pki is nil.
@@ -362,9 +380,10 @@ func (c creds) childEnv() []string {
 	return []string{childCertEnv + "=" + f.Cert, childKeyEnv + "=" + f.Key, childCAEnv + "=" + f.CA}
 }
 
-// dialScale opens a connection of its own to the assigner as src (nil: plaintext).
+// dialScale opens a connection of its own to the assigner as src (nil: plaintext), with the
+// options every Sliceplane client has.
 func dialScale(b *testing.B, addr string, src *mtls.Source) *grpc.ClientConn {
-	conn, err := grpc.NewClient(addr, src.DialOption("assigner"), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	conn, err := dial.Peer(addr, src.DialOption("assigner"), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -491,11 +510,11 @@ func startScaleCluster(ctx context.Context, b *testing.B, c creds, fl *nodeFleet
 	return sc
 }
 
-// shape is a scale benchmark's fleet: nodes, quanta watchers, and whether each node also
-// heartbeats every second, as a member does.
+// shape is a scale benchmark's fleet: nodes, quanta watchers, and how each node heartbeats
+// besides reporting its load every second.
 type shape struct {
 	nodes, watchers int
-	heartbeats      bool
+	beats           beats
 }
 
 func scale(b *testing.B, sh shape, secure bool) {
@@ -514,7 +533,7 @@ func scale(b *testing.B, sh shape, secure bool) {
 	f := &follower{}
 	fo := startWatchers(ctx, b, &wg, c, sc.addr, sh.watchers, f)
 	z := newZipfSpace(1000 * float64(sh.nodes))
-	rc := startReporters(ctx, b, &wg, sc.fleet, f, z, sh.heartbeats)
+	rc := startReporters(ctx, b, &wg, sc.fleet, f, z, sh.beats)
 	startWriter(ctx, b, &wg, c, sc.proc.file(b, "etcd.txt", time.Now().Add(60*time.Second)))
 
 	ingest, total := measure(ctx, b, sc.proc, admin, z, rc)
@@ -623,10 +642,9 @@ func (rc *reportCount) sent() int64 {
 	return rc.reports
 }
 
-// startReporters has every node report its load once a second, and heartbeat before it if
-// heartbeats, each on its own connection, the calls spread evenly over the second by 40
-// senders or more.
-func startReporters(ctx context.Context, b *testing.B, wg *sync.WaitGroup, fl *nodeFleet, f *follower, z *zipfSpace, heartbeats bool) *reportCount {
+// startReporters has every node report its load once a second, and heartbeat as mode says,
+// each on its own connection, the calls spread evenly over the second by 40 senders or more.
+func startReporters(ctx context.Context, b *testing.B, wg *sync.WaitGroup, fl *nodeFleet, f *follower, z *zipfSpace, mode beats) *reportCount {
 	nodes := len(fl.ids)
 	senders := max(40, nodes/25) // a sender's calls wait for each other: at most 25 nodes each
 	rc := &reportCount{}
@@ -644,13 +662,7 @@ func startReporters(ctx context.Context, b *testing.B, wg *sync.WaitGroup, fl *n
 				}
 				i := k % nodes
 				svc := pb.NewNodeServiceClient(fl.conns[i])
-				var err error
-				if heartbeats {
-					_, err = svc.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: string(fl.ids[i]), Generation: f.generation()})
-				}
-				if err == nil {
-					_, err = svc.ReportLoad(ctx, wire.ReportToProto(loadOf(f, z, fl.ids[i])))
-				}
+				err := report(ctx, svc, fl.ids[i], f, z, mode)
 				rc.mu.Lock()
 				rc.reports++
 				if err != nil && ctx.Err() == nil {
@@ -663,6 +675,24 @@ func startReporters(ctx context.Context, b *testing.B, wg *sync.WaitGroup, fl *n
 		}()
 	}
 	return rc
+}
+
+// report has node id report its load, and heartbeat as mode says.
+func report(ctx context.Context, svc pb.NodeServiceClient, id assignment.NodeID, f *follower, z *zipfSpace, mode beats) error {
+	r := wire.ReportToProto(loadOf(f, z, id))
+	beat := &pb.HeartbeatRequest{NodeId: string(id), Generation: f.generation()}
+	switch mode {
+	case beatsCarry:
+		beat.Load = r
+		_, err := svc.Heartbeat(ctx, beat)
+		return err
+	case beatsApart:
+		if _, err := svc.Heartbeat(ctx, beat); err != nil {
+			return err
+		}
+	}
+	_, err := svc.ReportLoad(ctx, r)
+	return err
 }
 
 // loadOf returns the report of node id: the load z puts on each slice it holds, shared
@@ -745,11 +775,18 @@ func reportScale(b *testing.B, proc *assignerProc, fo *fanout, rc *reportCount, 
 	b.ReportMetric(percentile(proc.computes, 0.5), "compute-p50-ms")
 	b.ReportMetric(percentile(proc.computes, 0.99), "compute-p99-ms")
 	persists := make([]float64, len(proc.passes))
+	publishes := make([]float64, len(proc.passes))
 	for i := range persists {
 		persists[i] = proc.passes[i] - proc.computes[i] // the pass's write to etcd and its publication
+		publishes[i] = persists[i] - proc.writes[i] - proc.commits[i]
 	}
-	b.ReportMetric(percentile(persists, 0.5), "persist-p50-ms")
-	b.ReportMetric(percentile(persists, 0.99), "persist-p99-ms")
+	for _, m := range []struct {
+		name string
+		ms   []float64
+	}{{"persist", persists}, {"write", proc.writes}, {"commit", proc.commits}, {"publish", publishes}} {
+		b.ReportMetric(percentile(m.ms, 0.5), m.name+"-p50-ms")
+		b.ReportMetric(percentile(m.ms, 0.99), m.name+"-p99-ms")
+	}
 	b.ReportMetric(percentile(fo.lags, 0.5), "fanout-p50-ms")
 	b.ReportMetric(percentile(fo.lags, 0.99), "fanout-p99-ms")
 	b.ReportMetric(float64(len(fo.lags)), "fanout-samples")

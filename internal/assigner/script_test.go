@@ -392,6 +392,13 @@ func (h *script) heartbeat(d *datadriven.TestData, by Caller, id assignment.Node
 			hb.Tokens = append(hb.Tokens, t)
 		}
 	}
+	if flag(d, "load") { // the samples follow, as for report; of=N says the report is N's
+		r, err := h.loadReport(d, assignment.NodeID(take(d, "of", string(id))))
+		if err != nil {
+			return nil, err
+		}
+		hb.Report = &r
+	}
 	return hb, nil
 }
 
@@ -414,33 +421,42 @@ func (h *script) sliceRanges(v string) ([]keyspace.Range, error) {
 
 // report builds a load report from "I LOAD [KEYS]" lines.
 func (h *script) report(d *datadriven.TestData, by Caller, id assignment.NodeID) (Event, error) {
-	window, err := time.ParseDuration(take(d, "window", "1s"))
+	r, err := h.loadReport(d, id)
 	if err != nil {
 		return nil, err
+	}
+	return ReportLoad{Caller: by, Report: r}, nil
+}
+
+// loadReport reads node id's report: window=D, and a sample a line, "SLICE LOAD [KEYS]".
+func (h *script) loadReport(d *datadriven.TestData, id assignment.NodeID) (load.Report, error) {
+	window, err := time.ParseDuration(take(d, "window", "1s"))
+	if err != nil {
+		return load.Report{}, err
 	}
 	r := load.Report{Node: id, Window: window}
 	a, _, _ := h.c.Assignment()
 	for line := range strings.Lines(d.Input) {
 		f := strings.Fields(line)
 		if len(f) < 2 || a == nil {
-			return nil, fmt.Errorf("bad sample %q", line)
+			return r, fmt.Errorf("bad sample %q", line)
 		}
 		i, err := strconv.Atoi(f[0])
 		if err != nil || i < 0 || i >= a.Len() {
-			return nil, fmt.Errorf("bad slice in %q", line)
+			return r, fmt.Errorf("bad slice in %q", line)
 		}
 		s := load.Sample{Range: a.Slice(i).Range}
 		if s.Load, err = strconv.ParseFloat(f[1], 64); err != nil {
-			return nil, err
+			return r, err
 		}
 		if len(f) > 2 {
 			if s.Keys, err = strconv.ParseFloat(f[2], 64); err != nil {
-				return nil, err
+				return r, err
 			}
 		}
 		r.Samples = append(r.Samples, s)
 	}
-	return ReportLoad{Caller: by, Report: r}, nil
+	return r, nil
 }
 
 // step steps ev and prints every output; without hold, it commits each write at once.

@@ -621,28 +621,32 @@ func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev Event
 	var failure error
 	begun := time.Now()
 	out := l.core.Step(now, ev)
-	computed := time.Since(begun) // the pass's decision, before persistence
-	changed := false              // the map changed, or a pass ran: the web view records it
+	times := phases{computed: time.Since(begun)} // the pass's decision, before persistence
+	changed := false                             // the map changed, or a pass ran: the web view records it
 	for {
 		if reply == nil {
 			reply = out.Reply
 		}
 		changed = changed || out.Pass != nil || slices.ContainsFunc(out.Publish, func(p Publication) bool { return !p.Quantum.ClockOnly() })
-		if err := s.emit(ctx, l, out, now, computed); err != nil && failure == nil {
+		if err := s.emit(ctx, l, out, now, times); err != nil && failure == nil {
 			failure = err
 		}
 		if out.Write == nil || failure != nil {
 			break
 		}
 		err := errLeaseLapsed
+		wrote := time.Now()
 		if l.lease.confirm(ctx) {
 			err = s.persist(ctx, l.lease, l.fence, out.Write)
 		}
+		times.wrote += time.Since(wrote)
 		if err != nil {
 			failure, out = err, l.core.Step(s.now(), WriteFailed{Err: err})
 			continue
 		}
+		committed := time.Now()
 		out = l.core.Step(s.now(), WriteCommitted{})
+		times.committed += time.Since(committed)
 	}
 	if reply == nil {
 		reply = &Reply{}
@@ -653,8 +657,13 @@ func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev Event
 	return *reply, failure
 }
 
+// phases are where a step's time went, for the pass log: its decision (the core's step),
+// the writes (the lease's confirmation and the etcd transactions) and the commit steps. The
+// rest of a pass is its publication and its records.
+type phases struct{ computed, wrote, committed time.Duration }
+
 // emit does what an output asks besides writing: logs, publications, a snapshot, metrics.
-func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time.Time, computed time.Duration) error {
+func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time.Time, times phases) error {
 	l.wake = out.Wake
 	for _, r := range out.Log {
 		l.log.Log(ctx, r.Level, r.Msg, r.Attrs...)
@@ -677,7 +686,8 @@ func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time
 	if p := out.Pass; p != nil {
 		took := s.now().Sub(start)
 		s.metrics.passDuration.Observe(took.Seconds())
-		l.log.Debug("pass", "took", took, "computed", computed, "summary", p.Summary)
+		l.log.Debug("pass", "took", took, "computed", times.computed, "wrote", times.wrote, "committed", times.committed,
+			"summary", p.Summary)
 		if p.Changed && p.Explanation != nil {
 			s.metrics.passChurn.Observe(p.Explanation.Churn.Total())
 		}

@@ -191,6 +191,34 @@ func (c *Core) request(now time.Time, ev requestEvent, out *Output) {
 	c.propose(now, ch, out)
 }
 
+// heartbeatStep renews a node's lease, counts the load report it carries, and ends the
+// loads it finished. A heartbeat whose claims or report are refused changes nothing.
+func (c *Core) heartbeatStep(ev Heartbeat, now time.Time, r *Reply, out *Output) (*change, error) {
+	err := c.checkClaims(ev)
+	if err == nil && ev.Report != nil {
+		err = c.checkReport(*ev.Report)
+		if ev.Report.Node != ev.Node {
+			err = fmt.Errorf("%w: the heartbeat of %s carries the load of %s", ErrInvalid, ev.Node, ev.Report.Node)
+		}
+	}
+	if err == nil {
+		r.Draining, err = c.heartbeat(ev.Node, now)
+	}
+	r.TTL, r.Distributor = c.cfg.NodeTTL, c.distributorFor(ev.Node)
+	if err != nil {
+		return nil, err
+	}
+	if ev.Report != nil {
+		rep := *ev.Report
+		rep.At = now
+		if err := c.record(rep, now); err != nil {
+			return nil, err // checked above: cannot happen
+		}
+	}
+	r.Lease, r.Generation = c.renew(ev.Node, now), c.generation()
+	return c.loadedOrLog(ev, now, out), nil
+}
+
 // decide returns what a request changes (nil for nothing) and what to reply.
 func (c *Core) decide(now time.Time, ev requestEvent, out *Output) (*change, Reply, error) {
 	var ch *change
@@ -204,14 +232,7 @@ func (c *Core) decide(now time.Time, ev requestEvent, out *Output) (*change, Rep
 			r.Lease, r.Generation = c.renew(ev.Node.ID, now), c.generation()
 		}
 	case Heartbeat:
-		if err = c.checkClaims(ev); err == nil {
-			r.Draining, err = c.heartbeat(ev.Node, now)
-		}
-		r.TTL, r.Distributor = c.cfg.NodeTTL, c.distributorFor(ev.Node)
-		if err == nil {
-			r.Lease, r.Generation = c.renew(ev.Node, now), c.generation()
-			ch = c.loadedOrLog(ev, now, out)
-		}
+		ch, err = c.heartbeatStep(ev, now, &r, out)
 	case ReportLoad:
 		ev.Report.At = now
 		err = c.report(ev.Report, now)

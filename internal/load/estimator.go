@@ -176,9 +176,19 @@ func NewEstimator(cfg EstimatorConfig) *Estimator {
 	return &Estimator{cfg: cfg, reports: map[assignment.NodeID]Report{}}
 }
 
-// Add records a node's report, replacing its previous one. An invalid report is refused
-// whole, and changes nothing.
+// Add records a node's report, replacing its previous one. An invalid report (see
+// Report.Validate) is refused whole, and changes nothing.
 func (e *Estimator) Add(r Report) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	e.reports[r.Node] = r
+	return nil
+}
+
+// Validate reports whether the estimator would take r: it names a node, has a window, and
+// its samples and hot keys are well formed.
+func (r Report) Validate() error {
 	if err := r.Node.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadReport, err)
 	}
@@ -195,7 +205,6 @@ func (e *Estimator) Add(r Report) error {
 			return fmt.Errorf("%w: hot key %d has load %v; want a finite number >= 0", ErrBadReport, i, k.Load)
 		}
 	}
-	e.reports[r.Node] = r
 	return nil
 }
 

@@ -1015,6 +1015,11 @@ type HeartbeatRequest struct {
 	// with another token than the map's, is refused (FAILED_PRECONDITION; a token above the
 	// map's, INVALID_ARGUMENT), and the heartbeat changes nothing.
 	PrimaryTokens []uint64 `protobuf:"varint,7,rep,packed,name=primary_tokens,json=primaryTokens,proto3" json:"primary_tokens,omitempty"`
+	// load, if set, is the node's load report, as ReportLoad takes it, so that a node that
+	// heartbeats and reports every second makes one call, not two. Its node_id is empty or the
+	// heartbeat's. A report the assigner refuses (malformed, out of bounds) refuses the whole
+	// heartbeat, INVALID_ARGUMENT, and changes nothing: the node then heartbeats without it.
+	Load          *ReportLoadRequest `protobuf:"bytes,8,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1094,6 +1099,13 @@ func (x *HeartbeatRequest) GetPrimaries() []*Range {
 func (x *HeartbeatRequest) GetPrimaryTokens() []uint64 {
 	if x != nil {
 		return x.PrimaryTokens
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetLoad() *ReportLoadRequest {
+	if x != nil {
+		return x.Load
 	}
 	return nil
 }
@@ -3990,7 +4002,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
-	"generation\"\xa1\x02\n" +
+	"generation\"\xd7\x02\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\x123\n" +
@@ -4000,7 +4012,8 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x12.\n" +
 	"\aloading\x18\x05 \x03(\v2\x14.sliceplane.v1.RangeR\aloading\x122\n" +
 	"\tprimaries\x18\x06 \x03(\v2\x14.sliceplane.v1.RangeR\tprimaries\x12%\n" +
-	"\x0eprimary_tokens\x18\a \x03(\x04R\rprimaryTokens\"\xeb\x01\n" +
+	"\x0eprimary_tokens\x18\a \x03(\x04R\rprimaryTokens\x124\n" +
+	"\x04load\x18\b \x01(\v2 .sliceplane.v1.ReportLoadRequestR\x04load\"\xeb\x01\n" +
 	"\x11HeartbeatResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12/\n" +
 	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x1e\n" +
@@ -4352,103 +4365,104 @@ var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	69, // 18: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
 	0,  // 19: sliceplane.v1.HeartbeatRequest.loading:type_name -> sliceplane.v1.Range
 	0,  // 20: sliceplane.v1.HeartbeatRequest.primaries:type_name -> sliceplane.v1.Range
-	69, // 21: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	69, // 22: sliceplane.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	4,  // 23: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
-	69, // 24: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
-	69, // 25: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
-	21, // 26: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
-	1,  // 27: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
-	65, // 28: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
-	1,  // 29: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
-	62, // 30: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
-	67, // 31: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
-	0,  // 32: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
-	67, // 33: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	67, // 34: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
-	28, // 35: sliceplane.v1.StatusResponse.quarantined:type_name -> sliceplane.v1.Quarantine
-	0,  // 36: sliceplane.v1.Quarantine.range:type_name -> sliceplane.v1.Range
-	67, // 37: sliceplane.v1.Quarantine.since:type_name -> google.protobuf.Timestamp
-	68, // 38: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	63, // 39: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	67, // 40: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	69, // 41: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
-	30, // 42: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 43: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	33, // 44: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 45: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	24, // 46: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 47: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	24, // 48: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 49: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	24, // 50: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	24, // 51: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	25, // 52: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	24, // 53: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 54: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	24, // 55: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 56: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	24, // 57: sliceplane.v1.UnquarantineRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 58: sliceplane.v1.UnquarantineResponse.lifted:type_name -> sliceplane.v1.Range
-	64, // 59: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 60: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 61: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	58, // 62: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	67, // 63: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	28, // 64: sliceplane.v1.ExplainResponse.quarantined:type_name -> sliceplane.v1.Quarantine
-	5,  // 65: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 66: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 67: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 68: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 69: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 70: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 71: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	22, // 72: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	18, // 73: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
-	26, // 74: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	29, // 75: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	32, // 76: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	35, // 77: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	37, // 78: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	39, // 79: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	41, // 80: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	43, // 81: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	45, // 82: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	47, // 83: sliceplane.v1.AdminService.Unquarantine:input_type -> sliceplane.v1.UnquarantineRequest
-	49, // 84: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	51, // 85: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	53, // 86: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	55, // 87: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	57, // 88: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 89: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 90: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 91: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 92: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 93: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 94: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	20, // 95: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	23, // 96: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	19, // 97: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
-	27, // 98: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	31, // 99: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	34, // 100: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	36, // 101: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	38, // 102: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	40, // 103: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	42, // 104: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	44, // 105: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	46, // 106: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	48, // 107: sliceplane.v1.AdminService.Unquarantine:output_type -> sliceplane.v1.UnquarantineResponse
-	50, // 108: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	52, // 109: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	54, // 110: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	56, // 111: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	59, // 112: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	89, // [89:113] is the sub-list for method output_type
-	65, // [65:89] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	22, // 21: sliceplane.v1.HeartbeatRequest.load:type_name -> sliceplane.v1.ReportLoadRequest
+	69, // 22: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	69, // 23: sliceplane.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	4,  // 24: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
+	69, // 25: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
+	69, // 26: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
+	21, // 27: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
+	1,  // 28: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
+	65, // 29: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
+	1,  // 30: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
+	62, // 31: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
+	67, // 32: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
+	0,  // 33: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
+	67, // 34: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	67, // 35: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
+	28, // 36: sliceplane.v1.StatusResponse.quarantined:type_name -> sliceplane.v1.Quarantine
+	0,  // 37: sliceplane.v1.Quarantine.range:type_name -> sliceplane.v1.Range
+	67, // 38: sliceplane.v1.Quarantine.since:type_name -> google.protobuf.Timestamp
+	68, // 39: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	63, // 40: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	67, // 41: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	69, // 42: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	30, // 43: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 44: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	33, // 45: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 46: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	24, // 47: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 48: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	24, // 49: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 50: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	24, // 51: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	24, // 52: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	25, // 53: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	24, // 54: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 55: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	24, // 56: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 57: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	24, // 58: sliceplane.v1.UnquarantineRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 59: sliceplane.v1.UnquarantineResponse.lifted:type_name -> sliceplane.v1.Range
+	64, // 60: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 61: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 62: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	58, // 63: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	67, // 64: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	28, // 65: sliceplane.v1.ExplainResponse.quarantined:type_name -> sliceplane.v1.Quarantine
+	5,  // 66: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 67: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 68: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 69: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 70: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 71: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 72: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	22, // 73: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	18, // 74: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
+	26, // 75: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	29, // 76: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	32, // 77: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	35, // 78: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	37, // 79: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	39, // 80: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	41, // 81: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	43, // 82: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	45, // 83: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	47, // 84: sliceplane.v1.AdminService.Unquarantine:input_type -> sliceplane.v1.UnquarantineRequest
+	49, // 85: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	51, // 86: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	53, // 87: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	55, // 88: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	57, // 89: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 90: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 91: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 92: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 93: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 94: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 95: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	20, // 96: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	23, // 97: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	19, // 98: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
+	27, // 99: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	31, // 100: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	34, // 101: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	36, // 102: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	38, // 103: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	40, // 104: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	42, // 105: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	44, // 106: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	46, // 107: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	48, // 108: sliceplane.v1.AdminService.Unquarantine:output_type -> sliceplane.v1.UnquarantineResponse
+	50, // 109: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	52, // 110: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	54, // 111: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	56, // 112: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	59, // 113: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	90, // [90:114] is the sub-list for method output_type
+	66, // [66:90] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }

@@ -351,7 +351,8 @@ type NodeServiceClient interface {
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// Deregister takes a node out at once, as a graceful leave.
 	Deregister(ctx context.Context, in *DeregisterRequest, opts ...grpc.CallOption) (*DeregisterResponse, error)
-	// ReportLoad records a node's load per slice over a window; it renews the lease too.
+	// ReportLoad records a node's load per slice over a window; it renews the lease too. A
+	// heartbeat may carry the report instead (HeartbeatRequest.load).
 	ReportLoad(ctx context.Context, in *ReportLoadRequest, opts ...grpc.CallOption) (*ReportLoadResponse, error)
 	// Drain asks for the node's own slices to be moved away, make-before-break, as
 	// AdminService.Drain does: a node leaving gracefully keeps serving until each has a
@@ -430,7 +431,8 @@ type NodeServiceServer interface {
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// Deregister takes a node out at once, as a graceful leave.
 	Deregister(context.Context, *DeregisterRequest) (*DeregisterResponse, error)
-	// ReportLoad records a node's load per slice over a window; it renews the lease too.
+	// ReportLoad records a node's load per slice over a window; it renews the lease too. A
+	// heartbeat may carry the report instead (HeartbeatRequest.load).
 	ReportLoad(context.Context, *ReportLoadRequest) (*ReportLoadResponse, error)
 	// Drain asks for the node's own slices to be moved away, make-before-break, as
 	// AdminService.Drain does: a node leaving gracefully keeps serving until each has a
