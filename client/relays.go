@@ -15,6 +15,16 @@ import (
 // watches the next relay in its ranking, or the assigner, meanwhile.
 const relayRetry = 10 * time.Second
 
+// relayHeartbeat is how often a router asks a relay for a heartbeat on an idle watch, and
+// relayIdleTimeout how long it waits on a silent one. Every idle watch costs its relay a
+// message per heartbeat: at 2 s instead of the 500 ms a watch of the leader has, a relay
+// serving thousands of routers sends a quarter of the messages. A relay that dies closes
+// its connections and is left at once; only one that hangs takes the longer timeout.
+const (
+	relayHeartbeat   = 2 * time.Second
+	relayIdleTimeout = 4 * relayHeartbeat
+)
+
 // warmSpread is the time over which a router connects ahead of need to its next relay,
 // after it starts watching one: at a random point within it, so that the routers a relay's
 // end moved all at once do not all make a TLS handshake with their next relay at once.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
@@ -409,9 +410,12 @@ var errBetterRelay = errors.New("client: a better relay can be watched")
 // last position applied, and sets it to nil when the router must start over from the whole
 // map. It reports whether it applied any quantum.
 func (r *Router) follow(ctx context.Context, w watched, from **quantum.Position) (applied bool, err error) {
-	ctx, watchdog := dial.NewWatchdog(ctx, dial.StreamIdleTimeout)
+	idle, req := dial.StreamIdleTimeout, &pb.WatchAssignmentRequest{}
+	if w.relay != "" {
+		idle, req.Heartbeat = relayIdleTimeout, durationpb.New(relayHeartbeat)
+	}
+	ctx, watchdog := dial.NewWatchdog(ctx, idle)
 	defer watchdog.Stop()
-	req := &pb.WatchAssignmentRequest{}
 	if *from != nil {
 		req.From = wire.PositionToProto(**from)
 	}

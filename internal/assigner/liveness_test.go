@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -41,6 +42,43 @@ func TestIdleWatchesCarryHeartbeats(t *testing.T) {
 			require.True(t, m.GetHeartbeat(), "%s: nothing changes, so only heartbeats come", name)
 			require.Less(t, time.Since(start), dial.StreamIdleTimeout, "%s: heartbeats come often enough", name)
 		}
+	}
+}
+
+// A watcher may ask for fewer heartbeats (routers ask their relays, which serve the same
+// protocol): an idle watch that asked for 2 s gets one no more often than that. An interval
+// out of bounds is refused.
+func TestAWatcherChoosesItsHeartbeat(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(small)
+	a.leading(t)
+	ctx := ctxT(t, 30*time.Second)
+	_, err := a.admin.Freeze(ctx, &pb.FreezeRequest{Reason: "idle"})
+	require.NoError(t, err)
+	_, err = a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "node-0"}, Address: "127.0.0.1:1"})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "the first map", a.hasMap)
+
+	for _, bad := range []time.Duration{100 * time.Millisecond, time.Minute, -time.Second} {
+		w, err := a.assign.WatchAssignment(ctx, &pb.WatchAssignmentRequest{Heartbeat: durationpb.New(bad)})
+		require.NoError(t, err)
+		_, err = w.Recv()
+		require.Equal(t, codes.InvalidArgument, code(err), "heartbeat %s: %v", bad, err)
+		require.ErrorContains(t, err, "want between 500ms and 5s")
+	}
+	w, err := a.assign.WatchAssignment(ctx, &pb.WatchAssignmentRequest{Heartbeat: durationpb.New(2 * time.Second)})
+	require.NoError(t, err)
+	first, err := w.Recv()
+	require.NoError(t, err)
+	require.False(t, first.GetHeartbeat(), "the map comes first")
+	last := time.Now()
+	for range 2 {
+		m, err := w.Recv()
+		require.NoError(t, err)
+		require.True(t, m.GetHeartbeat())
+		// Well above the default 500 ms: the map's own delivery may have been late.
+		require.Greater(t, time.Since(last), time.Second, "a heartbeat came sooner than asked")
+		last = time.Now()
 	}
 }
 

@@ -47,6 +47,9 @@ const (
 	// StreamIdleTimeout is how long a watcher waits on a silent stream before it drops the
 	// connection and reconnects to whoever leads now: several missed heartbeats.
 	StreamIdleTimeout = 4 * StreamHeartbeat
+	// MaxStreamHeartbeat is the longest heartbeat interval a watcher may ask of a server
+	// (WatchAssignmentRequest.heartbeat).
+	MaxStreamHeartbeat = 5 * time.Second
 )
 
 // Flow-control windows, fixed. gRPC sizes its windows by estimating the link's bandwidth-delay

@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assignment"
@@ -161,8 +163,13 @@ type Server struct {
 
 // Watch streams the feed's quanta to stream after position from: a reinitializing quantum
 // first unless from is a position the hub still holds, with clock-only quanta if
-// clockQuanta, and a heartbeat whenever the stream has been idle for dial.StreamHeartbeat.
-func (s *Server) Watch(stream grpc.ServerStream, from *pb.Position, clockQuanta bool) error {
+// clockQuanta, and a heartbeat whenever the stream has been idle for heartbeat (see
+// Heartbeat).
+func (s *Server) Watch(stream grpc.ServerStream, from *pb.Position, clockQuanta bool, heartbeat *durationpb.Duration) error {
+	every, err := Heartbeat(heartbeat)
+	if err != nil {
+		return err
+	}
 	f, err := s.Feed()
 	if err != nil {
 		return err
@@ -173,7 +180,7 @@ func (s *Server) Watch(stream grpc.ServerStream, from *pb.Position, clockQuanta 
 		defer s.Watchers.Dec()
 	}
 	for {
-		q, err := next(stream.Context(), sub)
+		q, err := next(stream.Context(), sub, every)
 		if errors.Is(err, errIdle) {
 			if s.Live != nil {
 				if err := s.Live(); err != nil {
@@ -208,10 +215,23 @@ var errIdle = errors.New("mapserve: idle")
 // heartbeatFrame is the encoding of a watch response that only says the server is alive.
 var heartbeatFrame, _ = proto.Marshal(&pb.WatchQuantaResponse{Heartbeat: true})
 
-// next returns the subscription's next quantum, or errIdle after a heartbeat interval
-// without one.
-func next(ctx context.Context, sub *quantum.Subscription) (quantum.Quantum, error) {
-	wait, cancel := context.WithTimeout(ctx, dial.StreamHeartbeat)
+// Heartbeat returns the heartbeat interval a watcher asked for: dial.StreamHeartbeat if
+// unset; a status INVALID_ARGUMENT if it is not between that and dial.MaxStreamHeartbeat.
+func Heartbeat(d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return dial.StreamHeartbeat, nil
+	}
+	every := d.AsDuration()
+	if d.CheckValid() != nil || every < dial.StreamHeartbeat || every > dial.MaxStreamHeartbeat {
+		return 0, status.Errorf(codes.InvalidArgument, "mapserve: heartbeat %s: want between %s and %s",
+			every, dial.StreamHeartbeat, dial.MaxStreamHeartbeat)
+	}
+	return every, nil
+}
+
+// next returns the subscription's next quantum, or errIdle after every without one.
+func next(ctx context.Context, sub *quantum.Subscription, every time.Duration) (quantum.Quantum, error) {
+	wait, cancel := context.WithTimeout(ctx, every)
 	defer cancel()
 	q, err := sub.Next(wait)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {

@@ -68,7 +68,7 @@ func (s *Service) feed() (*mapserve.Feed, error) {
 }
 
 func (s *Service) WatchAssignment(req *pb.WatchAssignmentRequest, stream pb.AssignmentService_WatchAssignmentServer) error {
-	return s.maps.Watch(stream, req.GetFrom(), false)
+	return s.maps.Watch(stream, req.GetFrom(), false, req.GetHeartbeat())
 }
 
 func (s *Service) GetAssignment(context.Context, *pb.GetAssignmentRequest) (*pb.GetAssignmentResponse, error) {
