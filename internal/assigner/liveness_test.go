@@ -1,6 +1,7 @@
 package assigner_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -12,8 +13,9 @@ import (
 	"github.com/sliceplane/sliceplane/internal/dial"
 )
 
-// An idle watch carries heartbeats, so that a watcher tells an idle leader from a hung one.
-func TestIdleWatchesCarryHeartbeats(t *testing.T) {
+// idleLeader starts a leader with one node and a map, frozen so that nothing changes: its
+// watches carry only heartbeats after the map.
+func idleLeader(t *testing.T) (*node, context.Context) {
 	c := newCluster(t)
 	a := c.start(small)
 	a.leading(t)
@@ -23,6 +25,12 @@ func TestIdleWatchesCarryHeartbeats(t *testing.T) {
 	_, err = a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "node-0"}, Address: "127.0.0.1:1"})
 	require.NoError(t, err)
 	eventually(t, 10*time.Second, "the first map", a.hasMap)
+	return a, ctx
+}
+
+// An idle watch carries heartbeats, so that a watcher tells an idle leader from a hung one.
+func TestIdleWatchesCarryHeartbeats(t *testing.T) {
+	a, ctx := idleLeader(t)
 
 	assign, err := a.assign.WatchAssignment(ctx, &pb.WatchAssignmentRequest{})
 	require.NoError(t, err)
@@ -49,15 +57,7 @@ func TestIdleWatchesCarryHeartbeats(t *testing.T) {
 // protocol): an idle watch that asked for 2 s gets one no more often than that. An interval
 // out of bounds is refused.
 func TestAWatcherChoosesItsHeartbeat(t *testing.T) {
-	c := newCluster(t)
-	a := c.start(small)
-	a.leading(t)
-	ctx := ctxT(t, 30*time.Second)
-	_, err := a.admin.Freeze(ctx, &pb.FreezeRequest{Reason: "idle"})
-	require.NoError(t, err)
-	_, err = a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "node-0"}, Address: "127.0.0.1:1"})
-	require.NoError(t, err)
-	eventually(t, 10*time.Second, "the first map", a.hasMap)
+	a, ctx := idleLeader(t)
 
 	for _, bad := range []time.Duration{100 * time.Millisecond, time.Minute, -time.Second} {
 		w, err := a.assign.WatchAssignment(ctx, &pb.WatchAssignmentRequest{Heartbeat: durationpb.New(bad)})

@@ -195,11 +195,12 @@ func (c *Core) request(now time.Time, ev requestEvent, out *Output) {
 // loads it finished. A heartbeat whose claims or report are refused changes nothing.
 func (c *Core) heartbeatStep(ev Heartbeat, now time.Time, r *Reply, out *Output) (*change, error) {
 	err := c.checkClaims(ev)
-	if err == nil && ev.Report != nil {
+	switch {
+	case err != nil || ev.Report == nil:
+	case ev.Report.Node != ev.Node:
+		err = fmt.Errorf("%w: the heartbeat of %s carries the load of %s", ErrInvalid, ev.Node, ev.Report.Node)
+	default:
 		err = c.checkReport(*ev.Report)
-		if ev.Report.Node != ev.Node {
-			err = fmt.Errorf("%w: the heartbeat of %s carries the load of %s", ErrInvalid, ev.Node, ev.Report.Node)
-		}
 	}
 	if err == nil {
 		r.Draining, err = c.heartbeat(ev.Node, now)

@@ -164,9 +164,9 @@ type Server struct {
 // Watch streams the feed's quanta to stream after position from: a reinitializing quantum
 // first unless from is a position the hub still holds, with clock-only quanta if
 // clockQuanta, and a heartbeat whenever the stream has been idle for heartbeat (see
-// Heartbeat).
+// interval).
 func (s *Server) Watch(stream grpc.ServerStream, from *pb.Position, clockQuanta bool, heartbeat *durationpb.Duration) error {
-	every, err := Heartbeat(heartbeat)
+	every, err := interval(heartbeat)
 	if err != nil {
 		return err
 	}
@@ -215,9 +215,9 @@ var errIdle = errors.New("mapserve: idle")
 // heartbeatFrame is the encoding of a watch response that only says the server is alive.
 var heartbeatFrame, _ = proto.Marshal(&pb.WatchQuantaResponse{Heartbeat: true})
 
-// Heartbeat returns the heartbeat interval a watcher asked for: dial.StreamHeartbeat if
+// interval returns the heartbeat interval a watcher asked for: dial.StreamHeartbeat if
 // unset; a status INVALID_ARGUMENT if it is not between that and dial.MaxStreamHeartbeat.
-func Heartbeat(d *durationpb.Duration) (time.Duration, error) {
+func interval(d *durationpb.Duration) (time.Duration, error) {
 	if d == nil {
 		return dial.StreamHeartbeat, nil
 	}
