@@ -119,7 +119,7 @@ func TestWatchersLeaveASilentStream(t *testing.T) {
 	require.NoError(t, err)
 	gen := adm.assignment(t, ctx).Generation()
 	// Within the streams' idle timeout and a margin: before keepalive would close the
-	// stalled transports (dial.ServerKeepaliveTime + dial.KeepaliveTimeout, 8 s).
+	// stalled transports (the clients' after dial.KeepaliveTime + dial.KeepaliveTimeout, 13 s).
 	deadline := stalled.Add(dial.StreamIdleTimeout + 4*time.Second)
 	waitFor(t, time.Until(deadline), "the write reaches the node through a new quanta stream", func() bool { return n1.Clock() >= last })
 	waitFor(t, time.Until(deadline), "the split reaches the router through a new assignment stream", func() bool { return router.Generation() >= gen })

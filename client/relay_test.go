@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
+	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/distributor"
 )
 
@@ -32,9 +34,13 @@ type relayFleet struct {
 	routerTL client.TLS
 }
 
-func startRelayFleet(t testing.TB) *relayFleet {
+func startRelayFleet(t testing.TB) *relayFleet { return startRelayFleetWith(t, nil) }
+
+// startRelayFleetWith starts a relay fleet whose node is configured by node too (nil: as
+// clustertest does).
+func startRelayFleetWith(t testing.TB, node func(*client.NodeConfig)) *relayFleet {
 	f := &relayFleet{regs: map[string]*prometheus.Registry{}, leader: prometheus.NewRegistry()}
-	f.c = clustertest.New(t, clustertest.Options{TLS: true,
+	f.c = clustertest.New(t, clustertest.Options{TLS: true, Node: node,
 		Assigner: func(cfg *assigner.Config) { cfg.Registry = f.leader },
 		Distributor: func(cfg *distributor.Config) {
 			reg := prometheus.NewRegistry()
@@ -136,6 +142,7 @@ func relayWatchers(t testing.TB) int {
 func TestRoutersWatchRelaysAndOutliveOne(t *testing.T) {
 	f := startRelayFleet(t)
 	n := relayWatchers(t)
+	held := gauge(t, f.leader, "sliceplane_assigner_connections") // the distributors', the node's, the test's
 	f.start(t, n)
 	require.Eventually(t, func() bool {
 		w := f.watchers(t)
@@ -149,6 +156,10 @@ func TestRoutersWatchRelaysAndOutliveOne(t *testing.T) {
 	// stream end, a moment after the router moved.
 	require.Eventually(t, func() bool { return gauge(t, f.leader, "sliceplane_assigner_watchers") == 3 }, 10*time.Second, 20*time.Millisecond,
 		"only the distributors watch the leader")
+	// Nor do the routers hold connections to it: a connection to the assigners closes once
+	// idle (dial.LeaderIdleTimeout), and a router watching a relay leaves it idle.
+	require.Eventually(t, func() bool { return gauge(t, f.leader, "sliceplane_assigner_connections") <= held+2 },
+		4*dial.LeaderIdleTimeout, 20*time.Millisecond, "the leader holds about the %v connections it held before %d routers came", held, n)
 
 	victim, most := "", -1
 	for id, k := range w {
@@ -192,4 +203,43 @@ func TestRoutersFallBackToTheAssigner(t *testing.T) {
 		"a relay that comes back takes its routers back from the assigner")
 	gen = f.split(t, "relay-again")
 	require.Eventually(t, func() bool { return f.behind(gen) == 0 }, 20*time.Second, 5*time.Millisecond)
+}
+
+// A router that watches a relay learns the nodes' addresses from its stream, without reading
+// the node list: a node that came back at another address is routed to there, though the
+// router would read the list only once an hour.
+func TestARouterLearnsNodeAddressesFromItsRelay(t *testing.T) {
+	var addr atomic.Value
+	addr.Store("127.0.0.1:1")
+	f := startRelayFleetWith(t, func(cfg *client.NodeConfig) { cfg.Address = addr.Load().(string) })
+	r, err := client.NewRouter(client.RouterConfig{ID: "r0", Assigners: f.c.Assigners(), TLS: f.routerTL, RefreshInterval: time.Hour, Logger: quiet()})
+	require.NoError(t, err)
+	runRouter(t, r)
+	f.routers = append(f.routers, r)
+	require.Eventually(t, func() bool {
+		w := f.watchers(t)
+		return w["d1"]+w["d2"]+w["d3"] == 1
+	}, 30*time.Second, 20*time.Millisecond, "the router watches a relay")
+	require.Eventually(t, func() bool { return addressOf(r, "n1") == "127.0.0.1:1" }, 10*time.Second, 10*time.Millisecond)
+
+	f.c.Nodes()["n1"].Stop()
+	addr.Store("127.0.0.1:2")
+	f.c.StartNode("n1", nil)
+	require.Eventually(t, func() bool { return addressOf(r, "n1") == "127.0.0.1:2" }, 20*time.Second, 10*time.Millisecond,
+		"the relay's stream tells the router n1's new address")
+}
+
+// addressOf returns the address r routes node id's reads to, "" while its map names no
+// such replica.
+func addressOf(r *client.Router, id string) string {
+	rt, err := r.LookupHash(0)
+	if err != nil {
+		return ""
+	}
+	for _, rep := range rt.Replicas {
+		if rep.ID == id {
+			return rep.Address
+		}
+	}
+	return ""
 }

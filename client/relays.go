@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/quantum"
@@ -29,8 +30,10 @@ const (
 // after it starts watching one: at a random point within it, so that the routers a relay's
 // end moved all at once do not all make a TLS handshake with their next relay at once.
 // Made at once, those handshakes kept the relays' cores busy for seconds, and the relays'
-// other watchers, hearing nothing, took them for dead too.
-const warmSpread = 5 * time.Second
+// other watchers, hearing nothing, took them for dead too. Spread over 5 s, the handshakes
+// of the 2,000 routers a relay's kill moved, and of those whose next relay it was, still
+// saturated two cores for seconds after the kill (issue 24's fleet test at 6,000 routers).
+const warmSpread = 30 * time.Second
 
 // relays are the relays a router may watch the map from: the distributors, which the map's
 // stream itself names (a reinitializing quantum carries their set). A router ranks them by
@@ -41,11 +44,12 @@ type relays struct {
 	self   string
 	dialer func(addr string) (*grpc.ClientConn, error)
 	set    quantum.Distributors
-	ranked []string                    // the set's IDs, best first
-	conns  map[string]*grpc.ClientConn // by relay ID, dialled at its address in set when first chosen
-	failed map[string]time.Time        // relay ID -> when it may be tried again
-	warmOf string                      // the relay whose next one is to be connected at warmAt; "" for none
-	warmAt time.Time
+	ranked []string                          // the set's IDs, best first
+	conns  map[string]*grpc.ClientConn       // by relay ID, dialled at its address in set when first chosen
+	failed map[string]time.Time              // relay ID -> when it may be tried again
+	warmOf string                            // the relay watched, whose next one is kept connected; "" for none
+	warmAt time.Time                         // when to connect it; zero once connected
+	warmed string                            // the relay connected ahead of need
 	jitter func(time.Duration) time.Duration // a random duration in [0, d)
 }
 
@@ -84,34 +88,46 @@ func (rs *relays) preferred(now time.Time) string {
 // watching records that the router watches relay id from now on: the relay after it is
 // connected ahead of need at a random point within warmSpread (see tick).
 func (rs *relays) watching(id string, now time.Time) {
-	rs.warmOf, rs.warmAt = id, now.Add(rs.jitter(warmSpread))
+	rs.warmOf, rs.warmAt, rs.warmed = id, now.Add(rs.jitter(warmSpread)), ""
 }
 
-// tick connects the next relay ahead of need once its time has come.
+// tick connects the next relay once its time has come, and again, at a random point within
+// warmSpread, whenever that connection went idle: gRPC leaves a connection idle when its
+// relay restarted, and closes one unused for its idle timeout (30 minutes), and a router
+// that connected only once would meet its next relay's end with no connection at all.
 func (rs *relays) tick(now time.Time) {
-	if rs.warmOf != "" && !now.Before(rs.warmAt) {
-		rs.warm(rs.warmOf, now)
-		rs.warmOf = ""
+	switch {
+	case rs.warmOf == "":
+	case rs.warmAt.IsZero():
+		if c := rs.conns[rs.warmed]; c != nil && c.GetState() == connectivity.Idle {
+			rs.warmAt = now.Add(rs.jitter(warmSpread))
+		}
+	case !now.Before(rs.warmAt):
+		rs.warmed, rs.warmAt = rs.warm(rs.warmOf, now), time.Time{}
 	}
 }
 
 // warm connects, ahead of need, to the relay after id in the ranking, not left alone after a
-// failure: when id goes, its routers move there all at once, and a TLS handshake each, all
-// at that moment, would keep the relay's cores busy for seconds.
-func (rs *relays) warm(id string, now time.Time) {
+// failure, and returns its ID ("" for none): when id goes, its routers move there all at
+// once, and a TLS handshake each, all at that moment, would keep the relay's cores busy for
+// seconds.
+func (rs *relays) warm(id string, now time.Time) string {
 	for i, cand := range rs.ranked {
 		if cand != id {
 			continue
 		}
 		for _, next := range rs.ranked[i+1:] {
 			if now.After(rs.failed[next]) {
-				if c, err := rs.conn(next); err == nil {
-					c.Connect()
+				c, err := rs.conn(next)
+				if err != nil {
+					return ""
 				}
-				return
+				c.Connect()
+				return next
 			}
 		}
 	}
+	return ""
 }
 
 // conn returns the connection to relay id, dialling it if needed.

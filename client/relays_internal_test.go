@@ -1,12 +1,15 @@
 package client
 
 import (
+	"context"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/quantum"
@@ -55,4 +58,52 @@ func TestARouterWatchesItsBestRelayThatDidNotFailLately(t *testing.T) {
 	_, err = rs.conn(ranked[0])
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:9", dialled[len(dialled)-1])
+}
+
+// The connection a router keeps to its next relay, ahead of need, is made again when it went
+// idle: after the relay restarted, gRPC leaves it idle until something asks for it.
+func TestTheNextRelayIsConnectedAgainOnceIdle(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	srv := grpc.NewServer()
+	go srv.Serve(lis)
+	defer func() { srv.Stop() }()
+
+	rs := newRelays("router-1", func(a string) (*grpc.ClientConn, error) { return dial.Peer(a) })
+	defer rs.close()
+	rs.jitter = func(d time.Duration) time.Duration { return d / 2 }
+	set := quantum.Distributors{"d1": "127.0.0.1:1", "d2": "127.0.0.1:2"}
+	ranked := set.Rank("router-1")
+	set[ranked[1]] = addr // the next relay is the one that runs here
+	rs.update(set)
+	now := time.Now()
+	rs.watching(ranked[0], now)
+	rs.tick(now.Add(warmSpread))
+	next := rs.conns[ranked[1]]
+	require.NotNil(t, next, "the next relay is connected ahead of need")
+	awaitState(t, next, connectivity.Ready)
+
+	srv.Stop() // the next relay restarts
+	awaitState(t, next, connectivity.Idle)
+	lis, err = net.Listen("tcp", addr)
+	require.NoError(t, err)
+	srv = grpc.NewServer()
+	go srv.Serve(lis)
+	now = now.Add(time.Minute)
+	rs.tick(now)
+	assert.Equal(t, connectivity.Idle, next.GetState(), "not at once: at a random point within warmSpread")
+	rs.tick(now.Add(warmSpread / 2))
+	awaitState(t, next, connectivity.Ready)
+	assert.Same(t, next, rs.conns[ranked[1]], "the same connection, connected again")
+}
+
+// awaitState waits, 10 s at most, for conn to reach state.
+func awaitState(t *testing.T, conn *grpc.ClientConn, state connectivity.State) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for s := conn.GetState(); s != state; s = conn.GetState() {
+		require.True(t, conn.WaitForStateChange(ctx, s), "the connection stayed %s, never %s", s, state)
+	}
 }

@@ -56,7 +56,9 @@ type RouterConfig struct {
 	// them. A member's is its node ID; default a random one.
 	ID string
 	// RefreshInterval is how often the nodes' addresses and capacities are read again; default
-	// 5 s. A map that names a node the router does not know makes it read them at once.
+	// 5 s. A map that names a node the router does not know makes it read them at once. A
+	// relay sends them on the watch whenever they change, and a router that watches one
+	// reads them only for such a map.
 	RefreshInterval time.Duration
 	// Logger receives structured logs; default none.
 	Logger *slog.Logger
@@ -116,6 +118,9 @@ type Router struct {
 	// relayConn is the connection to the relay the map is watched from, nil while the
 	// router watches the leader: the node list is read from it too.
 	relayConn atomic.Pointer[grpc.ClientConn]
+	// pushed says the stream the map is watched on sends the node list too, whenever it
+	// changes (a relay's does): the list is then not read every RefreshInterval.
+	pushed atomic.Bool
 	// unknown says the current map names a node the last node list did not: the list is
 	// read again soon, for a relay's copy of it may be a second older than the map.
 	unknown atomic.Bool
@@ -410,7 +415,8 @@ var errBetterRelay = errors.New("client: a better relay can be watched")
 // last position applied, and sets it to nil when the router must start over from the whole
 // map. It reports whether it applied any quantum.
 func (r *Router) follow(ctx context.Context, w watched, from **quantum.Position) (applied bool, err error) {
-	idle, req := dial.StreamIdleTimeout, &pb.WatchAssignmentRequest{}
+	defer r.pushed.Store(false)
+	idle, req := dial.StreamIdleTimeout, &pb.WatchAssignmentRequest{Nodes: true}
 	if w.relay != "" {
 		idle, req.Heartbeat = relayIdleTimeout, durationpb.New(relayHeartbeat)
 	}
@@ -428,7 +434,11 @@ func (r *Router) follow(ctx context.Context, w watched, from **quantum.Position)
 		if err != nil {
 			return applied, fmt.Errorf("client: watching the assignment: %w", err)
 		}
-		if !resp.GetHeartbeat() {
+		switch {
+		case resp.GetNodes() != nil:
+			r.recordNodes(resp.GetNodes())
+			r.pushed.Store(true)
+		case !resp.GetHeartbeat():
 			q, err := wire.QuantumFromProto(resp.GetQuantum())
 			if err == nil {
 				err = r.apply(q)
@@ -725,15 +735,17 @@ func (r *Router) pruneLoads() {
 	})
 }
 
-// refreshNodes reads the node list at once, then every RefreshInterval and whenever a map
-// names a node the router does not know, until ctx ends. After a failure it tries again
-// with backoff.
+// refreshNodes reads the node list at once, then every RefreshInterval unless the watch
+// stream sends it, and whenever a map names a node the router does not know, until ctx
+// ends. After a failure it tries again with backoff.
 func (r *Router) refreshNodes(ctx context.Context, leader *dial.Follower) {
 	b := newBackoff()
 	for {
 		start := time.Now()
 		wait := r.cfg.RefreshInterval
-		if err := r.listNodes(ctx, leader); err != nil {
+		if r.pushed.Load() && !r.unknown.Load() {
+			b.Reset() // the stream keeps the list: nothing to read
+		} else if err := r.listNodes(ctx, leader); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -782,6 +794,12 @@ func (r *Router) listNodes(ctx context.Context, leader *dial.Follower) error {
 	if err != nil {
 		return fmt.Errorf("client: listing the nodes: %w", err)
 	}
+	r.recordNodes(resp)
+	return nil
+}
+
+// recordNodes records a node list, read or sent on the watch stream.
+func (r *Router) recordNodes(resp *pb.ListNodesResponse) {
 	nodes := make(map[assignment.NodeID]nodeInfo, len(resp.GetNodes()))
 	for _, info := range resp.GetNodes() {
 		n, err := wire.NodeFromProto(info.GetNode())
@@ -792,5 +810,4 @@ func (r *Router) listNodes(ctx context.Context, leader *dial.Follower) error {
 		nodes[n.ID] = nodeInfo{address: info.GetAddress(), capacity: n.Weight(), stale: info.GetStale()}
 	}
 	r.setNodes(nodes)
-	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,6 +18,7 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/testchild"
@@ -26,9 +29,9 @@ import (
 // do not fit in one process's file descriptors.
 const routerChildEnv = "SLICEPLANE_ROUTER_CHILD"
 
-// fleetSettle is how long a child's routers run, once each has a map, before the child says
-// it is ready: the handshakes of a fleet's start are over by then.
-const fleetSettle = 10 * time.Second
+// fleetSettle is how long the routers run, once each has a map, before the kill: each has
+// connected ahead of need to its next relay by then (client's warmSpread, 30 s, and 5 s).
+const fleetSettle = 35 * time.Second
 
 // routerSpec is what the test asks of a child: routers r<From>..r<To-1> of the assigners.
 type routerSpec struct {
@@ -68,18 +71,36 @@ func routerJob(s *routerSpec) func(*testchild.Parent) error {
 			}
 			routers = append(routers, batch...)
 		}
-		// The kill is to come in the fleet's steady state, not amid its start: each router
-		// connects ahead of need to its next relay within 5 s of its first watch.
-		time.Sleep(fleetSettle)
 		p.Ready()
 		var req reachRequest
 		for p.Recv(&req) {
-			if err := p.Send(reach(routers, req.Gen, req.Since)); err != nil {
+			stop := profile(s.From)
+			res := reach(routers, req.Gen, req.Since)
+			stop()
+			if err := p.Send(res); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+}
+
+// profile starts a CPU profile of this child, into routers-<from>.pprof in the directory
+// SLICEPLANE_FLEET_PROFILE names, and returns what stops it; without it, it does nothing.
+func profile(from int) (stop func()) {
+	dir := os.Getenv("SLICEPLANE_FLEET_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("routers-%d.pprof", from)))
+	if err != nil {
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
 // startRouters runs routers r<from>..r<to-1> until ctx ends, and returns them once each
@@ -177,14 +198,17 @@ func TestARelayKilledUnderItsRouters(t *testing.T) {
 		t.Fatal(err)
 	}
 	var children []*testchild.Child
-	// 3,500 routers a process at most: each has 4 connections (2 assigners, its relay and the
-	// next one), and a process may hold 20,000 here. One process after the other: their
-	// handshakes would starve each other.
+	// 3,500 routers a process at most: each has 4 connections while it starts (2 assigners,
+	// its relay and the next one), and a process may hold 20,000 here. One process after the
+	// other: their handshakes would starve each other.
 	for lo := 0; lo < n; lo += 3500 {
 		c := testchild.Start(t, routerChildEnv, routerSpec{From: lo, To: min(lo+3500, n), Assigners: s.cluster.Assigners(), TLS: tls})
 		c.Ready(t)
 		children = append(children, c)
 	}
+	// The kill is to come in the fleet's steady state, not amid its start.
+	time.Sleep(fleetSettle)
+	s.steady(t, n)
 	victim, routers := busiest(ids, n)
 	m, _ := s.cluster.Member("distributor", victim)
 	conn, err := s.cluster.Dial()
@@ -202,9 +226,11 @@ func TestARelayKilledUnderItsRouters(t *testing.T) {
 	splitAt := time.Since(killed)
 	var reached []float64
 	behind := 0
+	for _, c := range children { // all at once: each child counts from when it is asked
+		c.Send(t, reachRequest{Gen: gen, Since: killed})
+	}
 	for _, c := range children {
 		var res routerResult
-		c.Send(t, reachRequest{Gen: gen, Since: killed})
 		c.Recv(t, &res)
 		reached, behind = append(reached, res.Reached...), behind+res.Behind
 	}
@@ -218,6 +244,40 @@ func TestARelayKilledUnderItsRouters(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// steadyWindow is how long the fleet's steady state is measured before the kill.
+const steadyWindow = 5 * time.Second
+
+// steady measures the leader's CPU over steadyWindow with the fleet running, and checks that
+// the assigners hold no connection of the routers, which watch relays (dial.LeaderIdleTimeout).
+func (s *scenario) steady(t *testing.T, routers int) {
+	lead := s.leader()
+	before, err := launch.CPUSeconds(lead.Proc().Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	time.Sleep(steadyWindow) // a window to measure in, not a wait for a condition
+	after, err := launch.CPUSeconds(lead.Proc().Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := map[string]float64{}
+	for _, m := range s.cluster.Members("assigner") {
+		conns[m.ID] = s.metric(m, "sliceplane_assigner_connections")
+	}
+	t.Logf("%d routers in their steady state: the leader %s used %.1f%% of a core over %s; connections each assigner holds: %v",
+		routers, lead.ID, 100*(after-before)/time.Since(start).Seconds(), steadyWindow, conns)
+	for id, c := range conns {
+		if c >= maxAssignerConns {
+			t.Errorf("assigner %s holds %.0f connections with %d routers: the routers' connections were not let go", id, c, routers)
+		}
+	}
+}
+
+// maxAssignerConns bounds the connections an assigner may hold from everything but the
+// routers: the distributors', the node's, the test's.
+const maxAssignerConns = 50
 
 // split splits the slice holding key and returns the new generation.
 func split(t *testing.T, admin pb.AdminServiceClient, key string) uint64 {

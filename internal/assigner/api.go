@@ -126,7 +126,7 @@ func changeToProto(c *Change) *pb.Change {
 // AssignmentService
 
 func (a *api) WatchAssignment(req *pb.WatchAssignmentRequest, stream pb.AssignmentService_WatchAssignmentServer) error {
-	return a.maps.Watch(stream, req.GetFrom(), false, req.GetHeartbeat())
+	return a.maps.Watch(stream, mapserve.Want{From: req.GetFrom(), Heartbeat: req.GetHeartbeat()})
 }
 
 func (a *api) GetAssignment(context.Context, *pb.GetAssignmentRequest) (*pb.GetAssignmentResponse, error) {
@@ -140,7 +140,7 @@ func (a *api) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRespon
 // QuantaService
 
 func (a *api) WatchQuanta(req *pb.WatchQuantaRequest, stream pb.QuantaService_WatchQuantaServer) error {
-	return a.maps.Watch(stream, req.GetFrom(), true, nil)
+	return a.maps.Watch(stream, mapserve.Want{From: req.GetFrom(), ClockQuanta: true})
 }
 
 // NodeService

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
+	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
@@ -183,7 +184,7 @@ func (p *assignerProc) file(b *testing.B, name string, deadline time.Time) strin
 
 // cpu returns the CPU time the child has used, in seconds.
 func (p *assignerProc) cpu(b *testing.B) float64 {
-	s, err := cpuSeconds(p.cmd.Process.Pid)
+	s, err := launch.CPUSeconds(p.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}

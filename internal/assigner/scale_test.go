@@ -10,8 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -280,18 +278,6 @@ func follow(ctx context.Context, b *testing.B, quanta pb.QuantaServiceClient, f 
 			ready <- struct{}{}
 		}
 	}
-}
-
-// cpuSeconds returns the CPU time a process has used.
-func cpuSeconds(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100, nil // clock ticks of 10 ms
 }
 
 func percentile(xs []float64, p float64) float64 {

@@ -35,9 +35,23 @@ const (
 	KeepaliveTime = 10 * time.Second
 	// KeepaliveTimeout is how long a ping may go unanswered before the transport is closed.
 	KeepaliveTimeout = 3 * time.Second
-	// ServerKeepaliveTime is how long a server's transport may be silent before it pings the
-	// client, so that a server frees the streams of a client that hung.
-	ServerKeepaliveTime = 5 * time.Second
+	// ServerKeepaliveTime is how long a client may send a server nothing before the server
+	// pings it, so that a server frees the streams of a client that hung. A watcher sends
+	// nothing after its request, so a relay pings each of its routers' connections (the one
+	// watched, the one ready for a move) this often: at 5 s, that was as many messages as
+	// all the heartbeats of an idle fleet.
+	ServerKeepaliveTime = 20 * time.Second
+	// ServerKeepaliveTimeout is how long a server waits for a client's answer to its ping. It
+	// is long: a server only frees resources with it, and nothing waits on it, while a client
+	// process whose cores are saturated answers late. At 3 s, a relay's kill under 6,000
+	// routers packed in two processes had the other relays close 3,800 healthy connections.
+	ServerKeepaliveTimeout = 20 * time.Second
+	// LeaderIdleTimeout is how long a connection to the assigners (Leader) stays open with no
+	// call in flight. A router that watches a relay uses it only if every relay fails: held
+	// open, ten thousand routers would hold twenty thousand connections and health watches
+	// on the assigners, which the relay tier is there to spare them. gRPC's default is 30
+	// minutes.
+	LeaderIdleTimeout = 5 * time.Second
 	// ConnectTimeout bounds a connection attempt, TCP and the HTTP/2 handshake: a frozen peer
 	// accepts TCP (the kernel does) and never answers.
 	ConnectTimeout = 3 * time.Second
@@ -86,7 +100,7 @@ func Options() []grpc.DialOption {
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ServerKeepaliveTime, Timeout: KeepaliveTimeout}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ServerKeepaliveTime, Timeout: ServerKeepaliveTimeout}),
 		grpc.InitialWindowSize(StreamWindow),
 		grpc.InitialConnWindowSize(ConnWindow),
 	}
@@ -103,6 +117,9 @@ func Peer(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 
 // Leader returns a connection to whichever of the assigners at addrs leads. Calls made while
 // no assigner leads fail with UNAVAILABLE, or wait with grpc.WaitForReady.
+//
+// It holds a transport and a health watch to every assigner while it is in use, and closes
+// them after LeaderIdleTimeout without a call in flight; the next call connects again.
 //
 // A leader that hangs keeps its last health status, SERVING, until keepalive closes its
 // transport; callers that notice it sooner (a silent stream, a call that timed out) replace
@@ -123,6 +140,7 @@ func Leader(addrs []string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts = append(append(Options(),
 		grpc.WithResolvers(r),
 		grpc.WithDefaultServiceConfig(config),
+		grpc.WithIdleTimeout(LeaderIdleTimeout),
 	), opts...)
 	conn, err := grpc.NewClient(r.Scheme()+":///assigners", opts...)
 	if err != nil {

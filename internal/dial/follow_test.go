@@ -171,7 +171,7 @@ func TestAServerClosesTheStreamsOfASilentClient(t *testing.T) {
 	p.Stall()
 	select {
 	case <-ended:
-	case <-time.After(dial.ServerKeepaliveTime + dial.KeepaliveTimeout + 5*time.Second):
+	case <-time.After(dial.ServerKeepaliveTime + dial.ServerKeepaliveTimeout + 5*time.Second):
 		t.Fatal("the server kept the stream of a silent client")
 	}
 }

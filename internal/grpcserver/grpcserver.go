@@ -125,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 	opts = append(opts, frame.ServerOption())
 	az := authz.New(cfg.Name, cfg.TLS, cfg.Policy, cfg.Rules, cfg.Registry, cfg.Logger)
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, lis: lis,
+		cfg: cfg, log: cfg.Logger, lis: countConnections(lis, cfg.Name, cfg.Registry),
 		grpc:   grpc.NewServer(append(opts, az.ServerOptions()...)...),
 		health: health.NewServer(),
 	}

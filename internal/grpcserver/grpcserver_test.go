@@ -4,19 +4,23 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -225,4 +229,35 @@ func TestStreamsInFlightAreCut(t *testing.T) {
 		cancel()
 		conn.Close()
 	}
+}
+
+// A server counts the client connections it holds, in sliceplane_<server>_connections: each
+// client once, however many calls it makes, until it goes.
+func TestOpenConnectionsAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv, err := grpcserver.New(grpcserver.Config{Name: "test", Listen: "127.0.0.1:0", Registry: reg, Logger: quiet()})
+	require.NoError(t, err)
+	run(t, srv)
+	open := func(n int) error {
+		want := fmt.Sprintf("# HELP sliceplane_test_connections Client connections to the gRPC API that are open.\n"+
+			"# TYPE sliceplane_test_connections gauge\nsliceplane_test_connections %d\n", n)
+		return testutil.GatherAndCompare(reg, strings.NewReader(want), "sliceplane_test_connections")
+	}
+	assert.NoError(t, open(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var conns []*grpc.ClientConn
+	for range 2 {
+		conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		defer conn.Close()
+		for range 3 {
+			_, err := check(ctx, conn, "")
+			require.NoError(t, err)
+		}
+		conns = append(conns, conn)
+	}
+	assert.NoError(t, open(2), "two clients, three calls each")
+	require.NoError(t, conns[0].Close())
+	require.Eventually(t, func() bool { return open(1) == nil }, 10*time.Second, 5*time.Millisecond, "a client that went is no longer counted")
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -183,4 +184,20 @@ func WaitFor(ctx context.Context, what string, poll time.Duration, ok func(conte
 		case <-time.After(poll):
 		}
 	}
+}
+
+// CPUSeconds returns the CPU time, user and system, that process pid has used (Linux).
+func CPUSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("launch: the CPU time of process %d: %w", pid, err)
+	}
+	// The fields after the command's name, which may hold spaces, in parentheses.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("launch: the CPU time of process %d: /proc/%d/stat has %d fields", pid, pid, len(fields))
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100, nil // clock ticks of 10 ms
 }

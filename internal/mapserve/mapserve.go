@@ -159,14 +159,30 @@ type Server struct {
 	// vouch for its map (a relay that lost the assigner's stream) ends with its error
 	// instead of telling the watcher all is well.
 	Live func() error
+	// Nodes, if set, returns the node list the server keeps, for the watchers that ask for
+	// it (Want.Nodes): a relay's copy of the assigner's.
+	Nodes func() NodeList
 }
 
-// Watch streams the feed's quanta to stream after position from: a reinitializing quantum
-// first unless from is a position the hub still holds, with clock-only quanta if
-// clockQuanta, and a heartbeat whenever the stream has been idle for heartbeat (see
-// interval).
-func (s *Server) Watch(stream grpc.ServerStream, from *pb.Position, clockQuanta bool, heartbeat *durationpb.Duration) error {
-	every, err := interval(heartbeat)
+// Want is what a watcher asks of a watch.
+type Want struct {
+	// From is the last position the watcher applied; nil for the whole map.
+	From *pb.Position
+	// ClockQuanta asks for the quanta that only advance the clock too.
+	ClockQuanta bool
+	// Heartbeat is how long the stream may stay idle (see interval); nil for the default.
+	Heartbeat *durationpb.Duration
+	// Nodes asks for the node list, first and whenever it changes, from a server that keeps
+	// one (Server.Nodes).
+	Nodes bool
+}
+
+// Watch streams the feed's quanta to stream after position want.From: a reinitializing
+// quantum first unless that is a position the hub still holds, and a heartbeat whenever the
+// stream has been idle for want.Heartbeat. The node list, if asked for and kept, goes first
+// and again, once the watch wakes (for a quantum or a heartbeat), whenever it changed.
+func (s *Server) Watch(stream grpc.ServerStream, want Want) error {
+	every, err := interval(want.Heartbeat)
 	if err != nil {
 		return err
 	}
@@ -174,21 +190,22 @@ func (s *Server) Watch(stream grpc.ServerStream, from *pb.Position, clockQuanta 
 	if err != nil {
 		return err
 	}
-	sub := f.hub.Subscribe(wire.PositionFromProto(from), clockQuanta)
+	sub := f.hub.Subscribe(wire.PositionFromProto(want.From), want.ClockQuanta)
 	if s.Watchers != nil {
 		s.Watchers.Inc()
 		defer s.Watchers.Dec()
 	}
+	nodes := nodeSender{stream: stream}
+	if want.Nodes {
+		nodes.list = s.Nodes
+	}
+	if _, err := nodes.send(); err != nil {
+		return err
+	}
 	for {
 		q, err := next(stream.Context(), sub, every)
 		if errors.Is(err, errIdle) {
-			if s.Live != nil {
-				if err := s.Live(); err != nil {
-					return err
-				}
-			}
-			// Nothing to send: say so, so that watchers tell an idle server from a hung one.
-			if err := stream.SendMsg(&frame.Frame{Data: heartbeatFrame}); err != nil {
+			if err := s.idle(stream, &nodes); err != nil {
 				return err
 			}
 			continue
@@ -199,6 +216,9 @@ func (s *Server) Watch(stream grpc.ServerStream, from *pb.Position, clockQuanta 
 		if err != nil {
 			return status.FromContextError(err).Err()
 		}
+		if _, err := nodes.send(); err != nil {
+			return err
+		}
 		data, err := f.encode(q)
 		if err != nil {
 			return status.Errorf(codes.Internal, "%s: %v", s.Name, err)
@@ -207,6 +227,57 @@ func (s *Server) Watch(stream grpc.ServerStream, from *pb.Position, clockQuanta 
 			return err
 		}
 	}
+}
+
+// idle tells the watcher of an idle stream that the server is alive: with the node list if
+// it changed, with a heartbeat otherwise, so that watchers tell an idle server from a hung
+// one. A server that can no longer vouch for its map (Live) ends the watch instead.
+func (s *Server) idle(stream grpc.ServerStream, nodes *nodeSender) error {
+	if s.Live != nil {
+		if err := s.Live(); err != nil {
+			return err
+		}
+	}
+	if sent, err := nodes.send(); sent || err != nil {
+		return err
+	}
+	return stream.SendMsg(&frame.Frame{Data: heartbeatFrame})
+}
+
+// NodeList is a node list encoded as a watch response (EncodeNodes), with a version that
+// changes whenever the list does; version 0 is no list yet.
+type NodeList struct {
+	Version uint64
+	Data    []byte
+}
+
+// EncodeNodes returns the wire form of a watch response carrying the node list l.
+func EncodeNodes(l *pb.ListNodesResponse) ([]byte, error) {
+	data, err := proto.Marshal(&pb.WatchAssignmentResponse{Nodes: l})
+	if err != nil {
+		return nil, fmt.Errorf("mapserve: encoding the node list: %w", err)
+	}
+	return data, nil
+}
+
+// nodeSender sends a watcher the node list when it changed since it last did; with no list
+// function, it sends nothing.
+type nodeSender struct {
+	stream grpc.ServerStream
+	list   func() NodeList
+	sent   uint64 // the version last sent
+}
+
+func (n *nodeSender) send() (bool, error) {
+	if n.list == nil {
+		return false, nil
+	}
+	l := n.list()
+	if l.Version == n.sent || l.Data == nil {
+		return false, nil
+	}
+	n.sent = l.Version
+	return true, n.stream.SendMsg(&frame.Frame{Data: l.Data})
 }
 
 // errIdle says a watch had nothing to send for a heartbeat interval.

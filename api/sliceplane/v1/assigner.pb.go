@@ -385,7 +385,11 @@ type WatchAssignmentRequest struct {
 	// (INVALID_ARGUMENT). A watcher that asks for fewer heartbeats waits longer before it takes
 	// a silent server for hung: routers ask their relays for 2 s, so that an idle fleet of
 	// thousands costs a relay a quarter of the messages.
-	Heartbeat     *durationpb.Duration `protobuf:"bytes,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	Heartbeat *durationpb.Duration `protobuf:"bytes,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	// nodes asks for the node list on the stream: before the first quantum, and again whenever
+	// it changed, so that a watcher need not read ListNodes every few seconds. Relays send it;
+	// the assigner ignores it, and its watchers read ListNodes.
+	Nodes         bool `protobuf:"varint,3,opt,name=nodes,proto3" json:"nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -434,13 +438,26 @@ func (x *WatchAssignmentRequest) GetHeartbeat() *durationpb.Duration {
 	return nil
 }
 
+func (x *WatchAssignmentRequest) GetNodes() bool {
+	if x != nil {
+		return x.Nodes
+	}
+	return false
+}
+
 type WatchAssignmentResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Quantum *Quantum               `protobuf:"bytes,1,opt,name=quantum,proto3" json:"quantum,omitempty"`
 	// heartbeat is set, and quantum unset, on a message sent only because the stream was idle:
 	// the assigner still leads and has nothing new. Watchers that hear nothing for several
 	// heartbeat intervals reconnect to whoever leads now.
-	Heartbeat     bool `protobuf:"varint,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	Heartbeat bool `protobuf:"varint,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	// nodes is the node list as routers use it, on a message that carries nothing else: sent
+	// only to a watcher that asked for it (WatchAssignmentRequest.nodes). Each NodeInfo has
+	// node, address, labels, draining, stale and roles; the counters that change with every
+	// load report (load, last_seen, silence, slices, loading, primaries) are left unset, so
+	// that the list is sent again only when routing changes.
+	Nodes         *ListNodesResponse `protobuf:"bytes,3,opt,name=nodes,proto3" json:"nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +504,13 @@ func (x *WatchAssignmentResponse) GetHeartbeat() bool {
 		return x.Heartbeat
 	}
 	return false
+}
+
+func (x *WatchAssignmentResponse) GetNodes() *ListNodesResponse {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
 }
 
 type GetAssignmentRequest struct {
@@ -3969,13 +3993,15 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
 	"\vDistributor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"~\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x94\x01\n" +
 	"\x16WatchAssignmentRequest\x12+\n" +
 	"\x04from\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\x04from\x127\n" +
-	"\theartbeat\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\theartbeat\"i\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\theartbeat\x12\x14\n" +
+	"\x05nodes\x18\x03 \x01(\bR\x05nodes\"\xa1\x01\n" +
 	"\x17WatchAssignmentResponse\x120\n" +
 	"\aquantum\x18\x01 \x01(\v2\x16.sliceplane.v1.QuantumR\aquantum\x12\x1c\n" +
-	"\theartbeat\x18\x02 \x01(\bR\theartbeat\"\x16\n" +
+	"\theartbeat\x18\x02 \x01(\bR\theartbeat\x126\n" +
+	"\x05nodes\x18\x03 \x01(\v2 .sliceplane.v1.ListNodesResponseR\x05nodes\"\x16\n" +
 	"\x14GetAssignmentRequest\"\x9d\x01\n" +
 	"\x15GetAssignmentResponse\x123\n" +
 	"\bposition\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\bposition\x12\x14\n" +
@@ -4367,117 +4393,118 @@ var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 6: sliceplane.v1.WatchAssignmentRequest.from:type_name -> sliceplane.v1.Position
 	68, // 7: sliceplane.v1.WatchAssignmentRequest.heartbeat:type_name -> google.protobuf.Duration
 	2,  // 8: sliceplane.v1.WatchAssignmentResponse.quantum:type_name -> sliceplane.v1.Quantum
-	1,  // 9: sliceplane.v1.GetAssignmentResponse.position:type_name -> sliceplane.v1.Position
-	66, // 10: sliceplane.v1.GetAssignmentResponse.assignment:type_name -> sliceplane.v1.Assignment
-	0,  // 11: sliceplane.v1.LookupResponse.slice:type_name -> sliceplane.v1.Range
-	1,  // 12: sliceplane.v1.WatchQuantaRequest.from:type_name -> sliceplane.v1.Position
-	2,  // 13: sliceplane.v1.WatchQuantaResponse.quantum:type_name -> sliceplane.v1.Quantum
-	69, // 14: sliceplane.v1.RegisterRequest.node:type_name -> sliceplane.v1.Node
-	61, // 15: sliceplane.v1.RegisterRequest.labels:type_name -> sliceplane.v1.RegisterRequest.LabelsEntry
-	68, // 16: sliceplane.v1.RegisterResponse.ttl:type_name -> google.protobuf.Duration
-	4,  // 17: sliceplane.v1.RegisterResponse.distributor:type_name -> sliceplane.v1.Distributor
-	68, // 18: sliceplane.v1.RegisterResponse.lease:type_name -> google.protobuf.Duration
-	68, // 19: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
-	0,  // 20: sliceplane.v1.HeartbeatRequest.loading:type_name -> sliceplane.v1.Range
-	0,  // 21: sliceplane.v1.HeartbeatRequest.primaries:type_name -> sliceplane.v1.Range
-	22, // 22: sliceplane.v1.HeartbeatRequest.load:type_name -> sliceplane.v1.ReportLoadRequest
-	68, // 23: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	68, // 24: sliceplane.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	4,  // 25: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
-	68, // 26: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
-	68, // 27: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
-	21, // 28: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
-	1,  // 29: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
-	65, // 30: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
-	1,  // 31: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
-	62, // 32: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
-	67, // 33: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
-	0,  // 34: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
-	67, // 35: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	67, // 36: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
-	28, // 37: sliceplane.v1.StatusResponse.quarantined:type_name -> sliceplane.v1.Quarantine
-	0,  // 38: sliceplane.v1.Quarantine.range:type_name -> sliceplane.v1.Range
-	67, // 39: sliceplane.v1.Quarantine.since:type_name -> google.protobuf.Timestamp
-	69, // 40: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	63, // 41: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	67, // 42: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	68, // 43: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
-	30, // 44: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 45: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	33, // 46: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 47: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	24, // 48: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 49: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	24, // 50: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 51: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	24, // 52: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	24, // 53: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	25, // 54: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	24, // 55: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 56: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	24, // 57: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 58: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	24, // 59: sliceplane.v1.UnquarantineRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 60: sliceplane.v1.UnquarantineResponse.lifted:type_name -> sliceplane.v1.Range
-	64, // 61: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 62: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 63: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	58, // 64: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	67, // 65: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	28, // 66: sliceplane.v1.ExplainResponse.quarantined:type_name -> sliceplane.v1.Quarantine
-	5,  // 67: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 68: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 69: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 70: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 71: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 72: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 73: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	22, // 74: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	18, // 75: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
-	26, // 76: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	29, // 77: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	32, // 78: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	35, // 79: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	37, // 80: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	39, // 81: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	41, // 82: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	43, // 83: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	45, // 84: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	47, // 85: sliceplane.v1.AdminService.Unquarantine:input_type -> sliceplane.v1.UnquarantineRequest
-	49, // 86: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	51, // 87: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	53, // 88: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	55, // 89: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	57, // 90: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 91: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 92: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 93: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 94: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 95: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 96: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	20, // 97: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	23, // 98: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	19, // 99: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
-	27, // 100: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	31, // 101: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	34, // 102: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	36, // 103: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	38, // 104: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	40, // 105: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	42, // 106: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	44, // 107: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	46, // 108: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	48, // 109: sliceplane.v1.AdminService.Unquarantine:output_type -> sliceplane.v1.UnquarantineResponse
-	50, // 110: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	52, // 111: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	54, // 112: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	56, // 113: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	59, // 114: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	91, // [91:115] is the sub-list for method output_type
-	67, // [67:91] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	31, // 9: sliceplane.v1.WatchAssignmentResponse.nodes:type_name -> sliceplane.v1.ListNodesResponse
+	1,  // 10: sliceplane.v1.GetAssignmentResponse.position:type_name -> sliceplane.v1.Position
+	66, // 11: sliceplane.v1.GetAssignmentResponse.assignment:type_name -> sliceplane.v1.Assignment
+	0,  // 12: sliceplane.v1.LookupResponse.slice:type_name -> sliceplane.v1.Range
+	1,  // 13: sliceplane.v1.WatchQuantaRequest.from:type_name -> sliceplane.v1.Position
+	2,  // 14: sliceplane.v1.WatchQuantaResponse.quantum:type_name -> sliceplane.v1.Quantum
+	69, // 15: sliceplane.v1.RegisterRequest.node:type_name -> sliceplane.v1.Node
+	61, // 16: sliceplane.v1.RegisterRequest.labels:type_name -> sliceplane.v1.RegisterRequest.LabelsEntry
+	68, // 17: sliceplane.v1.RegisterResponse.ttl:type_name -> google.protobuf.Duration
+	4,  // 18: sliceplane.v1.RegisterResponse.distributor:type_name -> sliceplane.v1.Distributor
+	68, // 19: sliceplane.v1.RegisterResponse.lease:type_name -> google.protobuf.Duration
+	68, // 20: sliceplane.v1.HeartbeatRequest.silence:type_name -> google.protobuf.Duration
+	0,  // 21: sliceplane.v1.HeartbeatRequest.loading:type_name -> sliceplane.v1.Range
+	0,  // 22: sliceplane.v1.HeartbeatRequest.primaries:type_name -> sliceplane.v1.Range
+	22, // 23: sliceplane.v1.HeartbeatRequest.load:type_name -> sliceplane.v1.ReportLoadRequest
+	68, // 24: sliceplane.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	68, // 25: sliceplane.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	4,  // 26: sliceplane.v1.HeartbeatResponse.distributor:type_name -> sliceplane.v1.Distributor
+	68, // 27: sliceplane.v1.DeregisterRequest.grace:type_name -> google.protobuf.Duration
+	68, // 28: sliceplane.v1.ReportLoadRequest.window:type_name -> google.protobuf.Duration
+	21, // 29: sliceplane.v1.ReportLoadRequest.hot_keys:type_name -> sliceplane.v1.HotKey
+	1,  // 30: sliceplane.v1.Change.position:type_name -> sliceplane.v1.Position
+	65, // 31: sliceplane.v1.Change.ops:type_name -> sliceplane.v1.Op
+	1,  // 32: sliceplane.v1.StatusResponse.position:type_name -> sliceplane.v1.Position
+	62, // 33: sliceplane.v1.StatusResponse.params:type_name -> sliceplane.v1.StatusResponse.ParamsEntry
+	67, // 34: sliceplane.v1.StatusResponse.last_pass:type_name -> google.protobuf.Timestamp
+	0,  // 35: sliceplane.v1.StatusResponse.pinned:type_name -> sliceplane.v1.Range
+	67, // 36: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	67, // 37: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
+	28, // 38: sliceplane.v1.StatusResponse.quarantined:type_name -> sliceplane.v1.Quarantine
+	0,  // 39: sliceplane.v1.Quarantine.range:type_name -> sliceplane.v1.Range
+	67, // 40: sliceplane.v1.Quarantine.since:type_name -> google.protobuf.Timestamp
+	69, // 41: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	63, // 42: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	67, // 43: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	68, // 44: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	30, // 45: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 46: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	33, // 47: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 48: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	24, // 49: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 50: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	24, // 51: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 52: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	24, // 53: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	24, // 54: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	25, // 55: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	24, // 56: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 57: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	24, // 58: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 59: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	24, // 60: sliceplane.v1.UnquarantineRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 61: sliceplane.v1.UnquarantineResponse.lifted:type_name -> sliceplane.v1.Range
+	64, // 62: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 63: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 64: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	58, // 65: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	67, // 66: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	28, // 67: sliceplane.v1.ExplainResponse.quarantined:type_name -> sliceplane.v1.Quarantine
+	5,  // 68: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 69: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 70: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 71: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 72: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 73: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 74: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	22, // 75: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	18, // 76: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
+	26, // 77: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	29, // 78: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	32, // 79: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	35, // 80: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	37, // 81: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	39, // 82: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	41, // 83: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	43, // 84: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	45, // 85: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	47, // 86: sliceplane.v1.AdminService.Unquarantine:input_type -> sliceplane.v1.UnquarantineRequest
+	49, // 87: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	51, // 88: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	53, // 89: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	55, // 90: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	57, // 91: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 92: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 93: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 94: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 95: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 96: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 97: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	20, // 98: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	23, // 99: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	19, // 100: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
+	27, // 101: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	31, // 102: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	34, // 103: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	36, // 104: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	38, // 105: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	40, // 106: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	42, // 107: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	44, // 108: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	46, // 109: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	48, // 110: sliceplane.v1.AdminService.Unquarantine:output_type -> sliceplane.v1.UnquarantineResponse
+	50, // 111: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	52, // 112: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	54, // 113: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	56, // 114: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	59, // 115: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	92, // [92:116] is the sub-list for method output_type
+	68, // [68:92] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }
