@@ -142,7 +142,9 @@ func relayWatchers(t testing.TB) int {
 func TestRoutersWatchRelaysAndOutliveOne(t *testing.T) {
 	f := startRelayFleet(t)
 	n := relayWatchers(t)
-	held := gauge(t, f.leader, "sliceplane_assigner_connections") // the distributors', the node's, the test's
+	// The distributors', the node's and the test's; a few more may come (a connection made
+	// late, or for a call), not one per router.
+	held := gauge(t, f.leader, "sliceplane_assigner_connections")
 	f.start(t, n)
 	require.Eventually(t, func() bool {
 		w := f.watchers(t)
@@ -158,7 +160,7 @@ func TestRoutersWatchRelaysAndOutliveOne(t *testing.T) {
 		"only the distributors watch the leader")
 	// Nor do the routers hold connections to it: a connection to the assigners closes once
 	// idle (dial.LeaderIdleTimeout), and a router watching a relay leaves it idle.
-	require.Eventually(t, func() bool { return gauge(t, f.leader, "sliceplane_assigner_connections") <= held+2 },
+	require.Eventually(t, func() bool { return gauge(t, f.leader, "sliceplane_assigner_connections") <= held+10 },
 		4*dial.LeaderIdleTimeout, 20*time.Millisecond, "the leader holds about the %v connections it held before %d routers came", held, n)
 
 	victim, most := "", -1
