@@ -12,11 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Proc is a started process.
@@ -188,16 +189,12 @@ func WaitFor(ctx context.Context, what string, poll time.Duration, ok func(conte
 
 // CPUSeconds returns the CPU time, user and system, that process pid has used (Linux).
 func CPUSeconds(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("launch: the CPU time of process %d: %w", pid, err)
+	p, err := procfs.NewProc(pid)
+	if err == nil {
+		var st procfs.ProcStat
+		if st, err = p.Stat(); err == nil {
+			return st.CPUTime(), nil
+		}
 	}
-	// The fields after the command's name, which may hold spaces, in parentheses.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("launch: the CPU time of process %d: /proc/%d/stat has %d fields", pid, pid, len(fields))
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100, nil // clock ticks of 10 ms
+	return 0, fmt.Errorf("launch: the CPU time of process %d: %w", pid, err)
 }

@@ -194,3 +194,22 @@ func TestWebLineNamesTheURLAndAnAdminsPKCS12(t *testing.T) {
 		t.Errorf("nil PKI wrote %q, %v", path, err)
 	}
 }
+
+func TestCPUSecondsReadsAProcessesTime(t *testing.T) {
+	before, err := CPUSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
+	}
+	after, err := CPUSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("200 ms of spinning: CPU time went from %.2f s to %.2f s", before, after)
+	}
+	if _, err := CPUSeconds(-1); err == nil || !strings.Contains(err.Error(), "launch: the CPU time of process -1") {
+		t.Errorf("a process that does not exist: %v", err)
+	}
+}
