@@ -312,14 +312,19 @@ func (n *Node) pull(ctx context.Context) error {
 
 // pullFrom pulls from distributor d until the stream fails, ctx ends or changed is closed
 // (the assigner named another distributor). It reports whether any delta was applied.
+//
+// Only the stream ends when the distributor changes: a delta received is applied under ctx,
+// whole. Cut short, the Store's Begin would fail with the stream's cancellation, a failure
+// of the Store that ends Run: a node whose distributor moved while its store was slow left
+// the cluster.
 func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan struct{}) (progressed bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
+	pullCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
 		case <-changed:
 			cancel()
-		case <-ctx.Done():
+		case <-pullCtx.Done():
 		}
 	}()
 	conn, err := dial.Peer(d.GetAddress(), n.tls.DialOption("distributor"))
@@ -329,7 +334,7 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 	defer conn.Close()
 	// Distributors send an idle stream heartbeats: a stream silent for StallTimeout is
 	// dead, though its connection may look open (a stalled link holds bytes, resets nothing).
-	streamCtx, watchdog := dial.NewWatchdog(ctx, n.cfg.StallTimeout)
+	streamCtx, watchdog := dial.NewWatchdog(pullCtx, n.cfg.StallTimeout)
 	defer watchdog.Stop()
 	watchdog.Waiting() // the stream's start counts: a distributor that never answers is dead too
 	stream, err := pb.NewDistributorServiceClient(conn).Pull(streamCtx)
