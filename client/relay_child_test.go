@@ -21,16 +21,25 @@ import (
 const watcherChildEnv = "SLICEPLANE_WATCHER_CHILD"
 
 // watcherSpec is what the parent asks of the child: N watchers, watcher i on the first of the
-// relays ranked for "w<i>", each expecting Splits split quanta.
+// relays ranked for "w<i>".
 type watcherSpec struct {
 	Relays quantum.Distributors
 	N      int
-	Splits int
 	TLS    mtls.Config
+	// Floor, if set, is the address of a floorServer, which the child reads with N plain
+	// TLS connections instead of watching relays.
+	Floor string
 }
 
-// watcherResult is what the child answers once every watcher has every split, or its
-// deadline has passed.
+// watcherRound is a measurement the parent asks for: each watcher is to receive Splits split
+// quanta, which the parent makes once it has sent the request.
+type watcherRound struct {
+	Name   string
+	Splits int
+}
+
+// watcherResult is what the child answers to a round once every watcher has every split, or
+// its deadline has passed.
 type watcherResult struct {
 	P50, P99      time.Duration
 	Samples, Want int
@@ -38,7 +47,7 @@ type watcherResult struct {
 }
 
 // watcherJob connects the spec's watchers, says it is ready once all have their map, and
-// answers a watcherResult once they have the splits.
+// answers each round with a watcherResult over that round's splits alone.
 func watcherJob(s *watcherSpec) func(*testchild.Parent) error {
 	return func(p *testchild.Parent) error {
 		src, err := s.TLS.Load()
@@ -47,17 +56,33 @@ func watcherJob(s *watcherSpec) func(*testchild.Parent) error {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		pick := func(i int) (string, string) { return s.Relays[s.Relays.Rank(fmt.Sprintf("w%d", i))[0]], "distributor" }
-		lat, wait, err := watch(ctx, src, s.N, pick)
+		var lat *latencies
+		var wait func()
+		if s.Floor != "" {
+			lat, wait, err = readFloor(ctx, src.ClientTLS("distributor"), s.Floor, s.N)
+		} else {
+			lat, wait, err = watch(ctx, src, s.N, pick)
+		}
 		defer func() { cancel(); wait() }()
 		if err != nil {
 			return err
 		}
 		p.Ready()
-		want := s.N * s.Splits
-		for deadline := time.Now().Add(2 * time.Minute); lat.count() < want && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
+		var r watcherRound
+		for p.Recv(&r) {
+			want := s.N * r.Splits
+			stop := testchild.Profile(fanOutProfileEnv, "watchers-every-"+r.Name)
+			for deadline := time.Now().Add(2 * time.Minute); lat.count() < want && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			stop()
+			res := watcherResult{P50: lat.quantile(0.5), P99: lat.quantile(0.99), Samples: lat.count(), Want: want, Ended: lat.endedCount()}
+			lat.reset()
+			if err := p.Send(res); err != nil {
+				return err
+			}
 		}
-		return p.Send(watcherResult{P50: lat.quantile(0.5), P99: lat.quantile(0.99), Samples: lat.count(), Want: want, Ended: lat.endedCount()})
+		return nil
 	}
 }
 
@@ -78,7 +103,7 @@ func watch(ctx context.Context, src *mtls.Source, n int, pick func(i int) (addr,
 			}
 			wg.Go(func() {
 				defer conn.Close()
-				rawWatch(ctx, conn, lat, &ready)
+				rawWatch(ctx, conn, kind, lat, &ready)
 			})
 		}
 		ready.Wait()
@@ -93,7 +118,7 @@ func startWatcherChild(b *testing.B, s watcherSpec) *testchild.Child {
 	return c
 }
 
-// watcherResultOf reads the child's result.
+// watcherResultOf reads the child's result of a round.
 func watcherResultOf(b *testing.B, c *testchild.Child) watcherResult {
 	var res watcherResult
 	c.Recv(b, &res)

@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -74,7 +72,7 @@ func routerJob(s *routerSpec) func(*testchild.Parent) error {
 		p.Ready()
 		var req reachRequest
 		for p.Recv(&req) {
-			stop := profile(s.From)
+			stop := testchild.Profile("SLICEPLANE_FLEET_PROFILE", fmt.Sprintf("routers-%d", s.From))
 			res := reach(routers, req.Gen, req.Since)
 			stop()
 			if err := p.Send(res); err != nil {
@@ -83,24 +81,6 @@ func routerJob(s *routerSpec) func(*testchild.Parent) error {
 		}
 		return nil
 	}
-}
-
-// profile starts a CPU profile of this child, into routers-<from>.pprof in the directory
-// SLICEPLANE_FLEET_PROFILE names, and returns what stops it; without it, it does nothing.
-func profile(from int) (stop func()) {
-	dir := os.Getenv("SLICEPLANE_FLEET_PROFILE")
-	if dir == "" {
-		return func() {}
-	}
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("routers-%d.pprof", from)))
-	if err != nil {
-		return func() {}
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return func() {}
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
 // startRouters runs routers r<from>..r<to-1> until ctx ends, and returns them once each

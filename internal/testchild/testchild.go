@@ -24,9 +24,10 @@ type failure struct {
 
 // Child is the parent's side of a child process.
 type Child struct {
-	cmd *exec.Cmd
-	in  *json.Encoder
-	out *bufio.Scanner
+	cmd   *exec.Cmd
+	in    *json.Encoder
+	close func() error // the child's input
+	out   *bufio.Scanner
 }
 
 // Start runs this test binary again with env set to spec's JSON, and stops it when t ends.
@@ -52,7 +53,7 @@ func Start(t testing.TB, env string, spec any) *Child {
 		t.Fatalf("testchild: starting %s: %v", os.Args[0], err)
 	}
 	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
-	c := &Child{cmd: cmd, in: json.NewEncoder(in), out: bufio.NewScanner(out)}
+	c := &Child{cmd: cmd, in: json.NewEncoder(in), close: in.Close, out: bufio.NewScanner(out)}
 	c.out.Buffer(make([]byte, 64<<10), 64<<20)
 	return c
 }
@@ -85,6 +86,16 @@ func (c *Child) Recv(t testing.TB, v any) {
 	}
 	if err := json.Unmarshal(c.out.Bytes(), v); err != nil {
 		t.Fatalf("testchild: the child's answer %q: %v", c.out.Text(), err)
+	}
+}
+
+// Stop closes the child's input, which ends its job, and waits for it to exit: what it held
+// (connections, file descriptors) is then free for the next child.
+func (c *Child) Stop(t testing.TB) {
+	t.Helper()
+	c.close()
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("testchild: the child's exit: %v", err)
 	}
 }
 

@@ -42,4 +42,5 @@ func TestAChildAnswersItsParent(t *testing.T) {
 		c.Recv(t, &got)
 		require.Equal(t, 3*n, got)
 	}
+	c.Stop(t) // returns once the child, its input closed, exited without an error
 }
