@@ -18,7 +18,7 @@ STATICCHECK_VERSION := v0.8.2
 # binaries and skip under it: they run without it, after. The data-path integration
 # scenarios shrink under it (10k items), so they run a second time without it at the full
 # 100k; the browser test allows the page 8 s under it, and runs again without it at 2 s.
-# The timeouts only catch hangs: the distributor's package takes ~2 min under the race
+# The timeouts only catch hangs: the distributor's package takes ~1.5 min under the race
 # detector on an idle 2-core machine, and more than 5 on a busy one.
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS   ?= -race -timeout $(TEST_TIMEOUT)
