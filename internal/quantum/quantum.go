@@ -119,7 +119,16 @@ type Hub struct {
 	last    time.Time // when the last quantum was emitted
 	bytes   int
 	wake    chan struct{} // closed and replaced at every publish and at Close
-	closed  bool
+	// wakeMap is wake for the subscribers that skip clock-only quanta (routers, members):
+	// closed and replaced only when a quantum changes the map, at Reset and at Close. While a
+	// source changes, the assigner ticks the clock every 20 ms; a relay's ten thousand
+	// routers woke to each tick only to skip it.
+	wakeMap chan struct{}
+	// trimmedMap is the seq of the last quantum that changed the map and has left recent: a
+	// subscriber that skips clock-only quanta and whose cursor is after it, but before first,
+	// missed only clock ticks and is not behind.
+	trimmedMap uint64
+	closed     bool
 	// epoch counts Resets, and base is the position of the last: a subscription made
 	// before it starts over, unless it stands at or after base in base's term.
 	epoch uint64
@@ -135,7 +144,8 @@ func NewHub(cfg HubConfig, term uint64, a *assignment.Assignment, clock uint64) 
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 64 << 20
 	}
-	return &Hub{cfg: cfg, current: a, dists: Distributors{}, pos: Position{Term: term}, clock: clock, first: 1, wake: make(chan struct{})}
+	return &Hub{cfg: cfg, current: a, dists: Distributors{}, pos: Position{Term: term}, clock: clock, first: 1,
+		wake: make(chan struct{}), wakeMap: make(chan struct{})}
 }
 
 // Distributors returns the current set of distributors.
@@ -172,14 +182,27 @@ func (h *Hub) Publish(q Quantum, after *assignment.Assignment) error {
 	h.recent = append(h.recent, q)
 	h.bytes += q.size()
 	for len(h.recent) > 1 && (len(h.recent) > h.cfg.MaxQuanta || h.bytes > h.cfg.MaxBytes) {
+		if !h.recent[0].ClockOnly() {
+			h.trimmedMap = h.recent[0].Seq
+		}
 		h.bytes -= h.recent[0].size()
 		h.recent[0] = Quantum{} // let the ops go
 		h.recent = h.recent[1:]
 		h.first++
 	}
+	h.wakeUp(!q.ClockOnly())
+	return nil
+}
+
+// wakeUp wakes the subscribers waiting for a quantum: all of them, or, for a clock tick
+// (mapChanged false), those that take clock-only quanta.
+func (h *Hub) wakeUp(mapChanged bool) {
 	close(h.wake)
 	h.wake = make(chan struct{})
-	return nil
+	if mapChanged {
+		close(h.wakeMap)
+		h.wakeMap = make(chan struct{})
+	}
 }
 
 // Reset makes q, a reinitializing quantum, the hub's new start: the map and position it
@@ -206,8 +229,8 @@ func (h *Hub) Reset(q Quantum) error {
 	h.recent, h.first, h.bytes = h.recent[:0], q.Seq+1, 0
 	h.epoch++
 	h.base = q.Position
-	close(h.wake)
-	h.wake = make(chan struct{})
+	h.trimmedMap = q.Seq // what came before the base was never here
+	h.wakeUp(true)
 	return nil
 }
 
@@ -236,6 +259,7 @@ func (h *Hub) Close() {
 	if !h.closed {
 		h.closed = true
 		close(h.wake)
+		close(h.wakeMap)
 	}
 }
 
@@ -283,6 +307,10 @@ func (s *Subscription) Next(ctx context.Context) (Quantum, error) {
 			s.reinit = s.at.Term != h.base.Term || s.at.Seq < h.base.Seq
 			s.next = s.at.Seq + 1
 		}
+		if !s.clockQuanta && !s.reinit && s.next < h.first && s.next > h.trimmedMap {
+			// Only clock ticks, which this subscriber skips, left the hub since its cursor.
+			s.next, s.at = h.first, Position{Term: h.pos.Term, Seq: h.first - 1}
+		}
 		// A following hub sends no map older than the subscriber has: it waits to catch up.
 		if (s.reinit || s.next < h.first) && h.current != nil && (!h.cfg.Follows || !h.pos.Less(s.at)) {
 			// Too far behind, or never in step: start over from the whole map.
@@ -305,6 +333,9 @@ func (s *Subscription) Next(ctx context.Context) (Quantum, error) {
 			return q, nil
 		}
 		wake := h.wake
+		if !s.clockQuanta {
+			wake = h.wakeMap
+		}
 		h.mu.Unlock()
 		select {
 		case <-wake:

@@ -16,7 +16,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func start(t *testing.T) *assignment.Assignment {
+func start(t testing.TB) *assignment.Assignment {
 	t.Helper()
 	a, err := assignment.Uniform(4, func(int) []assignment.NodeID { return []assignment.NodeID{"a"} })
 	require.NoError(t, err)
@@ -24,7 +24,7 @@ func start(t *testing.T) *assignment.Assignment {
 }
 
 // publish appends a quantum moving slice 0 to node, or a clock-only one when node is "".
-func publish(t *testing.T, h *Hub, node string, clock uint64) {
+func publish(t testing.TB, h *Hub, node string, clock uint64) {
 	t.Helper()
 	a, pos, _ := h.Current()
 	q := Quantum{Position: Position{Term: pos.Term, Seq: pos.Seq + 1}, Clock: clock, Cause: "test"}
@@ -294,4 +294,58 @@ func TestAFollowingHubHoldsAWatcherAheadOfItUntilItCatchesUp(t *testing.T) {
 	origin := NewHub(HubConfig{}, 4, a, 0)
 	q = next(t, origin.Subscribe(&Position{Term: 4, Seq: 8}, true))
 	assert.True(t, q.Reinitializing(), "the origin never gave out 4.8: the watcher starts over")
+}
+
+// A router's subscription skips clock ticks: ticks alone leaving the hub's window do not
+// put it behind, where a subscriber that takes them must start over.
+func TestClockTicksAloneDoNotPutARouterBehind(t *testing.T) {
+	h := NewHub(HubConfig{MaxQuanta: 3}, 1, start(t), 0)
+	publish(t, h, "b", 1)
+	router := h.Subscribe(&Position{Term: 1, Seq: 1}, false)
+	distributor := h.Subscribe(&Position{Term: 1, Seq: 1}, true)
+	for i := range 10 {
+		publish(t, h, "", uint64(2+i))
+	}
+	publish(t, h, "c", 20)
+	q := next(t, router)
+	assert.False(t, q.Reinitializing(), "only ticks left the window after the router's cursor")
+	assert.Equal(t, Position{Term: 1, Seq: 12}, q.Position)
+	assert.Len(t, q.Ops, 1)
+	assert.True(t, next(t, distributor).Reinitializing(), "the ticks it takes left the window")
+
+	// A change that left the window still puts a router behind.
+	late := h.Subscribe(&Position{Term: 1, Seq: 12}, false)
+	publish(t, h, "d", 21)
+	for i := range 5 {
+		publish(t, h, "", uint64(22+i))
+	}
+	publish(t, h, "e", 30)
+	assert.True(t, next(t, late).Reinitializing())
+}
+
+// Clock ticks wake only the subscribers that take them; a change of the map wakes all.
+func TestClockTicksWakeOnlyTheSubscribersThatTakeThem(t *testing.T) {
+	h := NewHub(HubConfig{}, 1, start(t), 0)
+	h.mu.Lock()
+	all, maps := h.wake, h.wakeMap
+	h.mu.Unlock()
+	publish(t, h, "", 1)
+	assert.True(t, closed(all), "a tick wakes the subscribers that take ticks")
+	assert.False(t, closed(maps), "a tick does not wake the others")
+	publish(t, h, "b", 2)
+	assert.True(t, closed(maps), "a change wakes them")
+	h.mu.Lock()
+	maps = h.wakeMap
+	h.mu.Unlock()
+	h.Close()
+	assert.True(t, closed(maps), "so does the hub's close")
+}
+
+func closed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
