@@ -285,7 +285,9 @@ func (h *Hub) Subscribe(from *Position, clockQuanta bool) *Subscription {
 	}
 	s.at = *from
 	ahead := h.pos.Less(*from) && h.cfg.Follows
-	if from.Term == h.pos.Term && from.Seq+1 >= h.first && (from.Seq <= h.pos.Seq || ahead) {
+	// Only clock ticks, which the subscriber skips, left the hub since from (see Next).
+	pastTicks := !clockQuanta && from.Seq >= h.trimmedMap
+	if from.Term == h.pos.Term && (from.Seq+1 >= h.first || pastTicks) && (from.Seq <= h.pos.Seq || ahead) {
 		s.next, s.reinit = from.Seq+1, false
 	}
 	return s

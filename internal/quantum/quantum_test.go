@@ -312,6 +312,11 @@ func TestClockTicksAloneDoNotPutARouterBehind(t *testing.T) {
 	assert.Equal(t, Position{Term: 1, Seq: 12}, q.Position)
 	assert.Len(t, q.Ops, 1)
 	assert.True(t, next(t, distributor).Reinitializing(), "the ticks it takes left the window")
+	resumed := h.Subscribe(&Position{Term: 1, Seq: 1}, false)
+	q = next(t, resumed)
+	assert.False(t, q.Reinitializing(), "a router resuming past ticks alone is not behind")
+	assert.Equal(t, Position{Term: 1, Seq: 12}, q.Position)
+	assert.True(t, next(t, h.Subscribe(&Position{Term: 1, Seq: 1}, true)).Reinitializing())
 
 	// A change that left the window still puts a router behind.
 	late := h.Subscribe(&Position{Term: 1, Seq: 12}, false)
