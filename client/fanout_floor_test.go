@@ -153,6 +153,11 @@ func readFloor(ctx context.Context, cfg *tls.Config, addr string, n int) (*laten
 		}
 		batch.Wait()
 		if err := errors.Join(errs...); err != nil {
+			for _, c := range conns {
+				if c != nil {
+					c.Close()
+				}
+			}
 			return nil, wg.Wait, fmt.Errorf("floor reader: %w", err)
 		}
 		for _, c := range conns {
