@@ -263,6 +263,13 @@ func (h *Hub) Close() {
 	}
 }
 
+// onlyTicksLeft reports whether a subscriber whose next quantum is at seq next, and which
+// takes clock ticks or not, lost nothing it takes when the quanta before first left the
+// hub: it skips ticks, and every quantum that changed the map and left was before next.
+func (h *Hub) onlyTicksLeft(next uint64, clockQuanta bool) bool {
+	return !clockQuanta && next > h.trimmedMap
+}
+
 // Subscription is one watcher's cursor.
 type Subscription struct {
 	h           *Hub
@@ -285,9 +292,7 @@ func (h *Hub) Subscribe(from *Position, clockQuanta bool) *Subscription {
 	}
 	s.at = *from
 	ahead := h.pos.Less(*from) && h.cfg.Follows
-	// Only clock ticks, which the subscriber skips, left the hub since from (see Next).
-	pastTicks := !clockQuanta && from.Seq >= h.trimmedMap
-	if from.Term == h.pos.Term && (from.Seq+1 >= h.first || pastTicks) && (from.Seq <= h.pos.Seq || ahead) {
+	if from.Term == h.pos.Term && (from.Seq+1 >= h.first || h.onlyTicksLeft(from.Seq+1, clockQuanta)) && (from.Seq <= h.pos.Seq || ahead) {
 		s.next, s.reinit = from.Seq+1, false
 	}
 	return s
@@ -309,8 +314,7 @@ func (s *Subscription) Next(ctx context.Context) (Quantum, error) {
 			s.reinit = s.at.Term != h.base.Term || s.at.Seq < h.base.Seq
 			s.next = s.at.Seq + 1
 		}
-		if !s.clockQuanta && !s.reinit && s.next < h.first && s.next > h.trimmedMap {
-			// Only clock ticks, which this subscriber skips, left the hub since its cursor.
+		if !s.reinit && s.next < h.first && h.onlyTicksLeft(s.next, s.clockQuanta) {
 			s.next, s.at = h.first, Position{Term: h.pos.Term, Seq: h.first - 1}
 		}
 		// A following hub sends no map older than the subscriber has: it waits to catch up.
