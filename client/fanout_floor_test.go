@@ -109,12 +109,10 @@ func (s *floorServer) send() {
 // floor runs n readers of a floorServer in a child process and measures, round by round,
 // the time from a message's sending to its receipt.
 func (f *relayFleet) floor(b *testing.B, n int, rounds []fanOutRound) []watcherResult {
-	tl := tlsOf(f.c.PKI.Config("distributor", "floor"))
-	server, err := mtls.Config{Cert: tl.Cert, Key: tl.Key, CA: tl.CA}.Load()
+	server, err := f.c.PKI.Config("distributor", "floor").Load()
 	require.NoError(b, err)
 	s := startFloor(b, server)
-	c := startWatcherChild(b, watcherSpec{Floor: s.ln.Addr().String(), N: n,
-		TLS: mtls.Config{Cert: f.routerTL.Cert, Key: f.routerTL.Key, CA: f.routerTL.CA}})
+	c := startWatcherChild(b, watcherSpec{Floor: s.ln.Addr().String(), N: n, TLS: f.router})
 	require.Eventually(b, func() bool { return s.connected() == n }, time.Minute, 10*time.Millisecond,
 		"the floor accepts every reader: %d of %d", s.connected(), n)
 	var res []watcherResult

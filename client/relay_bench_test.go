@@ -16,7 +16,6 @@ import (
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/client"
-	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/testchild"
 )
@@ -104,7 +103,7 @@ func (l *latencies) endedCount() int {
 // direct connects n raw watchers to the leader in this process and measures the
 // emission-to-receipt time of splits quanta.
 func (f *relayFleet) direct(b *testing.B, n, splits int) (p50, p99 time.Duration) {
-	src, err := mtls.Config{Cert: f.routerTL.Cert, Key: f.routerTL.Key, CA: f.routerTL.CA}.Load()
+	src, err := f.router.Load()
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(b.Context())
 	leader := f.c.Assigners()[0]
@@ -136,8 +135,7 @@ func (f *relayFleet) relayed(b *testing.B, n int, relays quantum.Distributors, r
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	c := startWatcherChild(b, watcherSpec{Relays: relays, N: n,
-		TLS: mtls.Config{Cert: f.routerTL.Cert, Key: f.routerTL.Key, CA: f.routerTL.CA}})
+	c := startWatcherChild(b, watcherSpec{Relays: relays, N: n, TLS: f.router})
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	var res []watcherResult

@@ -21,6 +21,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/distributor"
+	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
 // relayFleet is a cluster of one assigner (clustertest's), three distributors (the relays) and one node,
@@ -32,6 +33,7 @@ type relayFleet struct {
 	leader   *prometheus.Registry
 	routers  []*client.Router
 	routerTL client.TLS
+	router   mtls.Config // routerTL, for the raw watchers that load it themselves
 }
 
 func startRelayFleet(t testing.TB) *relayFleet { return startRelayFleetWith(t, nil) }
@@ -57,7 +59,8 @@ func startRelayFleetWith(t testing.TB, node func(*client.NodeConfig)) *relayFlee
 	defer cancel()
 	_, err := f.c.WaitConverged(ctx)
 	require.NoError(t, err, "the node holds the first map")
-	f.routerTL = tlsOf(f.c.PKI.Config("router", "fleet"))
+	f.router = f.c.PKI.Config("router", "fleet")
+	f.routerTL = tlsOf(f.router)
 	return f
 }
 
