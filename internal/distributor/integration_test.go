@@ -240,10 +240,10 @@ const nodes = 6
 // speed (make test runs the scenarios at full size without it too).
 var items = map[bool]int{false: 100_000, true: 10_000}[raceEnabled]
 
-// writes is how many writes the workload makes before the scenario's disruption, and again
+// writesAround is how many writes the workload makes before the scenario's disruption, and again
 // after it: under the race detector, which writes to etcd at a sixth of the speed, fewer,
 // so that a scenario's workload is seconds there too and not half a minute.
-var writes = int64(map[bool]int{false: 500, true: 200}[raceEnabled])
+var writesAround = int64(map[bool]int{false: 500, true: 200}[raceEnabled])
 
 // patience bounds every wait of a scenario. The waits end as soon as their condition holds
 // (seconds here); the bound is wide because CI machines are slower and busier than ours.
@@ -277,13 +277,13 @@ func (sc scenario) run(t *testing.T) {
 	start = time.Now()
 	w := startWorkload(t, c, items)
 	waitFor(t, patience, "the workload splits, merges and moves slices", func() bool {
-		return w.writes.Load() > writes && w.moves["split"].Load() > 3 && w.moves["merge"].Load() > 3 && w.moves["move"].Load() > 3
+		return w.writes.Load() > writesAround && w.moves["split"].Load() > 3 && w.moves["merge"].Load() > 3 && w.moves["move"].Load() > 3
 	})
 	if sc.during != nil {
 		sc.during(t, c)
 	}
 	before := w.writes.Load()
-	waitFor(t, patience, "more writes after the disruption", func() bool { return w.writes.Load() > before+writes })
+	waitFor(t, patience, "more writes after the disruption", func() bool { return w.writes.Load() > before+writesAround })
 	w.stop()
 	t.Logf("workload ran %s", time.Since(start))
 	start = time.Now()
