@@ -79,12 +79,7 @@ const (
 // does not serve key (the range moved, or the member is not its primary): the caller's
 // GRPCDialOptions interceptor tries the call again once its map has changed.
 func NotOwner(key []byte) error {
-	st, err := status.New(codes.FailedPrecondition, fmt.Sprintf("sliceplane: this member does not serve key %q now", key)).
-		WithDetails(&errdetails.ErrorInfo{Reason: notOwnerReason, Domain: errorDomain})
-	if err != nil {
-		return status.Error(codes.Internal, err.Error()) // only for a detail that cannot marshal
-	}
-	return st.Err()
+	return notOwnerStatus(fmt.Sprintf("sliceplane: this member does not serve key %q now", key)).Err()
 }
 
 // reasonOf returns the sliceplane reason of a status error, if it has one.

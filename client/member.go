@@ -13,27 +13,34 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
-// Application is what a service that keeps its own state implements to be a Member: it is
-// told which ranges of the key space it owns, and answers once it has done what owning them
-// takes. The member calls it from one goroutine, one call at a time, in order, each with a
-// context that ends when the map takes the range away (an acquire) or after
-// MemberConfig.CallTimeout; a call must return when its context ends.
+// Application is what a service that keeps its own state implements to be a Member: the
+// member tells it which ranges of the key space it owns, and it answers once it has done
+// what owning them takes.
 //
-// A call's range is a maximal run of points gained, lost or changing role: it may cover part
-// of the range of an earlier call, or several. A split or a merge of slices calls nothing.
+// Calls about one point of the key space come one at a time, in order; calls about
+// disjoint ranges may run at once (MemberConfig.ConcurrentCalls), so that a member given
+// many ranges at once, after another member died, loads them in parallel. Each call has a
+// context that ends when the map takes the range away while the application acquires it,
+// or after MemberConfig.CallTimeout; a call must return when its context ends.
+//
+// A call's range is a maximal run of adjacent points gained, lost or changing role alike:
+// it may cover part of the range of an earlier call, or several. A split or a merge of
+// slices calls nothing.
 type Application interface {
-	// Acquire makes r the application's, in role: it loads what serving r takes (a cache
-	// warmed, a table read, files fetched) and returns nil once it can serve r, or an error
-	// saying why it cannot, and then holds nothing of r. Until Acquire returns nil the
-	// member tells the assigner it is still loading r, so that the previous holders keep
-	// serving it (make-before-break); an acquire that failed is tried again after a backoff
-	// while the map still gives r.
+	// Acquire makes r the application's, in grant g. It loads what serving r takes (a cache
+	// warmed, a table read, files fetched) and returns nil once it can serve r; or it
+	// returns an error saying why it cannot, and then holds nothing of r. Until Acquire
+	// returns nil, the member tells the assigner that it still loads r, so that r's
+	// previous holders keep serving it (make-before-break). An acquire that failed is tried
+	// again after a backoff, while the map still gives r.
 	Acquire(ctx context.Context, r Range, g Grant) error
-	// Release gives r up: the application stops serving it and drops what it holds of it.
+	// Release gives r up: the application stops serving r and drops what it holds of it.
 	// The member takes r as released whatever Release returns.
 	Release(ctx context.Context, r Range) error
-	// ChangeRole makes r, which the application holds, its in role. The member takes r as
-	// changed whatever ChangeRole returns.
+	// ChangeRole makes g the grant of r, which the application holds: a promotion to
+	// primary (with a new fencing token), or a demotion, after which the application takes
+	// no more writes of r. The member takes a demotion as done whatever ChangeRole returns;
+	// a promotion that failed is tried again after a backoff.
 	ChangeRole(ctx context.Context, r Range, g Grant) error
 }
 
@@ -57,7 +64,8 @@ type MemberConfig struct {
 	App Application
 	// Roles is the cluster's role model, which the application acts on: RolesReplicas (the
 	// default: it holds every range as RoleReplica) or RolesPrimarySecondary (as RolePrimary
-	// or RoleSecondary). The assigners refuse a member whose model is not theirs (--roles).
+	// or RoleSecondary). An assigner whose model (--roles) is another refuses the member,
+	// and Run returns that error.
 	Roles string
 	// ReportInterval is the time between load reports; default 1 s.
 	ReportInterval time.Duration
@@ -72,9 +80,15 @@ type MemberConfig struct {
 	// CallTimeout bounds each call of App; default 30 s, the assigner's default handoff
 	// timeout, after which a handoff that waits for an acquire is rolled back anyway.
 	CallTimeout time.Duration
+	// ConcurrentCalls is how many calls of App may run at once, each about ranges the
+	// others do not touch; default 16. 1 makes every call wait for the one before.
+	ConcurrentCalls int
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultConcurrentCalls is MemberConfig.ConcurrentCalls's default.
+const DefaultConcurrentCalls = 16
 
 // Validate fills in the defaults of c and rejects a configuration no member can run with; it
 // does no I/O.
@@ -89,8 +103,9 @@ func (c *MemberConfig) Validate() error {
 		return errors.New("client: a member needs the assigners' addresses")
 	case c.Address == "":
 		return errors.New("client: a member needs its Address, where routers reach it")
-	case c.ReportInterval < 0 || c.CallTimeout < 0 || c.LeaseMargin < 0:
-		return fmt.Errorf("client: negative report interval %s, call timeout %s or lease margin %s", c.ReportInterval, c.CallTimeout, c.LeaseMargin)
+	case c.ReportInterval < 0 || c.CallTimeout < 0 || c.LeaseMargin < 0 || c.ConcurrentCalls < 0:
+		return fmt.Errorf("client: negative report interval %s, call timeout %s, lease margin %s or concurrent calls %d",
+			c.ReportInterval, c.CallTimeout, c.LeaseMargin, c.ConcurrentCalls)
 	}
 	roles, err := assignment.RoleModel(c.Roles)
 	if err != nil {
@@ -103,6 +118,9 @@ func (c *MemberConfig) Validate() error {
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 30 * time.Second
 	}
+	if c.ConcurrentCalls == 0 {
+		c.ConcurrentCalls = DefaultConcurrentCalls
+	}
 	if c.HotKeys == 0 {
 		c.HotKeys = 16
 	}
@@ -113,14 +131,17 @@ func (c *MemberConfig) Validate() error {
 }
 
 // Member is a process of a service that keeps its own state per key (a cache, a rate
-// limiter, a session host, a search shard) taking part in the map without a data path: it
-// registers, heartbeats, reports the load it serves (RecordLoad) and drains as a Node does,
-// watches the map, and tells its Application what it owns. Run drives it; the other methods
-// are safe to call at any time, from any goroutine.
+// limiter, a session host, a search shard) and takes part in the map without a data path:
+// it registers with the assigners, heartbeats, reports the load it serves (RecordLoad) and
+// drains, watches the map, and tells its Application which ranges it owns. Its request
+// handlers ask it whether it owns a key (Grant), or run a request under the key's grant
+// (Read, Write), which a call taking the grant away waits for. Run drives it; the other
+// methods are safe to call at any time, from any goroutine.
 type Member struct {
 	*participant
 	cfg    MemberConfig
 	router *Router
+	guards *guards
 	held   atomic.Int64 // ranges the application holds, for Drain
 }
 
@@ -139,19 +160,84 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 	}
 	p := newParticipant(participantConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Address, Labels: cfg.Labels,
 		Assigners: cfg.Assigners, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Roles: cfg.Roles, LeaseMargin: cfg.LeaseMargin, Logger: cfg.Logger}, src)
-	m := &Member{participant: p, cfg: cfg, router: router}
+	m := &Member{participant: p, cfg: cfg, router: router, guards: newGuards()}
 	p.holds = func() int { return int(m.held.Load()) }
 	return m, nil
 }
 
 // Leased reports whether the member may act as a primary now: in an exclusive cluster (the
 // assigner's --exclusive), whether its lease on primary roles is valid by its own count;
-// always in a cluster that is not. An application that checks it before a write of a
-// primary stops at its lease's end even while its demotion waits for a call in flight;
-// the fencing token covers the rest (a pause between the check and the write).
+// always in a cluster that is not. Grant and Write fold it in.
 func (m *Member) Leased() bool {
 	ok, _, _ := m.lease.valid(time.Now())
 	return ok
+}
+
+// Grant returns the grant in which the member's application serves key now, and whether it
+// serves it at all: it acquired the key's range (Acquire returned), and no call has begun
+// to take it away. A primary grant is given only while the member is leased (Leased): past
+// its lease, the key's range is reported as secondary until the member has demoted it.
+// An application that checks Grant before a write must order the write against its own
+// ChangeRole; Write does that for it.
+func (m *Member) Grant(key []byte) (Grant, bool) {
+	g, ok := m.guards.view.Load().find(Hash(key))
+	return m.leasedGrant(g), ok
+}
+
+// leasedGrant returns g, or a secondary grant for a primary one while the lease is not
+// valid.
+func (m *Member) leasedGrant(g Grant) Grant {
+	if g.Role == RolePrimary && !m.Leased() {
+		return Grant{Role: RoleSecondary}
+	}
+	return g
+}
+
+// Serving reports whether the member's application serves key now, in any role (Grant).
+func (m *Member) Serving(key []byte) bool {
+	_, ok := m.Grant(key)
+	return ok
+}
+
+// Read runs fn with the grant of key, if the member serves key now in any role; otherwise it
+// returns a *NotOwnerError (ErrNotOwner) and does not run fn. A release of key's range waits
+// until fn has returned, so that fn never reads data the application dropped meanwhile.
+func (m *Member) Read(key []byte, fn func(Grant) error) error {
+	return m.under(key, false, fn)
+}
+
+// Write runs fn with the grant of key, if the member may take writes of key now: it is the
+// primary of key's range and leased, or, in a cluster without roles, it serves the range.
+// Otherwise it returns a *NotOwnerError (ErrNotOwner) and does not run fn. A demotion or
+// release of key's range waits until fn has returned (at most MemberConfig.CallTimeout), so
+// that the next primary, promoted only once this one has demoted, sees every write this one
+// acknowledged. Write through the grant's fencing token (client/fence) where a paused
+// process could outlive its lease.
+func (m *Member) Write(key []byte, fn func(Grant) error) error {
+	return m.under(key, true, fn)
+}
+
+// under runs fn as Read (write false) or Write does.
+func (m *Member) under(key []byte, write bool, fn func(Grant) error) error {
+	h := Hash(key)
+	var have Grant
+	accept := func(g Grant, held bool) bool {
+		have = g
+		if held {
+			have = m.leasedGrant(g)
+		}
+		return held && (!write || have.Role == RolePrimary || have.Role == RoleReplica)
+	}
+	g, ok := m.guards.enter(h, write, accept)
+	if !ok {
+		e := &NotOwnerError{Key: key, Have: have}
+		if write && m.cfg.Roles == RolesPrimarySecondary {
+			e.Need = RolePrimary
+		}
+		return e
+	}
+	defer m.guards.leave(h, write)
+	return fn(m.leasedGrant(g))
 }
 
 // Router returns the member's router: the map it follows, for lookups (where to forward a
@@ -159,15 +245,24 @@ func (m *Member) Leased() bool {
 func (m *Member) Router() *Router { return m.router }
 
 // Run registers the member and tells its application what it owns until ctx ends; it
-// returns nil then. It runs once. To leave gracefully, call Drain while Run runs and end Run
-// once Drain returned. When Run returns, the application holds what it held: it should stop
-// serving.
+// returns nil then, or the error that stopped it (the assigners refused to register it: its
+// role model is not theirs, say). It runs once. To leave gracefully, call Drain while Run
+// runs and end Run once Drain returned. When Run returns, the application holds what it
+// held: it should stop serving.
 func (m *Member) Run(ctx context.Context) error { return m.run(ctx, "Member", m.follow) }
 
-// calling is a call handed to the application's goroutine, with its context.
-type calling struct {
-	c   appCall
-	ctx context.Context
+// result is an application's answer to call id.
+type result struct {
+	id  uint64
+	err error
+}
+
+// calls are the application's calls in flight, each on a goroutine of its own, and how to
+// cancel each.
+type calls struct {
+	wg      sync.WaitGroup
+	results chan result
+	cancel  map[uint64]context.CancelFunc
 }
 
 // follow follows the map and makes the calls ownership asks for, until ctx ends.
@@ -177,74 +272,86 @@ func (m *Member) follow(ctx context.Context) error {
 	rctx, stopRouter := context.WithCancel(ctx)
 	defer stopRouter()
 	wg.Go(func() { m.router.Run(rctx) }) //nolint:errcheck // it returns nil when rctx ends
-	calls, results := make(chan calling), make(chan error)
-	wg.Go(func() { m.serve(calls, results) })
-	defer close(calls)
 	views, stopViews := m.router.watchViews()
 	defer stopViews()
-	own := newOwnership()
-	var cancelCall context.CancelFunc = func() {}
-	defer func() { cancelCall() }()
+	own := newOwnership(m.cfg.ConcurrentCalls)
+	inflight := &calls{results: make(chan result), cancel: map[uint64]context.CancelFunc{}}
+	defer inflight.stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var leaseEnd time.Time
 	for {
 		select {
 		case <-views: // a new map, or new addresses (setMap of the same map changes nothing)
-			leaseEnd = m.reconcile(own, cancelCall, leaseEnd)
+			leaseEnd = m.reconcile(own, inflight, leaseEnd)
 		case <-m.lease.changed:
-			leaseEnd = m.reconcile(own, cancelCall, leaseEnd)
+			leaseEnd = m.reconcile(own, inflight, leaseEnd)
 		case <-timer.C: // a retry is due, or the lease ends
-			leaseEnd = m.reconcile(own, cancelCall, leaseEnd)
-		case err := <-results:
-			cancelCall()
-			m.answered(own, err)
-			own.done(err, time.Now())
+			leaseEnd = m.reconcile(own, inflight, leaseEnd)
+		case res := <-inflight.results:
+			inflight.cancel[res.id]()
+			delete(inflight.cancel, res.id)
+			m.answered(own, res)
+			own.done(res.id, res.err, time.Now())
 		case <-ctx.Done():
-			if own.busy != nil {
-				cancelCall()
-				<-results
-			}
 			return nil
 		}
-		c, ok := own.next(time.Now())
-		// Published once the call is in flight: a promotion counts as primary from its start.
+		started := own.next(time.Now())
+		// Published before the calls start: a promotion counts as primary from its start,
+		// and a demotion's requests stop before the application is told.
 		m.publish(own)
-		if ok {
-			cctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
-			cancelCall = cancel
-			calls <- calling{c: c, ctx: cctx}
+		for _, c := range started {
+			m.start(ctx, c, inflight)
 		}
 		timer.Reset(untilRetry(own, leaseEnd))
 	}
+}
+
+// start makes call c on a goroutine of its own.
+func (m *Member) start(ctx context.Context, c appCall, inflight *calls) {
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	inflight.cancel[c.id] = cancel
+	inflight.wg.Go(func() { inflight.results <- result{id: c.id, err: m.invoke(cctx, c)} })
+}
+
+// stop cancels the calls in flight and waits for them.
+func (c *calls) stop() {
+	for _, cancel := range c.cancel {
+		cancel()
+	}
+	go func() {
+		for range c.results { // the answers no one waits for any more
+		}
+	}()
+	c.wg.Wait()
+	close(c.results)
 }
 
 // errNotPromoted answers a call that would have made the application primary when, as it
 // came to be made, its context had ended or the member's lease had: the call was not made.
 var errNotPromoted = errors.New("client: not made primary: the call's context or the member's lease ended first")
 
-// serve makes the application's calls, one at a time, until calls is closed. A call that
-// would make the application primary is not made once its context or the lease has ended (a
-// process paused between deciding it and making it): ownership tries it again, if the map
-// still wants it.
-func (m *Member) serve(calls <-chan calling, results chan<- error) {
-	for cl := range calls {
-		var err error
-		r := rangeOf(cl.c.rng)
-		if cl.c.promotes() && (cl.ctx.Err() != nil || !m.Leased()) {
-			results <- errNotPromoted
-			continue
-		}
-		switch cl.c.kind {
-		case callAcquire:
-			err = m.cfg.App.Acquire(cl.ctx, r, cl.c.grant)
-		case callRelease:
-			err = m.cfg.App.Release(cl.ctx, r)
-		case callChangeRole:
-			err = m.cfg.App.ChangeRole(cl.ctx, r, cl.c.grant)
-		}
-		results <- err
+// invoke makes one call of the application. A call that would make the application primary
+// is not made once its context or the lease has ended (a process paused between deciding it
+// and making it): ownership tries it again, if the map still wants it. A call that takes a
+// grant away first waits for the requests running under it (Read, Write).
+func (m *Member) invoke(ctx context.Context, c appCall) error {
+	r := rangeOf(c.rng)
+	if c.promotes() && (ctx.Err() != nil || !m.Leased()) {
+		return errNotPromoted
 	}
+	if c.kind == callRelease || c.demotes {
+		if err := m.guards.wait(ctx, c.rng, c.kind == callRelease); err != nil {
+			m.log.Warn("the requests in flight did not end before the call's deadline; making it all the same", "call", c.String(), "err", err)
+		}
+	}
+	switch c.kind {
+	case callAcquire:
+		return m.cfg.App.Acquire(ctx, r, c.grant)
+	case callRelease:
+		return m.cfg.App.Release(ctx, r)
+	}
+	return m.cfg.App.ChangeRole(ctx, r, c.grant)
 }
 
 // LogLeaseEnded is the message a member logs when its lease on primary roles ended
@@ -252,14 +359,14 @@ func (m *Member) serve(calls <-chan calling, results chan<- error) {
 const LogLeaseEnded = "the lease on primary roles ended unrenewed: demoting the primary ranges"
 
 // reconcile takes the member's ranges of the map as they are now into own, cancelling the
-// call in flight if the map took its range away, and returns when the lease on primary
-// roles ends (zero: none runs); leaseEnd is what it returned last, so that a lease that
-// ended is said once.
-func (m *Member) reconcile(own *ownership, cancelCall context.CancelFunc, leaseEnd time.Time) time.Time {
+// calls in flight that the map made moot, and returns when the lease on primary roles ends
+// (zero: none runs); leaseEnd is what it returned last, so that a lease that ended is said
+// once.
+func (m *Member) reconcile(own *ownership, inflight *calls, leaseEnd time.Time) time.Time {
 	want, gen, list, end := m.owned(time.Now())
 	m.load.setSlices(list)
-	if own.setMap(want, gen) {
-		cancelCall()
+	for _, id := range own.setMap(want, gen) {
+		inflight.cancel[id]()
 	}
 	if end.IsZero() && !leaseEnd.IsZero() {
 		m.log.Warn(LogLeaseEnded, "ended", leaseEnd)
@@ -267,47 +374,49 @@ func (m *Member) reconcile(own *ownership, cancelCall context.CancelFunc, leaseE
 	return end
 }
 
-// answered logs what the application answered to the call in flight.
-func (m *Member) answered(own *ownership, err error) {
-	c := own.busy
+// answered logs what the application answered to call res.id: a change of what it owns at
+// info, a failure at warn (tried again) or error (taken as done all the same).
+func (m *Member) answered(own *ownership, res result) {
+	c := own.calls[res.id]
 	switch {
 	case c == nil:
-	case err == nil:
-		m.log.Debug("the application answered", "call", c.String(), "took", time.Since(c.since))
+	case res.err == nil:
+		m.log.Info("ownership changed", "call", c.String(), "took", time.Since(c.since))
 	case c.retried() && c.cancelled:
-		m.log.Info("a call ended: the map took the range or the role away", "call", c.String(), "err", err)
+		m.log.Info("a call ended: the map took the range or the role away", "call", c.String(), "err", res.err)
 	case c.retried():
-		m.log.Warn("the application could not take a range or its primary role; trying again after a backoff", "call", c.String(), "err", err)
+		m.log.Warn("the application could not take a range or its primary role; trying again after a backoff", "call", c.String(), "err", res.err)
 	default:
-		m.log.Error("the application failed a call; the member takes it as done", "call", c.String(), "err", err)
+		m.log.Error("the application failed a call; the member takes it as done", "call", c.String(), "err", res.err)
 	}
 }
 
-// owned returns the member's ranges in the router's map at now, by grant, the map's
-// generation, the slices the member holds in it, and when its lease on primary roles ends
-// (zero: it holds none, or the cluster gives no leases). Without a valid lease its primary
-// ranges are secondary: it demotes itself.
-func (m *Member) owned(now time.Time) (map[Grant]keyspace.Set, uint64, []Range, time.Time) {
+// owned returns the member's ranges in the router's map at now, in order, each with its
+// grant, the map's generation, the slices the member holds in it, and when its lease on
+// primary roles ends (zero: it holds none, or the cluster gives no leases). Without a valid
+// lease its primary ranges are secondary: it demotes itself.
+func (m *Member) owned(now time.Time) ([]granted, uint64, []Range, time.Time) {
 	v := m.router.view.Load()
 	if v == nil {
-		return map[Grant]keyspace.Set{}, 0, nil, time.Time{}
+		return nil, 0, nil, time.Time{}
 	}
 	id, primaries := assignment.NodeID(m.cfg.ID), m.cfg.Roles == RolesPrimarySecondary
 	leased, until, since := m.lease.valid(now)
 	// A view older than the lease's beginning may give roles that went to others meanwhile.
 	leased = leased && v.a.Generation() >= since
-	byGrant := map[Grant][]keyspace.Range{}
+	var want []granted
 	var list []Range
 	for _, s := range v.a.All() {
-		if s.Holds(id) {
-			g := grantOf(s, id, primaries, leased)
-			byGrant[g] = append(byGrant[g], s.Range)
-			list = append(list, rangeOf(s.Range))
+		if !s.Holds(id) {
+			continue
 		}
-	}
-	want := make(map[Grant]keyspace.Set, len(byGrant))
-	for g, rs := range byGrant {
-		want[g] = keyspace.NewSet(rs...)
+		g := grantOf(s, id, primaries, leased)
+		list = append(list, rangeOf(s.Range))
+		if n := len(want); n > 0 && want[n-1].grant == g && want[n-1].r.End == keyspace.At(s.Range.Start) {
+			want[n-1].r.End = s.Range.End
+			continue
+		}
+		want = append(want, granted{r: s.Range, grant: g})
 	}
 	if !leased {
 		until = time.Time{}
@@ -315,24 +424,41 @@ func (m *Member) owned(now time.Time) (map[Grant]keyspace.Set, uint64, []Range, 
 	return want, v.a.Generation(), list, until
 }
 
-// publish makes what the member holds and loads its heartbeats' and readers' view: what it
-// loads, holds as primary, and the map's generation; a range that finished loading or
-// stopped being primary brings the next heartbeat forward (a handoff waits for it).
+// publish makes what the member holds and loads its heartbeats', readers' and requests'
+// view: what it loads, serves, holds as primary, and the map's generation. A range that
+// finished loading or became primary brings the next heartbeat forward (a handoff waits for
+// it), and one that stopped being primary makes it go now (a promotion elsewhere waits for
+// it).
 func (m *Member) publish(own *ownership) {
 	before := m.pending.Load()
-	next := &loadingState{set: own.loading(), held: union(own.want), gen: own.gen, primaries: own.primaries()}
+	next := &loadingState{set: keyspace.NewSet(own.loading()...), held: keyspace.NewSet(own.given()...), gen: own.gen,
+		primaries: own.primaries()}
 	m.pending.Store(next)
-	m.held.Store(int64(len(own.holding().Ranges())))
-	if !before.set.Minus(next.set).Empty() || !pointsOf(before.primaries).Minus(pointsOf(next.primaries)).Empty() {
-		m.loadedSoon()
+	m.held.Store(int64(len(own.holding())))
+	m.guards.publish(own.serving())
+	was, is := pointsOf(before.primaries), pointsOf(next.primaries)
+	switch {
+	case !was.Minus(is).Empty():
+		m.askAssigner()
+	case !before.set.Minus(next.set).Empty() || !is.Minus(was).Empty():
+		m.loadedSoon() // the old primary of a range this one took lets go once it hears
 	}
+}
+
+// pointsOf returns the points of rs.
+func pointsOf(rs []primaryRange) keyspace.Set {
+	ks := make([]keyspace.Range, len(rs))
+	for i, p := range rs {
+		ks[i] = p.r
+	}
+	return keyspace.NewSet(ks...)
 }
 
 // untilRetry returns how long to wait before a failed acquire is due or the lease ends
 // (zero: none runs), or long.
 func untilRetry(own *ownership, leaseEnd time.Time) time.Duration {
 	wait := time.Hour
-	if at, ok := own.wake(); ok {
+	if at, ok := own.wake(); ok && own.free() > 0 {
 		wait = max(time.Until(at), 0)
 	}
 	if !leaseEnd.IsZero() {

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -18,15 +17,19 @@ const (
 	callChangeRole
 )
 
-// appCall is one call of the application: Acquire or ChangeRole of Range in Grant, or
-// Release.
+// appCall is one call of the application: Acquire or ChangeRole of rng in grant, or Release
+// of rng.
 type appCall struct {
+	id    uint64 // numbers the calls of one ownership, from 1
 	kind  callKind
 	rng   keyspace.Range
 	grant Grant
-	since time.Time // when it was started
-	// cancelled says the map took the range away while the call ran: its failure is no
-	// failure of the application's.
+	// demotes says the call takes the primary role from the application: a release or a
+	// role change of points it holds as primary. Writes of those points wait for it.
+	demotes bool
+	since   time.Time // when it was started
+	// cancelled says the map took the range, or the role it makes, away while the call ran:
+	// its failure is no failure of the application's.
 	cancelled bool
 }
 
@@ -47,27 +50,74 @@ func (c appCall) String() string {
 	return fmt.Sprintf("change %s to %s", c.rng, c.grant)
 }
 
+// granted is a run of points the map gives the member in one grant.
+type granted struct {
+	r     keyspace.Range
+	grant Grant
+}
+
+// seg is a run of points that the map gives the member, or that its application holds, or
+// that a call is about, alike in all four: the grant the map gives them (want; the zero
+// Grant for none), the grant the application holds them in (held; zero for none), the call
+// in flight about them (0 for none), and when a failed acquire or promotion of them may be
+// tried again (zero: none failed).
+type seg struct {
+	r       keyspace.Range
+	want    Grant
+	held    Grant
+	call    uint64
+	retryAt time.Time
+}
+
+// alike reports whether s and t differ in their range only.
+func (s seg) alike(t seg) bool {
+	return s.want == t.want && s.held == t.held && s.call == t.call && s.retryAt.Equal(t.retryAt)
+}
+
+// idle reports whether s is nothing to the member: not given, not held, no call about it.
+func (s seg) idle() bool { return s.want.Role == 0 && s.held.Role == 0 && s.call == 0 }
+
+// kind returns the call that would bring s's points to their grant, and its urgency (lower
+// first: 0 for none): a demotion first, as the successor's promotion waits for it (a release
+// of points held as primary is one), then a promotion, then an acquire, then a release.
+func (s seg) kind() (callKind, int) {
+	switch {
+	case s.held == s.want:
+		return 0, 0
+	case s.want.Role == 0 && s.held.Role == RolePrimary:
+		return callRelease, 1
+	case s.want.Role == 0:
+		return callRelease, 4
+	case s.held.Role == 0:
+		return callAcquire, 3
+	case s.want.Role == RolePrimary:
+		return callChangeRole, 2
+	}
+	return callChangeRole, 1
+}
+
 // ownership reconciles what the map gives a member with what its application holds. It is
 // passive and deterministic, as the assigner's core is: the member's loop steps in the
 // member's ranges of each map (setMap), the application's answers (done) and the time, and
-// asks it for the next call to make (next), one at a time, so that the application sees its
-// calls in order, from one goroutine.
+// asks it for the calls to make (next), up to limit at once.
 //
-// Ranges are sets of points, not slices: a split or merge of slices the member holds calls
-// nothing, and a call's range is a maximal run of points gained, lost or changing role, which
-// may cover part of an earlier call's range, or several. An Acquire that fails holds nothing,
-// and is tried again after a backoff while the map still gives the range; meanwhile the range
-// counts as loading, so the assigner does not count the member as serving it.
+// Its state is a sorted list of segments, each a run of points alike in what the map gives,
+// what the application holds and the call about them; every step costs O(segments), the
+// member's share of the map, whatever the number of calls. Calls in flight are about
+// disjoint points, so the application may make them in parallel: every point sees its calls
+// one at a time, in order. A call's range is a maximal run of adjacent points needing the
+// same call: a split or merge of slices the member holds calls nothing, and a call may cover
+// part of an earlier call's range, or several. An Acquire that fails holds nothing, and is
+// tried again after a backoff while the map still gives the range; meanwhile the range counts
+// as loading, so the assigner does not count the member as serving it.
 type ownership struct {
-	want map[Grant]keyspace.Set // by the last map
-	gen  uint64                 // of the last map
-	held map[Grant]keyspace.Set // what the application holds: acquired, not released
-	busy *appCall               // the call in flight
-	// retryAt is when acquires that failed are tried again; backoff the wait after the next
-	// failure.
-	retryAt time.Time
+	segs  []seg
+	gen   uint64              // of the last map
+	calls map[uint64]*appCall // in flight, by id
+	last  uint64              // the id of the last call started
+	limit int                 // calls in flight at once, at most
+	// backoff is the wait after the next failed acquire or promotion.
 	backoff time.Duration
-	failed  keyspace.Set // the points whose last acquire failed
 }
 
 // Bounds of the backoff between failed acquires.
@@ -76,110 +126,239 @@ const (
 	maxAcquireBackoff = 10 * time.Second
 )
 
-func newOwnership() *ownership {
-	return &ownership{want: map[Grant]keyspace.Set{}, held: map[Grant]keyspace.Set{}, backoff: minAcquireBackoff}
+// newOwnership returns an ownership that makes at most limit calls at once (at least one).
+func newOwnership(limit int) *ownership {
+	return &ownership{calls: map[uint64]*appCall{}, limit: max(limit, 1), backoff: minAcquireBackoff}
 }
 
-// setMap takes the member's ranges, by role, of the map of generation gen. It reports
-// whether the call in flight should be cancelled: an acquire of points the map no longer
-// gives in that role.
-func (o *ownership) setMap(want map[Grant]keyspace.Set, gen uint64) (cancel bool) {
-	o.want, o.gen = want, gen
-	o.failed = o.failed.Intersect(union(want)) // what the map took away is not retried
-	if o.busy == nil || o.busy.kind == callRelease || o.busy.cancelled {
-		return false
+// setMap takes the member's ranges of the map of generation gen, sorted and disjoint. It
+// returns the calls in flight to cancel: an acquire or promotion of points the map no
+// longer gives, or a promotion of points it no longer gives as that primary. An acquire in
+// another role than the map gives now goes on: it is the change of role that follows.
+func (o *ownership) setMap(want []granted, gen uint64) (cancel []uint64) {
+	o.gen = gen
+	o.segs = overlay(o.segs, want)
+	for _, s := range o.segs {
+		c := o.calls[s.call]
+		if c == nil || c.cancelled || !c.retried() {
+			continue
+		}
+		if s.want.Role == 0 || c.promotes() && s.want != c.grant {
+			c.cancelled = true
+			cancel = append(cancel, c.id)
+		}
 	}
-	r := keyspace.NewSet(o.busy.rng)
-	o.busy.cancelled = !r.Minus(o.want[o.busy.grant]).Empty()
-	return o.busy.cancelled
+	return cancel
 }
 
-// done takes the application's answer to the call in flight at now: nil, or the error it
-// failed with. An acquire that failed (or was cancelled) holds nothing; a promotion that
-// failed leaves the points in their old grant; both are tried again after a backoff while
-// the map still wants them. A release or a demotion is done whatever it says (the
-// application answers for what it holds, and must not go on acting as primary).
-func (o *ownership) done(err error, now time.Time) {
-	c := o.busy
-	o.busy = nil
+// overlay returns the segments of old with the grants of want: every point of either, its
+// want from want (none where want has none: what the map took away is not tried again)
+// and the rest from old, coalesced.
+func overlay(old []seg, want []granted) []seg {
+	bounds := make([]keyspace.Bound, 0, 2*(len(old)+len(want)))
+	for _, s := range old {
+		bounds = append(bounds, keyspace.At(s.r.Start), s.r.End)
+	}
+	for _, w := range want {
+		bounds = append(bounds, keyspace.At(w.r.Start), w.r.End)
+	}
+	slices.SortFunc(bounds, keyspace.Bound.Compare)
+	bounds = slices.Compact(bounds)
+	out := make([]seg, 0, len(bounds))
+	i, j := 0, 0
+	for k := 0; k+1 < len(bounds); k++ {
+		p := bounds[k].Point() // only the last bound can be the end of the space
+		for i < len(old) && !old[i].r.End.After(p) {
+			i++
+		}
+		for j < len(want) && !want[j].r.End.After(p) {
+			j++
+		}
+		var s seg
+		if i < len(old) && old[i].r.Contains(p) {
+			s = old[i]
+		}
+		s.want = Grant{}
+		if j < len(want) && want[j].r.Contains(p) {
+			s.want = want[j].grant
+		}
+		if s.want.Role == 0 || s.want == s.held {
+			s.retryAt = time.Time{} // nothing left to try again
+		}
+		if s.idle() {
+			continue
+		}
+		s.r = keyspace.Range{Start: p, End: bounds[k+1]}
+		out = append(out, s)
+	}
+	return coalesce(out)
+}
+
+// coalesce joins adjacent segments that are alike, and drops idle ones, in place.
+func coalesce(segs []seg) []seg {
+	out := segs[:0]
+	for _, s := range segs {
+		if s.idle() {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].alike(s) && out[n-1].r.End == keyspace.At(s.r.Start) {
+			out[n-1].r.End = s.r.End
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// done takes the application's answer to call id at now: nil, or the error it failed with. An
+// acquire that failed (or was cancelled) holds nothing; a promotion that failed leaves the
+// points in their old grant; both are tried again after a backoff while the map still wants
+// them. A release or a demotion is done whatever it says (the application answers for what
+// it holds, and must not go on acting as primary).
+func (o *ownership) done(id uint64, err error, now time.Time) {
+	c := o.calls[id]
 	if c == nil {
 		return
 	}
-	r := keyspace.NewSet(c.rng)
+	delete(o.calls, id)
+	failed := err != nil && c.retried() && !c.cancelled
+	for i := range o.segs {
+		s := &o.segs[i]
+		if s.call != id {
+			continue
+		}
+		s.call = 0
+		switch {
+		case c.kind == callRelease:
+			s.held = Grant{}
+		case err != nil && c.retried() && c.cancelled:
+			// Cancelled, as the map took the range away: nothing failed.
+		case failed:
+			s.retryAt = now.Add(o.backoff)
+		default: // an acquire or a role change that succeeded, or a demotion
+			s.held, s.retryAt = c.grant, time.Time{}
+		}
+	}
+	o.segs = coalesce(o.segs)
 	switch {
-	case c.kind == callRelease:
-		for g, h := range o.held {
-			o.held[g] = h.Minus(r)
-		}
-	case err != nil && c.retried() && c.cancelled:
-		// Cancelled, as the map took the range away: nothing failed.
-	case err != nil && c.retried():
-		o.failed = o.failed.Union(r)
-		o.retryAt = now.Add(o.backoff)
+	case failed:
 		o.backoff = min(2*o.backoff, maxAcquireBackoff)
-	default: // an acquire or a role change that succeeded, or a demotion
-		for g, h := range o.held {
-			o.held[g] = h.Minus(r)
-		}
-		o.held[c.grant] = o.held[c.grant].Union(r)
-		o.failed = o.failed.Minus(r)
-		if o.failed.Empty() {
-			o.backoff = minAcquireBackoff
-		}
+	case !slices.ContainsFunc(o.segs, func(s seg) bool { return !s.retryAt.IsZero() }):
+		o.backoff = minAcquireBackoff
 	}
 }
 
-// next returns the next call to make at now, if one is due and none is in flight, and marks
-// it in flight: releases first (what the map no longer gives in any role), then role
-// changes, then acquires (promotions and acquires that failed not before retryAt).
-func (o *ownership) next(now time.Time) (appCall, bool) {
-	if o.busy != nil {
-		return appCall{}, false
-	}
-	all := union(o.want)
-	if r, ok := first(union(o.held).Minus(all)); ok {
-		return o.start(appCall{kind: callRelease, rng: r, since: now}), true
-	}
-	for _, g := range grants(o.want) {
-		// Points held in another role, or with another token: they change role.
-		change := o.want[g].Intersect(union(o.held).Minus(o.held[g]))
-		if g.Role == RolePrimary && now.Before(o.retryAt) {
-			change = change.Minus(o.failed)
-		}
-		if r, ok := first(change); ok {
-			return o.start(appCall{kind: callChangeRole, rng: r, grant: g, since: now}), true
+// next returns the calls to make at now, most urgent first (see seg.kind), up to the limit
+// of calls in flight, and marks them in flight. An acquire or promotion that failed is not
+// tried again before its retryAt.
+func (o *ownership) next(now time.Time) []appCall {
+	var out []appCall
+	for urgency := 1; urgency <= 4 && len(o.calls) < o.limit; urgency++ {
+		for i := 0; i < len(o.segs) && len(o.calls) < o.limit; {
+			n := o.run(i, urgency, now)
+			if n == 0 {
+				i++
+				continue
+			}
+			out = append(out, o.start(i, n, now))
+			i += n
 		}
 	}
-	for _, g := range grants(o.want) {
-		gained := o.want[g].Minus(union(o.held))
-		if now.Before(o.retryAt) {
-			gained = gained.Minus(o.failed)
-		}
-		if r, ok := first(gained); ok {
-			return o.start(appCall{kind: callAcquire, rng: r, grant: g, since: now}), true
-		}
-	}
-	return appCall{}, false
+	return out
 }
 
-func (o *ownership) start(c appCall) appCall {
-	o.busy = &c
-	return c
+// run returns how many segments from i on make one call of the given urgency at now: a run
+// of adjacent ones free of calls that need the same call to the same grant; 0 if segment i
+// needs no such call now.
+func (o *ownership) run(i, urgency int, now time.Time) int {
+	due := func(s seg) bool {
+		kind, u := s.kind()
+		gated := (kind == callAcquire || s.want.Role == RolePrimary) && now.Before(s.retryAt)
+		return u == urgency && s.call == 0 && !gated
+	}
+	first := o.segs[i]
+	if !due(first) {
+		return 0
+	}
+	kind, _ := first.kind()
+	n := 1
+	for ; i+n < len(o.segs); n++ {
+		s, prev := o.segs[i+n], o.segs[i+n-1]
+		if k, _ := s.kind(); !due(s) || k != kind || s.want != first.want || prev.r.End != keyspace.At(s.r.Start) {
+			break
+		}
+	}
+	return n
 }
 
-// wake returns when a failed acquire or promotion is due again, if one waits.
+// start marks the n segments from i in flight in one call, and returns it.
+func (o *ownership) start(i, n int, now time.Time) appCall {
+	o.last++
+	first, end := o.segs[i], o.segs[i+n-1].r.End
+	kind, _ := first.kind()
+	c := &appCall{id: o.last, kind: kind, rng: keyspace.Range{Start: first.r.Start, End: end}, grant: first.want, since: now}
+	for k := i; k < i+n; k++ {
+		o.segs[k].call = c.id
+		c.demotes = c.demotes || o.segs[k].held.Role == RolePrimary && !c.promotes()
+	}
+	o.calls[c.id] = c
+	return *c
+}
+
+// free reports how many more calls may be in flight.
+func (o *ownership) free() int { return o.limit - len(o.calls) }
+
+// wake returns when the first failed acquire or promotion is due again, if one waits.
 func (o *ownership) wake() (time.Time, bool) {
-	var notYet keyspace.Set // points the map wants in a grant they are not held in
-	for g, s := range o.want {
-		notYet = notYet.Union(s.Minus(o.held[g]))
+	var first time.Time
+	for _, s := range o.segs {
+		if s.retryAt.IsZero() || s.call != 0 {
+			continue
+		}
+		if first.IsZero() || s.retryAt.Before(first) {
+			first = s.retryAt
+		}
 	}
-	return o.retryAt, !notYet.Intersect(o.failed).Empty() && o.busy == nil
+	return first, !first.IsZero()
+}
+
+// ranges returns the ranges of the segments that keep, adjacent ones joined.
+func (o *ownership) ranges(keep func(seg) bool) []keyspace.Range {
+	var out []keyspace.Range
+	for _, s := range o.segs {
+		if !keep(s) {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].End == keyspace.At(s.r.Start) {
+			out[n-1].End = s.r.End
+			continue
+		}
+		out = append(out, s.r)
+	}
+	return out
 }
 
 // loading returns the points the map gives that the application does not hold yet: the
 // assigner must not count the member as serving them. A point that changes role is served
 // meanwhile, in its old role.
-func (o *ownership) loading() keyspace.Set { return union(o.want).Minus(union(o.held)) }
+func (o *ownership) loading() []keyspace.Range {
+	return o.ranges(func(s seg) bool { return s.want.Role != 0 && s.held.Role == 0 })
+}
+
+// holding returns the points the application holds, in any role.
+func (o *ownership) holding() []keyspace.Range {
+	return o.ranges(func(s seg) bool { return s.held.Role != 0 })
+}
+
+// given returns the points the map gives the member, in any role.
+func (o *ownership) given() []keyspace.Range {
+	return o.ranges(func(s seg) bool { return s.want.Role != 0 })
+}
+
+// failed returns the points whose last acquire or promotion failed.
+func (o *ownership) failed() []keyspace.Range {
+	return o.ranges(func(s seg) bool { return !s.retryAt.IsZero() })
+}
 
 // primaries returns the points the member reports holding as primary: those the application
 // holds as primary, and those of a call in flight that makes it primary (it may act as one
@@ -187,15 +366,41 @@ func (o *ownership) loading() keyspace.Set { return union(o.want).Minus(union(o.
 // report leaves it out (I10).
 func (o *ownership) primaries() []primaryRange {
 	var out []primaryRange
-	for _, g := range grants(o.held) {
-		if g.Role == RolePrimary {
-			for _, r := range o.held[g].Ranges() {
-				out = append(out, primaryRange{r: r, token: g.Token})
-			}
+	for _, s := range o.segs {
+		token, ok := s.held.Token, s.held.Role == RolePrimary
+		if c := o.calls[s.call]; c != nil && c.promotes() {
+			token, ok = c.grant.Token, true
 		}
+		if !ok {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].token == token && out[n-1].r.End == keyspace.At(s.r.Start) {
+			out[n-1].r.End = s.r.End
+			continue
+		}
+		out = append(out, primaryRange{r: s.r, token: token})
 	}
-	if c := o.busy; c != nil && c.promotes() {
-		out = append(out, primaryRange{r: c.rng, token: c.grant.Token})
+	return out
+}
+
+// serving returns the grant in which the application serves each of its points now: what
+// it holds, but none from the start of a release and the new role from the start of a
+// demotion (requests wait for neither); an acquire or promotion counts once it returned.
+func (o *ownership) serving() []granted {
+	var out []granted
+	for _, s := range o.segs {
+		g := s.held
+		if c := o.calls[s.call]; c != nil && (c.kind == callRelease || c.demotes) {
+			g = c.grant
+		}
+		if g.Role == 0 {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].grant == g && out[n-1].r.End == keyspace.At(s.r.Start) {
+			out[n-1].r.End = s.r.End
+			continue
+		}
+		out = append(out, granted{r: s.r, grant: g})
 	}
 	return out
 }
@@ -204,48 +409,4 @@ func (o *ownership) primaries() []primaryRange {
 type primaryRange struct {
 	r     keyspace.Range
 	token uint64
-}
-
-// pointsOf returns the points of rs.
-func pointsOf(rs []primaryRange) keyspace.Set {
-	var out keyspace.Set
-	for _, p := range rs {
-		out = out.Union(keyspace.NewSet(p.r))
-	}
-	return out
-}
-
-// holding returns the points the application holds, in any role.
-func (o *ownership) holding() keyspace.Set { return union(o.held) }
-
-// union returns the points of every set of m.
-func union(m map[Grant]keyspace.Set) keyspace.Set {
-	var out keyspace.Set
-	for _, s := range m {
-		out = out.Union(s)
-	}
-	return out
-}
-
-// grants returns the grants of m, in order, for a deterministic choice.
-func grants(m map[Grant]keyspace.Set) []Grant {
-	out := make([]Grant, 0, len(m))
-	for g := range m {
-		out = append(out, g)
-	}
-	slices.SortFunc(out, func(a, b Grant) int {
-		if c := cmp.Compare(a.Role, b.Role); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Token, b.Token)
-	})
-	return out
-}
-
-// first returns the first range of s.
-func first(s keyspace.Set) (keyspace.Range, bool) {
-	if s.Empty() {
-		return keyspace.Range{}, false
-	}
-	return s.Ranges()[0], true
 }

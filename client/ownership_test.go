@@ -1,8 +1,10 @@
 package client
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,18 +23,21 @@ import (
 // Commands (points are two hex digits, the top byte of the hash: 40-80 is [0x40.., 0x80..),
 // c0-end runs to the end of the space):
 //
-//	map gen=G         input: "ROLE RANGE" lines (replica, primary, secondary); prints a
-//	                  cancel of the call in flight
-//	next [+D]         D passes (default none), then the next call, if one is due
-//	done [err=E]      the application's answer to the call in flight
-//	state             what the application holds, what loads, and what the member reports
-//	                  holding as primary
+//	limit n=N         start over with an ownership that makes at most N calls at once
+//	                  (each script starts with 1)
+//	map gen=G         input: "ROLE RANGE" lines (replica, primary[:TOKEN], secondary); prints
+//	                  the calls in flight it cancels
+//	next [+D]         D passes (default none), then the calls due, each "#ID call"
+//	done [call=ID] [err=E]
+//	                  the application's answer to call ID (default: the only one in flight)
+//	state             what the application holds, loads and serves, what failed, and what the
+//	                  member reports holding as primary
 func TestOwnership(t *testing.T) {
 	datadriven.Walk(t, "testdata/ownership", func(t *testing.T, path string) {
-		o := newOwnership()
+		o := newOwnership(1)
 		now := time.Unix(0, 0)
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
-			out, err := ownershipStep(t, o, &now, d)
+			out, err := ownershipStep(t, &o, &now, d)
 			if err != nil {
 				return "error: " + err.Error() + "\n"
 			}
@@ -41,36 +46,15 @@ func TestOwnership(t *testing.T) {
 	})
 }
 
-func ownershipStep(t *testing.T, o *ownership, now *time.Time, d *datadriven.TestData) (string, error) {
+func ownershipStep(t *testing.T, o **ownership, now *time.Time, d *datadriven.TestData) (string, error) {
 	switch d.Cmd {
-	case "map":
-		var gen uint64
-		d.ScanArgs(t, "gen", &gen)
-		want := map[Grant]keyspace.Set{}
-		for line := range strings.Lines(d.Input) {
-			f := strings.Fields(line)
-			roles := map[string]Role{"replica": RoleReplica, "primary": RolePrimary, "secondary": RoleSecondary}
-			name, token, _ := strings.Cut(f[0], ":") // primary:TOKEN
-			g := Grant{Role: roles[name]}
-			if token != "" {
-				var err error
-				if g.Token, err = strconv.ParseUint(token, 10, 64); err != nil {
-					return "", err
-				}
-			}
-			if len(f) != 2 || g.Role == 0 {
-				return "", fmt.Errorf("want \"replica|primary[:TOKEN]|secondary RANGE\", got %q", line)
-			}
-			r, err := parseTestRange(f[1])
-			if err != nil {
-				return "", err
-			}
-			want[g] = want[g].Union(keyspace.NewSet(r))
-		}
-		if o.setMap(want, gen) {
-			return "cancel the call in flight\n", nil
-		}
+	case "limit":
+		var n int
+		d.ScanArgs(t, "n", &n)
+		*o = newOwnership(n)
 		return "ok\n", nil
+	case "map":
+		return mapStep(t, *o, d)
 	case "next":
 		if len(d.CmdArgs) > 0 {
 			dur, err := time.ParseDuration(strings.TrimPrefix(d.CmdArgs[0].Key, "+"))
@@ -79,31 +63,99 @@ func ownershipStep(t *testing.T, o *ownership, now *time.Time, d *datadriven.Tes
 			}
 			*now = now.Add(dur)
 		}
-		c, ok := o.next(*now)
-		if !ok {
-			if at, waits := o.wake(); waits {
+		calls := (*o).next(*now)
+		if len(calls) == 0 {
+			if at, waits := (*o).wake(); waits {
 				return fmt.Sprintf("none; retry at +%s\n", at.Sub(time.Unix(0, 0))), nil
 			}
 			return "none\n", nil
 		}
-		return c.String() + "\n", nil
+		var out strings.Builder
+		for _, c := range calls {
+			fmt.Fprintf(&out, "#%d %s\n", c.id, c)
+		}
+		return out.String(), nil
 	case "done":
-		var err error
-		if d.HasArg("err") {
-			var msg string
-			d.ScanArgs(t, "err", &msg)
-			err = errors.New(msg)
-		}
-		o.done(err, *now)
-		return "ok\n", nil
+		return doneStep(t, *o, *now, d)
 	case "state":
-		out := fmt.Sprintf("gen %d\nheld %s\nloading %s\nfailed %s\n", o.gen, o.holding(), o.loading(), o.failed)
-		for _, p := range o.primaries() {
-			out += fmt.Sprintf("primary %s token %d\n", p.r, p.token)
-		}
-		return out, nil
+		return ownershipState(*o), nil
 	}
 	return "", fmt.Errorf("unknown command %q", d.Cmd)
+}
+
+// mapStep steps a map in: its input lines, sorted, each point once.
+func mapStep(t *testing.T, o *ownership, d *datadriven.TestData) (string, error) {
+	var gen uint64
+	d.ScanArgs(t, "gen", &gen)
+	var want []granted
+	for line := range strings.Lines(d.Input) {
+		f := strings.Fields(line)
+		roles := map[string]Role{"replica": RoleReplica, "primary": RolePrimary, "secondary": RoleSecondary}
+		name, token, _ := strings.Cut(f[0], ":") // primary:TOKEN
+		g := Grant{Role: roles[name]}
+		if token != "" {
+			var err error
+			if g.Token, err = strconv.ParseUint(token, 10, 64); err != nil {
+				return "", err
+			}
+		}
+		if len(f) != 2 || g.Role == 0 {
+			return "", fmt.Errorf("want \"replica|primary[:TOKEN]|secondary RANGE\", got %q", line)
+		}
+		r, err := parseTestRange(f[1])
+		if err != nil {
+			return "", err
+		}
+		want = append(want, granted{r: r, grant: g})
+	}
+	slices.SortFunc(want, func(a, b granted) int { return cmp.Compare(a.r.Start, b.r.Start) })
+	cancel := o.setMap(want, gen)
+	if len(cancel) == 0 {
+		return "ok\n", nil
+	}
+	var out strings.Builder
+	for _, id := range cancel {
+		fmt.Fprintf(&out, "cancel #%d\n", id)
+	}
+	return out.String(), nil
+}
+
+// doneStep answers a call in flight.
+func doneStep(t *testing.T, o *ownership, now time.Time, d *datadriven.TestData) (string, error) {
+	var err error
+	if d.HasArg("err") {
+		var msg string
+		d.ScanArgs(t, "err", &msg)
+		err = errors.New(msg)
+	}
+	var id uint64
+	switch {
+	case d.HasArg("call"):
+		d.ScanArgs(t, "call", &id)
+	case len(o.calls) == 1:
+		for id = range o.calls {
+		}
+	default:
+		return "", fmt.Errorf("%d calls in flight: say which (call=ID)", len(o.calls))
+	}
+	if o.calls[id] == nil {
+		return "", fmt.Errorf("no call #%d in flight", id)
+	}
+	o.done(id, err, now)
+	return "ok\n", nil
+}
+
+// ownershipState prints what ownership holds, loads, serves and reports.
+func ownershipState(o *ownership) string {
+	set := func(rs []keyspace.Range) keyspace.Set { return keyspace.NewSet(rs...) }
+	out := fmt.Sprintf("gen %d\nheld %s\nloading %s\nfailed %s\n", o.gen, set(o.holding()), set(o.loading()), set(o.failed()))
+	for _, g := range o.serving() {
+		out += fmt.Sprintf("serves %s as %s\n", g.r, g.grant)
+	}
+	for _, p := range o.primaries() {
+		out += fmt.Sprintf("primary %s token %d\n", p.r, p.token)
+	}
+	return out
 }
 
 // parseTestRange reads "40-80" or "c0-end".

@@ -33,6 +33,8 @@ type primaries struct {
 	exclusive bool
 	leased    map[string]func() bool
 	given     map[uint64]time.Time // start -> when some member last gave up the primary role of a range starting there
+	// ordered checks that every release comes after the range's new primary took the role.
+	ordered bool
 }
 
 func (p *primaries) take(id string, r keyspace.Range) {
@@ -61,6 +63,26 @@ func (p *primaries) give(id string, r keyspace.Range) {
 		p.given[r.Start] = time.Now() // a demotion, or the release of a primary
 	}
 	p.by[id] = p.by[id].Minus(keyspace.NewSet(r))
+}
+
+// release records that member id released r: it must have handed its primary role over
+// first, and r's new primary must have taken it, if releases are checked (ordered), so that
+// a new primary can still catch up from the old one.
+func (p *primaries) release(id string, r keyspace.Range) {
+	p.mu.Lock()
+	if p.ordered {
+		var others keyspace.Set
+		for other, held := range p.by {
+			if other != id {
+				others = others.Union(held)
+			}
+		}
+		if missing := keyspace.NewSet(r).Minus(others); !missing.Empty() {
+			p.violations = append(p.violations, fmt.Sprintf("%s released %s before a new primary took %s", id, r, missing))
+		}
+	}
+	p.mu.Unlock()
+	p.give(id, r)
 }
 
 // givenAt returns when a member last gave up the primary role of a range starting at start.
@@ -127,7 +149,7 @@ func (a *roleApp) Acquire(_ context.Context, r client.Range, g client.Grant) err
 }
 
 func (a *roleApp) Release(_ context.Context, r client.Range) error {
-	a.check.give(a.id, keyspaceRange(r))
+	a.check.release(a.id, keyspaceRange(r))
 	return nil
 }
 
@@ -146,8 +168,9 @@ func (a *roleApp) ChangeRole(ctx context.Context, r client.Range, g client.Grant
 
 // TestPrimariesMoveGracefully runs three members in a cluster with primary and secondary
 // roles, moves the primaries of one of them by operator moves and a drain, and checks that
-// no two applications ever held a point as primary at once, and that every point has a
-// primary once the moves are done.
+// no two applications ever held a point as primary at once, that no member released a range
+// before its new primary had taken the role, and that every point has a primary once the
+// moves are done.
 func TestPrimariesMoveGracefully(t *testing.T) {
 	t.Run("default", func(t *testing.T) { primariesMoveGracefully(t, false) })
 	t.Run("exclusive", func(t *testing.T) { primariesMoveGracefully(t, true) })
@@ -158,12 +181,14 @@ func TestPrimariesMoveGracefully(t *testing.T) {
 func primariesMoveGracefully(t *testing.T, exclusive bool) {
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
 		cfg.Core.Roles, cfg.Core.Exclusive = assigner.RolesPrimarySecondary, exclusive
-		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 20*time.Second, 200*time.Millisecond
+		// A linger this short ends a handoff as soon as the new primary is promoted: the old
+		// primary's release then waits only for the new one's claim of the role.
+		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 20*time.Second, time.Millisecond
 		// The first map waits for the three members: made before m1 registered, it gave m1
 		// nothing to move (a failure of this test on a busy machine).
 		cfg.Core.FirstMapNodes = 3
 	}})
-	check := &primaries{by: map[string]keyspace.Set{}, taken: map[string]time.Time{}, given: map[uint64]time.Time{}}
+	check := &primaries{by: map[string]keyspace.Set{}, taken: map[string]time.Time{}, given: map[uint64]time.Time{}, ordered: true}
 	members := startRoleMembers(t, check, map[string][]string{"m1": c.Assigners(), "m2": c.Assigners(), "m3": c.Assigners()})
 	waitFor(t, 30*time.Second, "every point has a primary", check.covered)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -1,0 +1,181 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sliceplane/sliceplane/internal/keyspace"
+)
+
+// ErrNotOwner is what Member.Read and Member.Write return, wrapped, for a key the member
+// does not serve in the role the request needs now: not its range, not loaded yet, or not
+// its primary. Nothing was done: the request belongs elsewhere, where the caller's router
+// sends it once its map shows the change (HTTP: answer 421 Misdirected Request; gRPC:
+// return the error as it is, a NotOwner status).
+var ErrNotOwner = errors.New("client: this member does not own the key now")
+
+// NotOwnerError is the error of a request for a key the member does not own in the role it
+// needs. It is ErrNotOwner (errors.Is), and a gRPC server handler may return it as it is:
+// its status is NotOwner(Key)'s, which the caller's GRPCDialOptions interceptor takes for a
+// call to send again elsewhere.
+type NotOwnerError struct {
+	Key []byte
+	// Need is the role the request needed: RolePrimary for a write in a cluster with roles;
+	// 0 for any role.
+	Need Role
+	// Have is the grant the member holds the key in, the zero Grant for none.
+	Have Grant
+}
+
+func (e *NotOwnerError) Error() string {
+	switch {
+	case e.Have.Role == 0:
+		return fmt.Sprintf("client: this member does not serve key %q now", e.Key)
+	case e.Need != 0:
+		return fmt.Sprintf("client: this member is %s of key %q now, not %s", e.Have.Role, e.Key, e.Need)
+	}
+	return fmt.Sprintf("client: this member does not own key %q now", e.Key)
+}
+
+// Is makes a NotOwnerError ErrNotOwner.
+func (e *NotOwnerError) Is(target error) bool { return target == ErrNotOwner }
+
+// GRPCStatus makes a NotOwnerError the NotOwner status of its key when a gRPC handler
+// returns it.
+func (e *NotOwnerError) GRPCStatus() *status.Status { return notOwnerStatus(e.Error()) }
+
+// notOwnerStatus is the NotOwner status with msg.
+func notOwnerStatus(msg string) *status.Status {
+	st, err := status.New(codes.FailedPrecondition, msg).WithDetails(&errdetails.ErrorInfo{Reason: notOwnerReason, Domain: errorDomain})
+	if err != nil {
+		return status.New(codes.Internal, err.Error()) // only for a detail that cannot marshal
+	}
+	return st
+}
+
+// grantView is what the member's application serves, by point, as the member's loop last
+// published it: sorted, disjoint runs, each in one grant. It is replaced whole.
+type grantView struct {
+	starts []uint64
+	ends   []keyspace.Bound
+	grants []Grant
+}
+
+func newGrantView(rs []granted) *grantView {
+	v := &grantView{starts: make([]uint64, len(rs)), ends: make([]keyspace.Bound, len(rs)), grants: make([]Grant, len(rs))}
+	for i, r := range rs {
+		v.starts[i], v.ends[i], v.grants[i] = r.r.Start, r.r.End, r.grant
+	}
+	return v
+}
+
+// find returns the grant of point h, if it is served.
+func (v *grantView) find(h uint64) (Grant, bool) {
+	i := sort.Search(len(v.starts), func(i int) bool { return v.starts[i] > h }) - 1
+	if i < 0 || !v.ends[i].After(h) {
+		return Grant{}, false
+	}
+	return v.grants[i], true
+}
+
+// guards publishes what the application serves and counts the requests that run under a
+// grant (Member.Read, Member.Write), so that a call taking a grant away waits for them: a
+// demotion for the writes of its points, a release for their reads and writes. A request
+// registers under the lock under which a new view is published, so that one registered
+// after a publication saw it, and one registered before is counted when the call waits.
+type guards struct {
+	view atomic.Pointer[grantView] // read without the lock by Grant
+
+	mu       sync.Mutex
+	inflight map[uint64]*flight // by point
+	changed  chan struct{}      // closed when a request ends, for waiters
+}
+
+// flight counts the requests in flight on one point.
+type flight struct{ reads, writes int }
+
+func newGuards() *guards {
+	g := &guards{inflight: map[uint64]*flight{}, changed: make(chan struct{})}
+	g.view.Store(&grantView{})
+	return g
+}
+
+// publish makes rs what the application serves.
+func (g *guards) publish(rs []granted) {
+	v := newGrantView(rs)
+	g.mu.Lock()
+	g.view.Store(v)
+	g.mu.Unlock()
+}
+
+// enter registers a request on point h if ok accepts its grant, and returns the grant, or
+// false (nothing registered).
+func (g *guards) enter(h uint64, write bool, ok func(Grant, bool) bool) (Grant, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gr, held := g.view.Load().find(h)
+	if !ok(gr, held) {
+		return gr, false
+	}
+	f := g.inflight[h]
+	if f == nil {
+		f = &flight{}
+		g.inflight[h] = f
+	}
+	if write {
+		f.writes++
+	} else {
+		f.reads++
+	}
+	return gr, true
+}
+
+// leave ends a request enter registered.
+func (g *guards) leave(h uint64, write bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f := g.inflight[h]
+	if write {
+		f.writes--
+	} else {
+		f.reads--
+	}
+	if f.reads == 0 && f.writes == 0 {
+		delete(g.inflight, h)
+	}
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// wait waits until no write (and, with reads, no read) runs on a point of r, or ctx ends.
+// The view that takes r's grant away must be published first.
+func (g *guards) wait(ctx context.Context, r keyspace.Range, reads bool) error {
+	for {
+		g.mu.Lock()
+		busy := false
+		for h, f := range g.inflight {
+			if r.Contains(h) && (f.writes > 0 || reads && f.reads > 0) {
+				busy = true
+				break
+			}
+		}
+		changed := g.changed
+		g.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("client: requests in flight on %s did not end: %w", r, ctx.Err())
+		}
+	}
+}
