@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,7 +58,11 @@ type participant struct {
 	loaded  chan struct{} // asks the session for a heartbeat soon: a range finished loading
 	running atomic.Bool
 	started time.Time
-	lease   *lease // on primary roles, in an exclusive cluster
+	// incarnation names this process's participant among those that ran under its ID: an
+	// assigner takes a registration under a new one for a restart (a drain the last one
+	// left unfinished ends).
+	incarnation string
+	lease       *lease // on primary roles, in an exclusive cluster
 	// pending is what the participant loads and holds, and the generation of the map it
 	// has seen; only its owner's loop replaces it.
 	pending atomic.Pointer[loadingState]
@@ -73,7 +78,8 @@ type participant struct {
 func newParticipant(cfg participantConfig, tls *mtls.Source) *participant {
 	p := &participant{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), load: newLoadCounter(max(cfg.HotKeys, 0), time.Now()),
 		tls: tls, kick: make(chan struct{}, 1), loaded: make(chan struct{}, 1), started: time.Now(), lease: newLease(cfg.LeaseMargin),
-		beat: func(*pb.HeartbeatRequest) {}, answered: func(*pb.Distributor) {}}
+		incarnation: fmt.Sprintf("%016x", rand.Uint64()),
+		beat:        func(*pb.HeartbeatRequest) {}, answered: func(*pb.Distributor) {}}
 	p.holds = func() int { return len(p.load.slices()) }
 	p.pending.Store(&loadingState{})
 	return p
@@ -93,10 +99,18 @@ func (p *participant) run(ctx context.Context, what string, own func(context.Con
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { p.session(ctx, assigner) })
+	var refused error
+	wg.Go(func() {
+		if refused = p.session(ctx, assigner); refused != nil {
+			cancel() // no assigner will take the participant as it is: stop
+		}
+	})
 	err = own(ctx)
 	cancel()
 	wg.Wait()
+	if err == nil {
+		err = refused
+	}
 	return err
 }
 
@@ -172,11 +186,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// session registers the participant and keeps its lease with heartbeats.
-func (p *participant) session(ctx context.Context, assigner *dial.Follower) {
+// session registers the participant and keeps its lease with heartbeats, until ctx ends
+// (nil) or the assigner refuses the registration as it is (a role model that is not the
+// cluster's, an address it cannot take): no retry would mend that.
+func (p *participant) session(ctx context.Context, assigner *dial.Follower) error {
 	b := newBackoff()
 	req := &pb.RegisterRequest{Node: wire.NodeToProto(assignment.Node{ID: assignment.NodeID(p.cfg.ID), Capacity: p.cfg.Capacity}),
-		Address: p.cfg.Address, Labels: maps.Clone(p.cfg.Labels), Roles: p.cfg.Roles}
+		Address: p.cfg.Address, Labels: maps.Clone(p.cfg.Labels), Roles: p.cfg.Roles, Incarnation: p.incarnation}
 	for ctx.Err() == nil {
 		sent := time.Now()
 		resp, err := callLeader(ctx, assigner, 5*time.Second, func(ctx context.Context, c pb.NodeServiceClient) (*pb.RegisterResponse, error) {
@@ -184,8 +200,10 @@ func (p *participant) session(ctx context.Context, assigner *dial.Follower) {
 		})
 		if err != nil {
 			if c := status.Code(err); c == codes.InvalidArgument || c == codes.FailedPrecondition {
-				p.log.Error("the assigner refused the registration", "err", err)
-			} else if ctx.Err() == nil {
+				p.log.Error("the assigner refused the registration; stopping", "err", err)
+				return fmt.Errorf("client: the assigner refused to register %s: %w", p.cfg.ID, err)
+			}
+			if ctx.Err() == nil {
 				p.log.Warn("registering", "err", err)
 			}
 			sleep(ctx, b.NextBackOff())
@@ -197,6 +215,7 @@ func (p *participant) session(ctx context.Context, assigner *dial.Follower) {
 		every := max(resp.GetTtl().AsDuration()/3, 100*time.Millisecond)
 		p.heartbeat(ctx, assigner, every)
 	}
+	return nil
 }
 
 // loadedBeatGap is the least time between a heartbeat and one sent early because a range
@@ -332,9 +351,10 @@ const drainPoll = 100 * time.Millisecond
 // waits while they are served until none is held (each slice handed off to a replica that
 // has loaded it, and the old holder's linger over), then deregisters. Run must keep running
 // until Drain returns: it is Run that serves and lets go of the slices; cancel Run's context
-// afterwards. If ctx ends first, Drain returns ctx's error and the participant is still
-// registered, and draining: it may just go, its slices moving when its lease lapses, or call
-// Leave. The assigner refuses to drain the last node, and ends a drain when every node is
+// afterwards. If ctx ends first, Drain cancels the drain and returns ctx's error: the
+// participant is still registered, and not draining (a member left draining would hold
+// nothing, also after a restart); it may go on, take slices again, or go (call Leave, or its
+// slices move when its lease lapses). The assigner refuses to drain the last node, and ends a drain when every node is
 // draining (FAILED_PRECONDITION, as when a whole cluster stops): then Drain returns that
 // error at once.
 func (p *participant) Drain(ctx context.Context) error {
@@ -353,6 +373,10 @@ func (p *participant) Drain(ctx context.Context) error {
 	// drain cannot go on (every node is draining).
 	for {
 		held, err := p.askDrain(ctx, nodes)
+		if err != nil && ctx.Err() != nil {
+			p.cancelDrain(nodes)
+			return fmt.Errorf("client: draining %s: %w", p.cfg.ID, ctx.Err())
+		}
 		if err != nil {
 			return err
 		}
@@ -362,6 +386,7 @@ func (p *participant) Drain(ctx context.Context) error {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
+			p.cancelDrain(nodes)
 			return fmt.Errorf("client: draining %s: %d slices left: %w", p.cfg.ID, max(held, p.holds()), ctx.Err())
 		}
 	}
@@ -370,6 +395,19 @@ func (p *participant) Drain(ctx context.Context) error {
 	}
 	p.log.Info("drained: no slice held, and left")
 	return nil
+}
+
+// cancelDrain tells the assigner that the participant gave its drain up, so that it is not
+// left draining, holding nothing: it takes slices again while it runs, and its slices move
+// when its lease lapses if it goes. It tries for a few seconds, past the drain's own context.
+func (p *participant) cancelDrain(nodes pb.NodeServiceClient) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := nodes.Drain(ctx, &pb.NodeServiceDrainRequest{NodeId: p.cfg.ID, Cancel: true}, grpc.WaitForReady(true)); err != nil {
+		p.log.Warn("the drain was given up, but cancelling it failed: the assigner keeps the node draining until it registers anew or its lease lapses", "err", err)
+		return
+	}
+	p.log.Info("the drain was given up and cancelled")
 }
 
 // askDrain asks the assigner to drain the participant, again while no leader answers (one

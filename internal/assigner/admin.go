@@ -319,6 +319,10 @@ type Status struct {
 	SourceMisconfigured bool
 	// Quarantined lists the ranges no node holds (see quarantine.go).
 	Quarantined []store.Quarantine
+	// Roles, Exclusive and NodeTTL are the core's CoreConfig.Roles, Exclusive and NodeTTL.
+	Roles     string
+	Exclusive bool
+	NodeTTL   time.Duration
 }
 
 // Status returns the core's status.
@@ -329,7 +333,7 @@ func (c *Core) Status() Status {
 		LastPass: c.lastPass, Pinned: c.meta.Pins, Imbalance: 1,
 		PassFailures: c.failed.count, PassError: c.failed.err, PassErrorTime: c.failed.at, Handoffs: c.Handoffs(),
 		SourceError: c.src.err, SourceLostSince: c.src.since, SourceMisconfigured: c.src.misconfigured,
-		Quarantined: c.meta.Quarantined,
+		Quarantined: c.meta.Quarantined, Roles: c.cfg.Roles, Exclusive: c.cfg.Exclusive, NodeTTL: c.cfg.NodeTTL,
 	}
 	if c.a != nil {
 		st.Generation, st.Slices = c.a.Generation(), c.a.Len()
@@ -368,6 +372,8 @@ type NodeInfo struct {
 	// Load is the node's estimated load over its capacity.
 	Load     float64
 	LastSeen time.Time
+	// Idle says why the node holds no slice, when it holds none.
+	Idle string
 }
 
 // Nodes lists the registered nodes by ID.
@@ -397,7 +403,29 @@ func (c *Core) Nodes() []NodeInfo {
 			out[i].Primaries++
 		}
 	}
+	for i := range out {
+		if out[i].Slices == 0 {
+			out[i].Idle = c.idle(out[i].Draining)
+		}
+	}
 	return out
+}
+
+// idle says why a node holds no slice: what holds the passes that would give it some.
+func (c *Core) idle(draining bool) string {
+	switch {
+	case draining:
+		return "draining: it takes no slice until the drain is cancelled (slicectl drain ID --cancel) or it restarts"
+	case c.a == nil:
+		return "no map yet: the first waits for --first-map-nodes nodes, or --first-map-wait"
+	case c.meta.Frozen:
+		return "balancing is frozen (slicectl unfreeze): no pass moves a slice to it"
+	case c.src.lost:
+		return "balancing passes are held until the data source answers"
+	case !c.warm:
+		return "a new leader waits for the nodes' load reports before it balances"
+	}
+	return "balanced without it: a pass moves slices to it once the imbalance is past the algorithm's dead band"
 }
 
 // SliceInfo describes a slice.

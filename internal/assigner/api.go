@@ -150,7 +150,8 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 	if err != nil {
 		return nil, a.toStatus(err)
 	}
-	rec := store.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels()), Roles: req.GetRoles()}
+	rec := store.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels()), Roles: req.GetRoles(),
+		Incarnation: req.GetIncarnation()}
 	rep, err := a.call(ctx, Register{Caller: caller(ctx), Node: rec})
 	if err != nil {
 		return nil, err
@@ -313,6 +314,7 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 		Leader: true, LeaderAddress: a.s.cfg.Advertise, Position: wire.PositionToProto(st.Position), Clock: st.Clock,
 		Generation: st.Generation, Imbalance: st.Imbalance, Slices: uint32(st.Slices), Nodes: uint32(st.Nodes),
 		Frozen: st.Frozen, Algorithm: st.Algorithm, Params: st.Params,
+		Roles: st.Roles, Exclusive: st.Exclusive, NodeTtl: durationpb.New(st.NodeTTL),
 	}
 	if !st.LastPass.IsZero() {
 		out.LastPass = timestamppb.New(st.LastPass)
@@ -351,7 +353,7 @@ func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNo
 	for _, n := range rep.Nodes {
 		info := &pb.NodeInfo{Node: wire.NodeToProto(n.Node.Node), Address: n.Address, Labels: n.Labels,
 			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen),
-			Loading: uint32(n.Loading), Primaries: uint32(n.Primaries), Roles: n.Roles}
+			Loading: uint32(n.Loading), Primaries: uint32(n.Primaries), Roles: n.Roles, Idle: n.Idle}
 		if f, ok := a.fresh.of(n.Node.ID, now, a.s.cfg.Core.NodeTTL); ok {
 			info.Stale = f.stale
 			if f.silence > 0 {

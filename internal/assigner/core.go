@@ -194,6 +194,9 @@ const (
 	MaxLabels        = 64
 	MaxLabelKeyBytes = 63
 	MaxLabelBytes    = 256
+	// MaxIncarnationBytes bounds the name a process registers under (RegisterRequest
+	// incarnation).
+	MaxIncarnationBytes = 64
 )
 
 type nodeState struct {
@@ -236,13 +239,19 @@ type Core struct {
 	warmUntil time.Time
 	warm      bool
 
-	ho     handoffs        // the handoffs under way, as of a
-	leases leases          // of an exclusive cluster's primaries
-	qw     quarantineWatch // what the quarantine guard remembers
+	ho     handoffs                      // the handoffs under way, as of a
+	claims map[assignment.NodeID][]claim // the primary roles members claimed last (roles.go)
+	leases leases                        // of an exclusive cluster's primaries
+	qw     quarantineWatch               // what the quarantine guard remembers
 
-	inflight  *change // whose write is in flight
-	todo      agenda  // what a Tick left to do once the write in flight is committed
-	nextPass  time.Time
+	inflight *change // whose write is in flight
+	todo     agenda  // what a Tick left to do once the write in flight is committed
+	nextPass time.Time
+	// expiryAt is no later than when the first lease of a node lapses (zero: no node): the
+	// core wakes then to take it out, rather than at the next pass, so that its slices are
+	// placed anew within the lease. A renewal leaves it early, never late: the scan at that
+	// time finds the next.
+	expiryAt  time.Time
 	nextClock time.Time // the earliest time for the next clock-only quantum
 }
 
@@ -339,6 +348,7 @@ func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
 	c.takeOfficeLeases(now)
 	c.leading = true
 	c.nextPass, c.nextClock = now.Add(c.cfg.PassInterval), now.Add(c.cfg.ClockInterval)
+	c.expiryAt = c.nextExpiry()
 	c.warmUntil = now.Add(c.cfg.LoadWarmUp)
 	c.firstMapBy = now.Add(c.cfg.FirstMapWait)
 	m.Term = ev.Term
@@ -712,11 +722,20 @@ func (c *Core) register(n store.Node, now time.Time) (*change, error) {
 	if n.Roles != "" && n.Roles != c.cfg.Roles {
 		return nil, fmt.Errorf("%w: node %s expects roles %q; this cluster's are %q (--roles)", ErrPrecondition, n.ID, n.Roles, c.cfg.Roles)
 	}
-	if old, ok := c.nodes[n.ID]; ok && old.Node.Node == n.Node && old.Address == n.Address && maps.Equal(old.Labels, n.Labels) &&
-		old.Roles == n.Roles {
+	old, known := c.nodes[n.ID]
+	if known && old.Node.Node == n.Node && old.Address == n.Address && maps.Equal(old.Labels, n.Labels) &&
+		old.Roles == n.Roles && old.Incarnation == n.Incarnation {
 		return ch, nil // a renewal: nothing to store
 	}
 	ch.write.PutNode, ch.summary = &n, fmt.Sprintf("node %s registered at %q", n.ID, n.Address)
+	if known && old.Incarnation != "" && old.Incarnation != n.Incarnation && slices.Contains(c.meta.Draining, n.ID) {
+		// A restart: the drain its last process asked for is over, whether it finished or
+		// was given up; left on, the new process would be given nothing.
+		m := c.meta
+		m.Draining = slices.DeleteFunc(slices.Clone(m.Draining), func(d assignment.NodeID) bool { return d == n.ID })
+		ch.write.Meta, ch.write.SaveMeta = m, true
+		ch.summary += "; it restarted, so its drain ends"
+	}
 	return ch, nil
 }
 
@@ -735,6 +754,8 @@ func validateNode(n store.Node) error {
 		return fmt.Errorf("%w: node %s: no address; routers could not reach it", ErrInvalid, n.ID)
 	case len(n.Address) > MaxAddressBytes:
 		return fmt.Errorf("%w: node %s: address of %d bytes; at most %d", ErrInvalid, n.ID, len(n.Address), MaxAddressBytes)
+	case len(n.Incarnation) > MaxIncarnationBytes:
+		return fmt.Errorf("%w: node %s: incarnation of %d bytes; at most %d", ErrInvalid, n.ID, len(n.Incarnation), MaxIncarnationBytes)
 	case len(n.Labels) > MaxLabels:
 		return fmt.Errorf("%w: node %s: %d labels; at most %d", ErrInvalid, n.ID, len(n.Labels), MaxLabels)
 	}
@@ -825,12 +846,33 @@ func (c *Core) deregister(id assignment.NodeID, grace time.Duration, now time.Ti
 	return c.removeNodes([]assignment.NodeID{id}, "deregistered"), nil
 }
 
+// lapses returns when node n's lease lapses: NodeTTL after it was last seen, or when the
+// grace of a restart it announced ends, whichever is later.
+func (c *Core) lapses(n *nodeState) time.Time {
+	return later(n.lastSeen.Add(c.cfg.NodeTTL), n.awayUntil)
+}
+
+// nextExpiry returns when the first lease of a node lapses; zero for no node.
+func (c *Core) nextExpiry() time.Time {
+	var first time.Time
+	for _, n := range c.nodes {
+		if t := c.lapses(n); first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
+}
+
 // expire proposes taking out the nodes whose lease lapsed, or returns nil.
 func (c *Core) expire(now time.Time) *change {
 	var gone []assignment.NodeID
+	c.expiryAt = time.Time{}
 	for id, n := range c.nodes {
-		if now.Sub(n.lastSeen) > c.cfg.NodeTTL && !now.Before(n.awayUntil) {
+		switch t := c.lapses(n); {
+		case !now.Before(t):
 			gone = append(gone, id)
+		case c.expiryAt.IsZero() || t.Before(c.expiryAt):
+			c.expiryAt = t
 		}
 	}
 	if len(gone) == 0 {
@@ -850,6 +892,7 @@ func (c *Core) refreshNodes(now time.Time) {
 	for _, n := range c.nodes {
 		n.lastSeen = now
 	}
+	c.expiryAt = c.nextExpiry()
 }
 
 // removeNodes proposes forgetting nodes; the clean-up that follows moves their slices.

@@ -40,7 +40,12 @@ type handoffs struct {
 	// so that a heartbeat from before the member saw the handover (it may not have become
 	// primary yet) is not taken for its demotion.
 	named map[uint64]naming
-	retry time.Time // no rollback before then: the last one's write failed
+	// unclaimed holds, by slice start, the start generations of lingering slices whose
+	// primary, a member acting on roles, has not claimed the role in a heartbeat since it
+	// was promoted: their leaving replicas wait for the claim (or HandoffTimeout after they
+	// served), so that the old primary lets go only once the new one has become primary.
+	unclaimed map[uint64]uint64
+	retry     time.Time // no rollback before then: the last one's write failed
 }
 
 // naming is when a slice's Next was named: the map generation at which this core first saw
@@ -82,7 +87,7 @@ func (c *Core) trackHandoffs(now time.Time) int {
 	}
 	started, gen := 0, c.a.Generation()
 	loading, lingering := map[uint64]bool{}, map[uint64]bool{}
-	ho.demoting = map[uint64]bool{}
+	ho.demoting, ho.unclaimed = map[uint64]bool{}, map[uint64]uint64{}
 	named := map[uint64]naming{}
 	for i, s := range c.a.All() {
 		if !s.InHandoff() {
@@ -93,6 +98,9 @@ func (c *Core) trackHandoffs(now time.Time) int {
 			lingering[s.Since] = true
 			ho.served = startClock(ho.served, s.Since, now)
 			ho.demoting[s.Since] = ho.demoting[s.Since] || demoting(s)
+			if c.awaitsClaim(s) {
+				ho.unclaimed[s.Range.Start] = s.Since
+			}
 			if n, ok := ho.named[s.Range.Start]; ok && n.next == s.Next {
 				named[s.Range.Start] = n
 			} else if s.Next != "" {
@@ -236,18 +244,22 @@ func (c *Core) loaded(hb Heartbeat, now time.Time) (*change, error) {
 	}
 	loaded := len(ops)
 	promoted := c.promote(hb)
-	ops = append(ops, promoted...)
+	claimed := c.claimed(hb.Node, now)
+	ops = append(append(ops, promoted...), claimed...)
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	summary := fmt.Sprintf("node %s loaded %d slices: %d handoffs done", hb.Node, loaded, end.completed)
-	if len(promoted) > 0 {
-		summary = fmt.Sprintf("node %s handed over the primary role of %d slices", hb.Node, len(promoted))
-		if loaded > 0 {
-			summary = fmt.Sprintf("node %s loaded %d slices (%d handoffs done) and handed over the primary role of %d",
-				hb.Node, loaded, end.completed, len(promoted))
-		}
+	var parts []string
+	if loaded > 0 {
+		parts = append(parts, fmt.Sprintf("loaded %d slices (%d handoffs done)", loaded, end.completed))
 	}
+	if len(promoted) > 0 {
+		parts = append(parts, fmt.Sprintf("handed over the primary role of %d slices", len(promoted)))
+	}
+	if len(claimed) > 0 {
+		parts = append(parts, fmt.Sprintf("took the primary role of %d slices, which their old primaries leave", len(claimed)))
+	}
+	summary := fmt.Sprintf("node %s %s", hb.Node, strings.Join(parts, " and "))
 	ch, err := c.changeMap(ops, nil, "node: "+summary, now)
 	if err != nil {
 		return nil, fmt.Errorf("assigner: ending handoffs: %w", err)
@@ -284,8 +296,12 @@ func (c *Core) handoffDeadline() (time.Time, bool) {
 	for _, t := range c.ho.begun {
 		earliest(t.Add(c.cfg.HandoffTimeout))
 	}
+	unclaimed := map[uint64]bool{}
+	for _, since := range c.ho.unclaimed {
+		unclaimed[since] = true
+	}
 	for since, t := range c.ho.served {
-		if c.ho.demoting[since] { // it waits for a heartbeat, or its primary's timeout
+		if c.ho.demoting[since] || unclaimed[since] { // it waits for a heartbeat, or the timeout
 			earliest(t.Add(c.cfg.HandoffTimeout))
 			continue
 		}
@@ -316,7 +332,11 @@ func (c *Core) rollback(now time.Time) (*change, error) {
 			}
 			continue
 		case s.Lingering():
-			if !now.Before(c.ho.served[s.Since].Add(c.cfg.HandoffLinger)) {
+			wait := c.cfg.HandoffLinger
+			if _, ok := c.ho.unclaimed[s.Range.Start]; ok {
+				wait = c.cfg.HandoffTimeout // the new primary is hung: let the old one go
+			}
+			if !now.Before(c.ho.served[s.Since].Add(wait)) {
 				ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Target()})
 				n.released++
 			}

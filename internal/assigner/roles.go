@@ -1,6 +1,7 @@
 package assigner
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -216,6 +217,72 @@ func (c *Core) promote(hb Heartbeat) []assignment.Op {
 		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Replicas, Loading: s.Loading,
 			Leaving: s.Leaving, Since: s.Since, Primary: s.Next})
 	}
+	return ops
+}
+
+// claim is a range a member's last heartbeat said it holds as primary, with the token.
+type claim struct {
+	r     keyspace.Range
+	token uint64
+}
+
+// noteClaims records what hb's node claims to hold as primary, if it acts on roles: a
+// lingering slice's old primary lets go only once the new one has claimed the role.
+func (c *Core) noteClaims(hb Heartbeat) {
+	if !c.reportsRoles(hb.Node) {
+		return
+	}
+	claims := make([]claim, len(hb.Primaries))
+	for i, r := range hb.Primaries {
+		claims[i] = claim{r: r}
+		if i < len(hb.Tokens) {
+			claims[i].token = hb.Tokens[i]
+		}
+	}
+	if c.claims == nil {
+		c.claims = map[assignment.NodeID][]claim{}
+	}
+	c.claims[hb.Node] = claims
+}
+
+// claimedBy reports whether node id's last heartbeat claimed all of s as primary, with s's
+// grant or a later one.
+func (c *Core) claimedBy(id assignment.NodeID, s assignment.Slice) bool {
+	return slices.ContainsFunc(c.claims[id], func(k claim) bool {
+		return k.token >= s.Token && k.r.Start <= s.Range.Start && s.Range.End.Compare(k.r.End) <= 0
+	})
+}
+
+// awaitsClaim reports whether lingering slice s keeps its leaving replicas until its primary
+// claims the role: a member that acts on roles, which is not leaving, hands nothing over,
+// and has not claimed it yet.
+func (c *Core) awaitsClaim(s assignment.Slice) bool {
+	return s.Primary != "" && s.Next == "" && !slices.Contains(s.Leaving, s.Primary) && c.reportsRoles(s.Primary) &&
+		!c.claimedBy(s.Primary, s)
+}
+
+// claimed returns the Assigns that end the lingering of the slices that node id, as its
+// heartbeat now claims, holds as primary, if they lingered long enough: their leaving
+// replicas let go.
+func (c *Core) claimed(id assignment.NodeID, now time.Time) []assignment.Op {
+	var ops []assignment.Op
+	for start, since := range c.ho.unclaimed {
+		i, ok := c.a.Find(start)
+		if !ok {
+			continue
+		}
+		s := c.a.Slice(i)
+		if s.Primary != id || !c.claimedBy(id, s) {
+			continue
+		}
+		delete(c.ho.unclaimed, start)
+		if !now.Before(c.ho.served[since].Add(c.cfg.HandoffLinger)) && !demoting(s) {
+			ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: s.Target()})
+		}
+	}
+	slices.SortFunc(ops, func(a, b assignment.Op) int {
+		return cmp.Compare(a.(assignment.Assign).Slice, b.(assignment.Assign).Slice)
+	})
 	return ops
 }
 

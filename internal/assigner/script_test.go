@@ -38,7 +38,8 @@ import (
 //	clock c=C                 the source reached C
 //	source-lost err=E [misconfigured]   the source's clock cannot be followed, for E
 //	distributors [IDS...]     the live distributors, each at "ID:7001"
-//	register id=N [cap=C] [addr=A] [roles=R]   roles: the model a member expects and acts on
+//	register id=N [cap=C] [addr=A] [roles=R] [inc=I]   roles: the model a member expects and
+//	                          acts on; inc: the incarnation of the process that registers
 //	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [first-map-nodes=N] [first-map-wait=D] [roles=R] [exclusive]
 //	                          a new core so configured (first command)
 //	heartbeat id=N [gen=G] [loading=I,J] [primaries=K] [tokens=T]   the node applied
@@ -273,7 +274,7 @@ func (h *script) event(d *datadriven.TestData) (Event, error) {
 	case "register":
 		capacity, err := strconv.ParseFloat(take(d, "cap", "0"), 64)
 		return Register{Caller: by, Node: store.Node{Node: assignment.Node{ID: id, Capacity: capacity},
-			Address: take(d, "addr", string(id)+":1"), Roles: take(d, "roles", "")}}, err
+			Address: take(d, "addr", string(id)+":1"), Roles: take(d, "roles", ""), Incarnation: take(d, "inc", "")}}, err
 	case "heartbeat":
 		return h.heartbeat(d, by, id)
 	case "report":

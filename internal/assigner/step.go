@@ -60,6 +60,9 @@ func (c *Core) step(now time.Time, ev Event, out *Output) {
 				c.nextPass = now.Add(c.cfg.PassInterval)
 			}
 		}
+		if !c.expiryAt.IsZero() && !now.Before(c.expiryAt) {
+			c.todo.expire = true
+		}
 		if d, ok := c.handoffDeadline(); ok && !now.Before(d) {
 			c.todo.rollback = true
 		}
@@ -100,6 +103,9 @@ func (c *Core) wake(now time.Time) time.Time {
 	}
 	if d, ok := c.handoffDeadline(); ok && d.Before(w) {
 		w = later(d, now)
+	}
+	if !c.expiryAt.IsZero() && c.expiryAt.Before(w) {
+		w = later(c.expiryAt, now)
 	}
 	if d, ok := c.leaseDeadline(now); ok && d.Before(w) {
 		w = d
@@ -217,6 +223,7 @@ func (c *Core) heartbeatStep(ev Heartbeat, now time.Time, r *Reply, out *Output)
 		}
 	}
 	r.Lease, r.Generation = c.renew(ev.Node, now), c.generation()
+	c.noteClaims(ev)
 	return c.loadedOrLog(ev, now, out), nil
 }
 
@@ -372,9 +379,13 @@ func (c *Core) commit(now time.Time, ch *change, out *Output) {
 			c.noteRejoined(ch.node.ID, now)
 		}
 		c.nodes[ch.node.ID] = ch.node
+		if t := c.lapses(ch.node); c.expiryAt.IsZero() || t.Before(c.expiryAt) {
+			c.expiryAt = t
+		}
 	}
 	for _, id := range ch.forget {
 		delete(c.nodes, id)
+		delete(c.claims, id)
 		c.est.Forget(id)
 		// The departed node's slices are served by no one until they move: clean them up
 		// now rather than at the next pass, so that their keys are served again at once and

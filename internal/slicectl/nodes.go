@@ -28,6 +28,8 @@ type jsonNode struct {
 	Loading   uint32 `json:"loading"`
 	Primaries uint32 `json:"primaries"`
 	Roles     string `json:"roles,omitempty"`
+	// Idle says why the node holds no slice, when it holds none.
+	Idle string `json:"idle,omitempty"`
 }
 
 type jsonNodes struct {
@@ -54,7 +56,8 @@ heard from its distributor, "-" before its first heartbeat says), and when the
 assigner last heard from them. While any slice moves, LOADING counts the slices
 each is still loading (it does not serve them yet); in a cluster with roles,
 PRIMARIES counts the slices each is the primary of. A node that stays silent
-for the assigner's --node-ttl leaves the map.`,
+for the assigner's --node-ttl leaves the map. Below the table, each node that
+holds no slice is listed with the reason (draining, balancing frozen, ...).`,
 		Example: `  slicectl nodes
   slicectl nodes -o json | jq '.nodes[] | select(.draining)'`,
 		Args: noArgs,
@@ -74,7 +77,8 @@ for the assigner's --node-ttl leaves the map.`,
 						out.Nodes = append(out.Nodes, jsonNode{ID: n.GetNode().GetId(), Address: n.GetAddress(),
 							Capacity: jsonFloat(capacity(n.GetNode())), Labels: labels, Slices: n.GetSlices(), Load: jsonFloat(n.GetLoad()),
 							Draining: n.GetDraining(), Stale: n.GetStale(), SilenceSeconds: n.GetSilence().AsDuration().Seconds(),
-							LastSeen: jsonTime(n.GetLastSeen()), Loading: n.GetLoading(), Primaries: n.GetPrimaries(), Roles: n.GetRoles()})
+							LastSeen: jsonTime(n.GetLastSeen()), Loading: n.GetLoading(), Primaries: n.GetPrimaries(), Roles: n.GetRoles(),
+							Idle: n.GetIdle()})
 					}
 					return s.out.print(out)
 				}
@@ -114,7 +118,17 @@ func printNodes(s *session, nodes []*pb.NodeInfo) error {
 		}
 		row(w, cells...)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n.GetIdle() != "" {
+			if _, err := fmt.Fprintf(s.out.w, "%s holds no slice: %s\n", n.GetNode().GetId(), n.GetIdle()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // dataFreshness describes what a node said about its pull stream: "fresh", "stale/12s"

@@ -25,6 +25,9 @@ type jsonStatus struct {
 	LastPass      *time.Time        `json:"last_pass"`
 	Pinned        []jsonRange       `json:"pinned"`
 	Handoffs      uint32            `json:"handoffs"`
+	Roles         string            `json:"roles"`
+	Exclusive     bool              `json:"exclusive"`
+	NodeTTL       string            `json:"node_ttl"`
 	Quarantined   []jsonQuarantine  `json:"quarantined"`
 	jsonPassFailures
 	// Source is set while the leader cannot follow its data source.
@@ -44,7 +47,8 @@ func statusJSON(st *pb.StatusResponse) jsonStatus {
 		Clock: st.GetClock(), Generation: st.GetGeneration(), Imbalance: jsonFloat(st.GetImbalance()), Slices: st.GetSlices(),
 		Nodes: st.GetNodes(), Frozen: st.GetFrozen(), Algorithm: st.GetAlgorithm(), Params: st.GetParams(),
 		LastPass: jsonTime(st.GetLastPass()), Pinned: []jsonRange{}, Handoffs: st.GetHandoffs(),
-		Quarantined: quarantinesJSON(st.GetQuarantined()),
+		Quarantined: quarantinesJSON(st.GetQuarantined()), Roles: st.GetRoles(), Exclusive: st.GetExclusive(),
+		NodeTTL: st.GetNodeTtl().AsDuration().String(),
 		jsonPassFailures: jsonPassFailures{PassFailures: st.GetPassFailures(), PassError: st.GetPassError(),
 			PassErrorTime: jsonTime(st.GetPassErrorTime())},
 	}
@@ -69,7 +73,9 @@ func newStatusCommand(g *globalOptions) *cobra.Command {
 term, the position (term/seq) and Lamport clock of its last quantum, the map's
 generation, the imbalance of the node loads (max over mean of load over
 capacity; 1 is perfect), the numbers of slices and nodes, whether balancing is
-frozen, the balancing algorithm and the constants set for it, when the last
+frozen, the role model (replicas, or primary-secondary, and whether primaries
+hold leases: exclusive) with the node TTL, the balancing algorithm and the
+constants set for it, when the last
 balancing pass ran, the ranges pinned in place, and the ranges in quarantine
 (held by no node: nodes crashed twice shortly after acquiring them; slicectl
 unquarantine lifts one); while slices are handed off
@@ -94,6 +100,18 @@ why, and balancing passes are held (the leader keeps its term and serves).`,
 			})
 		},
 	}
+}
+
+// showRoles says the cluster's role model, whether primaries hold leases, and the lease.
+func showRoles(st *pb.StatusResponse) string {
+	ttl := st.GetNodeTtl().AsDuration()
+	switch {
+	case st.GetRoles() == "":
+		return "unknown (an assigner older than this slicectl)"
+	case st.GetExclusive():
+		return fmt.Sprintf("%s, exclusive: a primary acts only within its lease (--node-ttl %s)", st.GetRoles(), ttl)
+	}
+	return fmt.Sprintf("%s; members and nodes leave the map %s after their last heartbeat (--node-ttl)", st.GetRoles(), ttl)
 }
 
 func printStatus(s *session, st *pb.StatusResponse) error {
@@ -121,6 +139,7 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 	row(w, "imbalance", num(st.GetImbalance()))
 	row(w, "slices", fmt.Sprint(st.GetSlices()))
 	row(w, "nodes", fmt.Sprint(st.GetNodes()))
+	row(w, "roles", showRoles(st))
 	if st.GetHandoffs() > 0 {
 		row(w, "handoffs", fmt.Sprintf("%d slices moving (loading on their new nodes, or served by both while the old ones linger)", st.GetHandoffs()))
 	}

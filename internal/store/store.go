@@ -101,6 +101,9 @@ type Node struct {
 	// primary role moves on, and reports what it holds as primary); "" for a node of the data
 	// path, which does not.
 	Roles string
+	// Incarnation names the process that registered last under the node's ID: a
+	// registration under another is a restart. "" when not said.
+	Incarnation string
 }
 
 // State is everything a new leader needs.
@@ -243,7 +246,8 @@ func (s *Store) readNodes(ctx context.Context, rev int64) ([]Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
 		}
-		nodes = append(nodes, Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels(), Roles: r.GetRoles()})
+		nodes = append(nodes, Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels(), Roles: r.GetRoles(),
+			Incarnation: r.GetIncarnation()})
 	}
 	return nodes, nil
 }
@@ -449,7 +453,8 @@ func (s *Store) SaveMeta(ctx context.Context, f Fence, m Meta) error {
 
 // PutNode records a registered node.
 func (s *Store) PutNode(ctx context.Context, f Fence, n Node) error {
-	data, err := proto.Marshal(&storev1.NodeRecord{Node: wire.NodeToProto(n.Node), Address: n.Address, Labels: n.Labels, Roles: n.Roles})
+	data, err := proto.Marshal(&storev1.NodeRecord{Node: wire.NodeToProto(n.Node), Address: n.Address, Labels: n.Labels, Roles: n.Roles,
+		Incarnation: n.Incarnation})
 	if err != nil {
 		return fmt.Errorf("store: encoding node %s: %w", n.ID, err)
 	}

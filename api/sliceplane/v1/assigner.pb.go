@@ -894,7 +894,11 @@ type RegisterRequest struct {
 	// moves on, and lists in its heartbeats the ranges it holds as primary. Empty for a node
 	// of the data path. A member that expects another model than the cluster's is refused
 	// (FAILED_PRECONDITION).
-	Roles         string `protobuf:"bytes,4,opt,name=roles,proto3" json:"roles,omitempty"`
+	Roles string `protobuf:"bytes,4,opt,name=roles,proto3" json:"roles,omitempty"`
+	// incarnation names the process that registers among those that ran under the node's ID
+	// (a random string each process chooses once). A registration under a new incarnation is a
+	// restart: a drain the last incarnation left unfinished ends. Empty: not said.
+	Incarnation   string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -953,6 +957,13 @@ func (x *RegisterRequest) GetLabels() map[string]string {
 func (x *RegisterRequest) GetRoles() string {
 	if x != nil {
 		return x.Roles
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
 	}
 	return ""
 }
@@ -1853,7 +1864,14 @@ type StatusResponse struct {
 	SourceMisconfigured bool                   `protobuf:"varint,20,opt,name=source_misconfigured,json=sourceMisconfigured,proto3" json:"source_misconfigured,omitempty"`
 	// quarantined lists the ranges held by no node: their holders crashed shortly after
 	// acquiring them (a key of death). Lift one with Unquarantine.
-	Quarantined   []*Quarantine `protobuf:"bytes,21,rep,name=quarantined,proto3" json:"quarantined,omitempty"`
+	Quarantined []*Quarantine `protobuf:"bytes,21,rep,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// roles is the cluster's role model (--roles): "replicas" or "primary-secondary";
+	// exclusive, whether primaries hold leases on their roles (--exclusive); node_ttl, how long
+	// a node or member stays in the map without a heartbeat, and the length of a lease
+	// (--node-ttl).
+	Roles         string               `protobuf:"bytes,22,opt,name=roles,proto3" json:"roles,omitempty"`
+	Exclusive     bool                 `protobuf:"varint,23,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	NodeTtl       *durationpb.Duration `protobuf:"bytes,24,opt,name=node_ttl,json=nodeTtl,proto3" json:"node_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2035,6 +2053,27 @@ func (x *StatusResponse) GetQuarantined() []*Quarantine {
 	return nil
 }
 
+func (x *StatusResponse) GetRoles() string {
+	if x != nil {
+		return x.Roles
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetExclusive() bool {
+	if x != nil {
+		return x.Exclusive
+	}
+	return false
+}
+
+func (x *StatusResponse) GetNodeTtl() *durationpb.Duration {
+	if x != nil {
+		return x.NodeTtl
+	}
+	return nil
+}
+
 // Quarantine is a range taken off every node since since, because nodes (in the order they
 // crashed) crashed shortly after acquiring it. Routers answer its keys as unavailable.
 type Quarantine struct {
@@ -2148,9 +2187,12 @@ type NodeInfo struct {
 	Silence *durationpb.Duration `protobuf:"bytes,9,opt,name=silence,proto3" json:"silence,omitempty"`
 	// loading counts the slices the node is loading; primaries, those it is the primary of;
 	// roles, the role model it registered with ("" for a storage node).
-	Loading       uint32 `protobuf:"varint,10,opt,name=loading,proto3" json:"loading,omitempty"`
-	Primaries     uint32 `protobuf:"varint,11,opt,name=primaries,proto3" json:"primaries,omitempty"`
-	Roles         string `protobuf:"bytes,12,opt,name=roles,proto3" json:"roles,omitempty"`
+	Loading   uint32 `protobuf:"varint,10,opt,name=loading,proto3" json:"loading,omitempty"`
+	Primaries uint32 `protobuf:"varint,11,opt,name=primaries,proto3" json:"primaries,omitempty"`
+	Roles     string `protobuf:"bytes,12,opt,name=roles,proto3" json:"roles,omitempty"`
+	// idle says why the node holds no slice, when it holds none (draining, balancing frozen,
+	// the first map not made yet, ...).
+	Idle          string `protobuf:"bytes,13,opt,name=idle,proto3" json:"idle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2265,6 +2307,13 @@ func (x *NodeInfo) GetPrimaries() uint32 {
 func (x *NodeInfo) GetRoles() string {
 	if x != nil {
 		return x.Roles
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetIdle() string {
+	if x != nil {
+		return x.Idle
 	}
 	return ""
 }
@@ -4027,12 +4076,13 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\v2\x17.sliceplane.v1.PositionR\x04from\"e\n" +
 	"\x13WatchQuantaResponse\x120\n" +
 	"\aquantum\x18\x01 \x01(\v2\x16.sliceplane.v1.QuantumR\aquantum\x12\x1c\n" +
-	"\theartbeat\x18\x02 \x01(\bR\theartbeat\"\xe9\x01\n" +
+	"\theartbeat\x18\x02 \x01(\bR\theartbeat\"\x8b\x02\n" +
 	"\x0fRegisterRequest\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.sliceplane.v1.NodeR\x04node\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12B\n" +
 	"\x06labels\x18\x03 \x03(\v2*.sliceplane.v1.RegisterRequest.LabelsEntryR\x06labels\x12\x14\n" +
-	"\x05roles\x18\x04 \x01(\tR\x05roles\x1a9\n" +
+	"\x05roles\x18\x04 \x01(\tR\x05roles\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x01\n" +
@@ -4095,7 +4145,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x12#\n" +
 	"\x03ops\x18\x03 \x03(\v2\x11.sliceplane.v1.OpR\x03ops\x12\x18\n" +
 	"\asummary\x18\x04 \x01(\tR\asummary\"\x0f\n" +
-	"\rStatusRequest\"\xa0\a\n" +
+	"\rStatusRequest\"\x8a\b\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\bR\x06leader\x12%\n" +
 	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress\x123\n" +
@@ -4121,7 +4171,10 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\fsource_error\x18\x12 \x01(\tR\vsourceError\x12F\n" +
 	"\x11source_lost_since\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\x0fsourceLostSince\x121\n" +
 	"\x14source_misconfigured\x18\x14 \x01(\bR\x13sourceMisconfigured\x12;\n" +
-	"\vquarantined\x18\x15 \x03(\v2\x19.sliceplane.v1.QuarantineR\vquarantined\x1a9\n" +
+	"\vquarantined\x18\x15 \x03(\v2\x19.sliceplane.v1.QuarantineR\vquarantined\x12\x14\n" +
+	"\x05roles\x18\x16 \x01(\tR\x05roles\x12\x1c\n" +
+	"\texclusive\x18\x17 \x01(\bR\texclusive\x124\n" +
+	"\bnode_ttl\x18\x18 \x01(\v2\x19.google.protobuf.DurationR\anodeTtl\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
@@ -4130,7 +4183,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\x05range\x18\x01 \x01(\v2\x14.sliceplane.v1.RangeR\x05range\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
 	"\x05nodes\x18\x03 \x03(\tR\x05nodes\"\x12\n" +
-	"\x10ListNodesRequest\"\xdf\x03\n" +
+	"\x10ListNodesRequest\"\xf3\x03\n" +
 	"\bNodeInfo\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.sliceplane.v1.NodeR\x04node\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12;\n" +
@@ -4144,7 +4197,8 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\aloading\x18\n" +
 	" \x01(\rR\aloading\x12\x1c\n" +
 	"\tprimaries\x18\v \x01(\rR\tprimaries\x12\x14\n" +
-	"\x05roles\x18\f \x01(\tR\x05roles\x1a9\n" +
+	"\x05roles\x18\f \x01(\tR\x05roles\x12\x12\n" +
+	"\x04idle\x18\r \x01(\tR\x04idle\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
@@ -4423,88 +4477,89 @@ var file_sliceplane_v1_assigner_proto_depIdxs = []int32{
 	67, // 36: sliceplane.v1.StatusResponse.pass_error_time:type_name -> google.protobuf.Timestamp
 	67, // 37: sliceplane.v1.StatusResponse.source_lost_since:type_name -> google.protobuf.Timestamp
 	28, // 38: sliceplane.v1.StatusResponse.quarantined:type_name -> sliceplane.v1.Quarantine
-	0,  // 39: sliceplane.v1.Quarantine.range:type_name -> sliceplane.v1.Range
-	67, // 40: sliceplane.v1.Quarantine.since:type_name -> google.protobuf.Timestamp
-	69, // 41: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
-	63, // 42: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
-	67, // 43: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	68, // 44: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
-	30, // 45: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
-	0,  // 46: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
-	33, // 47: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
-	2,  // 48: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
-	24, // 49: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 50: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
-	24, // 51: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
-	25, // 52: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
-	24, // 53: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
-	24, // 54: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
-	25, // 55: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
-	24, // 56: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 57: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
-	24, // 58: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 59: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
-	24, // 60: sliceplane.v1.UnquarantineRequest.slice:type_name -> sliceplane.v1.SliceRef
-	0,  // 61: sliceplane.v1.UnquarantineResponse.lifted:type_name -> sliceplane.v1.Range
-	64, // 62: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
-	0,  // 63: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
-	1,  // 64: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
-	58, // 65: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
-	67, // 66: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
-	28, // 67: sliceplane.v1.ExplainResponse.quarantined:type_name -> sliceplane.v1.Quarantine
-	5,  // 68: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
-	7,  // 69: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
-	9,  // 70: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
-	11, // 71: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
-	13, // 72: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
-	15, // 73: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
-	17, // 74: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
-	22, // 75: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
-	18, // 76: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
-	26, // 77: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
-	29, // 78: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
-	32, // 79: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
-	35, // 80: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
-	37, // 81: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
-	39, // 82: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
-	41, // 83: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
-	43, // 84: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
-	45, // 85: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
-	47, // 86: sliceplane.v1.AdminService.Unquarantine:input_type -> sliceplane.v1.UnquarantineRequest
-	49, // 87: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
-	51, // 88: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
-	53, // 89: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
-	55, // 90: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
-	57, // 91: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
-	6,  // 92: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
-	8,  // 93: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
-	10, // 94: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
-	12, // 95: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
-	14, // 96: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
-	16, // 97: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
-	20, // 98: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
-	23, // 99: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
-	19, // 100: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
-	27, // 101: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
-	31, // 102: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
-	34, // 103: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
-	36, // 104: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
-	38, // 105: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
-	40, // 106: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
-	42, // 107: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
-	44, // 108: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
-	46, // 109: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
-	48, // 110: sliceplane.v1.AdminService.Unquarantine:output_type -> sliceplane.v1.UnquarantineResponse
-	50, // 111: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
-	52, // 112: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
-	54, // 113: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
-	56, // 114: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
-	59, // 115: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
-	92, // [92:116] is the sub-list for method output_type
-	68, // [68:92] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	68, // 39: sliceplane.v1.StatusResponse.node_ttl:type_name -> google.protobuf.Duration
+	0,  // 40: sliceplane.v1.Quarantine.range:type_name -> sliceplane.v1.Range
+	67, // 41: sliceplane.v1.Quarantine.since:type_name -> google.protobuf.Timestamp
+	69, // 42: sliceplane.v1.NodeInfo.node:type_name -> sliceplane.v1.Node
+	63, // 43: sliceplane.v1.NodeInfo.labels:type_name -> sliceplane.v1.NodeInfo.LabelsEntry
+	67, // 44: sliceplane.v1.NodeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	68, // 45: sliceplane.v1.NodeInfo.silence:type_name -> google.protobuf.Duration
+	30, // 46: sliceplane.v1.ListNodesResponse.nodes:type_name -> sliceplane.v1.NodeInfo
+	0,  // 47: sliceplane.v1.SliceInfo.range:type_name -> sliceplane.v1.Range
+	33, // 48: sliceplane.v1.ListSlicesResponse.slices:type_name -> sliceplane.v1.SliceInfo
+	2,  // 49: sliceplane.v1.ListQuantaResponse.quanta:type_name -> sliceplane.v1.Quantum
+	24, // 50: sliceplane.v1.MoveRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 51: sliceplane.v1.MoveResponse.change:type_name -> sliceplane.v1.Change
+	24, // 52: sliceplane.v1.SplitRequest.slice:type_name -> sliceplane.v1.SliceRef
+	25, // 53: sliceplane.v1.SplitResponse.change:type_name -> sliceplane.v1.Change
+	24, // 54: sliceplane.v1.MergeRequest.left:type_name -> sliceplane.v1.SliceRef
+	24, // 55: sliceplane.v1.MergeRequest.right:type_name -> sliceplane.v1.SliceRef
+	25, // 56: sliceplane.v1.MergeResponse.change:type_name -> sliceplane.v1.Change
+	24, // 57: sliceplane.v1.PinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 58: sliceplane.v1.PinResponse.pinned:type_name -> sliceplane.v1.Range
+	24, // 59: sliceplane.v1.UnpinRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 60: sliceplane.v1.UnpinResponse.unpinned:type_name -> sliceplane.v1.Range
+	24, // 61: sliceplane.v1.UnquarantineRequest.slice:type_name -> sliceplane.v1.SliceRef
+	0,  // 62: sliceplane.v1.UnquarantineResponse.lifted:type_name -> sliceplane.v1.Range
+	64, // 63: sliceplane.v1.SetAlgorithmRequest.params:type_name -> sliceplane.v1.SetAlgorithmRequest.ParamsEntry
+	0,  // 64: sliceplane.v1.Candidate.slice:type_name -> sliceplane.v1.Range
+	1,  // 65: sliceplane.v1.ExplainResponse.position:type_name -> sliceplane.v1.Position
+	58, // 66: sliceplane.v1.ExplainResponse.candidates:type_name -> sliceplane.v1.Candidate
+	67, // 67: sliceplane.v1.ExplainResponse.pass_error_time:type_name -> google.protobuf.Timestamp
+	28, // 68: sliceplane.v1.ExplainResponse.quarantined:type_name -> sliceplane.v1.Quarantine
+	5,  // 69: sliceplane.v1.AssignmentService.WatchAssignment:input_type -> sliceplane.v1.WatchAssignmentRequest
+	7,  // 70: sliceplane.v1.AssignmentService.GetAssignment:input_type -> sliceplane.v1.GetAssignmentRequest
+	9,  // 71: sliceplane.v1.AssignmentService.Lookup:input_type -> sliceplane.v1.LookupRequest
+	11, // 72: sliceplane.v1.QuantaService.WatchQuanta:input_type -> sliceplane.v1.WatchQuantaRequest
+	13, // 73: sliceplane.v1.NodeService.Register:input_type -> sliceplane.v1.RegisterRequest
+	15, // 74: sliceplane.v1.NodeService.Heartbeat:input_type -> sliceplane.v1.HeartbeatRequest
+	17, // 75: sliceplane.v1.NodeService.Deregister:input_type -> sliceplane.v1.DeregisterRequest
+	22, // 76: sliceplane.v1.NodeService.ReportLoad:input_type -> sliceplane.v1.ReportLoadRequest
+	18, // 77: sliceplane.v1.NodeService.Drain:input_type -> sliceplane.v1.NodeServiceDrainRequest
+	26, // 78: sliceplane.v1.AdminService.Status:input_type -> sliceplane.v1.StatusRequest
+	29, // 79: sliceplane.v1.AdminService.ListNodes:input_type -> sliceplane.v1.ListNodesRequest
+	32, // 80: sliceplane.v1.AdminService.ListSlices:input_type -> sliceplane.v1.ListSlicesRequest
+	35, // 81: sliceplane.v1.AdminService.ListQuanta:input_type -> sliceplane.v1.ListQuantaRequest
+	37, // 82: sliceplane.v1.AdminService.Move:input_type -> sliceplane.v1.MoveRequest
+	39, // 83: sliceplane.v1.AdminService.Split:input_type -> sliceplane.v1.SplitRequest
+	41, // 84: sliceplane.v1.AdminService.Merge:input_type -> sliceplane.v1.MergeRequest
+	43, // 85: sliceplane.v1.AdminService.Pin:input_type -> sliceplane.v1.PinRequest
+	45, // 86: sliceplane.v1.AdminService.Unpin:input_type -> sliceplane.v1.UnpinRequest
+	47, // 87: sliceplane.v1.AdminService.Unquarantine:input_type -> sliceplane.v1.UnquarantineRequest
+	49, // 88: sliceplane.v1.AdminService.Drain:input_type -> sliceplane.v1.DrainRequest
+	51, // 89: sliceplane.v1.AdminService.Freeze:input_type -> sliceplane.v1.FreezeRequest
+	53, // 90: sliceplane.v1.AdminService.Unfreeze:input_type -> sliceplane.v1.UnfreezeRequest
+	55, // 91: sliceplane.v1.AdminService.SetAlgorithm:input_type -> sliceplane.v1.SetAlgorithmRequest
+	57, // 92: sliceplane.v1.AdminService.Explain:input_type -> sliceplane.v1.ExplainRequest
+	6,  // 93: sliceplane.v1.AssignmentService.WatchAssignment:output_type -> sliceplane.v1.WatchAssignmentResponse
+	8,  // 94: sliceplane.v1.AssignmentService.GetAssignment:output_type -> sliceplane.v1.GetAssignmentResponse
+	10, // 95: sliceplane.v1.AssignmentService.Lookup:output_type -> sliceplane.v1.LookupResponse
+	12, // 96: sliceplane.v1.QuantaService.WatchQuanta:output_type -> sliceplane.v1.WatchQuantaResponse
+	14, // 97: sliceplane.v1.NodeService.Register:output_type -> sliceplane.v1.RegisterResponse
+	16, // 98: sliceplane.v1.NodeService.Heartbeat:output_type -> sliceplane.v1.HeartbeatResponse
+	20, // 99: sliceplane.v1.NodeService.Deregister:output_type -> sliceplane.v1.DeregisterResponse
+	23, // 100: sliceplane.v1.NodeService.ReportLoad:output_type -> sliceplane.v1.ReportLoadResponse
+	19, // 101: sliceplane.v1.NodeService.Drain:output_type -> sliceplane.v1.NodeServiceDrainResponse
+	27, // 102: sliceplane.v1.AdminService.Status:output_type -> sliceplane.v1.StatusResponse
+	31, // 103: sliceplane.v1.AdminService.ListNodes:output_type -> sliceplane.v1.ListNodesResponse
+	34, // 104: sliceplane.v1.AdminService.ListSlices:output_type -> sliceplane.v1.ListSlicesResponse
+	36, // 105: sliceplane.v1.AdminService.ListQuanta:output_type -> sliceplane.v1.ListQuantaResponse
+	38, // 106: sliceplane.v1.AdminService.Move:output_type -> sliceplane.v1.MoveResponse
+	40, // 107: sliceplane.v1.AdminService.Split:output_type -> sliceplane.v1.SplitResponse
+	42, // 108: sliceplane.v1.AdminService.Merge:output_type -> sliceplane.v1.MergeResponse
+	44, // 109: sliceplane.v1.AdminService.Pin:output_type -> sliceplane.v1.PinResponse
+	46, // 110: sliceplane.v1.AdminService.Unpin:output_type -> sliceplane.v1.UnpinResponse
+	48, // 111: sliceplane.v1.AdminService.Unquarantine:output_type -> sliceplane.v1.UnquarantineResponse
+	50, // 112: sliceplane.v1.AdminService.Drain:output_type -> sliceplane.v1.DrainResponse
+	52, // 113: sliceplane.v1.AdminService.Freeze:output_type -> sliceplane.v1.FreezeResponse
+	54, // 114: sliceplane.v1.AdminService.Unfreeze:output_type -> sliceplane.v1.UnfreezeResponse
+	56, // 115: sliceplane.v1.AdminService.SetAlgorithm:output_type -> sliceplane.v1.SetAlgorithmResponse
+	59, // 116: sliceplane.v1.AdminService.Explain:output_type -> sliceplane.v1.ExplainResponse
+	93, // [93:117] is the sub-list for method output_type
+	69, // [69:93] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_sliceplane_v1_assigner_proto_init() }

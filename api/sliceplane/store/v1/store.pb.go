@@ -536,7 +536,9 @@ type NodeRecord struct {
 	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	Labels  map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// roles is the role model a member expects and acts on; empty for a node of the data path.
-	Roles         string `protobuf:"bytes,4,opt,name=roles,proto3" json:"roles,omitempty"`
+	Roles string `protobuf:"bytes,4,opt,name=roles,proto3" json:"roles,omitempty"`
+	// incarnation names the process that registered last (RegisterRequest.incarnation).
+	Incarnation   string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -599,6 +601,13 @@ func (x *NodeRecord) GetRoles() string {
 	return ""
 }
 
+func (x *NodeRecord) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
 var File_sliceplane_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_sliceplane_store_v1_store_proto_rawDesc = "" +
@@ -654,13 +663,14 @@ const file_sliceplane_store_v1_store_proto_rawDesc = "" +
 	"\x05Value\x12\x16\n" +
 	"\x06inline\x18\x01 \x01(\fR\x06inline\x12\x14\n" +
 	"\x05parts\x18\x02 \x01(\rR\x05parts\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"\xe5\x01\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"\x87\x02\n" +
 	"\n" +
 	"NodeRecord\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.sliceplane.v1.NodeR\x04node\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12C\n" +
 	"\x06labels\x18\x03 \x03(\v2+.sliceplane.store.v1.NodeRecord.LabelsEntryR\x06labels\x12\x14\n" +
-	"\x05roles\x18\x04 \x01(\tR\x05roles\x1a9\n" +
+	"\x05roles\x18\x04 \x01(\tR\x05roles\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01BBZ@github.com/sliceplane/sliceplane/api/sliceplane/store/v1;storev1b\x06proto3"
