@@ -323,6 +323,8 @@ type Status struct {
 	Roles     string
 	Exclusive bool
 	NodeTTL   time.Duration
+	// MinReplicas is how many replicas every slice keeps (CoreConfig.MinReplicas, 1 at least).
+	MinReplicas int
 }
 
 // Status returns the core's status.
@@ -334,6 +336,7 @@ func (c *Core) Status() Status {
 		PassFailures: c.failed.count, PassError: c.failed.err, PassErrorTime: c.failed.at, Handoffs: c.Handoffs(),
 		SourceError: c.src.err, SourceLostSince: c.src.since, SourceMisconfigured: c.src.misconfigured,
 		Quarantined: c.meta.Quarantined, Roles: c.cfg.Roles, Exclusive: c.cfg.Exclusive, NodeTTL: c.cfg.NodeTTL,
+		MinReplicas: max(1, c.cfg.MinReplicas),
 	}
 	if c.a != nil {
 		st.Generation, st.Slices = c.a.Generation(), c.a.Len()

@@ -314,7 +314,7 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 		Leader: true, LeaderAddress: a.s.cfg.Advertise, Position: wire.PositionToProto(st.Position), Clock: st.Clock,
 		Generation: st.Generation, Imbalance: st.Imbalance, Slices: uint32(st.Slices), Nodes: uint32(st.Nodes),
 		Frozen: st.Frozen, Algorithm: st.Algorithm, Params: st.Params,
-		Roles: st.Roles, Exclusive: st.Exclusive, NodeTtl: durationpb.New(st.NodeTTL),
+		Roles: st.Roles, Exclusive: st.Exclusive, NodeTtl: durationpb.New(st.NodeTTL), MinReplicas: uint32(st.MinReplicas),
 	}
 	if !st.LastPass.IsZero() {
 		out.LastPass = timestamppb.New(st.LastPass)

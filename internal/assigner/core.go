@@ -103,6 +103,10 @@ type CoreConfig struct {
 	// FirstMapWait caps that wait, counted from the start of the leader's term
 	// (--first-map-wait): a fleet that never reaches FirstMapNodes still gets a map. 0: 1 min.
 	FirstMapWait time.Duration
+	// MinReplicas is how many replicas every slice keeps while that many nodes live
+	// (--min-replicas; see replicas.go); 0 or 1: one. With 2, a primary that dies is replaced
+	// by a secondary that already holds its range, without a load.
+	MinReplicas int
 	// QuarantineWindow is the quarantine guard's window (--quarantine-window; see
 	// quarantine.go): two nodes whose leases lapse within it, each within it of acquiring a
 	// range, put that range in quarantine. 0: three NodeTTLs; negative: no guard.
@@ -135,6 +139,9 @@ func (cfg *CoreConfig) fill() error {
 	}
 	if cfg.MaxGrace <= 0 {
 		cfg.MaxGrace = 5 * time.Minute
+	}
+	if cfg.MinReplicas < 0 || cfg.MinReplicas > maxMinReplicas {
+		return fmt.Errorf("%w: min replicas %d: want 1 to %d (0: one)", ErrInvalid, cfg.MinReplicas, maxMinReplicas)
 	}
 	roles, err := assignment.RoleModel(cfg.Roles)
 	switch {
@@ -525,14 +532,15 @@ func (c *Core) pass(now time.Time) (*change, error) {
 		return c.initial(live, now)
 	case c.meta.Frozen:
 		return nil, nil
-	case c.src.lost, !c.warmedUp(now):
+	case c.src.lost, !c.warmedUp(now), c.short(live):
+		// A slice short of replicas is topped up before the algorithm weighs the map.
 		return c.cleanup(now)
 	}
 	est := c.est.Fold(c.a, now)
 	in := balance.Input{
 		Assignment: c.a, Nodes: live, Load: loadOrKeySpace(c.a, est.Loads), Spread: est.Spread, Uncertainty: est.Uncertainty, Keys: est.Keys,
-		HotKeys: est.HotKeys,
-		Pass:    c.meta.Pass, History: c.history, Pinned: c.meta.Pins, Zones: c.zones(live),
+		HotKeys: est.HotKeys, MinReplicas: c.replicasWanted(live),
+		Pass: c.meta.Pass, History: c.history, Pinned: c.meta.Pins, Zones: c.zones(live),
 	}
 	fix, err := c.handoffInput(&in)
 	if err != nil {
@@ -603,7 +611,8 @@ func (c *Core) passFailed(err error, now time.Time, out *Output) {
 // that their keys are served again without waiting for a pass (and their new holders'
 // reports tell that pass what they weigh), and as the fallback for a pass that failed:
 // whatever made the algorithm fail, I1 must hold once clean-up has run. A slice keeps its
-// live replicas; one left with none goes to the live node holding the fewest slices.
+// live replicas; one left with fewer than the floor (MinReplicas; one by default) gets new
+// ones on the live nodes holding the fewest slices, in zones it lacks first.
 func (c *Core) cleanup(now time.Time) (*change, error) {
 	live, reg := c.placement(), c.registered()
 	if c.a == nil || live.Len() == 0 {
@@ -622,6 +631,7 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 	}
 	var fix, ops []assignment.Op
 	var moves []balance.Move
+	want, zones := c.replicasWanted(live), c.zones(live)
 	for _, s := range c.a.All() {
 		if op, ok := dropDeparted(s, reg); ok && s.InHandoff() {
 			fix = append(fix, op)
@@ -632,7 +642,8 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 			return !reg.Has(id) && (id != assignment.Nobody || !c.inQuarantine(s.Range))
 		}
 		keep := slices.DeleteFunc(slices.Clone(s.Replicas), gone)
-		if len(keep) == len(s.Replicas) {
+		short := !s.InHandoff() && !nobodyHolds(s) && countLive(keep, live) < want
+		if len(keep) == len(s.Replicas) && !short {
 			continue
 		}
 		for _, id := range s.Replicas {
@@ -642,11 +653,12 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 		}
 		if len(keep) == 0 && c.touchesQuarantine(s.Range) {
 			keep = []assignment.NodeID{assignment.Nobody} // no node gets a key of death; isolate cuts it out
-		} else if len(keep) == 0 {
-			to := leastHeld(live, held)
-			held[to]++
-			keep = []assignment.NodeID{to}
-			moves = append(moves, balance.Move{Range: s.Range, To: to, Pass: c.meta.Pass})
+		} else if countLive(keep, live) < want {
+			added := len(keep)
+			keep = topUp(keep, want, live, held, zones)
+			for _, to := range keep[added:] {
+				moves = append(moves, balance.Move{Range: s.Range, To: to, Pass: c.meta.Pass})
+			}
 		}
 		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: keep})
 	}
@@ -659,20 +671,9 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 	if err != nil {
 		return nil, fmt.Errorf("assigner: clean-up: %w", err)
 	}
-	ch.summary = fmt.Sprintf("clean-up without the algorithm: %d slices off departed nodes", len(ops))
+	ch.summary = fmt.Sprintf("clean-up without the algorithm: %d slices off departed nodes or short of replicas", len(ops))
 	ch.moves, ch.kind = moves, kindCleanup
 	return ch, nil
-}
-
-// leastHeld returns the node of live holding the fewest slices, the first by ID on a tie.
-func leastHeld(live *assignment.NodeSet, held map[assignment.NodeID]int) assignment.NodeID {
-	best := live.Nodes()[0].ID
-	for _, n := range live.Nodes()[1:] {
-		if held[n.ID] < held[best] {
-			best = n.ID
-		}
-	}
-	return best
 }
 
 // loadOrKeySpace returns loads, or, when no load at all is measured, each slice's share of
@@ -696,6 +697,9 @@ func (c *Core) initial(live *assignment.NodeSet, now time.Time) (*change, error)
 	a, err := c.alg.Initial(balance.Input{Nodes: live})
 	if err != nil {
 		return nil, fmt.Errorf("assigner: the initial assignment: %w", err)
+	}
+	if a, err = c.withMinReplicas(a, live); err != nil {
+		return nil, fmt.Errorf("assigner: the initial replicas: %w", err)
 	}
 	if a, err = c.withPrimaries(a, now); err != nil {
 		return nil, err

@@ -40,7 +40,7 @@ import (
 //	distributors [IDS...]     the live distributors, each at "ID:7001"
 //	register id=N [cap=C] [addr=A] [roles=R] [inc=I]   roles: the model a member expects and
 //	                          acts on; inc: the incarnation of the process that registers
-//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [first-map-nodes=N] [first-map-wait=D] [roles=R] [exclusive]
+//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [first-map-nodes=N] [first-map-wait=D] [roles=R] [exclusive] [min-replicas=N]
 //	                          a new core so configured (first command)
 //	heartbeat id=N [gen=G] [loading=I,J] [primaries=K] [tokens=T]   the node applied
 //	                          generation G, still loads slices I, J and holds slice K as
@@ -157,6 +157,9 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	if cfg.QuarantineWindow, err = time.ParseDuration(take(d, "quarantine-window", "0s")); err != nil {
 		return "", err
 	}
+	if cfg.MinReplicas, err = strconv.Atoi(take(d, "min-replicas", "0")); err != nil {
+		return "", err
+	}
 	if h.c, err = NewCore(cfg); err != nil {
 		return "", err
 	}
@@ -175,6 +178,9 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	}
 	if w := h.c.Config().QuarantineWindow; w != defaultQuarantineTTLs*h.c.Config().NodeTTL {
 		out += fmt.Sprintf(" quarantine-window %s", w)
+	}
+	if n := h.c.Config().MinReplicas; n > 1 {
+		out += fmt.Sprintf(" min-replicas %d", n)
 	}
 	return out + "\n", nil
 }

@@ -54,6 +54,7 @@ type options struct {
 	handoffLinger time.Duration
 	quarantineWin time.Duration
 	firstMapNodes int
+	minReplicas   int
 	firstMapWait  time.Duration
 	algorithm     string
 	params        []string
@@ -183,6 +184,9 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.exclusive, "exclusive", false, "primaries hold leases (--node-ttl long, renewed by heartbeats) and fencing tokens: a primary role "+
 		"goes to another member only once the old primary gave it up or its lease ran out, even across a failover (needs --roles "+
 		assigner.RolesPrimarySecondary+"; give every assigner the same)")
+	f.IntVar(&o.minReplicas, "min-replicas", 1, "replicas every slice keeps while that many nodes live (warm secondaries): "+
+		"with 2, a primary that dies is replaced at once by a secondary that already holds its range, instead of by a member that "+
+		"must load it; each replica is a copy of the slice's state, kept outside the churn budget")
 	f.StringVar(&o.algorithm, "algorithm", "weighted-move", "balancing algorithm when none is stored: "+strings.Join(balance.Names(), ", "))
 	f.StringArrayVar(&o.params, "param", nil, "algorithm constant NAME=VALUE (repeatable); see slicectl sim --help")
 }
@@ -283,7 +287,8 @@ func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig)
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
 		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
 		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger, Roles: o.roles, Exclusive: o.exclusive,
-		QuarantineWindow: o.quarantineWin, FirstMapNodes: o.firstMapNodes, FirstMapWait: o.firstMapWait}
+		QuarantineWindow: o.quarantineWin, FirstMapNodes: o.firstMapNodes, FirstMapWait: o.firstMapWait,
+		MinReplicas: o.minReplicas}
 }
 
 // startEtcd starts the embedded etcd in --data-dir, serving its clients with the process's

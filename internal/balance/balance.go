@@ -87,6 +87,9 @@ type Input struct {
 	// with that setting, and is not stored with the map. A pass maps it onto node indices
 	// once.
 	Zones map[assignment.NodeID]string
+	// MinReplicas is the least number of replicas a slice keeps (the driver tops up those
+	// short of it): an algorithm drops no replica below it. 0 counts as 1.
+	MinReplicas int
 }
 
 // pinned reports whether r overlaps a pinned range.

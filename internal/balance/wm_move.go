@@ -67,10 +67,10 @@ func (p *wmPass) dropCooledReplicas() {
 	for i := range p.sl {
 		s := &p.sl[i]
 		r := len(s.reps)
-		if r < 2 || s.pinned || !s.change.allows(dereplicate) || p.peak(s)/float64(r-1) > p.cfg.DereplicateBelow*mean {
+		if r <= p.minReps() || s.pinned || !s.change.allows(dereplicate) || p.peak(s)/float64(r-1) > p.cfg.DereplicateBelow*mean {
 			continue
 		}
-		need := max(1, int(math.Ceil(p.peak(s)/(p.cfg.ReplicateAbove*mean))))
+		need := max(p.minReps(), int(math.Ceil(p.peak(s)/(p.cfg.ReplicateAbove*mean))))
 		keep := make([]bool, r)
 		for k, n := range s.reps {
 			if _, blocked := p.blocker(s.r, n, -1); blocked {
@@ -245,7 +245,7 @@ func (p *wmPass) appendCandidates(round []cand, i int, h int32, mean float64, or
 		return append(round, cand{kind: move, slice: i, from: h, reason: reasonPinned})
 	}
 	r := len(s.reps)
-	if r > 1 && s.change.allows(dereplicate) && p.zoneDeficit(s.reps, h) <= p.zoneDeficit(s.reps, -1) {
+	if r > p.minReps() && s.change.allows(dereplicate) && p.zoneDeficit(s.reps, h) <= p.zoneDeficit(s.reps, -1) {
 		round = append(round, p.evaluate(cand{kind: dereplicate, slice: i, from: h}, p.u(h), mean))
 	}
 	canReplicate := s.change.allows(replicate) && r < p.cfg.MaxReplicas && p.peak(s)/float64(r) > p.cfg.ReplicateAbove*mean

@@ -98,6 +98,9 @@ type wmPass struct {
 	x       Explanation
 }
 
+// minReps returns the least number of replicas a slice keeps (Input.MinReplicas).
+func (p *wmPass) minReps() int { return max(1, p.in.MinReplicas) }
+
 func newWMPass(cfg WeightedMoveConfig, in Input) *wmPass {
 	if cfg.MaxReplicas == 0 || cfg.MaxReplicas > in.Nodes.Len() {
 		cfg.MaxReplicas = in.Nodes.Len()

@@ -28,6 +28,7 @@ type jsonStatus struct {
 	Roles         string            `json:"roles"`
 	Exclusive     bool              `json:"exclusive"`
 	NodeTTL       string            `json:"node_ttl"`
+	MinReplicas   uint32            `json:"min_replicas"`
 	Quarantined   []jsonQuarantine  `json:"quarantined"`
 	jsonPassFailures
 	// Source is set while the leader cannot follow its data source.
@@ -48,7 +49,7 @@ func statusJSON(st *pb.StatusResponse) jsonStatus {
 		Nodes: st.GetNodes(), Frozen: st.GetFrozen(), Algorithm: st.GetAlgorithm(), Params: st.GetParams(),
 		LastPass: jsonTime(st.GetLastPass()), Pinned: []jsonRange{}, Handoffs: st.GetHandoffs(),
 		Quarantined: quarantinesJSON(st.GetQuarantined()), Roles: st.GetRoles(), Exclusive: st.GetExclusive(),
-		NodeTTL: st.GetNodeTtl().AsDuration().String(),
+		NodeTTL: st.GetNodeTtl().AsDuration().String(), MinReplicas: st.GetMinReplicas(),
 		jsonPassFailures: jsonPassFailures{PassFailures: st.GetPassFailures(), PassError: st.GetPassError(),
 			PassErrorTime: jsonTime(st.GetPassErrorTime())},
 	}
@@ -140,6 +141,9 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 	row(w, "slices", fmt.Sprint(st.GetSlices()))
 	row(w, "nodes", fmt.Sprint(st.GetNodes()))
 	row(w, "roles", showRoles(st))
+	if n := st.GetMinReplicas(); n > 1 {
+		row(w, "replicas", fmt.Sprintf("at least %d a slice while that many nodes live (--min-replicas)", n))
+	}
 	if st.GetHandoffs() > 0 {
 		row(w, "handoffs", fmt.Sprintf("%d slices moving (loading on their new nodes, or served by both while the old ones linger)", st.GetHandoffs()))
 	}

@@ -1869,9 +1869,12 @@ type StatusResponse struct {
 	// exclusive, whether primaries hold leases on their roles (--exclusive); node_ttl, how long
 	// a node or member stays in the map without a heartbeat, and the length of a lease
 	// (--node-ttl).
-	Roles         string               `protobuf:"bytes,22,opt,name=roles,proto3" json:"roles,omitempty"`
-	Exclusive     bool                 `protobuf:"varint,23,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
-	NodeTtl       *durationpb.Duration `protobuf:"bytes,24,opt,name=node_ttl,json=nodeTtl,proto3" json:"node_ttl,omitempty"`
+	Roles     string               `protobuf:"bytes,22,opt,name=roles,proto3" json:"roles,omitempty"`
+	Exclusive bool                 `protobuf:"varint,23,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	NodeTtl   *durationpb.Duration `protobuf:"bytes,24,opt,name=node_ttl,json=nodeTtl,proto3" json:"node_ttl,omitempty"`
+	// min_replicas is how many replicas every slice keeps while that many nodes live
+	// (--min-replicas).
+	MinReplicas   uint32 `protobuf:"varint,25,opt,name=min_replicas,json=minReplicas,proto3" json:"min_replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2072,6 +2075,13 @@ func (x *StatusResponse) GetNodeTtl() *durationpb.Duration {
 		return x.NodeTtl
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetMinReplicas() uint32 {
+	if x != nil {
+		return x.MinReplicas
+	}
+	return 0
 }
 
 // Quarantine is a range taken off every node since since, because nodes (in the order they
@@ -4145,7 +4155,7 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"generation\x12#\n" +
 	"\x03ops\x18\x03 \x03(\v2\x11.sliceplane.v1.OpR\x03ops\x12\x18\n" +
 	"\asummary\x18\x04 \x01(\tR\asummary\"\x0f\n" +
-	"\rStatusRequest\"\x8a\b\n" +
+	"\rStatusRequest\"\xad\b\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\bR\x06leader\x12%\n" +
 	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress\x123\n" +
@@ -4174,7 +4184,8 @@ const file_sliceplane_v1_assigner_proto_rawDesc = "" +
 	"\vquarantined\x18\x15 \x03(\v2\x19.sliceplane.v1.QuarantineR\vquarantined\x12\x14\n" +
 	"\x05roles\x18\x16 \x01(\tR\x05roles\x12\x1c\n" +
 	"\texclusive\x18\x17 \x01(\bR\texclusive\x124\n" +
-	"\bnode_ttl\x18\x18 \x01(\v2\x19.google.protobuf.DurationR\anodeTtl\x1a9\n" +
+	"\bnode_ttl\x18\x18 \x01(\v2\x19.google.protobuf.DurationR\anodeTtl\x12!\n" +
+	"\fmin_replicas\x18\x19 \x01(\rR\vminReplicas\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
