@@ -179,3 +179,13 @@ func (g *guards) wait(ctx context.Context, r keyspace.Range, reads bool) error {
 		}
 	}
 }
+
+// grantCtx carries the grant a request runs under, in its context.
+type grantCtx struct{}
+
+// GrantFrom returns the grant the request of ctx runs under, set by the interceptor of
+// Member.UnaryServerInterceptor, and whether there is one.
+func GrantFrom(ctx context.Context) (Grant, bool) {
+	g, ok := ctx.Value(grantCtx{}).(Grant)
+	return g, ok
+}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
@@ -465,4 +467,33 @@ func untilRetry(own *ownership, leaseEnd time.Time) time.Duration {
 		wait = min(wait, max(time.Until(leaseEnd), 0))
 	}
 	return wait
+}
+
+// KeyFunc returns the key of a gRPC request (fullMethod is "/package.Service/Method"),
+// whether the call writes, and whether it is about a key at all.
+type KeyFunc func(fullMethod string, req any) (key []byte, write, ok bool)
+
+// UnaryServerInterceptor returns the interceptor that runs each call of the member's gRPC
+// service that keyOf knows under its key's grant: a write through Write, a read through
+// Read, so that a call for a key the member does not own in the role it needs is answered
+// NotOwner (the caller's GRPCDialOptions interceptor sends it again where the map says)
+// and a demotion or release of the key's range waits for the calls running under it. The
+// handler finds the grant (its fencing token) with GrantFrom. Calls keyOf does not know
+// run as they are.
+//
+//	grpc.NewServer(creds, grpc.UnaryInterceptor(m.UnaryServerInterceptor(keyOf)))
+func (m *Member) UnaryServerInterceptor(keyOf KeyFunc) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		key, write, ok := keyOf(info.FullMethod, req)
+		if !ok {
+			return handler(ctx, req)
+		}
+		var resp any
+		err := m.under(key, write, func(g Grant) error {
+			var err error
+			resp, err = handler(context.WithValue(ctx, grantCtx{}, g), req)
+			return err
+		})
+		return resp, err
+	}
 }

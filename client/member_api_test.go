@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,6 +107,7 @@ func TestAWriteHoldsOffItsKeysDemotion(t *testing.T) {
 	g, ok := m1.Grant(key)
 	require.True(t, ok)
 	require.Equal(t, client.RolePrimary, g.Role)
+	interceptorAnswers(t, m1, key)
 
 	writing, finish := make(chan struct{}), make(chan struct{})
 	wrote := make(chan error, 1)
@@ -243,4 +245,34 @@ func startMemberApp(t *testing.T, c *clustertest.Cluster, id string, a client.Ap
 	require.NoError(t, err)
 	runMember(t, m)
 	return m
+}
+
+// interceptorAnswers checks Member.UnaryServerInterceptor on m: a write of key, which m is the
+// primary of, runs with the grant in its context; a write of a key m does not serve is
+// answered NotOwner without running.
+func interceptorAnswers(t *testing.T, m *client.Member, key []byte) {
+	t.Helper()
+	keyOf := func(method string, req any) ([]byte, bool, bool) {
+		return req.([]byte), method == "/test.Service/Write", true
+	}
+	ic := m.UnaryServerInterceptor(keyOf)
+	var seen client.Grant
+	handler := func(ctx context.Context, _ any) (any, error) {
+		seen, _ = client.GrantFrom(ctx)
+		return "done", nil
+	}
+	resp, err := ic(t.Context(), key, &grpc.UnaryServerInfo{FullMethod: "/test.Service/Write"}, handler)
+	require.NoError(t, err)
+	require.Equal(t, "done", resp)
+	require.Equal(t, client.RolePrimary, seen.Role)
+	var other []byte
+	for i := 0; other == nil; i++ {
+		if k := []byte(fmt.Sprintf("other-%d", i)); !m.Serving(k) {
+			other = k
+		}
+	}
+	seen = client.Grant{}
+	_, err = ic(t.Context(), other, &grpc.UnaryServerInfo{FullMethod: "/test.Service/Write"}, handler)
+	require.Equal(t, codes.FailedPrecondition, status.Code(err))
+	require.Zero(t, seen, "the handler ran for a key the member does not own")
 }
