@@ -380,18 +380,26 @@ func (m *Member) reconcile(own *ownership, inflight *calls, leaseEnd time.Time) 
 // info, a failure at warn (tried again) or error (taken as done all the same).
 func (m *Member) answered(own *ownership, res result) {
 	c := own.calls[res.id]
+	if c == nil {
+		return
+	}
+	attrs := c.attrs(time.Now())
 	switch {
-	case c == nil:
 	case res.err == nil:
-		m.log.Info("ownership changed", "call", c.String(), "took", time.Since(c.since))
+		m.log.Info(LogOwnershipChanged, attrs...)
 	case c.retried() && c.cancelled:
-		m.log.Info("a call ended: the map took the range or the role away", "call", c.String(), "err", res.err)
+		m.log.Info("a call ended: the map took the range or the role away", append(attrs, "err", res.err)...)
 	case c.retried():
-		m.log.Warn("the application could not take a range or its primary role; trying again after a backoff", "call", c.String(), "err", res.err)
+		m.log.Warn("the application could not take a range or its primary role; trying again after a backoff", append(attrs, "err", res.err)...)
 	default:
-		m.log.Error("the application failed a call; the member takes it as done", "call", c.String(), "err", res.err)
+		m.log.Error(LogOwnershipChanged+": the application failed the call; the member takes it as done", append(attrs, "err", res.err)...)
 	}
 }
+
+// LogOwnershipChanged is the message a member logs when its application has taken a call
+// that changes what it owns, with the call's attributes (appCall.attrs): a checker of
+// handovers reads it.
+const LogOwnershipChanged = "ownership changed"
 
 // owned returns the member's ranges in the router's map at now, in order, each with its
 // grant, the map's generation, the slices the member holds in it, and when its lease on

@@ -40,6 +40,24 @@ func (c appCall) promotes() bool { return c.grant.Role == RolePrimary }
 // promotion. A release or a demotion is done whatever the application answers.
 func (c appCall) retried() bool { return c.kind == callAcquire || c.promotes() }
 
+// attrs returns the log attributes of the call, answered at now: what it was ("call", and
+// "kind" acquire, release or change), its range as hexadecimal points ("from", and "to", ""
+// for the end of the space), the grant it makes ("role", "token"), whether it took the
+// primary role away ("demotes"), when it started and how long it took.
+func (c appCall) attrs(now time.Time) []any {
+	to := ""
+	if !c.rng.End.IsEnd() {
+		to = fmt.Sprintf("%016x", c.rng.End.Point())
+	}
+	role := ""
+	if c.grant.Role != 0 {
+		role = c.grant.Role.String()
+	}
+	kind := map[callKind]string{callAcquire: "acquire", callRelease: "release", callChangeRole: "change"}[c.kind]
+	return []any{"call", c.String(), "kind", kind, "from", fmt.Sprintf("%016x", c.rng.Start), "to", to, "role", role,
+		"token", c.grant.Token, "demotes", c.demotes, "started", c.since, "took", now.Sub(c.since)}
+}
+
 func (c appCall) String() string {
 	switch c.kind {
 	case callAcquire:
