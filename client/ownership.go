@@ -24,8 +24,9 @@ type appCall struct {
 	kind  callKind
 	rng   keyspace.Range
 	grant Grant
-	// demotes says the call takes the primary role from the application: a release or a
-	// role change of points it holds as primary. Writes of those points wait for it.
+	// demotes says the call ends a primary grant the application holds: a release, a
+	// demotion, or a promotion to a new token (after a merge) of points it holds as primary.
+	// Writes under the old grant end before it starts, and none starts until it returned.
 	demotes bool
 	since   time.Time // when it was started
 	// cancelled says the map took the range, or the role it makes, away while the call ran:
@@ -317,7 +318,7 @@ func (o *ownership) start(i, n int, now time.Time) appCall {
 	c := &appCall{id: o.last, kind: kind, rng: keyspace.Range{Start: first.r.Start, End: end}, grant: first.want, since: now}
 	for k := i; k < i+n; k++ {
 		o.segs[k].call = c.id
-		c.demotes = c.demotes || o.segs[k].held.Role == RolePrimary && !c.promotes()
+		c.demotes = c.demotes || o.segs[k].held.Role == RolePrimary && o.segs[k].held != c.grant
 	}
 	o.calls[c.id] = c
 	return *c
@@ -402,13 +403,20 @@ func (o *ownership) primaries() []primaryRange {
 }
 
 // serving returns the grant in which the application serves each of its points now: what
-// it holds, but none from the start of a release and the new role from the start of a
-// demotion (requests wait for neither); an acquire or promotion counts once it returned.
+// it holds, but none from the start of a release, the new role from the start of a
+// demotion, and secondary while a primary takes a new token (requests wait for none of
+// them); an acquire or promotion counts once it returned.
 func (o *ownership) serving() []granted {
 	var out []granted
 	for _, s := range o.segs {
 		g := s.held
-		if c := o.calls[s.call]; c != nil && (c.kind == callRelease || c.demotes) {
+		switch c := o.calls[s.call]; {
+		case c == nil:
+		case c.kind == callRelease:
+			g = Grant{}
+		case c.demotes && c.promotes():
+			g = Grant{Role: RoleSecondary}
+		case c.demotes:
 			g = c.grant
 		}
 		if g.Role == 0 {

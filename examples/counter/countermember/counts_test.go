@@ -34,7 +34,7 @@ func TestAPausedPrimaryIsFenced(t *testing.T) {
 		old, fresh := NewCounts(pool, 0, fenced, slog.New(slog.DiscardHandler)), NewCounts(pool, 0, fenced, slog.New(slog.DiscardHandler))
 		all := client.FullRange()
 		require.NoError(t, old.Acquire(ctx, all, client.Grant{Role: client.RolePrimary, Token: 2}))
-		n, err := old.Incr(ctx, "k")
+		n, err := old.Incr(ctx, "k", client.Grant{Role: client.RolePrimary, Token: 2})
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)
 
@@ -45,7 +45,10 @@ func TestAPausedPrimaryIsFenced(t *testing.T) {
 			err error
 		}
 		stale := make(chan answer, 1)
-		go func() { n, err := old.Incr(context.Background(), "k"); stale <- answer{n, err} }()
+		go func() {
+			n, err := old.Incr(context.Background(), "k", client.Grant{Role: client.RolePrimary, Token: 2})
+			stale <- answer{n, err}
+		}()
 		select {
 		case <-paused:
 		case <-time.After(30 * time.Second):
@@ -53,7 +56,7 @@ func TestAPausedPrimaryIsFenced(t *testing.T) {
 		}
 		// The old primary's lease ran out while it was paused: the range is the new one's.
 		require.NoError(t, fresh.Acquire(ctx, all, client.Grant{Role: client.RolePrimary, Token: 7}))
-		n, err = fresh.Incr(ctx, "k")
+		n, err = fresh.Incr(ctx, "k", client.Grant{Role: client.RolePrimary, Token: 7})
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), n, "the new primary loaded the count the old one left")
 		close(resume)

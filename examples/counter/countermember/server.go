@@ -110,7 +110,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		pool.Close()
 		return nil, fmt.Errorf("countermember: %w", err)
 	}
-	counts.leased = member.Leased
 	return &Server{cfg: cfg, log: cfg.Logger.With("member", cfg.ID), tls: src, lis: lis, pool: pool, counts: counts, member: member}, nil
 }
 
@@ -164,12 +163,20 @@ func (s *Server) Handler() http.Handler {
 		key := r.PathValue("key")
 		ctx, cancel := context.WithTimeout(r.Context(), writeTimeout)
 		defer cancel()
-		n, err := s.counts.Incr(ctx, key)
+		var n int64
+		err := s.member.Write([]byte(key), func(g client.Grant) (err error) {
+			n, err = s.counts.Incr(ctx, key, g)
+			return err
+		})
 		s.answer(w, key, n, err)
 	})
 	mux.HandleFunc("GET "+CountPath+"{key...}", func(w http.ResponseWriter, r *http.Request) {
 		key := r.PathValue("key")
-		n, err := s.counts.Get(r.Context(), key)
+		var n int64
+		err := s.member.Read([]byte(key), func(g client.Grant) (err error) {
+			n, err = s.counts.Get(r.Context(), key, g)
+			return err
+		})
 		s.answer(w, key, n, err)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
@@ -182,7 +189,7 @@ func (s *Server) Handler() http.Handler {
 // written).
 func (s *Server) answer(w http.ResponseWriter, key string, n int64, err error) {
 	switch {
-	case errors.Is(err, ErrNotPrimary) || errors.Is(err, ErrNotHeld):
+	case errors.Is(err, client.ErrNotOwner):
 		http.Error(w, err.Error(), http.StatusMisdirectedRequest)
 		return
 	case errors.Is(err, ErrFenced):
