@@ -67,10 +67,11 @@ type grantView struct {
 	starts []uint64
 	ends   []keyspace.Bound
 	grants []Grant
+	gen    uint64 // of the map the member acted on
 }
 
-func newGrantView(rs []granted) *grantView {
-	v := &grantView{starts: make([]uint64, len(rs)), ends: make([]keyspace.Bound, len(rs)), grants: make([]Grant, len(rs))}
+func newGrantView(rs []granted, gen uint64) *grantView {
+	v := &grantView{starts: make([]uint64, len(rs)), ends: make([]keyspace.Bound, len(rs)), grants: make([]Grant, len(rs)), gen: gen}
 	for i, r := range rs {
 		v.starts[i], v.ends[i], v.grants[i] = r.r.Start, r.r.End, r.grant
 	}
@@ -108,22 +109,22 @@ func newGuards() *guards {
 	return g
 }
 
-// publish makes rs what the application serves.
-func (g *guards) publish(rs []granted) {
-	v := newGrantView(rs)
+// publish makes rs what the application serves, as of the map of generation gen.
+func (g *guards) publish(rs []granted, gen uint64) {
+	v := newGrantView(rs, gen)
 	g.mu.Lock()
 	g.view.Store(v)
 	g.mu.Unlock()
 }
 
-// enter registers a request on point h if ok accepts its grant, and returns the grant, or
-// false (nothing registered).
-func (g *guards) enter(h uint64, write bool, ok func(Grant, bool) bool) (Grant, bool) {
+// enter registers a request on point h if ok accepts its grant (as of the view's map
+// generation), and reports whether it did.
+func (g *guards) enter(h uint64, write bool, ok func(gr Grant, held bool, gen uint64) bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gr, held := g.view.Load().find(h)
-	if !ok(gr, held) {
-		return gr, false
+	v := g.view.Load()
+	if gr, held := v.find(h); !ok(gr, held, v.gen) {
+		return false
 	}
 	f := g.inflight[h]
 	if f == nil {
@@ -135,7 +136,7 @@ func (g *guards) enter(h uint64, write bool, ok func(Grant, bool) bool) (Grant, 
 	} else {
 		f.reads++
 	}
-	return gr, true
+	return true
 }
 
 // leave ends a request enter registered.

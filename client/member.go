@@ -182,14 +182,20 @@ func (m *Member) Leased() bool {
 // An application that checks Grant before a write must order the write against its own
 // ChangeRole; Write does that for it.
 func (m *Member) Grant(key []byte) (Grant, bool) {
-	g, ok := m.guards.view.Load().find(Hash(key))
-	return m.leasedGrant(g), ok
+	v := m.guards.view.Load()
+	g, ok := v.find(Hash(key))
+	return m.leasedGrant(g, v.gen), ok
 }
 
-// leasedGrant returns g, or a secondary grant for a primary one while the lease is not
-// valid.
-func (m *Member) leasedGrant(g Grant) Grant {
-	if g.Role == RolePrimary && !m.Leased() {
+// leasedGrant returns g, held as of the map of generation gen, or a secondary grant for a
+// primary one while the lease does not cover it: the lease is not valid, or began after
+// that map (the member re-registered after it had lapsed, and acts on an older map, whose
+// roles the assigner may have given to others meanwhile).
+func (m *Member) leasedGrant(g Grant, gen uint64) Grant {
+	if g.Role != RolePrimary {
+		return g
+	}
+	if ok, _, since := m.lease.valid(time.Now()); !ok || gen < since {
 		return Grant{Role: RoleSecondary}
 	}
 	return g
@@ -223,15 +229,14 @@ func (m *Member) Write(key []byte, fn func(Grant) error) error {
 func (m *Member) under(key []byte, write bool, fn func(Grant) error) error {
 	h := Hash(key)
 	var have Grant
-	accept := func(g Grant, held bool) bool {
+	accept := func(g Grant, held bool, gen uint64) bool {
 		have = g
 		if held {
-			have = m.leasedGrant(g)
+			have = m.leasedGrant(g, gen)
 		}
 		return held && (!write || have.Role == RolePrimary || have.Role == RoleReplica)
 	}
-	g, ok := m.guards.enter(h, write, accept)
-	if !ok {
+	if !m.guards.enter(h, write, accept) {
 		e := &NotOwnerError{Key: key, Have: have}
 		if write && m.cfg.Roles == RolesPrimarySecondary {
 			e.Need = RolePrimary
@@ -239,7 +244,7 @@ func (m *Member) under(key []byte, write bool, fn func(Grant) error) error {
 		return e
 	}
 	defer m.guards.leave(h, write)
-	return fn(m.leasedGrant(g))
+	return fn(have)
 }
 
 // Router returns the member's router: the map it follows, for lookups (where to forward a
@@ -445,7 +450,7 @@ func (m *Member) publish(own *ownership) {
 		primaries: own.primaries()}
 	m.pending.Store(next)
 	m.held.Store(int64(len(own.holding())))
-	m.guards.publish(own.serving())
+	m.guards.publish(own.serving(), own.gen)
 	was, is := pointsOf(before.primaries), pointsOf(next.primaries)
 	switch {
 	case !was.Minus(is).Empty():

@@ -403,21 +403,19 @@ func (o *ownership) primaries() []primaryRange {
 }
 
 // serving returns the grant in which the application serves each of its points now: what
-// it holds, but none from the start of a release, the new role from the start of a
-// demotion, and secondary while a primary takes a new token (requests wait for none of
-// them); an acquire or promotion counts once it returned.
+// it holds, but none from the start of a release, and secondary from the moment the map
+// takes a primary grant away (a demotion, or a new token after a merge), queued or under
+// way, until the call that makes the next grant returned: requests wait for none of these
+// calls. An acquire or promotion counts once it returned.
 func (o *ownership) serving() []granted {
 	var out []granted
 	for _, s := range o.segs {
 		g := s.held
 		switch c := o.calls[s.call]; {
-		case c == nil:
-		case c.kind == callRelease:
+		case c != nil && c.kind == callRelease:
 			g = Grant{}
-		case c.demotes && c.promotes():
+		case g.Role == RolePrimary && (s.want != g || c != nil && c.demotes):
 			g = Grant{Role: RoleSecondary}
-		case c.demotes:
-			g = c.grant
 		}
 		if g.Role == 0 {
 			continue
