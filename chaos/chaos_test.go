@@ -17,9 +17,10 @@
 //
 // TestChaosPostgres runs the suite with the items in PostgreSQL (CHAOS_PG_FAULTS);
 // TestChaosCounter runs the example counter under faults of its primaries, assigners and etcd,
-// and checks that no range ever has two primaries (CHAOS_COUNTER_FAULTS,
-// CHAOS_COUNTER_EXCLUSIVE=0 for the cluster without leases and fence, CHAOS_COUNTER_LEASE
-// for the lease, default 2s).
+// and checks that no range ever has two primaries and that, after each fault, every key had
+// a primary again within the fault's bound (a lease and a second for a primary's fault)
+// (CHAOS_COUNTER_FAULTS, CHAOS_COUNTER_EXCLUSIVE=0 for the cluster without leases and
+// fence, CHAOS_COUNTER_LEASE for the lease, default 2s).
 package chaos_test
 
 import (

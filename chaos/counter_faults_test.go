@@ -13,7 +13,29 @@ import (
 type counterFault struct {
 	name string
 	run  func(r *counterRun) (counterOutcome, error)
+	// bound is the longest a key struck may go without a primary (its longestGap), by the
+	// run's settings.
+	bound func(cfg counterConfig) time.Duration
 }
+
+// gapNoise is what longestGap adds to a key's time without a primary: the time from the
+// key's last answer before the fault and to its first after, its increments coming a few
+// times a second (counterRate over counterKeys).
+const gapNoise = time.Second
+
+// primaryBound bounds a fault of one primary: its keys have a primary again within its lease
+// and a second (the issue of members that stay available).
+func primaryBound(cfg counterConfig) time.Duration { return cfg.lease + time.Second + gapNoise }
+
+// leaderBound bounds a fault of the assigners' leader or of etcd's: a new leader takes over
+// within the session TTL, and in an exclusive cluster waits a lease before it grants a role
+// that was not given up.
+func leaderBound(cfg counterConfig) time.Duration {
+	return cfg.sessionTTL + cfg.lease + time.Second + gapNoise
+}
+
+// plannedBound bounds a planned move: a handover waits for no lease.
+func plannedBound(counterConfig) time.Duration { return time.Second + gapNoise }
 
 // counterOutcome is what a fault of the counter run did.
 type counterOutcome struct {
@@ -27,13 +49,13 @@ type counterOutcome struct {
 // counterFaults are the faults of the counter run. A primary is stopped or cut off for
 // twice its lease: it must have demoted itself, and the range moved on, before it returns.
 var counterFaults = []counterFault{
-	{"kill-primary", killPrimary},
-	{"stop-primary", stopPrimary},
-	{"partition-primary", partitionPrimary},
-	{"kill-assigner", suiteFault(killAssigner)},
-	{"stop-assigner", suiteFault(stopAssigner)},
-	{"kill-etcd-leader", suiteFault(killEtcdLeader)},
-	{"roll", roll},
+	{"kill-primary", killPrimary, primaryBound},
+	{"stop-primary", stopPrimary, primaryBound},
+	{"partition-primary", partitionPrimary, primaryBound},
+	{"kill-assigner", suiteFault(killAssigner), leaderBound},
+	{"stop-assigner", suiteFault(stopAssigner), leaderBound},
+	{"kill-etcd-leader", suiteFault(killEtcdLeader), leaderBound},
+	{"roll", roll, plannedBound},
 }
 
 // suiteFault runs one of the suite's assigner or etcd faults in the counter run.

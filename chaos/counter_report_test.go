@@ -164,6 +164,10 @@ func (r *counterRun) inject(i int, f counterFault) {
 		row.gaps = append(row.gaps, longestGap(acks[k], row.start, row.end))
 	}
 	slices.Sort(row.gaps)
+	if n := len(row.gaps); r.ccfg.exclusive && n > 0 && row.gaps[n-1] > f.bound(r.ccfg) {
+		row.failures = append(row.failures, fmt.Sprintf("a key had no primary for %s, above the bound of %s",
+			row.gaps[n-1].Round(time.Millisecond), f.bound(r.ccfg)))
+	}
 	if err := r.c.exited(); err != nil {
 		row.failures = append(row.failures, fmt.Sprintf("processes exited unasked: %v", err))
 	}

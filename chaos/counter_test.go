@@ -31,7 +31,8 @@ import (
 )
 
 // TestChaosCounter runs the example counter (examples/counter) under the suite's faults and
-// checks that a range never has two primaries (I11): three etcd members, two assigners with
+// checks that a range never has two primaries (I11), and that every key has a primary again
+// within the fault's bound (counterFault.bound): three etcd members, two assigners with
 // primary and secondary roles and leases on primary roles (--exclusive), three countermembers
 // keeping their counts in PostgreSQL, each reaching the assigners through fault proxies of its
 // own, and increments through the Go router all along. After each fault every point must have
