@@ -68,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		passChurn: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_churn_ratio",
 			Help: "Share of keys a pass copied to new nodes.", Buckets: []float64{0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.09, 0.2, 0.5, 1}}),
 		quanta: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_total",
-			Help: "Quanta emitted, by cause (initial, pass, cleanup, clock, distributors, admin, node)."}, []string{"cause"}),
+			Help: "Quanta emitted, by cause (initial, pass, cleanup, clock, distributors, admin, node, quarantine, quarantine probe)."}, []string{"cause"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "load_reports_total",
 			Help: "Load reports received, by result (accepted, rejected)."}, []string{"result"}),
 		reportsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "reports_rejected_total",

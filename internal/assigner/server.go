@@ -785,10 +785,10 @@ func (l *leadership) snapshot(ctx context.Context, s *Server, index uint64, a *a
 	}()
 }
 
-// quantumCause folds the causes of admin and node calls into one label value each, keeping
-// the label bounded.
+// quantumCause folds the causes of admin and node calls, and of the quarantine's own
+// changes, which name their ranges, into one label value each, keeping the label bounded.
 func quantumCause(cause string) string {
-	for _, prefix := range []string{"admin", "node"} {
+	for _, prefix := range []string{"admin", "node", "quarantine"} {
 		if strings.HasPrefix(cause, prefix+":") {
 			return prefix
 		}
