@@ -360,18 +360,18 @@ func judge(qs []store.Quarantine, p *probe, crashed bool, now time.Time) (verdic
 	return v, regroup(qs, p.g, v.after)
 }
 
-// what says what a verdict did, naming the quarantine before and after.
+// what says what a verdict did to its quarantine, naming it before and after.
 func (v verdict) what() string {
 	switch {
 	case v.crashed && v.after.Equal(v.before):
-		return fmt.Sprintf("quarantine %s confirmed: canary %s crashed within %s of its probe", describe(v.before), v.p.canary, v.took)
+		return fmt.Sprintf("%s confirmed: canary %s crashed within %s of its probe", describe(v.before), v.p.canary, v.took)
 	case v.crashed:
-		return fmt.Sprintf("quarantine %s narrowed to %s: canary %s crashed within %s of its probe; the rest is served again",
+		return fmt.Sprintf("%s narrowed to %s: canary %s crashed within %s of its probe; the rest is served again",
 			describe(v.before), describe(v.after), v.p.canary, v.took)
 	case v.after.Empty():
-		return fmt.Sprintf("quarantine %s lifted: canary %s served it for %s and no canary crashed on it", describe(v.before), v.p.canary, v.took)
+		return fmt.Sprintf("%s lifted: canary %s served it for %s and no canary crashed on it", describe(v.before), v.p.canary, v.took)
 	}
-	return fmt.Sprintf("quarantine %s narrowed to %s: canary %s served %s for %s", describe(v.before), describe(v.after),
+	return fmt.Sprintf("%s narrowed to %s: canary %s served %s for %s", describe(v.before), describe(v.after),
 		v.p.canary, describe(v.p.part), v.took)
 }
 
@@ -384,7 +384,7 @@ func (c *Core) judgeServed(now time.Time) *change {
 	v, qs := judge(c.meta.Quarantined, c.qw.probes[i], false, now)
 	m := c.meta
 	m.Quarantined = qs
-	ch := &change{write: Write{SaveMeta: true, Meta: m}, kind: kindQuarantine, verdicts: []verdict{v}, summary: v.what()}
+	ch := &change{write: Write{SaveMeta: true, Meta: m}, kind: kindQuarantine, verdicts: []verdict{v}, summary: "quarantine " + v.what()}
 	c.audit(ch, "quarantine: "+v.what(), "", now)
 	return ch
 }
@@ -402,7 +402,7 @@ func (c *Core) judgeCrashed(ch *change, gone []assignment.NodeID, now time.Time)
 		v, qs := judge(ch.write.Meta.Quarantined, p, true, now)
 		ch.write.Meta.Quarantined, ch.write.SaveMeta = qs, true
 		ch.verdicts = append(ch.verdicts, v)
-		ch.summary += "; " + v.what()
+		ch.summary += "; quarantine " + v.what()
 		causes = append(causes, "quarantine: "+v.what())
 	}
 	return causes
@@ -427,7 +427,7 @@ func (c *Core) settleProbes(ch *change, now time.Time, out *Output) {
 			out.Probes.Served++
 		}
 		out.Log = append(out.Log, Record{Level: slog.LevelWarn, Msg: "audit", Attrs: []any{"method", "quarantine", "by", "assigner",
-			"what", v.what(), "result", "ok", "seq", c.seq}})
+			"what", "quarantine " + v.what(), "result", "ok", "seq", c.seq}})
 	}
 	if p := ch.probe; p != nil {
 		p.gen, p.started = c.a.Generation(), now
