@@ -208,7 +208,7 @@ func firstHalf(s keyspace.Set, n uint64, full bool) keyspace.Set {
 		m, all := r.Size()
 		switch {
 		case m == want && !all:
-			return keyspace.NewSet(append(rs, r)...) // r may run to the end, which r.Start+want would wrap
+			return keyspace.NewSet(append(rs, r)...)
 		case m > want || all:
 			return keyspace.NewSet(append(rs, keyspace.Range{Start: r.Start, End: keyspace.At(r.Start + want)})...)
 		}
