@@ -321,18 +321,21 @@ func (c *Core) reviewProbes(now time.Time, out *Output) {
 
 // probeEnded says why probe p can no longer end in a verdict, or "", and whether it is
 // because its canary did not load its part within HandoffTimeout, the time a handoff has to
-// load (a handoff of the part is rolled back then).
+// load (a handoff of the part is rolled back then). A canary that has served its part has
+// given its verdict, whatever it does next.
 func (c *Core) probeEnded(p *probe, now time.Time) (why string, late bool) {
 	n := c.nodes[p.canary]
 	switch {
+	case !p.within(c.meta.Quarantined):
+		return "its part is no longer quarantined", false
+	case p.served:
+		return "", false
 	case n == nil:
 		return "the canary left", false
 	case !n.awayUntil.IsZero():
 		return "the canary is restarting", false
 	case slices.Contains(c.meta.Draining, p.canary):
 		return "the canary drains", false
-	case !p.within(c.meta.Quarantined):
-		return "its part is no longer quarantined", false
 	case p.loaded.IsZero() && !now.Before(p.started.Add(c.cfg.HandoffTimeout)):
 		return fmt.Sprintf("the canary did not load its part within %s", c.cfg.HandoffTimeout), true
 	case !c.lends(p):
@@ -390,14 +393,15 @@ func (c *Core) judgeServed(now time.Time) *change {
 }
 
 // judgeCrashed adds to ch, the change that takes out the nodes gone, the verdicts of the
-// probes whose canaries crashed (not those that announced a restart), and returns their
+// probes whose canaries crashed (not those that announced a restart, nor those that had
+// served their parts already: their verdict is due at the next pass), and returns their
 // causes.
 func (c *Core) judgeCrashed(ch *change, gone []assignment.NodeID, now time.Time) []string {
 	var causes []string
 	for _, id := range gone {
 		p := c.canaryOf(id)
-		if p == nil || !c.nodes[id].awayUntil.IsZero() || !p.within(ch.write.Meta.Quarantined) {
-			continue // no verdict: the next pass abandons the probe
+		if p == nil || p.served || !c.nodes[id].awayUntil.IsZero() || !p.within(ch.write.Meta.Quarantined) {
+			continue
 		}
 		v, qs := judge(ch.write.Meta.Quarantined, p, true, now)
 		ch.write.Meta.Quarantined, ch.write.SaveMeta = qs, true
