@@ -218,7 +218,9 @@ func firstHalf(s keyspace.Set, n uint64, full bool) keyspace.Set {
 }
 
 // pickCanary returns the node a probe is lent to: the live node holding the fewest slices
-// (the first by ID on a tie) that is the canary of no other probe; false if there is none.
+// (the first by ID on a tie) that is the canary of no other probe, false if there is none.
+// The fewest slices are the least to lose to a crash, and a crashed node that restarted
+// holds none: a key of death's crashes fall on one node as far as they can.
 func (c *Core) pickCanary() (assignment.NodeID, bool) {
 	var free []assignment.Node
 	for _, n := range c.placement().Nodes() {
