@@ -49,7 +49,7 @@ CHAOS_COUNTER_FAULTS ?= all
 CHAOS_ROUNDS         ?= 3
 CHAOS_SEED           ?= 1
 
-.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres e2e-counter e2e-fleet build tools clean chaos
+.PHONY: test unit fuzz fuzz-short lint proto proto-check bench demo e2e-compose e2e-postgres e2e-counter e2e-fleet e2e-members build tools clean chaos
 
 ## test: proto and lint checks, every test with the race detector (every fuzz target's seed
 ## corpus among them; the simulator, which starts no goroutine, without it), the data path at
@@ -144,6 +144,13 @@ e2e-postgres:
 	grep -E '^(--- |ok|FAIL|PASS)|postgres_test.go' "$$out" | grep -v 'postgres e2e:' || true; \
 	if [ $$rc -ne 0 ]; then tail -50 "$$out"; exit $$rc; fi; \
 	grep -o 'postgres e2e: .*' "$$out" || { echo "e2e-postgres: skipped (no PostgreSQL server?)"; grep -- '--- SKIP' -A2 "$$out"; }
+
+## e2e-members: members of the example rate limiter (examples/ratelimit) as processes under a
+## load, under every fault of TestMembersUnderFaults (kill -9, SIGSTOP past the lease, warm
+## secondaries, 10 members, a rolling restart): how soon each key is served again and how
+## many requests fail. make test runs two of them with a 2 s lease
+e2e-members:
+	SLICEPLANE_MEMBERS=$(or $(MEMBERS),all) $(GO) test -count=1 -timeout 40m -run '^TestMembersUnderFaults$$' -v ./e2e
 
 ## e2e-fleet: a relay killed (kill -9) under FLEET_ROUTERS routers (default 10,000) in processes
 ## of their own beside the real binaries; it reports when every router had the change made

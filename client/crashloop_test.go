@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -74,9 +75,11 @@ type crashLoop struct {
 	crashes []string              // the members that crashed, in order
 }
 
-func newCrashLoop(t *testing.T, window time.Duration, ids ...string) *crashLoop {
+// newCrashLoop starts members ids against an assigner whose quarantine guard has window and
+// probe (see assigner.CoreConfig).
+func newCrashLoop(t *testing.T, window, probe time.Duration, ids ...string) *crashLoop {
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
-		cfg.Core.NodeTTL, cfg.Core.QuarantineWindow = crashLoopTTL, window
+		cfg.Core.NodeTTL, cfg.Core.QuarantineWindow, cfg.Core.QuarantineProbe = crashLoopTTL, window, probe
 	}})
 	l := &crashLoop{t: t, c: c, adm: newAdmin(c), poison: client.Hash([]byte("key-of-death")), stop: make(chan struct{}),
 		up: map[string]*poisonApp{}}
@@ -185,31 +188,54 @@ func (l *crashLoop) servesTheRest(members int, quarantined []keyspace.Range) boo
 	return union.Equal(want) && overlap.Empty()
 }
 
+// spaceShare returns the share of the key space that rs cover.
+func spaceShare(rs []keyspace.Range) float64 {
+	s := 0.0
+	for _, r := range rs {
+		s += r.Fraction()
+	}
+	return s
+}
+
+// narrowBound is the share of the key space down to which the assigner narrows a quarantine.
+const narrowBound = 1.0 / 1024
+
 // TestAKeyOfDeathCrashesTwoMembers runs four members that crash whenever they acquire one
-// key, and restart once the assigner dropped them. With the quarantine guard two crash,
-// the key's range is held by no one and the others serve the rest of the key space; without
-// it, the crashes go on from member to member.
+// key, and restart once the assigner dropped them. With the quarantine guard two crash, and
+// what they both acquired is held by no one; narrowing then takes it down to 1/1024 of the
+// key space around the key, a crash of a canary per halving at most, and the members serve
+// the rest of the key space. Without the guard, the crashes go on from member to member.
+// The members crash on acquiring the key, so a canary that has loaded its half has passed:
+// the probe is one lease, not the default window, which keeps the test short.
 func TestAKeyOfDeathCrashesTwoMembers(t *testing.T) {
 	members := []string{"m1", "m2", "m3", "m4"}
 	t.Run("guard", func(t *testing.T) {
-		l := newCrashLoop(t, 0, members...)
-		var q []keyspace.Range
-		waitFor(t, 90*time.Second, "the key of death is quarantined", func() bool {
+		l := newCrashLoop(t, 0, crashLoopTTL, members...)
+		var q, first []keyspace.Range
+		var found time.Time
+		widest := 0.0
+		waitFor(t, 180*time.Second, "the key of death's quarantine is narrowed to 1/1024 of the key space", func() bool {
 			q = l.quarantined()
-			return slices.ContainsFunc(q, func(r keyspace.Range) bool { return r.Contains(l.poison) })
+			if len(q) > 0 && found.IsZero() {
+				found = time.Now()
+			}
+			if spaceShare(q) > widest {
+				widest, first = spaceShare(q), q
+			}
+			return slices.ContainsFunc(q, func(r keyspace.Range) bool { return r.Contains(l.poison) }) && spaceShare(q) <= narrowBound
 		})
+		took := time.Since(found)
 		waitFor(t, 60*time.Second, "every member runs, and they serve the rest of the key space",
 			func() bool { return l.servesTheRest(len(members), q) })
 		crashes := l.crashList()
-		share := 0.0
-		for _, r := range q {
-			share += r.Fraction()
-		}
-		t.Logf("with the guard: %d crashes %v; %d ranges quarantined, %.1f%% of the key space", len(crashes), crashes, len(q), 100*share)
-		require.LessOrEqual(t, len(crashes), 2, "crashes: %v", crashes)
+		halvings := int(math.Ceil(math.Log2(widest / narrowBound)))
+		t.Logf("with the guard: %d crashes %v; quarantined %.2f%% of the key space at first (%d ranges), narrowed to %v (%.4f%%) in %s",
+			len(crashes), crashes, 100*widest, len(first), q, 100*spaceShare(q), took.Round(100*time.Millisecond))
+		require.Equal(t, q, l.quarantined(), "the quarantine is narrowed no further")
+		require.LessOrEqual(t, len(crashes), 2+halvings, "crashes: %v; want two to find the key, one per halving at most", crashes)
 	})
 	t.Run("no-guard", func(t *testing.T) {
-		l := newCrashLoop(t, -1, members...)
+		l := newCrashLoop(t, -1, 0, members...)
 		start := time.Now()
 		waitFor(t, 120*time.Second, "the key of death crashes 6 times", func() bool { return len(l.crashList()) >= 6 })
 		crashes := l.crashList()

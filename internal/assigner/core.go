@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
@@ -111,6 +112,12 @@ type CoreConfig struct {
 	// quarantine.go): two nodes whose leases lapse within it, each within it of acquiring a
 	// range, put that range in quarantine. 0: three NodeTTLs; negative: no guard.
 	QuarantineWindow time.Duration
+	// QuarantineProbe is how long a canary must serve a probed part of a quarantine, once
+	// it has loaded it, for the part to be found innocent (--quarantine-probe; see
+	// narrow.go). 0: QuarantineWindow, the time after acquiring a range within which the
+	// guard counts a crash as the range's; negative: no narrowing, a quarantine stays whole
+	// until an operator lifts it.
+	QuarantineProbe time.Duration
 }
 
 // Validate reports whether the configuration is usable (zero values take defaults).
@@ -136,6 +143,9 @@ func (cfg *CoreConfig) fill() error {
 	case cfg.QuarantineWindow > 0 && cfg.QuarantineWindow < cfg.NodeTTL:
 		return fmt.Errorf("%w: quarantine window %s: want at least the node TTL %s, as a crash is seen a TTL late (or negative: no guard)",
 			ErrInvalid, cfg.QuarantineWindow, cfg.NodeTTL)
+	}
+	if cfg.QuarantineProbe == 0 {
+		cfg.QuarantineProbe = cfg.QuarantineWindow
 	}
 	if cfg.MaxGrace <= 0 {
 		cfg.MaxGrace = 5 * time.Minute
@@ -294,6 +304,8 @@ type change struct {
 	crashes     []crash            // nodes whose leases lapsed (quarantine guard)
 	quarantined []store.Quarantine // ranges the change puts in quarantine
 	lift        *keyspace.Range    // a lifted quarantine's range
+	probe       *probe             // a probe the change lends to its canary (narrow.go)
+	verdicts    []verdict          // probes the change ends
 }
 
 // passRecord is what a pass leaves besides its change of the map.
@@ -618,17 +630,7 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 	if c.a == nil || live.Len() == 0 {
 		return nil, nil
 	}
-	held := make(map[assignment.NodeID]int, live.Len())
-	for _, n := range live.Nodes() {
-		held[n.ID] = 0
-	}
-	for _, s := range c.a.All() {
-		for _, id := range s.Replicas {
-			if _, ok := held[id]; ok {
-				held[id]++
-			}
-		}
-	}
+	held := c.heldCounts(live)
 	var fix, ops []assignment.Op
 	var moves []balance.Move
 	want, zones := c.replicasWanted(live), c.zones(live)
@@ -674,6 +676,33 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 	ch.summary = fmt.Sprintf("clean-up without the algorithm: %d slices off departed nodes or short of replicas", len(ops))
 	ch.moves, ch.kind = moves, kindCleanup
 	return ch, nil
+}
+
+// heldCounts returns how many slices of the map each node of live holds.
+func (c *Core) heldCounts(live *assignment.NodeSet) map[assignment.NodeID]int {
+	held := make(map[assignment.NodeID]int, live.Len())
+	for _, n := range live.Nodes() {
+		held[n.ID] = 0
+	}
+	for _, s := range c.a.All() {
+		for _, id := range s.Replicas {
+			if _, ok := held[id]; ok {
+				held[id]++
+			}
+		}
+	}
+	return held
+}
+
+// leastHeld returns the node of live holding the fewest slices, the first by ID on a tie.
+func leastHeld(live *assignment.NodeSet, held map[assignment.NodeID]int) assignment.NodeID {
+	best := live.Nodes()[0].ID
+	for _, n := range live.Nodes()[1:] {
+		if held[n.ID] < held[best] {
+			best = n.ID
+		}
+	}
+	return best
 }
 
 // loadOrKeySpace returns loads, or, when no load at all is measured, each slice's share of
@@ -886,7 +915,13 @@ func (c *Core) expire(now time.Time) *change {
 	ch := c.removeNodes(gone, "lease expired")
 	ch.kind = kindExpiry
 	crashes, found := c.detectCrashes(gone, now)
-	c.quarantine(ch, crashes, found, now)
+	causes := c.judgeCrashed(ch, gone, now)
+	if cause := c.quarantine(ch, crashes, found); cause != "" {
+		causes = append(causes, cause)
+	}
+	if len(causes) > 0 {
+		c.audit(ch, strings.Join(causes, "; "), "", now)
+	}
 	return ch
 }
 

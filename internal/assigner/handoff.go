@@ -317,7 +317,8 @@ func (c *Core) handoffDeadline() (time.Time, bool) {
 // for HandoffLinger end, their leaving nodes dropping the slice; those older than the
 // timeout are rolled back, their loading nodes dropping the slice and their leaving nodes
 // keeping it as plain replicas. A slice whose every replica is loading (its holders left)
-// keeps them: nobody holds it better.
+// keeps them: nobody holds it better; but a quarantined one (a canary that did not load its
+// probe's part) goes back to Nobody.
 func (c *Core) rollback(now time.Time) (*change, error) {
 	var ops []assignment.Op
 	var n endings
@@ -346,7 +347,10 @@ func (c *Core) rollback(now time.Time) (*change, error) {
 			continue
 		}
 		keep := slices.DeleteFunc(slices.Clone(s.Replicas), s.IsLoading)
-		if len(keep) == 0 {
+		switch {
+		case len(keep) == 0 && c.touchesQuarantine(s.Range):
+			keep = []assignment.NodeID{assignment.Nobody}
+		case len(keep) == 0:
 			keep = s.Replicas
 		}
 		ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: keep})

@@ -41,9 +41,13 @@ type metrics struct {
 	sourceAvailable prometheus.Gauge
 	sourceErrors    *prometheus.CounterVec
 	// quarantined is how many ranges no node holds now, their holders having crashed on
-	// them (a key of death); quarantines counts the ranges put in quarantine.
-	quarantined prometheus.Gauge
-	quarantines prometheus.Counter
+	// them (a key of death), and quarantinedShare their share of the key space; quarantines
+	// counts the ranges put in quarantine, and probes the probes that narrow them, by how
+	// they ended.
+	quarantined      prometheus.Gauge
+	quarantinedShare prometheus.Gauge
+	quarantines      prometheus.Counter
+	probes           *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -68,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		passChurn: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_churn_ratio",
 			Help: "Share of keys a pass copied to new nodes.", Buckets: []float64{0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.09, 0.2, 0.5, 1}}),
 		quanta: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quanta_total",
-			Help: "Quanta emitted, by cause (initial, pass, cleanup, clock, distributors, admin, node)."}, []string{"cause"}),
+			Help: "Quanta emitted, by cause (initial, pass, cleanup, clock, distributors, admin, node, quarantine, quarantine probe)."}, []string{"cause"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "load_reports_total",
 			Help: "Load reports received, by result (accepted, rejected)."}, []string{"result"}),
 		reportsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "reports_rejected_total",
@@ -106,6 +110,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Ranges in quarantine: held by no node, as their holders crashed shortly after acquiring them (lift with slicectl unquarantine)."})
 	m.quarantines = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quarantines_total",
 		Help: "Ranges put in quarantine because two nodes crashed shortly after acquiring them."})
+	m.quarantinedShare = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "quarantined_ratio",
+		Help: "Share of the key space in quarantine, held by no node; narrowing takes a quarantine down to 1/1024 of the space."})
+	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quarantine_probes_total",
+		Help: "Probes that narrow quarantines, ended, by how: crashed (the canary crashed; the quarantine narrowed to its part), " +
+			"served (the canary served its part; the quarantine narrowed to the rest, or was lifted), abandoned (no verdict)."}, []string{"end"})
+	for _, end := range []string{"crashed", "served", "abandoned"} {
+		m.probes.WithLabelValues(end)
+	}
 	m.sourceAvailable.Set(1)
 	for _, c := range source.Classes {
 		m.sourceErrors.WithLabelValues(c.String())
@@ -116,6 +128,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
 		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.etcdRetries, m.adminChanges,
 		m.handoffsStarted, m.handoffsCompleted, m.handoffsRolledBack, m.primaryHandovers, m.handoffsInProgress, m.handoffDuration,
-		m.sourceAvailable, m.sourceErrors, m.quarantined, m.quarantines)
+		m.sourceAvailable, m.sourceErrors, m.quarantined, m.quarantinedShare, m.quarantines, m.probes)
 	return m
+}
+
+// observeQuarantine counts the quarantines and probes that one step's output ended or began;
+// it reports whether there were any.
+func (m *metrics) observeQuarantine(out Output) bool {
+	m.quarantines.Add(float64(out.Quarantined))
+	m.probes.WithLabelValues("crashed").Add(float64(out.Probes.Crashed))
+	m.probes.WithLabelValues("served").Add(float64(out.Probes.Served))
+	m.probes.WithLabelValues("abandoned").Add(float64(out.Probes.Abandoned))
+	return out.Quarantined > 0 || out.Probes != ProbeStats{}
 }

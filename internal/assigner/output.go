@@ -28,7 +28,8 @@ import (
 //   - Log holds records for the log, the audit trail among them.
 //   - Pass is set when a balancing pass ran to its end; PassFailed when one failed.
 //   - Handoffs counts the handoffs that committed changes began and ended.
-//   - Quarantined counts the ranges that committed changes put in quarantine.
+//   - Quarantined counts the ranges that committed changes put in quarantine, and Probes
+//     the probes that narrow quarantines, begun and ended.
 //   - Wake is when the core next wants a Tick.
 type Output struct {
 	Write       *Write
@@ -40,6 +41,7 @@ type Output struct {
 	PassFailed  bool
 	Handoffs    HandoffStats
 	Quarantined int
+	Probes      ProbeStats
 	Wake        time.Time
 }
 

@@ -39,6 +39,8 @@ const defaultQuarantineTTLs = 3
 type quarantineWatch struct {
 	acquired map[assignment.NodeID][]acquisition // within the window, oldest first
 	crashes  []crash                             // within the window, oldest first
+	probes   []*probe                            // under way, in the order they began (narrow.go)
+	learnt   map[group]learnt                    // by quarantine, while it is narrowed
 }
 
 // acquisition says that a node was given a range at a time.
@@ -135,7 +137,9 @@ func (c *Core) pruneAcquired(id assignment.NodeID, now time.Time) {
 // ranges they put in quarantine: the overlaps of what two crashed sessions (of two nodes, or
 // of one node before and after a restart) acquired within the window before crashing
 // within it. A node that asked for a grace to restart is not
-// counted: it announced its leave.
+// counted: it announced its leave. Nor is a canary: its crash is its probe's verdict
+// (narrow.go), and what else it acquired would otherwise be quarantined with a crash that
+// acquired it before.
 func (c *Core) detectCrashes(gone []assignment.NodeID, now time.Time) ([]crash, []store.Quarantine) {
 	if !c.guarded() {
 		return nil, nil
@@ -145,7 +149,7 @@ func (c *Core) detectCrashes(gone []assignment.NodeID, now time.Time) ([]crash, 
 	var crashes []crash
 	var found []store.Quarantine
 	for _, id := range gone {
-		if n := c.nodes[id]; n == nil || !n.awayUntil.IsZero() {
+		if n := c.nodes[id]; n == nil || !n.awayUntil.IsZero() || c.canaryOf(id) != nil {
 			continue
 		}
 		k := crash{node: id, at: now}
@@ -181,22 +185,23 @@ func (c *Core) overlaps(p, k crash, found []store.Quarantine, now time.Time) []s
 	return found
 }
 
-// quarantine adds the ranges found to ch, the change that takes out the crashed nodes: they
-// are stored with it, logged, and audited as the assigner's own call.
-func (c *Core) quarantine(ch *change, crashes []crash, found []store.Quarantine, now time.Time) {
+// quarantine adds the ranges found to ch, the change that takes out the crashed nodes, to be
+// stored with it and logged, and returns the cause to audit it by as the assigner's own call
+// ("" if none was found).
+func (c *Core) quarantine(ch *change, crashes []crash, found []store.Quarantine) string {
 	ch.crashes = crashes
 	if len(found) == 0 {
-		return
+		return ""
 	}
 	ch.write.SaveMeta = true
-	ch.write.Meta.Quarantined = append(slices.Clone(c.meta.Quarantined), found...)
+	ch.write.Meta.Quarantined = append(slices.Clone(ch.write.Meta.Quarantined), found...)
 	ch.quarantined = found
 	parts := make([]string, len(found))
 	for i, q := range found {
 		parts[i] = fmt.Sprintf("%s (nodes %s crashed on it)", q.Range, assignment.FormatReplicas(q.Nodes))
 	}
 	ch.summary += "; quarantine " + strings.Join(parts, ", ")
-	c.audit(ch, "quarantine: "+strings.Join(parts, ", "), "", now)
+	return "quarantine: " + strings.Join(parts, ", ")
 }
 
 // logQuarantined writes the audit records of the quarantines ch made, once stored.
@@ -240,10 +245,23 @@ func nobodyHolds(s assignment.Slice) bool {
 }
 
 // isolate proposes cutting every quarantined range into slices of its own held by Nobody,
-// or returns nil when they all are.
+// but the parts the probes under way lend to their canaries, or returns nil when the map
+// is so.
 func (c *Core) isolate(now time.Time) (*change, error) {
+	ch, ops, err := c.layout(c.qw.probes, "quarantine", now)
+	if ch != nil {
+		ch.summary, ch.kind = fmt.Sprintf("quarantined ranges taken off every node: %d ops", ops), kindQuarantine
+	}
+	return ch, err
+}
+
+// layout proposes the map that the quarantine and probes ask for, with cause, or returns
+// nil when the map is so; it returns the number of operations too. Every quarantined range
+// and every probe's part is cut into slices of its own; a part is held by its canary alone,
+// the rest of the quarantine by Nobody.
+func (c *Core) layout(probes []*probe, cause string, now time.Time) (*change, int, error) {
 	if c.a == nil || len(c.meta.Quarantined) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	a, ops := c.a, []assignment.Op(nil)
 	do := func(op assignment.Op) error {
@@ -254,25 +272,42 @@ func (c *Core) isolate(now time.Time) (*change, error) {
 		a, ops = next, append(ops, op)
 		return nil
 	}
+	var cuts []uint64
 	for _, q := range c.meta.Quarantined {
-		for _, p := range boundaries(q.Range) {
-			if _, ok := a.Find(p); !ok {
-				_, s := a.Lookup(p)
-				if err := do(assignment.Split{Slice: s.Range.Start, At: p}); err != nil {
-					return nil, err
-				}
+		cuts = append(cuts, boundaries(q.Range)...)
+	}
+	for _, p := range probes {
+		for _, r := range p.part.Ranges() {
+			cuts = append(cuts, boundaries(r)...)
+		}
+	}
+	for _, p := range cuts {
+		if _, ok := a.Find(p); !ok {
+			_, s := a.Lookup(p)
+			if err := do(assignment.Split{Slice: s.Range.Start, At: p}); err != nil {
+				return nil, 0, err
 			}
 		}
+	}
+	for _, q := range c.meta.Quarantined {
 		for i, _ := a.Lookup(q.Range.Start); i < a.Len() && q.Range.Overlaps(a.Slice(i).Range); i++ {
-			if s := a.Slice(i); !nobodyHolds(s) {
-				if err := do(assignment.Assign{Slice: s.Range.Start, Replicas: []assignment.NodeID{assignment.Nobody}}); err != nil {
-					return nil, err
-				}
+			s := a.Slice(i)
+			to := lentTo(probes, s.Range.Start)
+			if holdsOnly(s, to) {
+				continue
+			}
+			// A canary loads its part before routers send it reads, as any node gaining a slice.
+			op := assignment.Op(assignment.Assign{Slice: s.Range.Start, Replicas: []assignment.NodeID{to}})
+			if to != assignment.Nobody {
+				op = c.asHandoffs([]assignment.Op{op})[0]
+			}
+			if err := do(op); err != nil {
+				return nil, 0, err
 			}
 		}
 	}
 	if len(ops) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	// The departed nodes the slices outside the quarantine still name are cleaned up by the
 	// pass that follows: isolating must not wait for it, nor be refused for them.
@@ -282,13 +317,11 @@ func (c *Core) isolate(now time.Time) (*change, error) {
 			holders = append(holders, assignment.Node{ID: id})
 		}
 	}
-	ch, err := c.changeMapOn(assignment.MustNodeSet(uniqNodes(holders)...), ops, nil, "quarantine", now)
+	ch, err := c.changeMapOn(assignment.MustNodeSet(uniqNodes(holders)...), ops, nil, cause, now)
 	if err != nil {
-		return nil, fmt.Errorf("assigner: isolating quarantined ranges: %w", err)
+		return nil, 0, fmt.Errorf("assigner: isolating quarantined ranges: %w", err)
 	}
-	ch.summary = fmt.Sprintf("quarantined ranges taken off every node: %d ops", len(ops))
-	ch.kind = kindQuarantine
-	return ch, nil
+	return ch, len(ops), nil
 }
 
 // uniqNodes returns ns without a second node of the same ID.
@@ -314,7 +347,8 @@ func boundaries(r keyspace.Range) []uint64 {
 // pinned, so that the algorithm, which moves the slices of departed nodes, leaves it alone.
 // The pass's operations then apply to the real map, where Nobody holds it: a pin is never
 // moved, split or merged (checkQuarantine makes sure). Its load counts as none: nobody serves
-// it, and the estimate it had, which no report renews, would weigh on the stand-in.
+// it, and the estimate it had, which no report renews, would weigh on the stand-in. A slice
+// a probe lends to its canary is pinned where it is, until the probe ends.
 func (c *Core) quarantineInput(in *balance.Input) error {
 	if len(c.meta.Quarantined) == 0 || in.Nodes.Len() == 0 {
 		return nil
@@ -323,12 +357,16 @@ func (c *Core) quarantineInput(in *balance.Input) error {
 	var ops []assignment.Op
 	pins, loads := slices.Clone(in.Pinned), slices.Clone(in.Load)
 	for i, s := range in.Assignment.All() {
-		if nobodyHolds(s) && c.inQuarantine(s.Range) {
+		switch {
+		case !c.inQuarantine(s.Range):
+		case nobodyHolds(s):
 			ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: stand})
 			pins = append(pins, s.Range)
 			if i < len(loads) {
 				loads[i] = 0
 			}
+		default:
+			pins = append(pins, s.Range)
 		}
 	}
 	a, err := in.Assignment.Apply(ops)

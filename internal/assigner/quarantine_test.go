@@ -2,6 +2,7 @@ package assigner
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -12,9 +13,10 @@ import (
 )
 
 // crashLoop is a cluster of simulated members around a core, in virtual time: every member
-// heartbeats while it runs, and crashes (stops heartbeating, without deregistering) as soon
-// as the map gives it the slice holding the poison key. A crashed member restarts, under
-// the same ID, once the assigner has dropped it, as a restart that outlasts the lease does.
+// heartbeats while it runs, with the generation of the map, which it applies and loads at
+// once, and crashes (stops heartbeating, without deregistering) as soon as the map gives it
+// the slice holding the poison key. A crashed member restarts, under the same ID, once the
+// assigner has dropped it, as a restart that outlasts the lease does.
 type crashLoop struct {
 	t       *testing.T
 	c       *Core
@@ -24,6 +26,10 @@ type crashLoop struct {
 	crashes []assignment.NodeID // in the order they crashed
 	// disarmed keeps the key harmless (a key that turns deadly later: a bad write, a deploy).
 	disarmed bool
+	// widest is the most points the quarantine held at once, and found when it first held
+	// any (zero: not yet).
+	widest uint64
+	found  time.Time
 }
 
 type member struct {
@@ -99,17 +105,98 @@ func (l *crashLoop) run(d time.Duration) {
 				l.start(id)
 			case m.up && !l.now.Before(m.nextBeat):
 				m.nextBeat = l.now.Add(crashLoopTTL / 4)
-				l.settle(Heartbeat{Node: id})
+				l.settle(Heartbeat{Node: id, Generation: l.c.generation()})
 			}
 		}
 		l.settle(Tick{})
+		l.measure()
 	}
 }
 
-// TestCrashLoop runs a key of death on five members with the quarantine guard and without:
-// with it, two members crash and the key's range is then held by no node, the rest of the
-// map by running members (I12); without it, the crashes walk from member to member for as
-// long as the test runs.
+// runUntil runs until done holds, for at most d; it returns the virtual time it took, and
+// whether done held.
+func (l *crashLoop) runUntil(d time.Duration, done func() bool) (time.Duration, bool) {
+	start := l.now
+	for l.now.Sub(start) < d {
+		if done() {
+			return l.now.Sub(start), true
+		}
+		l.run(time.Second)
+	}
+	return l.now.Sub(start), done()
+}
+
+// quarantined returns the points the core holds in quarantine.
+func (l *crashLoop) quarantined() keyspace.Set {
+	var rs []keyspace.Range
+	for _, q := range l.c.Status().Quarantined {
+		rs = append(rs, q.Range)
+	}
+	return keyspace.NewSet(rs...)
+}
+
+// measure records how wide the quarantine is, and when it was first found.
+func (l *crashLoop) measure() {
+	q := l.quarantined()
+	if q.Empty() {
+		return
+	}
+	if l.found.IsZero() {
+		l.found = l.now
+	}
+	switch n, full := size(q); {
+	case full:
+		l.widest = math.MaxUint64
+	case n > l.widest:
+		l.widest = n
+	}
+}
+
+// narrowed reports whether the quarantine holds the poison key and at most 1/1024 of the key
+// space, and no probe is under way.
+func (l *crashLoop) narrowed() bool {
+	q := l.quarantined()
+	n, full := size(q)
+	return q.Contains(l.poison) && !full && n <= 1<<54 && len(l.c.qw.probes) == 0
+}
+
+// halvings returns how many halvings take the widest quarantine seen to 1/1024 of the space.
+func (l *crashLoop) halvings() int {
+	h := 0
+	for n := l.widest; n > 1<<54; n /= 2 {
+		h++
+	}
+	return h
+}
+
+// checkNarrowed runs the loop until the quarantine is narrowed and checks it, then that it
+// stays so for a minute, the rest served, with no crash more. It bounds the crashes by two
+// to find the key and one per halving, and returns how long narrowing took from the key's
+// quarantine.
+func (l *crashLoop) checkNarrowed(limit time.Duration) time.Duration {
+	l.t.Helper()
+	if _, ok := l.runUntil(limit, l.narrowed); !ok {
+		l.t.Fatalf("after %s the quarantine is %s (%d probes under way), crashes %v; want at most 1/1024 of the key space, holding the key",
+			limit, describe(l.quarantined()), len(l.c.qw.probes), l.crashes)
+	}
+	took, crashes := l.now.Sub(l.found), len(l.crashes)
+	l.run(time.Minute)
+	if !l.narrowed() || len(l.crashes) != crashes {
+		l.t.Fatalf("the quarantine went on changing (%s) or members crashing (%v)", describe(l.quarantined()), l.crashes)
+	}
+	l.checkServing()
+	if bound := 2 + l.halvings(); crashes > bound {
+		l.t.Fatalf("%d crashes (%v); want at most %d, two and one per halving of the widest quarantine", crashes, l.crashes, bound)
+	}
+	return took
+}
+
+// TestCrashLoop runs a key of death on five members, from a cold start, with the quarantine
+// guard and without: with it, two members crash, the guard quarantines what they both
+// acquired, and narrowing takes it down to 1/1024 of the key space around the key, at the
+// cost of a crash per halving at most; the key's range is then held by no node, the rest of
+// the map by running members (I12). Without it, the crashes walk from member to member for
+// as long as the test runs.
 func TestCrashLoop(t *testing.T) {
 	const members, horizon = 5, 2 * time.Minute
 	counts := map[string]int{}
@@ -119,10 +206,10 @@ func TestCrashLoop(t *testing.T) {
 	}{{"guard", 0}, {"no-guard", -1}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newCrashLoop(t, members, tc.window)
-			l.run(horizon)
-			counts[tc.name] = len(l.crashes)
-			t.Logf("%s: %d crashes in %s of virtual time, of members %v", tc.name, len(l.crashes), horizon, uniq(l.crashes))
 			if tc.window < 0 {
+				l.run(horizon)
+				counts[tc.name] = len(l.crashes)
+				t.Logf("%s: %d crashes in %s of virtual time, of members %v", tc.name, len(l.crashes), horizon, uniq(l.crashes))
 				// It never stops: each crash hands the key to the emptiest member, often one
 				// that has just restarted.
 				if crashed := len(uniq(l.crashes)); crashed < 3 || len(l.crashes) < 4*members {
@@ -131,19 +218,19 @@ func TestCrashLoop(t *testing.T) {
 				}
 				return
 			}
-			if len(l.crashes) > 2 {
-				t.Fatalf("with the guard: %d crashes (%v); want at most 2", len(l.crashes), l.crashes)
-			}
-			l.checkServing()
+			took := l.checkNarrowed(5 * time.Minute)
+			counts[tc.name] = len(l.crashes)
+			t.Logf("%s: %d crashes (%v); quarantined %.2f%% of the key space at first, narrowed to %s in %s of virtual time",
+				tc.name, len(l.crashes), l.crashes, 100*float64(l.widest)/math.Exp2(64), describe(l.quarantined()), took)
 		})
 	}
-	t.Logf("crashes in %s: with the guard %d, without %d", horizon, counts["guard"], counts["no-guard"])
+	t.Logf("crashes: with the guard %d, without %d in %s", counts["guard"], counts["no-guard"], horizon)
 }
 
 // TestCrashLoopAfterARestart arms the key of death in a cluster that has been steady for
 // longer than the quarantine window, then restarts its holder gracefully (a deploy): the
-// members that take the key over crash. The guard quarantines it after two crashes, and what
-// it quarantines is narrow: what the second crashed member took from the first.
+// members that take the key over crash. The guard quarantines what the second crashed member
+// took from the first, and narrowing takes it down to 1/1024 of the key space.
 func TestCrashLoopAfterARestart(t *testing.T) {
 	const members = 5
 	for _, guard := range []bool{true, false} {
@@ -160,27 +247,17 @@ func TestCrashLoopAfterARestart(t *testing.T) {
 		holder := s.Replicas[0]
 		l.members[holder].up = false       // it stops, gracefully,
 		l.settle(Deregister{Node: holder}) // and restarts at the next step, before the clean-up
-		l.run(2 * time.Minute)
-		st := l.c.Status()
-		share := 0.0
-		for _, q := range st.Quarantined {
-			share += q.Range.Fraction()
-		}
-		t.Logf("guard %t: %d crashes, of members %v; %d ranges quarantined, %.1f%% of the key space", guard, len(l.crashes),
-			uniq(l.crashes), len(st.Quarantined), 100*share)
 		if !guard {
+			l.run(2 * time.Minute)
+			t.Logf("guard false: %d crashes, of members %v", len(l.crashes), uniq(l.crashes))
 			if len(l.crashes) < 4*members {
 				t.Fatalf("without the guard: %d crashes; want the key of death to keep crashing members", len(l.crashes))
 			}
 			continue
 		}
-		if len(l.crashes) > 2 {
-			t.Fatalf("with the guard: %d crashes (%v); want at most 2", len(l.crashes), l.crashes)
-		}
-		l.checkServing()
-		if share > 1.0/members {
-			t.Fatalf("the quarantine covers %.1f%% of the key space; want at most a member's share", 100*share)
-		}
+		took := l.checkNarrowed(5 * time.Minute)
+		t.Logf("guard true: %d crashes (%v); quarantined %.2f%% of the key space at first, narrowed to %s in %s of virtual time",
+			len(l.crashes), l.crashes, 100*float64(l.widest)/math.Exp2(64), describe(l.quarantined()), took)
 	}
 }
 

@@ -40,7 +40,8 @@ import (
 //	distributors [IDS...]     the live distributors, each at "ID:7001"
 //	register id=N [cap=C] [addr=A] [roles=R] [inc=I]   roles: the model a member expects and
 //	                          acts on; inc: the incarnation of the process that registers
-//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [first-map-nodes=N] [first-map-wait=D] [roles=R] [exclusive] [min-replicas=N]
+//	config [make-before-break] [handoff-timeout=D] [load-warm-up=D] [first-map-nodes=N] [first-map-wait=D] [roles=R] [exclusive]
+//	       [quarantine-window=D] [quarantine-probe=D] [min-replicas=N]
 //	                          a new core so configured (first command)
 //	heartbeat id=N [gen=G] [loading=I,J] [primaries=K] [tokens=T]   the node applied
 //	                          generation G, still loads slices I, J and holds slice K as
@@ -53,7 +54,8 @@ import (
 //	algorithm name=A [k=v...]
 //	status | nodes | slices | explain    the read queries
 //	commit | fail [err=E]     the outcome of the write in flight
-//	show                      the core's state: position, meta, map and nodes
+//	show                      the core's state: position, meta, map, nodes, and the probes
+//	                          of quarantines under way (narrow.go)
 //
 // Stepping commands take [who=W] (the caller) and [hold]: without hold, every write the
 // step asks for is committed at once, each commit printed as "> commit".
@@ -157,6 +159,9 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	if cfg.QuarantineWindow, err = time.ParseDuration(take(d, "quarantine-window", "0s")); err != nil {
 		return "", err
 	}
+	if cfg.QuarantineProbe, err = time.ParseDuration(take(d, "quarantine-probe", "0s")); err != nil {
+		return "", err
+	}
 	if cfg.MinReplicas, err = strconv.Atoi(take(d, "min-replicas", "0")); err != nil {
 		return "", err
 	}
@@ -178,6 +183,9 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	}
 	if w := h.c.Config().QuarantineWindow; w != defaultQuarantineTTLs*h.c.Config().NodeTTL {
 		out += fmt.Sprintf(" quarantine-window %s", w)
+	}
+	if p := h.c.Config().QuarantineProbe; p != h.c.Config().QuarantineWindow {
+		out += fmt.Sprintf(" quarantine-probe %s", p)
 	}
 	if n := h.c.Config().MinReplicas; n > 1 {
 		out += fmt.Sprintf(" min-replicas %d", n)
@@ -701,6 +709,16 @@ func (h *script) show() string {
 		fmt.Fprintf(&b, "  %s seen %s", n.ID, h.at(n.LastSeen))
 		if n.Draining {
 			b.WriteString(" draining")
+		}
+		b.WriteString("\n")
+	}
+	for _, p := range c.qw.probes {
+		fmt.Fprintf(&b, "probe %s on %s at gen %d since %s", describe(p.part), p.canary, p.gen, h.at(p.started))
+		if !p.loaded.IsZero() {
+			fmt.Fprintf(&b, " loaded %s", h.at(p.loaded))
+		}
+		if p.served {
+			b.WriteString(" served")
 		}
 		b.WriteString("\n")
 	}

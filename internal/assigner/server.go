@@ -671,8 +671,7 @@ func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time
 	if out.PassFailed {
 		s.metrics.passFailures.Inc()
 	}
-	if out.Quarantined > 0 {
-		s.metrics.quarantines.Add(float64(out.Quarantined))
+	if s.metrics.observeQuarantine(out) {
 		s.observeCore(l.core)
 	}
 	for _, p := range out.Publish {
@@ -785,10 +784,10 @@ func (l *leadership) snapshot(ctx context.Context, s *Server, index uint64, a *a
 	}()
 }
 
-// quantumCause folds the causes of admin and node calls into one label value each, keeping
-// the label bounded.
+// quantumCause folds the causes of admin and node calls, and of the quarantine's own
+// changes, which name their ranges, into one label value each, keeping the label bounded.
 func quantumCause(cause string) string {
-	for _, prefix := range []string{"admin", "node"} {
+	for _, prefix := range []string{"admin", "node", "quarantine"} {
 		if strings.HasPrefix(cause, prefix+":") {
 			return prefix
 		}
@@ -832,6 +831,11 @@ func (s *Server) observeCore(c *Core) {
 	s.metrics.imbalance.Set(st.Imbalance)
 	s.metrics.handoffsInProgress.Set(float64(st.Handoffs))
 	s.metrics.quarantined.Set(float64(len(st.Quarantined)))
+	share := 0.0
+	for _, q := range st.Quarantined {
+		share += q.Range.Fraction()
+	}
+	s.metrics.quarantinedShare.Set(share)
 	s.metrics.nodeLoad.Reset()
 	for _, n := range c.Nodes() {
 		s.metrics.nodeLoad.WithLabelValues(string(n.ID)).Set(n.Load)

@@ -131,11 +131,8 @@ func (c *Core) run(now time.Time, out *Output) {
 				c.propose(now, ch, out)
 			}
 		case t.pass:
-			if ch, err := c.isolate(now); err != nil {
-				out.Log = append(out.Log, Record{Level: slog.LevelError, Msg: "isolating quarantined ranges failed", Attrs: []any{"err", err}})
-			} else if ch != nil {
-				c.propose(now, ch, out) // the pass runs once it is stored
-				continue
+			if c.quarantineStep(now, out) {
+				continue // the pass runs once it is stored
 			}
 			t.pass = false
 			ch, err := c.pass(now)
@@ -224,6 +221,7 @@ func (c *Core) heartbeatStep(ev Heartbeat, now time.Time, r *Reply, out *Output)
 	}
 	r.Lease, r.Generation = c.renew(ev.Node, now), c.generation()
 	c.noteClaims(ev)
+	c.observeCanary(ev, now)
 	return c.loadedOrLog(ev, now, out), nil
 }
 
@@ -367,6 +365,7 @@ func (c *Core) commit(now time.Time, ch *change, out *Output) {
 	}
 	c.forgetCrashed(ch, now)
 	c.logQuarantined(ch, out)
+	c.settleProbes(ch, now, out)
 	if ch.lift != nil {
 		c.forgetLifted(*ch.lift)
 	}

@@ -53,6 +53,7 @@ type options struct {
 	exclusive     bool
 	handoffLinger time.Duration
 	quarantineWin time.Duration
+	quarantineTry time.Duration
 	firstMapNodes int
 	minReplicas   int
 	firstMapWait  time.Duration
@@ -172,6 +173,10 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.quarantineWin, "quarantine-window", 0, "quarantine a range when nodes crash twice (their leases lapse, "+
 		"no deregistration) within this long of each other, each within it of acquiring the range: it is then held by no node "+
 		"until slicectl unquarantine (0: three --node-ttl; negative: no quarantine)")
+	f.DurationVar(&o.quarantineTry, "quarantine-probe", 0, "narrow a quarantine by bisection: lend half of it to one live "+
+		"node, the canary; if the canary crashes, the quarantine narrows to that half, and if it serves the half this long "+
+		"once it has loaded it, to the other half; down to 1/1024 of the key space (0: --quarantine-window; "+
+		"negative: no narrowing, a quarantine stays whole until slicectl unquarantine)")
 	f.IntVar(&o.firstMapNodes, "first-map-nodes", 0, "a cluster's first map waits until this many nodes are registered "+
 		"(or --first-map-wait passes), instead of giving every slice to the first nodes of a starting fleet (0: no wait)")
 	f.DurationVar(&o.firstMapWait, "first-map-wait", time.Minute, "--first-map-nodes: the longest the first map waits, from "+
@@ -287,7 +292,7 @@ func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig)
 	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
 		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
 		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger, Roles: o.roles, Exclusive: o.exclusive,
-		QuarantineWindow: o.quarantineWin, FirstMapNodes: o.firstMapNodes, FirstMapWait: o.firstMapWait,
+		QuarantineWindow: o.quarantineWin, QuarantineProbe: o.quarantineTry, FirstMapNodes: o.firstMapNodes, FirstMapWait: o.firstMapWait,
 		MinReplicas: o.minReplicas}
 }
 

@@ -1,0 +1,161 @@
+package e2e_test
+
+import (
+	"context"
+	"slices"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
+	ratelimitv1 "github.com/sliceplane/sliceplane/examples/ratelimit/proto/ratelimit/v1"
+)
+
+// ttl returns the members' lease.
+func (r *memberRun) ttl() time.Duration {
+	if r.sc.nodeTTL > 0 {
+		return r.sc.nodeTTL
+	}
+	return 10 * time.Second
+}
+
+// crash kills the member that is the primary of the most keys, or stops it (SIGSTOP) for
+// five seconds past its lease and lets it go on, and measures how soon every key is served
+// again, how many requests failed, and, for a stop, whether the member answered for a key it
+// no longer owned once it went on.
+func (r *memberRun) crash(load *memberLoad) {
+	t := r.t
+	victim, owned := r.victim()
+	probed := r.keys
+	if len(probed) > 1000 { // the victim's keys: the others were answered all along
+		probed = owned
+	}
+	t0 := time.Now()
+	stale := make(chan int, 1)
+	switch r.sc.fault {
+	case "kill":
+		victim.Proc().Kill()
+		stale <- 0
+	case "stop":
+		signal(t, victim, syscall.SIGSTOP)
+		go func() {
+			time.Sleep(r.ttl() + 5*time.Second) // the fault itself: the member is stopped this long
+			signal(t, victim, syscall.SIGCONT)
+			stale <- r.staleAnswers(victim, owned)
+		}()
+	}
+	outages := load.probe(r.ctx, probed, t0)
+	staleAnswers := <-stale
+	load.waitAnswered(t, int(r.sc.rate)*2)
+	answered, failed, since := load.counts(t0.Add(-load.deadline()))
+	var theirs, all []time.Duration
+	for k, d := range outages {
+		all = append(all, d)
+		if slices.Contains(owned, k) {
+			theirs = append(theirs, d)
+		}
+	}
+	_, _, _, worst := quantiles(all)
+	t.Logf("%s: %s of %s, the primary of %d of %d keys; served again after the fault: its keys %s; worst of all %d probed keys %s",
+		r.sc.name, r.sc.fault, victim.ID, len(owned), len(r.keys), showQuantiles(theirs), len(all), worst.Round(time.Millisecond))
+	t.Logf("%s: requests answered %d, failed %d (%d of them started within a deadline before the fault or after it); "+
+		"answers from the stopped member for keys it no longer owned: %d; lease %s, bound %s",
+		r.sc.name, answered, failed, len(since), staleAnswers, r.ttl(), r.sc.bound)
+	logFailures(r, since)
+	if worst > r.sc.bound {
+		t.Errorf("%s: a key was served again %s after the fault, past the bound of %s", r.sc.name, worst.Round(time.Millisecond), r.sc.bound)
+	}
+	if staleAnswers > 0 {
+		t.Errorf("%s: the stopped member answered %d requests for keys it no longer owned", r.sc.name, staleAnswers)
+	}
+}
+
+// logFailures logs a few failed requests, for a reader of a run.
+func logFailures(r *memberRun, fs []failure) {
+	for i, f := range fs {
+		if i == 5 {
+			r.t.Logf("... and %d more", len(fs)-5)
+			return
+		}
+		r.t.Logf("failed: %s at +%s after %s: %s %s", f.key, f.start.Format("15:04:05.000"), f.end.Sub(f.start).Round(time.Millisecond), f.code, f.msg)
+	}
+}
+
+// staleAnswers sends requests for keys straight to member m, as a client with an old map
+// would, for two seconds from its SIGCONT, and counts those it answered for a key whose
+// primary the router names another member by then: m's lease ended while it was stopped,
+// so it must not take them.
+func (r *memberRun) staleAnswers(m *kvcluster.Member, keys []string) int {
+	files, err := r.pki.Issue("router", "members-stale")
+	if err != nil {
+		r.t.Error(err)
+		return 0
+	}
+	src, err := files.Load()
+	if err != nil {
+		r.t.Error(err)
+		return 0
+	}
+	conn, err := grpc.NewClient(m.Addr, src.DialOption("node"))
+	if err != nil {
+		r.t.Error(err)
+		return 0
+	}
+	defer conn.Close()
+	svc := ratelimitv1.NewRateLimitServiceClient(conn)
+	wrong := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+		for _, key := range keys {
+			ctx, cancel := context.WithTimeout(r.ctx, 200*time.Millisecond)
+			_, err := svc.Take(ctx, &ratelimitv1.TakeRequest{Key: key})
+			cancel()
+			if rep, perr := r.router.Primary([]byte(key)); err == nil && perr == nil && rep.ID != m.ID {
+				wrong++
+			}
+		}
+	}
+	return wrong
+}
+
+// roll restarts every member in turn (SIGTERM: it drains, then starts again), under the
+// load, and checks that no request failed and, from the members' logs, that every release
+// came after the range's new primary took the role; it reports how long each range had no
+// primary.
+func (r *memberRun) roll(load *memberLoad) {
+	t := r.t
+	t0 := time.Now()
+	for _, m := range r.members {
+		if err := r.cluster.Roll(r.ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		r.waitPrimaries()
+		load.waitAnswered(t, int(r.sc.rate))
+	}
+	load.waitAnswered(t, int(r.sc.rate)*2)
+	answered, _, failed := load.counts(t0)
+	var logs []string
+	for _, m := range r.members {
+		logs = append(logs, m.Proc().LogPath)
+	}
+	h, err := readHandovers(logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: a rolling restart of %d members: requests answered %d, failed %d; no primary (a demotion's start to the "+
+		"promotion's end): %s; releases checked %d, before the new primary took the role %d",
+		r.sc.name, len(r.members), answered, len(failed), showQuantiles(h.windows), h.releases, len(h.early))
+	logFailures(r, failed)
+	for i, e := range h.early {
+		if i == 5 {
+			break
+		}
+		t.Logf("early release: %s", e)
+	}
+	if len(failed) > 0 {
+		t.Errorf("%s: %d requests failed in a planned restart", r.sc.name, len(failed))
+	}
+	if len(h.early) > 0 {
+		t.Errorf("%s: %d releases came before the new primary took the role", r.sc.name, len(h.early))
+	}
+}
