@@ -415,6 +415,32 @@ func TestRouterNamesThePrimary(t *testing.T) {
 	assert.Equal(t, RoleReplica, p.Role)
 }
 
+// TestRouterGivesEachSliceItsPrimarysToken: slices with the same replicas and primary under
+// grants of different tokens each carry their own, also when a token changes in a later map.
+func TestRouterGivesEachSliceItsPrimarysToken(t *testing.T) {
+	third := func(i uint64) keyspace.Bound { return keyspace.At(i * (1 << 62)) }
+	a, err := assignment.New(5, []assignment.Slice{
+		{Range: keyspace.Range{Start: 0, End: third(1)}, Replicas: ids("a", "b"), Primary: "a", Token: 3},
+		{Range: keyspace.Range{Start: 1 << 62, End: third(2)}, Replicas: ids("a", "c"), Primary: "a", Token: 4},
+		{Range: keyspace.Range{Start: 1 << 63, End: keyspace.End}, Replicas: ids("a", "b"), Primary: "a", Token: 5},
+	})
+	require.NoError(t, err)
+	r := newTestRouter(t, RoundRobin, a, nil)
+	tokens := func() []uint64 {
+		var out []uint64
+		for _, h := range []uint64{0, 1 << 62, 1 << 63} {
+			rt, err := r.LookupHash(h)
+			require.NoError(t, err)
+			out = append(out, rt.Replicas[0].Token)
+		}
+		return out
+	}
+	assert.Equal(t, []uint64{3, 4, 5}, tokens())
+	require.NoError(t, r.apply(quantum.Quantum{Position: quantum.Position{Term: 1, Seq: 2}, Generation: 6,
+		Ops: []assignment.Op{assignment.Assign{Slice: 0, Replicas: ids("a", "b"), Primary: "a", Token: 6}}}))
+	assert.Equal(t, []uint64{6, 4, 5}, tokens(), "a new grant's token replaces the old one's")
+}
+
 // keyAt returns a key whose hash lies in the slice of r's map that holds h.
 func keyAt(t *testing.T, r *Router, h uint64) []byte {
 	t.Helper()

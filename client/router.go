@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -629,7 +630,7 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 			out[i] = prevSet
 			continue
 		}
-		key = append(append(setKey(key[:0], serving), byte(lead.kind)), lead.id...)
+		key = binary.BigEndian.AppendUint64(append(append(setKey(key[:0], serving), byte(lead.kind)), lead.id...), lead.token)
 		set, ok := byKey[string(key)] // no allocation: the compiler does not copy key to look up
 		if !ok {
 			old, had := r.sets[string(key)]
@@ -657,7 +658,8 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 }
 
 // setKey appends the key of a replica set to b: the IDs, each followed by a 0 byte (which no
-// ID holds); buildSets appends the primary's.
+// ID holds); buildSets appends the primary's and its token, for a set carries its primary's
+// token: two slices with one primary under two grants are two sets.
 func setKey(b []byte, ids []assignment.NodeID) []byte {
 	for _, id := range ids {
 		b = append(append(b, id...), 0)
