@@ -68,11 +68,13 @@ func WithWriteKey(ctx context.Context, key []byte) context.Context {
 	return context.WithValue(ctx, callKeyCtx{}, callKey{key: key, write: true})
 }
 
-// notOwnerReason marks a NotOwner status; noRouteReason a call the picker did not send.
+// notOwnerReason marks a NotOwner status; noRouteReason a call the picker did not send, to
+// be tried again; quarantinedReason one it did not send and that is not.
 const (
-	errorDomain    = "sliceplane.io"
-	notOwnerReason = "NOT_OWNER"
-	noRouteReason  = "NO_ROUTE"
+	errorDomain       = "sliceplane.io"
+	notOwnerReason    = "NOT_OWNER"
+	noRouteReason     = "NO_ROUTE"
+	quarantinedReason = "QUARANTINED"
 )
 
 // NotOwner returns the status error a member's service answers a call for key with when it
@@ -97,10 +99,10 @@ func reasonOf(err error) string {
 	return ""
 }
 
-// noRoute makes the error of a call the picker did not send; made once per reason, so that
+// pickError makes the error of a call the picker did not send; made once per reason, so that
 // a pick allocates nothing.
-func noRoute(code codes.Code, why string) error {
-	st, err := status.New(code, "client: "+why).WithDetails(&errdetails.ErrorInfo{Reason: noRouteReason, Domain: errorDomain})
+func pickError(reason, why string) error {
+	st, err := status.New(codes.Unavailable, "client: "+why).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain})
 	if err != nil {
 		panic(err) // a constant detail marshals
 	}
@@ -110,12 +112,12 @@ func noRoute(code codes.Code, why string) error {
 var (
 	// A picker may not answer InvalidArgument (gRPC keeps that code for servers): Internal.
 	errNoKey     = status.Error(codes.Internal, "client: a call through the sliceplane balancer needs a key: client.WithKey or WithWriteKey")
-	errUnmapped  = noRoute(codes.Unavailable, "no map yet")
-	errNoPrimary = noRoute(codes.Unavailable, "the key's slice has no primary now (its role is handed over)")
-	errNoConn    = noRoute(codes.Unavailable, "the key's replica is not connected")
+	errUnmapped  = pickError(noRouteReason, "no map yet")
+	errNoPrimary = pickError(noRouteReason, "the key's slice has no primary now (its role is handed over)")
+	errNoConn    = pickError(noRouteReason, "the key's replica is not connected")
 	// A quarantined key fails at once rather than waiting for a map that serves it: none
 	// will until an operator lifts the quarantine.
-	errQuarantined = noRoute(codes.Unavailable, "the key is quarantined: no node serves it until an operator lifts the quarantine")
+	errQuarantined = pickError(quarantinedReason, "the key is quarantined: no node serves it until an operator lifts the quarantine")
 )
 
 // retryUnrouted returns the interceptor that tries again a call that was not sent, or that a

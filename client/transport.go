@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -19,7 +20,8 @@ import (
 // or after a backoff, while its context lasts, if its body can be read again (none, or
 // GetBody set, as http.NewRequest does for bytes).
 // Other answers and failures are returned as they are: a write that went out may have
-// happened.
+// happened. A request for a key in a quarantined range fails at once (ErrQuarantined): no
+// map serves it until an operator lifts the quarantine.
 type Transport struct {
 	Router *Router
 	// Key returns the request's key and whether it writes. Required.
@@ -65,7 +67,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // errUnsent marks a request that was not sent: no replica to send it to.
 type errUnsent struct{ err error }
 
-func (e errUnsent) Error() string { return "client: not sent: " + e.err.Error() }
+func (e errUnsent) Error() string {
+	return "client: not sent: " + strings.TrimPrefix(e.err.Error(), "client: ")
+}
 func (e errUnsent) Unwrap() error { return e.err }
 
 // try sends req once, to the replica of key.
@@ -100,7 +104,7 @@ func (t *Transport) again(req *http.Request, resp *http.Response, err error) boo
 	var unsent errUnsent
 	rereadable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	switch {
-	case req.Context().Err() != nil:
+	case req.Context().Err() != nil || errors.Is(err, ErrQuarantined):
 		return false
 	case errors.As(err, &unsent) || dialFailed(err):
 		return true
