@@ -6,12 +6,15 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,10 +32,12 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
-// fakeMember is a member's server, gRPC or HTTP, that counts the calls it gets.
+// fakeMember is a member's server, gRPC or HTTP, that counts the calls it gets and answers
+// NotOwner (421) while refuse is set.
 type fakeMember struct {
-	addr  string
-	calls atomic.Int64
+	addr   string
+	calls  atomic.Int64
+	refuse atomic.Bool
 }
 
 // grpcMember starts a fake member serving the gRPC health service.
@@ -43,6 +48,9 @@ func grpcMember(t *testing.T) *fakeMember {
 	m := &fakeMember{addr: lis.Addr().String()}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		m.calls.Add(1)
+		if m.refuse.Load() {
+			return nil, NotOwner([]byte("k"))
+		}
 		return h(ctx, req)
 	}))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
@@ -57,6 +65,10 @@ func httpMember(t *testing.T) *fakeMember {
 	m := &fakeMember{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		m.calls.Add(1)
+		if m.refuse.Load() {
+			http.Error(w, "not mine", http.StatusMisdirectedRequest)
+			return
+		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
@@ -134,6 +146,55 @@ var paths = []struct {
 	{"http", httpMember, httpCaller},
 }
 
+// mapFeed feeds a router the maps a test makes: two slices, [0, 2^63) held by left (the
+// test key's) and [2^63, end) by right, each map a new generation.
+type mapFeed struct {
+	r   *Router
+	mu  sync.Mutex
+	gen uint64
+}
+
+// set applies a map in which the halves are held by left and right.
+func (f *mapFeed) set(left, right assignment.Slice) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gen++
+	left.Range = keyspace.Range{Start: 0, End: keyspace.At(1 << 63)}
+	right.Range = keyspace.Range{Start: 1 << 63, End: keyspace.End}
+	a, err := assignment.New(f.gen, []assignment.Slice{left, right})
+	if err != nil {
+		return err
+	}
+	return f.r.apply(reinit(a, 1, f.gen, f.gen))
+}
+
+// churn changes the right half's replicas every 2 ms, between a and b, until the test ends,
+// while the left half stays held by left: the map changes, the test key's route does not.
+func (f *mapFeed) churn(t *testing.T, left assignment.Slice, a, b assignment.NodeID) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			right := assignment.Slice{Replicas: ids(string(a))}
+			if i%2 == 1 {
+				right.Replicas = ids(string(b))
+			}
+			if err := f.set(left, right); err != nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-tick.C:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
 // leftKey returns a key of the left half.
 func leftKey(t *testing.T) []byte { return keyOfHalf(t, false) }
 
@@ -149,6 +210,215 @@ func keyOfHalf(t *testing.T, right bool) []byte {
 	}
 	t.Fatal("no key in the half")
 	return nil
+}
+
+// retryRig is a router whose map the test feeds, and fake members x, y and z: the test key's
+// slice on x, the other on y.
+type retryRig struct {
+	r       *Router
+	feed    *mapFeed
+	x, y, z *fakeMember
+	key     []byte
+	call    caller
+}
+
+func newRetryRig(t *testing.T, member func(*testing.T) *fakeMember, call func(*testing.T, *Router) caller) *retryRig {
+	t.Helper()
+	x, y, z := member(t), member(t), member(t)
+	a, err := assignment.New(1, []assignment.Slice{
+		{Range: keyspace.Range{Start: 0, End: keyspace.At(1 << 63)}, Replicas: ids("x")},
+		{Range: keyspace.Range{Start: 1 << 63, End: keyspace.End}, Replicas: ids("y")},
+	})
+	require.NoError(t, err)
+	r := newTestRouter(t, RoundRobin, a, map[assignment.NodeID]nodeInfo{
+		"x": {address: x.addr, capacity: 1}, "y": {address: y.addr, capacity: 1}, "z": {address: z.addr, capacity: 1},
+	})
+	rig := &retryRig{r: r, feed: &mapFeed{r: r, gen: 1}, x: x, y: y, z: z, key: leftKey(t), call: call(t, r)}
+	rig.warmUp(t)
+	return rig
+}
+
+// warmUp sends a call to x and one to y, so that a test's calls find their connections made,
+// and then forgets them: the members' counts start from zero.
+func (rig *retryRig) warmUp(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, rig.call(ctx, rig.key, false))
+	require.NoError(t, rig.call(ctx, rightKey(t), false))
+	rig.x.calls.Store(0)
+	rig.y.calls.Store(0)
+}
+
+// TestRetryWaitsForTheKeysRoute has x answer NotOwner (421) while the map changes every 2 ms,
+// but not for the key: the call is tried again after a backoff, not at every map, and ends at
+// its deadline with DeadlineExceeded, the answer in its message.
+func TestRetryWaitsForTheKeysRoute(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			rig := newRetryRig(t, p.member, p.caller)
+			rig.x.refuse.Store(true)
+			rig.feed.churn(t, assignment.Slice{Replicas: ids("x")}, "y", "z")
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := rig.call(ctx, rig.key, false)
+			require.Error(t, err)
+			gens := rig.r.Generation()
+			t.Logf("%d tries to x in %s, over %d maps: %v", rig.x.calls.Load(), time.Since(start).Round(time.Millisecond), gens, err)
+			assert.Greater(t, gens, uint64(100), "the map changed all along")
+			// A backoff of 5 ms doubling to 1 s, less a fifth of jitter, leaves room for 10
+			// tries in 2 s; tried at every map, x would get hundreds.
+			assert.LessOrEqual(t, rig.x.calls.Load(), int64(12), "x is not asked again at every map")
+			assert.GreaterOrEqual(t, rig.x.calls.Load(), int64(4), "x is asked again after the backoff")
+			assertExpired(t, err, codes.DeadlineExceeded, "client: the key's replicas answered NotOwner until the deadline: ")
+			assert.Zero(t, rig.y.calls.Load()+rig.z.calls.Load(), "nothing else holds the key")
+		})
+	}
+}
+
+// TestRetryFollowsTheKeysRoute has x answer NotOwner (421) until the call's backoff has
+// grown past half a second, then moves the key's slice to y: the call goes to y at once,
+// not after the backoff, and x is not asked again.
+func TestRetryFollowsTheKeysRoute(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			rig := newRetryRig(t, p.member, p.caller)
+			rig.x.refuse.Store(true)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- rig.call(ctx, rig.key, false) }()
+			// After its 8th try the call waits at least 5 ms × 2^7 × 0.8 = 512 ms.
+			waitUntil(t, 20*time.Second, "x is asked 8 times", func() bool { return rig.x.calls.Load() >= 8 })
+			tries := rig.x.calls.Load()
+			moved := time.Now()
+			require.NoError(t, rig.feed.set(assignment.Slice{Replicas: ids("y")}, assignment.Slice{Replicas: ids("z")}))
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-ctx.Done():
+				t.Fatal("the call did not end")
+			}
+			took := time.Since(moved)
+			t.Logf("the call reached y %s after the move", took.Round(time.Millisecond))
+			assert.Less(t, took, 150*time.Millisecond, "the call follows the key's route, not its backoff")
+			assert.Equal(t, int64(1), rig.y.calls.Load())
+			assert.Equal(t, tries, rig.x.calls.Load(), "x is not asked again")
+		})
+	}
+}
+
+// waitUntil polls cond every millisecond until it holds, and fails the test if it does not
+// within the deadline.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// assertExpired checks the error of a call that ended while it was tried again: its code
+// (gRPC) or its context's error (errors.Is), and its message, which begins with prefix and
+// carries the package's prefix once.
+func assertExpired(t *testing.T, err error, code codes.Code, prefix string) {
+	t.Helper()
+	require.Error(t, err)
+	assert.Equal(t, code, status.Code(err), "%v", err)
+	if code == codes.DeadlineExceeded {
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	} else {
+		assert.ErrorIs(t, err, context.Canceled)
+	}
+	msg := status.Convert(err).Message()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg = ue.Err.Error()
+	}
+	assert.True(t, strings.HasPrefix(msg, prefix), "%q begins with %q", msg, prefix)
+	assert.Equal(t, 1, strings.Count(msg, "client:"), "one prefix: %q", msg)
+}
+
+// TestMovedFollowsTheKeysRouteOnly checks the rule that ends a wait before its backoff: the
+// key's route changed so that the call would not go where its try went.
+func TestMovedFollowsTheKeysRouteOnly(t *testing.T) {
+	x := Replica{ID: "x", Address: "x:1", Role: RoleReplica}
+	w := Replica{ID: "w", Address: "w:1", Role: RoleReplica}
+	set := func(primary int, reps ...Replica) *replicaSet { return &replicaSet{replicas: reps, primary: primary} }
+	as := func(r Replica, role Role, token uint64) Replica { r.Role, r.Token = role, token; return r }
+	xAlone := set(-1, x)
+	primaryX := set(0, as(x, RolePrimary, 3), as(w, RoleSecondary, 0))
+	stale := set(-1, x, w)
+	stale.fresh = set(-1, w)
+	cases := []struct {
+		name  string
+		t     try
+		write bool
+		now   *replicaSet
+		want  bool
+	}{
+		{"the first map", try{}, false, xAlone, true},
+		{"the same route", try{route: xAlone, to: &x}, false, xAlone, false},
+		{"the route rebuilt alike", try{route: xAlone, to: &x}, false, set(-1, x), false},
+		{"no replica was chosen: any change", try{route: set(-1, w)}, false, xAlone, true},
+		{"another replica joins x", try{route: xAlone, to: &x}, false, set(-1, w, x), false},
+		{"x leaves", try{route: set(-1, w, x), to: &x}, false, set(-1, w), true},
+		{"x moves to another address", try{route: xAlone, to: &x}, false, set(-1, Replica{ID: "x", Address: "x:2", Role: RoleReplica}), true},
+		{"x turns stale", try{route: set(-1, x, w), to: &x}, false, stale, true},
+		{"a secondary joins primary x", try{route: set(0, as(x, RolePrimary, 3)), to: &primaryX.replicas[0]}, true, primaryX, false},
+		{"x is primary under a new grant", try{route: primaryX, to: &primaryX.replicas[0]}, true, set(0, as(x, RolePrimary, 4), as(w, RoleSecondary, 0)), true},
+		{"w is primary", try{route: primaryX, to: &primaryX.replicas[0]}, true, set(1, as(x, RoleSecondary, 0), as(w, RolePrimary, 5)), true},
+		{"x hands its role over", try{route: primaryX, to: &primaryX.replicas[0]}, true, set(-1, as(x, RoleSecondary, 0), as(w, RoleSecondary, 0)), true},
+		{"a read of secondary x, w now primary", try{route: primaryX, to: &primaryX.replicas[1]}, false, set(1, as(x, RoleSecondary, 0), as(w, RolePrimary, 5)), true},
+	}
+	for _, tc := range cases {
+		assert.Equal(t, tc.want, moved(tc.t, tc.now, tc.write), tc.name)
+	}
+}
+
+// TestRetryEndsAtTheDeadlineSayingWhy: a call that could not be sent (a write while its
+// slice's primary hands the role over; a member that refuses connections) ends at its
+// deadline with DeadlineExceeded, what it met in the message; a call canceled while it waits
+// ends Canceled.
+func TestRetryEndsAtTheDeadlineSayingWhy(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			rig := newRetryRig(t, p.member, p.caller)
+			require.NoError(t, rig.feed.set(assignment.Slice{Replicas: ids("x", "y"), Primary: "x", Next: "y", Token: 2}, assignment.Slice{Replicas: ids("z")}))
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			err := rig.call(ctx, rig.key, true)
+			assertExpired(t, err, codes.DeadlineExceeded, "client: the call could not be sent until the deadline: ")
+			assert.Contains(t, err.Error(), "no primary")
+			assert.Zero(t, rig.x.calls.Load()+rig.y.calls.Load(), "nothing was sent")
+
+			ctx, cancel = context.WithCancel(t.Context())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			assertExpired(t, rig.call(ctx, rig.key, true), codes.Canceled, "client: the call could not be sent until the call was canceled: ")
+		})
+	}
+	t.Run("refused", func(t *testing.T) {
+		r := newTestRouter(t, RoundRobin, everywhere(t, "dead"), map[assignment.NodeID]nodeInfo{"dead": {address: deadAddr(t), capacity: 1}})
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		err := httpCaller(t, r)(ctx, leftKey(t), false)
+		assertExpired(t, err, codes.DeadlineExceeded, "client: the call could not be sent until the deadline: ")
+		assert.Contains(t, err.Error(), "connection refused")
+	})
+}
+
+// deadAddr returns a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	return addr
 }
 
 // TestAQuarantinedKeyFailsAtOnce: no map will serve a quarantined key until an operator

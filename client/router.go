@@ -149,6 +149,9 @@ type view struct {
 	clock  uint64
 }
 
+// setOf returns the replica set of the slice holding key: the key's route.
+func (v *view) setOf(key []byte) *replicaSet { return v.sets[v.find(Hash(key))] }
+
 // find returns the index of the slice holding point h.
 func (v *view) find(h uint64) int {
 	// The first slice starts at 0: the slice holding h is the last one starting at or
@@ -270,8 +273,11 @@ func (r *Router) LookupHash(h uint64) (Route, error) {
 
 // Pick returns the replica of key's slice that the router's policy chooses.
 func (r *Router) Pick(key []byte) (Replica, error) {
-	rep, _, err := r.pickFor(key, false)
-	return rep, err
+	_, rep, _, err := r.pickFor(key, false)
+	if err != nil {
+		return Replica{}, err
+	}
+	return *rep, nil
 }
 
 // Primary returns the replica of key's slice that takes its writes, or ErrNoPrimary.
@@ -280,7 +286,7 @@ func (r *Router) Primary(key []byte) (Replica, error) {
 	if v == nil {
 		return Replica{}, ErrNotReady
 	}
-	set := v.sets[v.find(Hash(key))]
+	set := v.setOf(key)
 	if quarantined(set) {
 		return Replica{}, ErrQuarantined
 	}
@@ -552,27 +558,27 @@ func (r *Router) watchViews() (<-chan struct{}, func()) {
 }
 
 // pickFor returns the replica of key's slice that takes its writes (write, in a cluster with
-// roles) or that the policy chooses, with its node's in-flight counter.
-func (r *Router) pickFor(key []byte, write bool) (Replica, *nodeLoad, error) {
+// roles) or that the policy chooses, in the key's route (the slice's replica set), with its
+// node's in-flight counter. The route is nil before the first map; the replica nil with an
+// error.
+func (r *Router) pickFor(key []byte, write bool) (*replicaSet, *Replica, *nodeLoad, error) {
 	v := r.view.Load()
 	if v == nil {
-		return Replica{}, nil, ErrNotReady
+		return nil, nil, nil, ErrNotReady
 	}
-	set := v.sets[v.find(Hash(key))]
+	set := v.setOf(key)
 	switch {
 	case quarantined(set):
-		return Replica{}, nil, ErrQuarantined
-	case !write || set.replicas[0].Role == RoleReplica: // a cluster without roles: any replica
+		return set, nil, nil, ErrQuarantined
+	case !write || !set.hasRoles():
 	case set.primary < 0:
-		return Replica{}, nil, ErrNoPrimary
+		return set, nil, nil, ErrNoPrimary
 	default:
-		return set.replicas[set.primary], set.load[set.primary], nil
+		return set, &set.replicas[set.primary], set.load[set.primary], nil
 	}
-	if set.fresh != nil {
-		set = set.fresh
-	}
-	i := set.pick(r.cfg.Policy, r.rand)
-	return set.replicas[i], set.load[i], nil
+	readers := set.readers()
+	i := readers.pick(r.cfg.Policy, r.rand)
+	return set, &readers.replicas[i], readers.load[i], nil
 }
 
 // quarantined reports whether a slice's replica set is Nobody alone.
