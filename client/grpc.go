@@ -48,6 +48,7 @@ func init() { balancer.Register(keyBalancerBuilder{}) }
 // within ±20%), whichever comes first, until the call's context ends: a replica that
 // answered NotOwner is not asked again before the backoff while the route still offers it.
 // Any other failure is returned as it is: a write that went out may have happened.
+// Router.Stats counts the tries again.
 //
 // A call whose context ends while it waits to be tried again fails with DeadlineExceeded (or
 // Canceled), its message saying what the tries met ("client: the key's replicas answered

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -48,6 +49,39 @@ var causeText = [nRetryCauses]string{
 	retryNotOwner: "the key's replicas answered NotOwner",
 }
 
+// RouterStats counts the calls of a router's Transports and GRPCDialOptions connections that
+// were tried again, since the router was made. A harness reads it before and after a failover:
+// the difference is what the failover cost the callers.
+type RouterStats struct {
+	// Retried is the number of calls tried more than once.
+	Retried uint64
+	// NotSent and NotOwner count the tries after a call's first, by what ended the try
+	// before: it was not sent (no map, no primary while the role is handed over, no
+	// connection to the replica, the connection refused); the replica answered NotOwner
+	// (421).
+	NotSent, NotOwner uint64
+	// Expired is the number of calls whose context ended while they waited to be tried
+	// again (DeadlineExceeded or Canceled).
+	Expired uint64
+}
+
+// retryStats are the atomic counters behind RouterStats.
+type retryStats struct {
+	retried, expired atomic.Uint64
+	retries          [nRetryCauses]atomic.Uint64
+}
+
+// Stats returns the router's counts of calls tried again.
+func (r *Router) Stats() RouterStats {
+	s := &r.stats
+	return RouterStats{
+		Retried:  s.retried.Load(),
+		NotSent:  s.retries[retryNotSent].Load(),
+		NotOwner: s.retries[retryNotOwner].Load(),
+		Expired:  s.expired.Load(),
+	}
+}
+
 // try is one try of a call, as the retry rule sees it.
 type try struct {
 	route *replicaSet // the key's route the try was made by; nil: no map
@@ -81,6 +115,7 @@ func (rt *retrier) after(ctx context.Context, t try) (bool, error) {
 		if t.err != nil && ctx.Err() != nil && rt.tries > 0 {
 			// The call's last try ran into its deadline: what kept it from an answer is
 			// what the tries before met.
+			rt.r.stats.expired.Add(1)
 			return false, expired(ctx, rt.last)
 		}
 		return false, nil
@@ -91,9 +126,14 @@ func (rt *retrier) after(ctx context.Context, t try) (bool, error) {
 		end = rt.r.awaitRoute(ctx, t, rt.key, rt.write, rt.b.NextBackOff())
 	}
 	if end == ctxEnded {
+		rt.r.stats.expired.Add(1)
 		return false, expired(ctx, t)
 	}
+	if rt.tries == 0 {
+		rt.r.stats.retried.Add(1)
+	}
 	rt.tries++
+	rt.r.stats.retries[t.cause].Add(1)
 	return true, nil
 }
 

@@ -239,7 +239,7 @@ func newRetryRig(t *testing.T, member func(*testing.T) *fakeMember, call func(*t
 }
 
 // warmUp sends a call to x and one to y, so that a test's calls find their connections made,
-// and then forgets them: the members' counts start from zero.
+// and then forgets them: the members' counts and the router's stats start from zero.
 func (rig *retryRig) warmUp(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -248,6 +248,7 @@ func (rig *retryRig) warmUp(t *testing.T) {
 	require.NoError(t, rig.call(ctx, rightKey(t), false))
 	rig.x.calls.Store(0)
 	rig.y.calls.Store(0)
+	rig.r.stats = retryStats{}
 }
 
 // TestRetryWaitsForTheKeysRoute has x answer NotOwner (421) while the map changes every 2 ms,
@@ -273,6 +274,8 @@ func TestRetryWaitsForTheKeysRoute(t *testing.T) {
 			assert.GreaterOrEqual(t, rig.x.calls.Load(), int64(4), "x is asked again after the backoff")
 			assertExpired(t, err, codes.DeadlineExceeded, "client: the key's replicas answered NotOwner until the deadline: ")
 			assert.Zero(t, rig.y.calls.Load()+rig.z.calls.Load(), "nothing else holds the key")
+			tries := uint64(rig.x.calls.Load())
+			assert.Equal(t, RouterStats{Retried: 1, NotOwner: tries - 1, Expired: 1}, rig.r.Stats())
 		})
 	}
 }
@@ -305,6 +308,7 @@ func TestRetryFollowsTheKeysRoute(t *testing.T) {
 			assert.Less(t, took, 150*time.Millisecond, "the call follows the key's route, not its backoff")
 			assert.Equal(t, int64(1), rig.y.calls.Load())
 			assert.Equal(t, tries, rig.x.calls.Load(), "x is not asked again")
+			assert.Equal(t, RouterStats{Retried: 1, NotOwner: uint64(tries)}, rig.r.Stats())
 		})
 	}
 }
@@ -395,6 +399,9 @@ func TestRetryEndsAtTheDeadlineSayingWhy(t *testing.T) {
 			assertExpired(t, err, codes.DeadlineExceeded, "client: the call could not be sent until the deadline: ")
 			assert.Contains(t, err.Error(), "no primary")
 			assert.Zero(t, rig.x.calls.Load()+rig.y.calls.Load(), "nothing was sent")
+			st := rig.r.Stats()
+			assert.Positive(t, st.NotSent)
+			assert.Equal(t, uint64(1), st.Expired)
 
 			ctx, cancel = context.WithCancel(t.Context())
 			time.AfterFunc(100*time.Millisecond, cancel)
@@ -408,6 +415,7 @@ func TestRetryEndsAtTheDeadlineSayingWhy(t *testing.T) {
 		err := httpCaller(t, r)(ctx, leftKey(t), false)
 		assertExpired(t, err, codes.DeadlineExceeded, "client: the call could not be sent until the deadline: ")
 		assert.Contains(t, err.Error(), "connection refused")
+		assert.Positive(t, r.Stats().NotSent)
 	})
 }
 

@@ -116,6 +116,7 @@ type Router struct {
 	viewers   map[chan struct{}]struct{}
 	running   atomic.Bool
 	kick      chan struct{} // asks for the node list now
+	stats     retryStats
 	// relayConn is the connection to the relay the map is watched from, nil while the
 	// router watches the leader: the node list is read from it too.
 	relayConn atomic.Pointer[grpc.ClientConn]

@@ -23,7 +23,7 @@ import (
 // ms doubling to 1 s, within ±20%), whichever comes first, until the request's context ends:
 // a member that answered 421 is not asked again before the backoff while the route still
 // offers it. Other answers and failures are returned as they are: a write that went out may
-// have happened.
+// have happened. Router.Stats counts the tries again.
 //
 // A request whose context ends while it waits to be tried again fails with an error that
 // matches its context's error (errors.Is context.DeadlineExceeded) and says what the tries
