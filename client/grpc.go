@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/base"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 )
@@ -40,21 +41,21 @@ func init() { balancer.Register(keyBalancerBuilder{}) }
 //	conn, err := grpc.NewClient("sliceplane:///counter", append(client.GRPCDialOptions(r), creds)...)
 //	resp, err := pb.NewCounterClient(conn).Incr(client.WithWriteKey(ctx, key), req)
 //
-// A call needs a key (WithKey, WithWriteKey), else it fails with Internal. A unary call that
-// was not sent (no map yet, no primary while the role is handed over, the replica not
-// connected), or that the replica answered with NotOwner, is tried again once the key's route
-// in r's map changes so that the call would not go where it went (its slice's serving
-// replicas, primary or the primary's token), or after a backoff (5 ms doubling to 1 s,
-// within ±20%), whichever comes first, until the call's context ends: a replica that
-// answered NotOwner is not asked again before the backoff while the route still offers it.
-// Any other failure is returned as it is: a write that went out may have happened.
-// Router.Stats counts the tries again.
+// A call needs a key (WithKey, WithWriteKey), else it fails with Internal. A unary call
+// that was not sent (no map yet, no primary while the role is handed over, the replica not
+// connected or refusing connections), or that the replica answered with NotOwner, is tried
+// again once the key's route in r's map changes so that the call would not go where it went
+// (its slice's serving replicas, primary or the primary's token), or after a backoff (5 ms
+// doubling to 1 s, within ±20%), whichever comes first, until the call's context ends: a
+// replica that answered NotOwner is not asked again before the backoff while the route
+// still offers it. Any other failure is returned as it is: a write that went out may have
+// happened. Router.Stats counts the tries again.
 //
-// A call whose context ends while it waits to be tried again fails with DeadlineExceeded (or
-// Canceled), its message saying what the tries met ("client: the key's replicas answered
-// NotOwner until the deadline: ..."); the error also matches context.DeadlineExceeded with
-// errors.Is. A key in a quarantined range fails at once with Unavailable. Streaming calls
-// are routed by their key too, but not tried again.
+// A call whose context ends while it waits to be tried again fails with DeadlineExceeded
+// (or Canceled), its message saying what the tries met ("client: the key's replicas
+// answered NotOwner until the deadline: ..."); the error also matches
+// context.DeadlineExceeded with errors.Is. A key in a quarantined range fails at once with
+// Unavailable. Streaming calls are routed by their key too, but not tried again.
 func GRPCDialOptions(r *Router) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithResolvers(&nodeResolverBuilder{r: r}),
@@ -266,7 +267,24 @@ func (keyBalancerBuilder) Name() string { return grpcBalancerName }
 
 func (keyBalancerBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
 	pb := &keyPickerBuilder{}
-	return &keyBalancer{Balancer: base.NewBalancerBuilder(grpcBalancerName, pb, base.Config{}).Build(cc, opts), pb: pb}
+	return &keyBalancer{Balancer: base.NewBalancerBuilder(grpcBalancerName, pb, base.Config{}).Build(&keyConn{ClientConn: cc, pb: pb}, opts), pb: pb}
+}
+
+// keyConn is the ClientConn the base balancer updates. While none of its connections is
+// ready (TransientFailure: every node refuses or is gone), the base balancer's picker fails
+// every call with a bare Unavailable, which the interceptor could not tell from a call that
+// went out; keyConn puts a key picker with no connection in its place, which fails each as
+// not sent (or as having no route), to be tried again by the retry rule.
+type keyConn struct {
+	balancer.ClientConn
+	pb *keyPickerBuilder
+}
+
+func (c *keyConn) UpdateState(s balancer.State) {
+	if s.ConnectivityState == connectivity.TransientFailure {
+		s.Picker = c.pb.Build(base.PickerBuildInfo{})
+	}
+	c.ClientConn.UpdateState(s)
 }
 
 // keyBalancer hands the router of the resolver's state to its pickers.

@@ -429,6 +429,32 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
+// TestACallIsSentWhenNoNodeIsConnected: while no connection of the ClientConn is ready (its
+// only node refuses them), a call is not sent and tried again, rather than failed at once,
+// and goes out once the map names a node that serves.
+func TestACallIsSentWhenNoNodeIsConnected(t *testing.T) {
+	r := newTestRouter(t, RoundRobin, everywhere(t, "dead"), map[assignment.NodeID]nodeInfo{"dead": {address: deadAddr(t), capacity: 1}})
+	call := grpcCaller(t, r)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- call(ctx, leftKey(t), false) }()
+	waitUntil(t, 20*time.Second, "the call is tried again", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the call ended: %v", err)
+		default:
+		}
+		return r.Stats().NotSent >= 3
+	})
+	x := grpcMember(t)
+	r.setNodes(map[assignment.NodeID]nodeInfo{"dead": {address: deadAddr(t), capacity: 1}, "x": {address: x.addr, capacity: 1}})
+	feed := &mapFeed{r: r, gen: 1}
+	require.NoError(t, feed.set(assignment.Slice{Replicas: ids("x")}, assignment.Slice{Replicas: ids("x")}))
+	require.NoError(t, <-done)
+	assert.Equal(t, int64(1), x.calls.Load())
+}
+
 // TestAQuarantinedKeyFailsAtOnce: no map will serve a quarantined key until an operator
 // lifts the quarantine, so a call for it fails at once rather than at its deadline.
 func TestAQuarantinedKeyFailsAtOnce(t *testing.T) {
