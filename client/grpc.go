@@ -55,7 +55,8 @@ func init() { balancer.Register(keyBalancerBuilder{}) }
 // (or Canceled), its message saying what the tries met ("client: the key's replicas
 // answered NotOwner until the deadline: ..."); the error also matches
 // context.DeadlineExceeded with errors.Is. A key in a quarantined range fails at once with
-// Unavailable. Streaming calls are routed by their key too, but not tried again.
+// Unavailable. Streaming calls are routed by their key too, but not tried again: one that
+// cannot be sent now fails at once (Unavailable).
 func GRPCDialOptions(r *Router) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithResolvers(&nodeResolverBuilder{r: r}),
@@ -210,11 +211,18 @@ func (b *nodeResolverBuilder) Build(_ resolver.Target, cc resolver.ClientConn, _
 	res := &nodeResolver{stop: make(chan struct{})}
 	res.wg.Go(func() {
 		defer stop()
+		// Without a first state grpc-go holds calls until their deadline, unable to say
+		// why: a state without addresses gives the balancer the router at once, whose
+		// picker fails a call as not sent (no map yet), for the interceptor to try it again
+		// and, at its deadline, say so.
+		if st := b.r.grpcState(); len(st.Addresses) == 0 {
+			cc.UpdateState(st) //nolint:errcheck // the balancer refuses no addresses, as meant
+		}
 		for {
 			select {
 			case <-views:
-				// No addresses yet (the router has a map, not the node list): calls wait for
-				// the first state, rather than fail on none.
+				// No addresses yet (the router has a map, not the node list): the state
+				// above stands.
 				if st := b.r.grpcState(); len(st.Addresses) > 0 {
 					cc.UpdateState(st) //nolint:errcheck // an error asks for a re-resolve, which the next view brings
 				}

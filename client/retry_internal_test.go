@@ -455,6 +455,36 @@ func TestACallIsSentWhenNoNodeIsConnected(t *testing.T) {
 	assert.Equal(t, int64(1), x.calls.Load())
 }
 
+// TestACallBeforeTheFirstMapWaitsForIt: a call made before the router's first map is not sent
+// and tried again: it goes out once the map comes, and ends at its deadline saying why if it
+// does not.
+func TestACallBeforeTheFirstMapWaitsForIt(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			r, err := NewRouter(RouterConfig{Assigners: []string{"127.0.0.1:1"}})
+			require.NoError(t, err)
+			call := p.caller(t, r)
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			err = call(ctx, leftKey(t), false)
+			assertExpired(t, err, codes.DeadlineExceeded, "client: the call could not be sent until the deadline: ")
+			assert.Regexp(t, "no map yet|no assignment applied yet", err.Error())
+
+			x := p.member(t)
+			ctx, cancel = context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- call(ctx, leftKey(t), false) }()
+			waitUntil(t, 20*time.Second, "the call is tried again", func() bool { return r.Stats().NotSent >= 4 })
+			r.setNodes(map[assignment.NodeID]nodeInfo{"x": {address: x.addr, capacity: 1}})
+			feed := &mapFeed{r: r}
+			require.NoError(t, feed.set(assignment.Slice{Replicas: ids("x")}, assignment.Slice{Replicas: ids("x")}))
+			require.NoError(t, <-done)
+			assert.Equal(t, int64(1), x.calls.Load())
+		})
+	}
+}
+
 // TestAQuarantinedKeyFailsAtOnce: no map will serve a quarantined key until an operator
 // lifts the quarantine, so a call for it fails at once rather than at its deadline.
 func TestAQuarantinedKeyFailsAtOnce(t *testing.T) {
