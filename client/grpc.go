@@ -54,9 +54,11 @@ func init() { balancer.Register(keyBalancerBuilder{}) }
 // A call whose context ends while it waits to be tried again fails with DeadlineExceeded
 // (or Canceled), its message saying what the tries met ("client: the key's replicas
 // answered NotOwner until the deadline: ..."); the error also matches
-// context.DeadlineExceeded with errors.Is. A key in a quarantined range fails at once with
-// Unavailable. Streaming calls are routed by their key too, but not tried again: one that
-// cannot be sent now fails at once (Unavailable).
+// context.DeadlineExceeded with errors.Is. A call through a router that does not run fails
+// with FailedPrecondition (errors.Is ErrRouterNotRunning): at once if its Run returned,
+// after at most 100 ms (for a Run started just before) if it was never called. A key in a
+// quarantined range fails at once with Unavailable. Streaming calls are routed by their key
+// too, but not tried again: one that cannot be sent now fails at once (Unavailable).
 func GRPCDialOptions(r *Router) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithResolvers(&nodeResolverBuilder{r: r}),
@@ -168,7 +170,10 @@ func retryUnrouted(r *Router) grpc.UnaryClientInterceptor {
 		if !ok {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
-		rt := r.newRetrier(k.key, k.write)
+		rt, err := r.newRetrier(ctx, k.key, k.write)
+		if err != nil {
+			return err
+		}
 		at := &tryCtx{Context: ctx, key: k}
 		for {
 			at.route.Store(nil)

@@ -43,11 +43,13 @@ func reinit(a *assignment.Assignment, term, seq, clock uint64) quantum.Quantum {
 }
 
 // newTestRouter returns a router that knows nodes and applied map a, with a seeded random
-// source.
+// source. It counts as running, for the calls a test sends through it: the test feeds it
+// maps as Run would.
 func newTestRouter(t testing.TB, p Policy, a *assignment.Assignment, nodes map[assignment.NodeID]nodeInfo) *Router {
 	t.Helper()
 	r, err := NewRouter(RouterConfig{Assigners: []string{"127.0.0.1:1"}, Policy: p})
 	require.NoError(t, err)
+	close(r.started)
 	r.rand = rand.New(rand.NewPCG(1, 2)).Uint64
 	if nodes != nil {
 		r.setNodes(nodes)

@@ -22,6 +22,10 @@ import (
 // refused it. The backoff bounds the tries while the key's route stands still; the route's
 // change sends the call on as soon as the router knows where.
 
+// ErrRouterNotRunning ends a call through a Router whose Run was not called, or returned:
+// its map will not change, so waiting for it would only end at the call's deadline.
+var ErrRouterNotRunning = errors.New("client: the router is not running (Router.Run not called, or returned)")
+
 // The backoff of a call between tries: 5 ms doubling to 1 s, each wait drawn within a fifth
 // of it either way so that the calls a failover turned away do not come back together.
 const (
@@ -29,6 +33,10 @@ const (
 	maxRetryWait   = time.Second
 	retryJitter    = 0.2
 )
+
+// startGrace is how long a call whose router never ran waits for Run to start: the time for
+// a "go r.Run(ctx)" just before the call to be scheduled.
+const startGrace = 100 * time.Millisecond
 
 // retryCause says why a try of a call is tried again; noRetry that it is not.
 type retryCause uint8
@@ -100,11 +108,38 @@ type retrier struct {
 	last  try // the last try that was to be tried again
 }
 
-// newRetrier returns the retrier of a call for key.
-func (r *Router) newRetrier(key []byte, write bool) retrier {
+// newRetrier returns the retrier of a call for key, its context ctx; or ErrRouterNotRunning,
+// at once if the router's Run returned, after startGrace if it has not started.
+func (r *Router) newRetrier(ctx context.Context, key []byte, write bool) (retrier, error) {
+	select {
+	case <-r.started:
+	default:
+		if !r.awaitStart(ctx) {
+			return retrier{}, notRunning()
+		}
+	}
+	select {
+	case <-r.stopped:
+		return retrier{}, notRunning()
+	default:
+	}
 	return retrier{r: r, key: key, write: write, b: backoff.ExponentialBackOff{
 		InitialInterval: firstRetryWait, RandomizationFactor: retryJitter, Multiplier: 2, MaxInterval: maxRetryWait,
-	}}
+	}}, nil
+}
+
+// awaitStart waits startGrace for the router's Run to start, or until ctx ends, and reports
+// whether it started.
+func (r *Router) awaitStart(ctx context.Context) bool {
+	t := time.NewTimer(startGrace)
+	defer t.Stop()
+	select {
+	case <-r.started:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 // after is asked after try t of the call, its context ctx: it reports whether to try again,
@@ -125,9 +160,12 @@ func (rt *retrier) after(ctx context.Context, t try) (bool, error) {
 	if ctx.Err() == nil {
 		end = rt.r.awaitRoute(ctx, t, rt.key, rt.write, rt.b.NextBackOff())
 	}
-	if end == ctxEnded {
+	switch end {
+	case ctxEnded:
 		rt.r.stats.expired.Add(1)
 		return false, expired(ctx, t)
+	case routerStopped:
+		return false, notRunning()
 	}
 	if rt.tries == 0 {
 		rt.r.stats.retried.Add(1)
@@ -143,10 +181,11 @@ type waitEnd uint8
 const (
 	tryAgain waitEnd = iota
 	ctxEnded
+	routerStopped
 )
 
 // awaitRoute waits until the key's route moved away from where try t went, or d passed, or
-// ctx ended.
+// ctx ended, or the router stopped.
 func (r *Router) awaitRoute(ctx context.Context, t try, key []byte, write bool, d time.Duration) waitEnd {
 	views, stop := r.watchViews()
 	defer stop()
@@ -162,6 +201,8 @@ func (r *Router) awaitRoute(ctx context.Context, t try, key []byte, write bool, 
 			return tryAgain
 		case <-ctx.Done():
 			return ctxEnded
+		case <-r.stopped:
+			return routerStopped
 		}
 	}
 }
@@ -208,7 +249,7 @@ func sameReplica(a, b Replica) bool {
 }
 
 // callError is the error of a call that the retry rule ended: a status for gRPC callers, and
-// errors.Is for the context's error and the last try's failure.
+// errors.Is for the context's error, ErrRouterNotRunning and the last try's failure.
 type callError struct {
 	code codes.Code
 	msg  string
@@ -218,6 +259,12 @@ type callError struct {
 func (e *callError) Error() string              { return e.msg }
 func (e *callError) Unwrap() []error            { return e.errs }
 func (e *callError) GRPCStatus() *status.Status { return status.New(e.code, e.msg) }
+
+// notRunning returns ErrRouterNotRunning for a call: FailedPrecondition for gRPC callers (the
+// router must run before calls can succeed).
+func notRunning() error {
+	return &callError{code: codes.FailedPrecondition, msg: ErrRouterNotRunning.Error(), errs: []error{ErrRouterNotRunning}}
+}
 
 // expired returns the error of a call whose context ended while it was tried again: the
 // context's (DeadlineExceeded, Canceled), saying what its last try t met.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -463,6 +464,7 @@ func TestACallBeforeTheFirstMapWaitsForIt(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			r, err := NewRouter(RouterConfig{Assigners: []string{"127.0.0.1:1"}})
 			require.NoError(t, err)
+			close(r.started) // the test feeds it maps as Run would
 			call := p.caller(t, r)
 			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 			defer cancel()
@@ -483,6 +485,56 @@ func TestACallBeforeTheFirstMapWaitsForIt(t *testing.T) {
 			assert.Equal(t, int64(1), x.calls.Load())
 		})
 	}
+}
+
+// TestACallThroughARouterThatDoesNotRunFails: a call through a router whose Run was never
+// called fails with ErrRouterNotRunning (FailedPrecondition) after the grace left for a Run
+// just started, not at its deadline; one waiting for a first map when Run returns fails so
+// then; one made after Run returned fails at once.
+func TestACallThroughARouterThatDoesNotRunFails(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			r, err := NewRouter(RouterConfig{Assigners: []string{deadAddr(t)}, Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			call := p.caller(t, r)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			assertNotRunning(t, call(ctx, leftKey(t), false))
+			assert.Less(t, time.Since(start), 5*time.Second, "not at the deadline")
+
+			rctx, stop := context.WithCancel(ctx)
+			ran := make(chan error, 1)
+			go func() { ran <- r.Run(rctx) }()
+			done := make(chan error, 1)
+			go func() { done <- call(ctx, leftKey(t), false) }()
+			select {
+			case err := <-done:
+				t.Fatalf("the call ended before the first map: %v", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			stop()
+			require.NoError(t, <-ran)
+			select {
+			case err := <-done:
+				assertNotRunning(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the call did not end when Run returned")
+			}
+
+			start = time.Now()
+			assertNotRunning(t, call(ctx, leftKey(t), false))
+			assert.Less(t, time.Since(start), startGrace, "at once")
+		})
+	}
+}
+
+// assertNotRunning checks the error of a call through a router that does not run.
+func assertNotRunning(t *testing.T, err error) {
+	t.Helper()
+	assert.ErrorIs(t, err, ErrRouterNotRunning)
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "client: the router is not running (Router.Run not called, or returned)")
 }
 
 // TestAQuarantinedKeyFailsAtOnce: no map will serve a quarantined key until an operator

@@ -115,8 +115,12 @@ type Router struct {
 	viewersMu sync.Mutex
 	viewers   map[chan struct{}]struct{}
 	running   atomic.Bool
-	kick      chan struct{} // asks for the node list now
-	stats     retryStats
+	// started is closed when Run starts, stopped when it returns: a call through a router
+	// that does not run fails (ErrRouterNotRunning) rather than wait for a map that will not
+	// change.
+	started, stopped chan struct{}
+	kick             chan struct{} // asks for the node list now
+	stats            retryStats
 	// relayConn is the connection to the relay the map is watched from, nil while the
 	// router watches the leader: the node list is read from it too.
 	relayConn atomic.Pointer[grpc.ClientConn]
@@ -227,7 +231,8 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}),
+		started: make(chan struct{}), stopped: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
 }
 
 // Run watches the assignment and the node list until ctx ends, and returns nil then. When
@@ -237,6 +242,8 @@ func (r *Router) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("client: Router.Run called twice")
 	}
+	close(r.started)
+	defer close(r.stopped)
 	leader, err := dial.Follow(r.cfg.Assigners, r.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)

@@ -28,8 +28,10 @@ import (
 // A request whose context ends while it waits to be tried again fails with an error that
 // matches its context's error (errors.Is context.DeadlineExceeded) and says what the tries
 // met ("client: the key's replicas answered NotOwner until the deadline: m1 answered 421
-// Misdirected Request"). A key in a quarantined range fails at once (errors.Is
-// ErrQuarantined): no map serves it until an operator lifts the quarantine.
+// Misdirected Request"). A request through a router that does not run fails with
+// ErrRouterNotRunning: at once if its Run returned, after at most 100 ms (for a Run started
+// just before) if it was never called. A key in a quarantined range fails at once
+// (errors.Is ErrQuarantined): no map serves it until an operator lifts the quarantine.
 type Transport struct {
 	Router *Router
 	// Key returns the request's key and whether it writes. Required.
@@ -51,7 +53,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	rt := t.Router.newRetrier(key, write)
+	rt, err := t.Router.newRetrier(req.Context(), key, write)
+	if err != nil {
+		return nil, err
+	}
 	for {
 		resp, tr := t.try(req, base, key, write)
 		again, end := rt.after(req.Context(), tr)
