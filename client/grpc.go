@@ -41,15 +41,17 @@ func init() { balancer.Register(keyBalancerBuilder{}) }
 //	conn, err := grpc.NewClient("sliceplane:///counter", append(client.GRPCDialOptions(r), creds)...)
 //	resp, err := pb.NewCounterClient(conn).Incr(client.WithWriteKey(ctx, key), req)
 //
-// A call needs a key (WithKey, WithWriteKey), else it fails with Internal. A unary call
-// that was not sent (no map yet, no primary while the role is handed over, the replica not
-// connected or refusing connections), or that the replica answered with NotOwner, is tried
-// again once the key's route in r's map changes so that the call would not go where it went
-// (its slice's serving replicas, primary or the primary's token), or after a backoff (5 ms
-// doubling to 1 s, within ±20%), whichever comes first, until the call's context ends: a
-// replica that answered NotOwner is not asked again before the backoff while the route
-// still offers it. Any other failure is returned as it is: a write that went out may have
-// happened. Router.Stats counts the tries again.
+// A call needs a key (WithKey, WithIdempotentKey, WithWriteKey), else it fails with
+// Internal. A unary call that was not sent (no map yet, no primary while the role is handed
+// over, the replica not connected or refusing connections), or that the replica answered
+// with NotOwner, is tried again once the key's route in r's map changes so that the call
+// would not go where it went (its slice's serving replicas, primary or the primary's
+// token), or after a backoff (5 ms doubling to 1 s, within ±20%), whichever comes first,
+// until the call's context ends: a replica that answered NotOwner is not asked again before
+// the backoff while the route still offers it. A call made with WithIdempotentKey is tried
+// again, likewise, after its connection broke before an answer came (Unavailable); any
+// other failure is returned as it is: a write that went out may have happened. Router.Stats
+// counts the tries again.
 //
 // A call whose context ends while it waits to be tried again fails with DeadlineExceeded
 // (or Canceled), its message saying what the tries met ("client: the key's replicas
@@ -71,6 +73,8 @@ func GRPCDialOptions(r *Router) []grpc.DialOption {
 type callKey struct {
 	key   []byte
 	write bool
+	// idempotent: the call may be sent again after its connection broke (WithIdempotentKey).
+	idempotent bool
 }
 
 type callKeyCtx struct{}
@@ -78,9 +82,18 @@ type callKeyCtx struct{}
 // WithKey returns ctx with key as its calls' key: a ClientConn made with GRPCDialOptions
 // sends them to a replica of key's slice that serves it, chosen by the router's policy. A
 // call that was not sent, or that the replica answered NotOwner, is tried again (see
-// GRPCDialOptions); one whose connection broke once it went out is not.
+// GRPCDialOptions); one whose connection broke once it went out is not: use
+// WithIdempotentKey for reads that may be sent twice.
 func WithKey(ctx context.Context, key []byte) context.Context {
 	return context.WithValue(ctx, callKeyCtx{}, callKey{key: key})
+}
+
+// WithIdempotentKey returns ctx with key as its calls' key, as WithKey, for reads that may be
+// sent again after their connection broke before an answer came (status Unavailable, as
+// grpc-go ends such a call, or as a member answers that it cannot serve now): they are tried
+// again by the rule of GRPCDialOptions, and counted in RouterStats.Broken.
+func WithIdempotentKey(ctx context.Context, key []byte) context.Context {
+	return context.WithValue(ctx, callKeyCtx{}, callKey{key: key, idempotent: true})
 }
 
 // WithWriteKey returns ctx with key as its calls' key, for calls that write: they go to the
@@ -153,7 +166,7 @@ func pickError(reason, why string) error {
 
 var (
 	// A picker may not answer InvalidArgument (gRPC keeps that code for servers): Internal.
-	errNoKey     = status.Error(codes.Internal, "client: a call through the sliceplane balancer needs a key: client.WithKey or WithWriteKey")
+	errNoKey     = status.Error(codes.Internal, "client: a call through the sliceplane balancer needs a key: client.WithKey, WithIdempotentKey or WithWriteKey")
 	errUnmapped  = pickError(noRouteReason, "no map yet")
 	errNoPrimary = pickError(noRouteReason, "the key's slice has no primary now (its role is handed over)")
 	errNoConn    = pickError(noRouteReason, "the key's replica is not connected")
@@ -179,7 +192,7 @@ func retryUnrouted(r *Router) grpc.UnaryClientInterceptor {
 			at.route.Store(nil)
 			at.to.Store(nil)
 			err := invoker(at, method, req, reply, cc, opts...)
-			again, end := rt.after(ctx, try{route: at.route.Load(), to: at.to.Load(), cause: grpcCause(err), err: err})
+			again, end := rt.after(ctx, try{route: at.route.Load(), to: at.to.Load(), cause: grpcCause(err, k.idempotent), err: err})
 			switch {
 			case again:
 			case end != nil:
@@ -192,8 +205,8 @@ func retryUnrouted(r *Router) grpc.UnaryClientInterceptor {
 }
 
 // grpcCause returns why a try that ended with err is tried again, if it is: the picker did
-// not send it, or the member answered NotOwner.
-func grpcCause(err error) retryCause {
+// not send it, or the member answered NotOwner, or (idempotent) it ended Unavailable.
+func grpcCause(err error, idempotent bool) retryCause {
 	if err == nil {
 		return noRetry
 	}
@@ -202,6 +215,10 @@ func grpcCause(err error) retryCause {
 		return retryNotSent
 	case notOwnerReason:
 		return retryNotOwner
+	case "":
+		if idempotent && status.Code(err) == codes.Unavailable {
+			return retryBroken
+		}
 	}
 	return noRetry
 }

@@ -47,6 +47,8 @@ const (
 	retryNotSent
 	// retryNotOwner: the replica answered NotOwner (421): the key's range is not its now.
 	retryNotOwner
+	// retryBroken: an idempotent call whose connection broke before an answer came.
+	retryBroken
 	nRetryCauses
 )
 
@@ -55,6 +57,7 @@ const (
 var causeText = [nRetryCauses]string{
 	retryNotSent:  "the call could not be sent",
 	retryNotOwner: "the key's replicas answered NotOwner",
+	retryBroken:   "the key's replicas' connections broke",
 }
 
 // RouterStats counts the calls of a router's Transports and GRPCDialOptions connections that
@@ -63,11 +66,11 @@ var causeText = [nRetryCauses]string{
 type RouterStats struct {
 	// Retried is the number of calls tried more than once.
 	Retried uint64
-	// NotSent and NotOwner count the tries after a call's first, by what ended the try
-	// before: it was not sent (no map, no primary while the role is handed over, no
+	// NotSent, NotOwner and Broken count the tries after a call's first, by what ended the
+	// try before: it was not sent (no map, no primary while the role is handed over, no
 	// connection to the replica, the connection refused); the replica answered NotOwner
-	// (421).
-	NotSent, NotOwner uint64
+	// (421); the connection of an idempotent call broke before an answer came.
+	NotSent, NotOwner, Broken uint64
 	// Expired is the number of calls whose context ended while they waited to be tried
 	// again (DeadlineExceeded or Canceled).
 	Expired uint64
@@ -86,6 +89,7 @@ func (r *Router) Stats() RouterStats {
 		Retried:  s.retried.Load(),
 		NotSent:  s.retries[retryNotSent].Load(),
 		NotOwner: s.retries[retryNotOwner].Load(),
+		Broken:   s.retries[retryBroken].Load(),
 		Expired:  s.expired.Load(),
 	}
 }

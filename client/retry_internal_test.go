@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -535,6 +536,151 @@ func assertNotRunning(t *testing.T, err error) {
 	assert.ErrorIs(t, err, ErrRouterNotRunning)
 	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 	assert.Contains(t, err.Error(), "client: the router is not running (Router.Run not called, or returned)")
+}
+
+// breakingListener is a listener that can close every connection it accepted.
+type breakingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *breakingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// breakAll closes the connections accepted so far.
+func (l *breakingListener) breakAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close()
+	}
+	l.conns = nil
+}
+
+// breakingGRPCMember starts a fake member serving the gRPC health service that breaks its
+// connections (no answer) on the call that finds breakNext set.
+func breakingGRPCMember(t *testing.T, breakNext *atomic.Bool) *fakeMember {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	bl := &breakingListener{Listener: lis}
+	m := &fakeMember{addr: lis.Addr().String()}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		m.calls.Add(1)
+		if breakNext.CompareAndSwap(true, false) {
+			bl.breakAll()
+			return nil, status.Error(codes.Internal, "the connection is broken: this answer is not sent")
+		}
+		return h(ctx, req)
+	}))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(bl) //nolint:errcheck // it returns when stopped
+	t.Cleanup(srv.Stop)
+	return m
+}
+
+// TestAnIdempotentReadIsSentAgainAfterItsConnectionBroke: a gRPC call made with
+// WithIdempotentKey whose connection breaks once it went out is tried again; one made with
+// WithKey or WithWriteKey is not, and fails Unavailable.
+func TestAnIdempotentReadIsSentAgainAfterItsConnectionBroke(t *testing.T) {
+	cases := []struct {
+		name  string
+		keyed func(context.Context, []byte) context.Context
+		again bool
+	}{
+		{"idempotent", WithIdempotentKey, true},
+		{"read", WithKey, false},
+		{"write", WithWriteKey, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var breakNext atomic.Bool
+			x := breakingGRPCMember(t, &breakNext)
+			r := newTestRouter(t, RoundRobin, everywhere(t, "x"), map[assignment.NodeID]nodeInfo{"x": {address: x.addr, capacity: 1}})
+			conn, err := grpc.NewClient("sliceplane:///retry", append(GRPCDialOptions(r), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+			require.NoError(t, err)
+			defer conn.Close()
+			hc := healthpb.NewHealthClient(conn)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			_, err = hc.Check(tc.keyed(ctx, leftKey(t)), &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			require.NoError(t, err, "connected")
+			base := r.Stats()
+
+			breakNext.Store(true)
+			_, err = hc.Check(tc.keyed(ctx, leftKey(t)), &healthpb.HealthCheckRequest{})
+			st := r.Stats()
+			if tc.again {
+				require.NoError(t, err)
+				assert.Equal(t, int64(3), x.calls.Load(), "sent again")
+				assert.Equal(t, uint64(1), st.Broken-base.Broken)
+				assert.Equal(t, uint64(1), st.Retried-base.Retried)
+				return
+			}
+			assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+			assert.Equal(t, int64(2), x.calls.Load(), "not sent again")
+			assert.Equal(t, base, st)
+		})
+	}
+}
+
+// TestAnIdempotentRequestIsSentAgainAfterItsConnectionBroke: with RetryIdempotent, a
+// request that net/http deems idempotent (GET, or a POST with an Idempotency-Key) whose
+// connection breaks once it went out is sent again; a POST without the header is not, nor is
+// any request without RetryIdempotent.
+func TestAnIdempotentRequestIsSentAgainAfterItsConnectionBroke(t *testing.T) {
+	cases := []struct {
+		name   string
+		method string
+		header http.Header
+		opt    bool
+		again  bool
+	}{
+		{"GET", http.MethodGet, nil, true, true},
+		{"POST with an Idempotency-Key", http.MethodPost, http.Header{"Idempotency-Key": {"k1"}}, true, true},
+		{"POST", http.MethodPost, nil, true, false},
+		{"GET without RetryIdempotent", http.MethodGet, nil, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if calls.Add(1) == 1 {
+					c, _, err := http.NewResponseController(w).Hijack()
+					if assert.NoError(t, err) {
+						c.Close()
+					}
+					return
+				}
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			defer srv.Close()
+			r := newTestRouter(t, RoundRobin, everywhere(t, "x"), map[assignment.NodeID]nodeInfo{"x": {address: strings.TrimPrefix(srv.URL, "http://"), capacity: 1}})
+			// No connection is reused, so that net/http does not send the request again itself.
+			base := &http.Transport{DisableKeepAlives: true}
+			hc := &http.Client{Transport: &Transport{Router: r, Base: base, Key: pathKey, RetryIdempotent: tc.opt}}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			err := send(ctx, hc, tc.method, leftKey(t), tc.header)
+			if tc.again {
+				require.NoError(t, err)
+				assert.Equal(t, int64(2), calls.Load(), "sent again")
+				assert.Equal(t, RouterStats{Retried: 1, Broken: 1}, r.Stats())
+				return
+			}
+			assert.ErrorIs(t, err, io.EOF)
+			assert.Equal(t, int64(1), calls.Load(), "not sent again")
+			assert.Equal(t, RouterStats{}, r.Stats())
+		})
+	}
 }
 
 // TestAQuarantinedKeyFailsAtOnce: no map will serve a quarantined key until an operator

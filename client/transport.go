@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"syscall"
 )
 
 // Transport is an http.RoundTripper that sends each request to a replica of its key, as
@@ -22,8 +23,9 @@ import (
 // went (its slice's serving replicas, primary or the primary's token), or after a backoff (5
 // ms doubling to 1 s, within ±20%), whichever comes first, until the request's context ends:
 // a member that answered 421 is not asked again before the backoff while the route still
-// offers it. Other answers and failures are returned as they are: a write that went out may
-// have happened. Router.Stats counts the tries again.
+// offers it. With RetryIdempotent, an idempotent request is tried again, likewise, after its
+// connection broke before an answer came. Other answers and failures are returned as they
+// are: a write that went out may have happened. Router.Stats counts the tries again.
 //
 // A request whose context ends while it waits to be tried again fails with an error that
 // matches its context's error (errors.Is context.DeadlineExceeded) and says what the tries
@@ -38,6 +40,12 @@ type Transport struct {
 	Key func(*http.Request) (key []byte, write bool, err error)
 	// Base sends the requests; default http.DefaultTransport.
 	Base http.RoundTripper
+	// RetryIdempotent sends a request again after its connection broke once it went out
+	// (EOF, a reset) if it is idempotent by net/http's rule: its method is GET, HEAD,
+	// OPTIONS or TRACE, or it has an Idempotency-Key or X-Idempotency-Key header; and its
+	// body can be read again. Other requests are never sent again once they may have gone
+	// out.
+	RetryIdempotent bool
 }
 
 // ErrNoKey is returned by Transport for a request whose Key failed.
@@ -121,6 +129,8 @@ func (t *Transport) causeOf(req *http.Request, resp *http.Response, err error) r
 		return noRetry
 	case dialFailed(err):
 		return retryNotSent
+	case t.RetryIdempotent && idempotent(req) && connBroke(err):
+		return retryBroken
 	}
 	return noRetry
 }
@@ -129,4 +139,30 @@ func (t *Transport) causeOf(req *http.Request, resp *http.Response, err error) r
 func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// idempotent reports whether req may be sent twice, by net/http's rule (Request.isReplayable,
+// less its body, which causeOf checks).
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	return key || xkey
+}
+
+// connBroke reports whether err says the connection broke once the request may have gone
+// out, before an answer came; not a timeout, which may have been the answer's slowness.
+func connBroke(err error) bool {
+	var op *net.OpError
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
+		return true
+	case errors.As(err, &op):
+		return !op.Timeout() && (op.Op == "read" || op.Op == "write")
+	}
+	return false
 }
