@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/base"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 )
@@ -303,15 +302,16 @@ func (keyBalancerBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptio
 // keyConn is the ClientConn the base balancer updates. While none of its connections is
 // ready (TransientFailure: every node refuses or is gone), the base balancer's picker fails
 // every call with a bare Unavailable, which the interceptor could not tell from a call that
-// went out; keyConn puts a key picker with no connection in its place, which fails each as
-// not sent (or as having no route), to be tried again by the retry rule.
+// went out; and it keeps that picker when it leaves TransientFailure for Connecting. keyConn
+// puts a key picker with no connection in place of any picker not the key picker's, which
+// fails each call as not sent (or as having no route), to be tried again by the retry rule.
 type keyConn struct {
 	balancer.ClientConn
 	pb *keyPickerBuilder
 }
 
 func (c *keyConn) UpdateState(s balancer.State) {
-	if s.ConnectivityState == connectivity.TransientFailure {
+	if _, ok := s.Picker.(*keyPicker); !ok {
 		s.Picker = c.pb.Build(base.PickerBuildInfo{})
 	}
 	c.ClientConn.UpdateState(s)

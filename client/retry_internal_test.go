@@ -24,7 +24,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/balancer/base"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -711,4 +714,32 @@ func TestAQuarantinedKeyFailsAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stateRecorder is a balancer.ClientConn that records the pickers it is given.
+type stateRecorder struct {
+	balancer.ClientConn
+	pickers []balancer.Picker
+}
+
+func (c *stateRecorder) UpdateState(s balancer.State) { c.pickers = append(c.pickers, s.Picker) }
+
+// TestTheBalancerNeverHandsGRPCAnErrorPicker: the base balancer's error picker, which fails
+// calls with an Unavailable the interceptor would not try again, is replaced by a key picker
+// both in TransientFailure and when the base balancer keeps it on leaving it for Connecting.
+func TestTheBalancerNeverHandsGRPCAnErrorPicker(t *testing.T) {
+	rec := &stateRecorder{}
+	pb := &keyPickerBuilder{}
+	c := &keyConn{ClientConn: rec, pb: pb}
+	stale := base.NewErrPicker(errors.New("last resolver error: <nil>"))
+	c.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure, Picker: stale})
+	c.UpdateState(balancer.State{ConnectivityState: connectivity.Connecting, Picker: stale})
+	ready := pb.Build(base.PickerBuildInfo{})
+	c.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: ready})
+	require.Len(t, rec.pickers, 3)
+	for _, p := range rec.pickers[:2] {
+		_, err := p.Pick(balancer.PickInfo{Ctx: WithKey(t.Context(), []byte("k"))})
+		assert.Equal(t, noRouteReason, reasonOf(err), "the call is not sent, to be tried again: %v", err)
+	}
+	assert.Same(t, ready, rec.pickers[2], "the key picker's own pickers pass")
 }
