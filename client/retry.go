@@ -150,13 +150,13 @@ func (r *Router) awaitStart(ctx context.Context) bool {
 // having waited as the rule says; if not, the error the call ends with, or nil for the try's
 // own outcome.
 func (rt *retrier) after(ctx context.Context, t try) (bool, error) {
+	if t.err != nil && ctx.Err() != nil && rt.tries > 0 {
+		// A try again that ran into the call's end failed for it, maybe before it could
+		// meet anything: what kept the call from an answer is what the tries before met.
+		rt.r.stats.expired.Add(1)
+		return false, expired(ctx, rt.last)
+	}
 	if t.cause == noRetry {
-		if t.err != nil && ctx.Err() != nil && rt.tries > 0 {
-			// The call's last try ran into its deadline: what kept it from an answer is
-			// what the tries before met.
-			rt.r.stats.expired.Add(1)
-			return false, expired(ctx, rt.last)
-		}
 		return false, nil
 	}
 	rt.last = t
