@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -279,8 +280,11 @@ func TestRetryWaitsForTheKeysRoute(t *testing.T) {
 			assert.GreaterOrEqual(t, rig.x.calls.Load(), int64(4), "x is asked again after the backoff")
 			assertExpired(t, err, codes.DeadlineExceeded, "client: the key's replicas answered NotOwner until the deadline: ")
 			assert.Zero(t, rig.y.calls.Load()+rig.z.calls.Load(), "nothing else holds the key")
-			tries := uint64(rig.x.calls.Load())
-			assert.Equal(t, RouterStats{Retried: 1, NotOwner: tries - 1, Expired: 1}, rig.r.Stats())
+			// A try sent as the deadline came may not have reached x.
+			st, tries := rig.r.Stats(), uint64(rig.x.calls.Load())
+			assert.Contains(t, []uint64{tries - 1, tries}, st.NotOwner, "every try again counted: %+v", st)
+			st.NotOwner = 0
+			assert.Equal(t, RouterStats{Retried: 1, Expired: 1}, st)
 		})
 	}
 }
@@ -480,8 +484,9 @@ func TestACallBeforeTheFirstMapWaitsForIt(t *testing.T) {
 			ctx, cancel = context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			done := make(chan error, 1)
+			tried := r.Stats().NotSent
 			go func() { done <- call(ctx, leftKey(t), false) }()
-			waitUntil(t, 20*time.Second, "the call is tried again", func() bool { return r.Stats().NotSent >= 4 })
+			waitUntil(t, 20*time.Second, "the call is tried again", func() bool { return r.Stats().NotSent >= tried+2 })
 			r.setNodes(map[assignment.NodeID]nodeInfo{"x": {address: x.addr, capacity: 1}})
 			feed := &mapFeed{r: r}
 			require.NoError(t, feed.set(assignment.Slice{Replicas: ids("x")}, assignment.Slice{Replicas: ids("x")}))
@@ -510,6 +515,7 @@ func TestACallThroughARouterThatDoesNotRunFails(t *testing.T) {
 			rctx, stop := context.WithCancel(ctx)
 			ran := make(chan error, 1)
 			go func() { ran <- r.Run(rctx) }()
+			<-r.started // the call is not to wait out the grace for Run to start
 			done := make(chan error, 1)
 			go func() { done <- call(ctx, leftKey(t), false) }()
 			select {
@@ -679,7 +685,7 @@ func TestAnIdempotentRequestIsSentAgainAfterItsConnectionBroke(t *testing.T) {
 				assert.Equal(t, RouterStats{Retried: 1, Broken: 1}, r.Stats())
 				return
 			}
-			assert.ErrorIs(t, err, io.EOF)
+			assert.True(t, errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET), "the connection broke: %v", err)
 			assert.Equal(t, int64(1), calls.Load(), "not sent again")
 			assert.Equal(t, RouterStats{}, r.Stats())
 		})
