@@ -17,15 +17,16 @@ import (
 //
 // A request that was not sent (no map yet, no primary while the role is handed over, the
 // replica's address not known yet, the connection refused) or that a member answered with
-// 421 Misdirected Request (it does not serve the key now: the HTTP NotOwner) is tried again,
-// if its body can be read again (none, or GetBody set, as http.NewRequest does for bytes),
-// once the key's route in the router's map changes so that the request would not go where it
-// went (its slice's serving replicas, primary or the primary's token), or after a backoff (5
-// ms doubling to 1 s, within ±20%), whichever comes first, until the request's context ends:
-// a member that answered 421 is not asked again before the backoff while the route still
-// offers it. With RetryIdempotent, an idempotent request is tried again, likewise, after its
-// connection broke before an answer came. Other answers and failures are returned as they
-// are: a write that went out may have happened. Router.Stats counts the tries again.
+// 421 Misdirected Request (it does not serve the key now: the HTTP NotOwner) is tried
+// again, if its body can be read again (none, or GetBody set, as http.NewRequest does for
+// bytes), once the key's route in the router's map changes so that the request would not go
+// where it went (its slice's serving replicas, primary or the primary's token), or after a
+// backoff (5 ms doubling to 1 s, within ±20%), whichever comes first, until the request's
+// context ends: a member that answered 421 is not asked again before the backoff while the
+// route still offers it. With RetryIdempotent, an idempotent request is tried again,
+// likewise, after its connection broke before an answer came. Other answers and failures
+// are returned as they are: a write that went out may have happened. Router.Stats counts
+// the tries again.
 //
 // A request whose context ends while it waits to be tried again fails with an error that
 // matches its context's error (errors.Is context.DeadlineExceeded) and says what the tries
