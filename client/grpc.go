@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -20,12 +20,11 @@ import (
 // Routing inside grpc-go. GRPCDialOptions gives a ClientConn a resolver that names every
 // node the router knows, and a balancer whose picker sends each call to the replica of its
 // key (WithKey): reads to the one the router's policy picks (its in-flight counts included),
-// writes (WithWriteKey) to the slice's primary. A call whose key has no replica to go to now
-// (no map yet, no primary while the role is handed over, its node not connected yet) is not
-// sent, and an interceptor tries it again, as it does a call the member answered with
-// NotOwner (the range moved): each once the router's map changed, or after a short backoff,
-// until the call's context ends. A call that went out and failed otherwise is not retried: a
-// write may have happened.
+// writes (WithWriteKey) to the slice's primary. A unary call whose key has no replica to go
+// to now (no map yet, no primary while the role is handed over, its node not connected) is
+// not sent, and an interceptor tries it again, as it does a call the member answered with
+// NotOwner (the range moved), by the rule of retry.go. The picker records in the try's
+// context the route and the replica it chose, which the rule compares the map with.
 
 // GRPCScheme is the target scheme of the resolver GRPCDialOptions installs: any target
 // "sliceplane:///NAME" (NAME names the service for logs; the router's map is the same).
@@ -40,6 +39,27 @@ func init() { balancer.Register(keyBalancerBuilder{}) }
 //
 //	conn, err := grpc.NewClient("sliceplane:///counter", append(client.GRPCDialOptions(r), creds)...)
 //	resp, err := pb.NewCounterClient(conn).Incr(client.WithWriteKey(ctx, key), req)
+//
+// A call needs a key (WithKey, WithIdempotentKey, WithWriteKey), else it fails with
+// Internal. A unary call that was not sent (no map yet, no primary while the role is handed
+// over, the replica not connected or refusing connections), or that the replica answered
+// with NotOwner, is tried again once the key's route in r's map changes so that the call
+// would not go where it went (its slice's serving replicas, primary or the primary's
+// token), or after a backoff (5 ms doubling to 1 s, within ±20%), whichever comes first,
+// until the call's context ends: a replica that answered NotOwner is not asked again before
+// the backoff while the route still offers it. A call made with WithIdempotentKey is tried
+// again, likewise, after its connection broke before an answer came (Unavailable); any
+// other failure is returned as it is: a write that went out may have happened. Router.Stats
+// counts the tries again.
+//
+// A call whose context ends while it waits to be tried again fails with DeadlineExceeded
+// (or Canceled), its message saying what the tries met ("client: the key's replicas
+// answered NotOwner until the deadline: ..."); the error also matches
+// context.DeadlineExceeded with errors.Is. A call through a router that does not run fails
+// with FailedPrecondition (errors.Is ErrRouterNotRunning): at once if its Run returned,
+// after at most 100 ms (for a Run started just before) if it was never called. A key in a
+// quarantined range fails at once with Unavailable. Streaming calls are routed by their key
+// too, but not tried again: one that cannot be sent now fails at once (Unavailable).
 func GRPCDialOptions(r *Router) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithResolvers(&nodeResolverBuilder{r: r}),
@@ -52,32 +72,68 @@ func GRPCDialOptions(r *Router) []grpc.DialOption {
 type callKey struct {
 	key   []byte
 	write bool
+	// idempotent: the call may be sent again after its connection broke (WithIdempotentKey).
+	idempotent bool
 }
 
 type callKeyCtx struct{}
 
 // WithKey returns ctx with key as its calls' key: a ClientConn made with GRPCDialOptions
-// sends them to a replica of key's slice that serves it, chosen by the router's policy.
+// sends them to a replica of key's slice that serves it, chosen by the router's policy. A
+// call that was not sent, or that the replica answered NotOwner, is tried again (see
+// GRPCDialOptions); one whose connection broke once it went out is not: use
+// WithIdempotentKey for reads that may be sent twice.
 func WithKey(ctx context.Context, key []byte) context.Context {
 	return context.WithValue(ctx, callKeyCtx{}, callKey{key: key})
 }
 
+// WithIdempotentKey returns ctx with key as its calls' key, as WithKey, for reads that may be
+// sent again after their connection broke before an answer came (status Unavailable, as
+// grpc-go ends such a call, or as a member answers that it cannot serve now): they are tried
+// again by the rule of GRPCDialOptions, and counted in RouterStats.Broken.
+func WithIdempotentKey(ctx context.Context, key []byte) context.Context {
+	return context.WithValue(ctx, callKeyCtx{}, callKey{key: key, idempotent: true})
+}
+
 // WithWriteKey returns ctx with key as its calls' key, for calls that write: they go to the
-// primary of key's slice, in a cluster with roles (else as WithKey).
+// primary of key's slice, in a cluster with roles (else as WithKey). A write is never sent
+// again once it may have gone out: only when it was not sent, or was answered NotOwner.
 func WithWriteKey(ctx context.Context, key []byte) context.Context {
 	return context.WithValue(ctx, callKeyCtx{}, callKey{key: key, write: true})
 }
 
-// notOwnerReason marks a NotOwner status; noRouteReason a call the picker did not send.
+// tryCtx is the context of one try of a unary call, which the interceptor gives the picker:
+// it carries the call's key, and the picker records in it the key's route and the replica it
+// chose, for the retry rule. One per call, reused by its tries.
+type tryCtx struct {
+	context.Context
+	key   callKey
+	route atomic.Pointer[replicaSet]
+	to    atomic.Pointer[Replica]
+}
+
+func (c *tryCtx) Value(k any) any {
+	if k == (callKeyCtx{}) {
+		return c
+	}
+	return c.Context.Value(k)
+}
+
+// notOwnerReason marks a NotOwner status; noRouteReason a call the picker did not send, to
+// be tried again; quarantinedReason one it did not send and that is not.
 const (
-	errorDomain    = "sliceplane.io"
-	notOwnerReason = "NOT_OWNER"
-	noRouteReason  = "NO_ROUTE"
+	errorDomain       = "sliceplane.io"
+	notOwnerReason    = "NOT_OWNER"
+	noRouteReason     = "NO_ROUTE"
+	quarantinedReason = "QUARANTINED"
 )
 
 // NotOwner returns the status error a member's service answers a call for key with when it
-// does not serve key (the range moved, or the member is not its primary): the caller's
-// GRPCDialOptions interceptor tries the call again once its map has changed.
+// does not serve key (the range moved, or the member is not its primary), having done
+// nothing: FailedPrecondition, with an ErrorInfo of reason NOT_OWNER. The caller's
+// GRPCDialOptions interceptor tries the call again once the key's route in its map no longer
+// offers this member as it was, or after its backoff (see GRPCDialOptions), whichever comes
+// first.
 func NotOwner(key []byte) error {
 	return notOwnerStatus(fmt.Sprintf("sliceplane: this member does not serve key %q now", key)).Err()
 }
@@ -92,10 +148,10 @@ func reasonOf(err error) string {
 	return ""
 }
 
-// noRoute makes the error of a call the picker did not send; made once per reason, so that
+// pickError makes the error of a call the picker did not send; made once per reason, so that
 // a pick allocates nothing.
-func noRoute(code codes.Code, why string) error {
-	st, err := status.New(code, "client: "+why).WithDetails(&errdetails.ErrorInfo{Reason: noRouteReason, Domain: errorDomain})
+func pickError(reason, why string) error {
+	st, err := status.New(codes.Unavailable, "client: "+why).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain})
 	if err != nil {
 		panic(err) // a constant detail marshals
 	}
@@ -104,51 +160,61 @@ func noRoute(code codes.Code, why string) error {
 
 var (
 	// A picker may not answer InvalidArgument (gRPC keeps that code for servers): Internal.
-	errNoKey     = status.Error(codes.Internal, "client: a call through the sliceplane balancer needs a key: client.WithKey or WithWriteKey")
-	errUnmapped  = noRoute(codes.Unavailable, "no map yet")
-	errNoPrimary = noRoute(codes.Unavailable, "the key's slice has no primary now (its role is handed over)")
-	errNoConn    = noRoute(codes.Unavailable, "the key's replica is not connected")
+	errNoKey     = status.Error(codes.Internal, "client: a call through the sliceplane balancer needs a key: client.WithKey, WithIdempotentKey or WithWriteKey")
+	errUnmapped  = pickError(noRouteReason, "no map yet")
+	errNoPrimary = pickError(noRouteReason, "the key's slice has no primary now (its role is handed over)")
+	errNoConn    = pickError(noRouteReason, "the key's replica is not connected")
 	// A quarantined key fails at once rather than waiting for a map that serves it: none
 	// will until an operator lifts the quarantine.
-	errQuarantined = noRoute(codes.Unavailable, "the key is quarantined: no node serves it until an operator lifts the quarantine")
+	errQuarantined = pickError(quarantinedReason, "the key is quarantined: no node serves it until an operator lifts the quarantine")
 )
 
-// retryUnrouted returns the interceptor that tries again a call that was not sent, or that a
-// member answered with NotOwner, once r's map changed or after a backoff, while ctx lasts.
+// retryUnrouted returns the interceptor that tries a unary call again by the rule of
+// retry.go. A call without a key goes to the picker as it is, which refuses it.
 func retryUnrouted(r *Router) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		wait := 5 * time.Millisecond
+		k, ok := ctx.Value(callKeyCtx{}).(callKey)
+		if !ok {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		rt, err := r.newRetrier(ctx, k.key, k.write)
+		if err != nil {
+			return err
+		}
+		at := &tryCtx{Context: ctx, key: k}
 		for {
-			gen := r.Generation()
-			err := invoker(ctx, method, req, reply, cc, opts...)
-			if err == nil || (reasonOf(err) != noRouteReason && reasonOf(err) != notOwnerReason) {
+			at.route.Store(nil)
+			at.to.Store(nil)
+			err := invoker(at, method, req, reply, cc, opts...)
+			again, end := rt.after(ctx, try{route: at.route.Load(), to: at.to.Load(), cause: grpcCause(err, k.idempotent), err: err})
+			switch {
+			case again:
+			case end != nil:
+				return end
+			default:
 				return err
 			}
-			if !r.awaitChange(ctx, gen, wait) {
-				return err
-			}
-			wait = min(2*wait, 500*time.Millisecond)
 		}
 	}
 }
 
-// awaitChange waits until r's map is past generation gen, or d passed (true), or ctx ended
-// (false).
-func (r *Router) awaitChange(ctx context.Context, gen uint64, d time.Duration) bool {
-	views, stop := r.watchViews()
-	defer stop()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for r.Generation() == gen {
-		select {
-		case <-views:
-		case <-t.C:
-			return true
-		case <-ctx.Done():
-			return false
+// grpcCause returns why a try that ended with err is tried again, if it is: the picker did
+// not send it, or the member answered NotOwner, or (idempotent) it ended Unavailable.
+func grpcCause(err error, idempotent bool) retryCause {
+	if err == nil {
+		return noRetry
+	}
+	switch reasonOf(err) {
+	case noRouteReason:
+		return retryNotSent
+	case notOwnerReason:
+		return retryNotOwner
+	case "":
+		if idempotent && status.Code(err) == codes.Unavailable {
+			return retryBroken
 		}
 	}
-	return true
+	return noRetry
 }
 
 // nodeResolverBuilder builds resolvers that name the nodes its router knows.
@@ -161,11 +227,18 @@ func (b *nodeResolverBuilder) Build(_ resolver.Target, cc resolver.ClientConn, _
 	res := &nodeResolver{stop: make(chan struct{})}
 	res.wg.Go(func() {
 		defer stop()
+		// Without a first state grpc-go holds calls until their deadline, unable to say
+		// why: a state without addresses gives the balancer the router at once, whose
+		// picker fails a call as not sent (no map yet), for the interceptor to try it again
+		// and, at its deadline, say so.
+		if st := b.r.grpcState(); len(st.Addresses) == 0 {
+			cc.UpdateState(st) //nolint:errcheck // the balancer refuses no addresses, as meant
+		}
 		for {
 			select {
 			case <-views:
-				// No addresses yet (the router has a map, not the node list): calls wait for
-				// the first state, rather than fail on none.
+				// No addresses yet (the router has a map, not the node list): the state
+				// above stands.
 				if st := b.r.grpcState(); len(st.Addresses) > 0 {
 					cc.UpdateState(st) //nolint:errcheck // an error asks for a re-resolve, which the next view brings
 				}
@@ -218,7 +291,25 @@ func (keyBalancerBuilder) Name() string { return grpcBalancerName }
 
 func (keyBalancerBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
 	pb := &keyPickerBuilder{}
-	return &keyBalancer{Balancer: base.NewBalancerBuilder(grpcBalancerName, pb, base.Config{}).Build(cc, opts), pb: pb}
+	return &keyBalancer{Balancer: base.NewBalancerBuilder(grpcBalancerName, pb, base.Config{}).Build(&keyConn{ClientConn: cc, pb: pb}, opts), pb: pb}
+}
+
+// keyConn is the ClientConn the base balancer updates. While none of its connections is
+// ready (TransientFailure: every node refuses or is gone), the base balancer's picker fails
+// every call with a bare Unavailable, which the interceptor could not tell from a call that
+// went out; and it keeps that picker when it leaves TransientFailure for Connecting. keyConn
+// puts a key picker with no connection in place of any picker not the key picker's, which
+// fails each call as not sent (or as having no route), to be tried again by the retry rule.
+type keyConn struct {
+	balancer.ClientConn
+	pb *keyPickerBuilder
+}
+
+func (c *keyConn) UpdateState(s balancer.State) {
+	if _, ok := s.Picker.(*keyPicker); !ok {
+		s.Picker = c.pb.Build(base.PickerBuildInfo{})
+	}
+	c.ClientConn.UpdateState(s)
 }
 
 // keyBalancer hands the router of the resolver's state to its pickers.
@@ -258,14 +349,24 @@ type keyPicker struct {
 }
 
 func (p *keyPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
-	k, ok := info.Ctx.Value(callKeyCtx{}).(callKey)
-	if !ok {
+	var k callKey
+	var at *tryCtx
+	switch v := info.Ctx.Value(callKeyCtx{}).(type) {
+	case *tryCtx:
+		k, at = v.key, v
+	case callKey: // a streaming call: no interceptor
+		k = v
+	default:
 		return balancer.PickResult{}, errNoKey
 	}
 	if p.r == nil {
 		return balancer.PickResult{}, errUnmapped
 	}
-	rep, l, err := p.r.pickFor(k.key, k.write)
+	route, rep, l, err := p.r.pickFor(k.key, k.write)
+	if at != nil {
+		at.route.Store(route)
+		at.to.Store(rep)
+	}
 	switch {
 	case errors.Is(err, ErrNoPrimary):
 		return balancer.PickResult{}, errNoPrimary

@@ -19,7 +19,8 @@ import (
 // call on loopback, over a ClientConn dialled straight to the server ("direct") and over one
 // made with GRPCDialOptions, its key set with WithWriteKey ("routed", the context made
 // once; "routed-new-context" makes it per call, as most callers will). "pick" is the
-// picker alone.
+// picker alone, for a streaming call's context; "pick-unary" for the context the interceptor
+// gives it, in which it records its choice.
 func BenchmarkGRPCRouting(b *testing.B) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,16 +66,20 @@ func BenchmarkGRPCRouting(b *testing.B) {
 	b.Run("direct", run(direct, context.Background))
 	b.Run("routed", run(routed, func() context.Context { return keyed }))
 	b.Run("routed-new-context", run(routed, func() context.Context { return WithWriteKey(context.Background(), key) }))
-	b.Run("pick", func(b *testing.B) {
-		p := &keyPicker{r: r, conns: map[string]balancer.SubConn{addr: nil}}
-		info := balancer.PickInfo{FullMethodName: "/grpc.health.v1.Health/Check", Ctx: keyed}
-		b.ReportAllocs()
-		for b.Loop() {
-			res, err := p.Pick(info)
-			if err != nil {
-				b.Fatal(err)
+	pick := func(ctx context.Context) func(*testing.B) {
+		return func(b *testing.B) {
+			p := &keyPicker{r: r, conns: map[string]balancer.SubConn{addr: nil}}
+			info := balancer.PickInfo{FullMethodName: "/grpc.health.v1.Health/Check", Ctx: ctx}
+			b.ReportAllocs()
+			for b.Loop() {
+				res, err := p.Pick(info)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res.Done(balancer.DoneInfo{})
 			}
-			res.Done(balancer.DoneInfo{})
 		}
-	})
+	}
+	b.Run("pick", pick(keyed))
+	b.Run("pick-unary", pick(&tryCtx{Context: keyed, key: callKey{key: key, write: true}}))
 }

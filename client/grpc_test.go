@@ -103,5 +103,6 @@ func TestGRPCRoutesByKey(t *testing.T) {
 	defer cancelShort()
 	servers[p.ID].refuse.Store(1 << 20)
 	_, err = call(client.WithWriteKey(short, key))
-	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "refused until the deadline, the last answer is returned: %v", err)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "refused until the deadline: %v", err)
+	assert.Contains(t, status.Convert(err).Message(), "answered NotOwner until the deadline: sliceplane: this member does not serve", "the last answer is in the message")
 }

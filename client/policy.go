@@ -87,6 +87,18 @@ type replicaSet struct {
 	fresh *replicaSet
 }
 
+// hasRoles reports whether the set's replicas divide the roles (a cluster with roles): then
+// writes go to its primary, else to any replica.
+func (s *replicaSet) hasRoles() bool { return s.replicas[0].Role != RoleReplica }
+
+// readers returns the replicas a read may go to: the fresh ones, if any is stale.
+func (s *replicaSet) readers() *replicaSet {
+	if s.fresh != nil {
+		return s.fresh
+	}
+	return s
+}
+
 // pick returns the index of the replica that policy p chooses. rnd returns uniformly random
 // 64-bit numbers.
 func (s *replicaSet) pick(p Policy, rnd func() uint64) int {

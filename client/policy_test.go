@@ -43,11 +43,13 @@ func reinit(a *assignment.Assignment, term, seq, clock uint64) quantum.Quantum {
 }
 
 // newTestRouter returns a router that knows nodes and applied map a, with a seeded random
-// source.
+// source. It counts as running, for the calls a test sends through it: the test feeds it
+// maps as Run would.
 func newTestRouter(t testing.TB, p Policy, a *assignment.Assignment, nodes map[assignment.NodeID]nodeInfo) *Router {
 	t.Helper()
 	r, err := NewRouter(RouterConfig{Assigners: []string{"127.0.0.1:1"}, Policy: p})
 	require.NoError(t, err)
+	close(r.started)
 	r.rand = rand.New(rand.NewPCG(1, 2)).Uint64
 	if nodes != nil {
 		r.setNodes(nodes)
@@ -413,6 +415,32 @@ func TestRouterNamesThePrimary(t *testing.T) {
 	p, err = r.Pick(key)
 	require.NoError(t, err)
 	assert.Equal(t, RoleReplica, p.Role)
+}
+
+// TestRouterGivesEachSliceItsPrimarysToken: slices with the same replicas and primary under
+// grants of different tokens each carry their own, also when a token changes in a later map.
+func TestRouterGivesEachSliceItsPrimarysToken(t *testing.T) {
+	third := func(i uint64) keyspace.Bound { return keyspace.At(i * (1 << 62)) }
+	a, err := assignment.New(5, []assignment.Slice{
+		{Range: keyspace.Range{Start: 0, End: third(1)}, Replicas: ids("a", "b"), Primary: "a", Token: 3},
+		{Range: keyspace.Range{Start: 1 << 62, End: third(2)}, Replicas: ids("a", "c"), Primary: "a", Token: 4},
+		{Range: keyspace.Range{Start: 1 << 63, End: keyspace.End}, Replicas: ids("a", "b"), Primary: "a", Token: 5},
+	})
+	require.NoError(t, err)
+	r := newTestRouter(t, RoundRobin, a, nil)
+	tokens := func() []uint64 {
+		var out []uint64
+		for _, h := range []uint64{0, 1 << 62, 1 << 63} {
+			rt, err := r.LookupHash(h)
+			require.NoError(t, err)
+			out = append(out, rt.Replicas[0].Token)
+		}
+		return out
+	}
+	assert.Equal(t, []uint64{3, 4, 5}, tokens())
+	require.NoError(t, r.apply(quantum.Quantum{Position: quantum.Position{Term: 1, Seq: 2}, Generation: 6,
+		Ops: []assignment.Op{assignment.Assign{Slice: 0, Replicas: ids("a", "b"), Primary: "a", Token: 6}}}))
+	assert.Equal(t, []uint64{6, 4, 5}, tokens(), "a new grant's token replaces the old one's")
 }
 
 // keyAt returns a key whose hash lies in the slice of r's map that holds h.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -114,7 +115,12 @@ type Router struct {
 	viewersMu sync.Mutex
 	viewers   map[chan struct{}]struct{}
 	running   atomic.Bool
-	kick      chan struct{} // asks for the node list now
+	// started is closed when Run starts, stopped when it returns: a call through a router
+	// that does not run fails (ErrRouterNotRunning) rather than wait for a map that will not
+	// change.
+	started, stopped chan struct{}
+	kick             chan struct{} // asks for the node list now
+	stats            retryStats
 	// relayConn is the connection to the relay the map is watched from, nil while the
 	// router watches the leader: the node list is read from it too.
 	relayConn atomic.Pointer[grpc.ClientConn]
@@ -147,6 +153,9 @@ type view struct {
 	pos    quantum.Position
 	clock  uint64
 }
+
+// setOf returns the replica set of the slice holding key: the key's route.
+func (v *view) setOf(key []byte) *replicaSet { return v.sets[v.find(Hash(key))] }
 
 // find returns the index of the slice holding point h.
 func (v *view) find(h uint64) int {
@@ -222,7 +231,8 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+	return &Router{cfg: cfg, log: cfg.Logger, tls: src, rand: rand.Uint64, ready: make(chan struct{}),
+		started: make(chan struct{}), stopped: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
 }
 
 // Run watches the assignment and the node list until ctx ends, and returns nil then. When
@@ -232,6 +242,8 @@ func (r *Router) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("client: Router.Run called twice")
 	}
+	close(r.started)
+	defer close(r.stopped)
 	leader, err := dial.Follow(r.cfg.Assigners, r.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
@@ -269,8 +281,11 @@ func (r *Router) LookupHash(h uint64) (Route, error) {
 
 // Pick returns the replica of key's slice that the router's policy chooses.
 func (r *Router) Pick(key []byte) (Replica, error) {
-	rep, _, err := r.pickFor(key, false)
-	return rep, err
+	_, rep, _, err := r.pickFor(key, false)
+	if err != nil {
+		return Replica{}, err
+	}
+	return *rep, nil
 }
 
 // Primary returns the replica of key's slice that takes its writes, or ErrNoPrimary.
@@ -279,7 +294,7 @@ func (r *Router) Primary(key []byte) (Replica, error) {
 	if v == nil {
 		return Replica{}, ErrNotReady
 	}
-	set := v.sets[v.find(Hash(key))]
+	set := v.setOf(key)
 	if quarantined(set) {
 		return Replica{}, ErrQuarantined
 	}
@@ -551,27 +566,27 @@ func (r *Router) watchViews() (<-chan struct{}, func()) {
 }
 
 // pickFor returns the replica of key's slice that takes its writes (write, in a cluster with
-// roles) or that the policy chooses, with its node's in-flight counter.
-func (r *Router) pickFor(key []byte, write bool) (Replica, *nodeLoad, error) {
+// roles) or that the policy chooses, in the key's route (the slice's replica set), with its
+// node's in-flight counter. The route is nil before the first map; the replica nil with an
+// error.
+func (r *Router) pickFor(key []byte, write bool) (*replicaSet, *Replica, *nodeLoad, error) {
 	v := r.view.Load()
 	if v == nil {
-		return Replica{}, nil, ErrNotReady
+		return nil, nil, nil, ErrNotReady
 	}
-	set := v.sets[v.find(Hash(key))]
+	set := v.setOf(key)
 	switch {
 	case quarantined(set):
-		return Replica{}, nil, ErrQuarantined
-	case !write || set.replicas[0].Role == RoleReplica: // a cluster without roles: any replica
+		return set, nil, nil, ErrQuarantined
+	case !write || !set.hasRoles():
 	case set.primary < 0:
-		return Replica{}, nil, ErrNoPrimary
+		return set, nil, nil, ErrNoPrimary
 	default:
-		return set.replicas[set.primary], set.load[set.primary], nil
+		return set, &set.replicas[set.primary], set.load[set.primary], nil
 	}
-	if set.fresh != nil {
-		set = set.fresh
-	}
-	i := set.pick(r.cfg.Policy, r.rand)
-	return set.replicas[i], set.load[i], nil
+	readers := set.readers()
+	i := readers.pick(r.cfg.Policy, r.rand)
+	return set, &readers.replicas[i], readers.load[i], nil
 }
 
 // quarantined reports whether a slice's replica set is Nobody alone.
@@ -629,7 +644,7 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 			out[i] = prevSet
 			continue
 		}
-		key = append(append(setKey(key[:0], serving), byte(lead.kind)), lead.id...)
+		key = binary.BigEndian.AppendUint64(append(append(setKey(key[:0], serving), byte(lead.kind)), lead.id...), lead.token)
 		set, ok := byKey[string(key)] // no allocation: the compiler does not copy key to look up
 		if !ok {
 			old, had := r.sets[string(key)]
@@ -657,7 +672,8 @@ func (r *Router) buildSets(a *assignment.Assignment, nodesChanged bool) ([]uint6
 }
 
 // setKey appends the key of a replica set to b: the IDs, each followed by a 0 byte (which no
-// ID holds); buildSets appends the primary's.
+// ID holds); buildSets appends the primary's and its token, for a set carries its primary's
+// token: two slices with one primary under two grants are two sets.
 func setKey(b []byte, ids []assignment.NodeID) []byte {
 	for _, id := range ids {
 		b = append(append(b, id...), 0)
