@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -189,6 +190,7 @@ func explain(r *client.Router, key string, err error) error {
 }
 
 func (a answer) print(w io.Writer, format string) error {
+	a.Remaining = math.Round(a.Remaining*1000) / 1000 // a bucket refills between any two looks
 	if format == "json" {
 		return json.NewEncoder(w).Encode(a)
 	}

@@ -18,6 +18,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done() // the first signal starts the drain; the default handling of the next ends it
+		stop()
+	}()
 	err := command().ExecuteContext(ctx)
 	stop()
 	if err != nil {
@@ -48,7 +52,7 @@ their range: a key's new primary starts its bucket full.
 Run the assigners with --roles primary-secondary (or give --roles replicas to both,
 and every replica of a key keeps a bucket of its own). On SIGTERM it drains: its
 primaries demote and its ranges move make-before-break while it serves, for at most
---drain-timeout.
+--drain-timeout; a second SIGTERM or Ctrl-C stops it at once.
 
 With --tls-cert, --tls-key and --tls-ca (a certificate naming
 spiffe://sliceplane/node/ID) it dials the assigners with mutual TLS and serves its
