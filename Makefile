@@ -104,7 +104,7 @@ bench:
 
 ## build: the binaries, into ./bin
 build:
-	$(GO) build -o $(BIN)/ ./cmd/... ./examples/kvstore/cmd/...
+	$(GO) build -o $(BIN)/ ./cmd/... ./examples/kvstore/cmd/... ./examples/ratelimit/cmd/...
 
 ## demo: a balancing cluster on loopback with a live view; DEMO_SECONDS=N stops it after N s,
 ## DEMO_ROLL=1 restarts every node in turn, SOURCE=postgres keeps the items in a throwaway
