@@ -61,12 +61,22 @@ func startMember(t *testing.T, c *clustertest.Cluster, id string) *ratelimiter.S
 	return srv
 }
 
-// startRouter runs a router of c with certificate router/test until the test ends, and
-// returns it with a ClientConn that routes through it to the members, the credentials of
-// that certificate, and the count of the calls members answered NotOwner.
-func startRouter(t *testing.T, c *clustertest.Cluster) (*client.Router, *grpc.ClientConn, grpc.DialOption, *atomic.Int64) {
+// routed is a client of the members that routes by key through a router of its own.
+type routed struct {
+	r     *client.Router
+	conn  *grpc.ClientConn
+	creds grpc.DialOption // of the router's certificate, for calls that are not routed
+	// refused counts the attempts members answered NotOwner.
+	refused *atomic.Int64
+	// stop stops the router: its map stays as it was.
+	stop func()
+}
+
+// startRouter runs a router of c with certificate router/name until the test ends, and a
+// ClientConn that routes through it.
+func startRouter(t *testing.T, c *clustertest.Cluster, name string) *routed {
 	t.Helper()
-	files := c.PKI.Config("router", "test")
+	files := c.PKI.Config("router", name)
 	r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), TLS: client.TLS{Cert: files.Cert, Key: files.Key, CA: files.CA}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -75,25 +85,25 @@ func startRouter(t *testing.T, c *clustertest.Cluster) (*client.Router, *grpc.Cl
 		defer close(done)
 		r.Run(ctx) //nolint:errcheck // nil once ctx ends
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
 	src, err := files.Load()
 	require.NoError(t, err)
-	creds := src.DialOption("node")
-	refused := &atomic.Int64{}
+	rt := &routed{r: r, creds: src.DialOption("node"), refused: &atomic.Int64{}, stop: stop}
 	// Chained after the client's interceptor, which sends a refused call again: it sees
 	// every attempt.
 	count := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if notOwner(err) {
-			refused.Add(1)
+			rt.refused.Add(1)
 		}
 		return err
 	})
-	conn, err := grpc.NewClient("sliceplane:///ratelimit", append(client.GRPCDialOptions(r), creds, count)...)
+	rt.conn, err = grpc.NewClient("sliceplane:///ratelimit", append(client.GRPCDialOptions(r), rt.creds, count)...)
 	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	return r, conn, creds, refused
+	t.Cleanup(func() { rt.conn.Close() })
+	return rt
 }
 
 // waitFor polls cond until it holds, failing the test after within.
@@ -119,10 +129,11 @@ func notOwner(err error) bool {
 	return false
 }
 
-// TestTakesFollowTheirKeysPrimary runs three members over mutual TLS and a client routing
-// through a router: every key's first take is answered from a full bucket by the key's
-// primary, which counts what later takes took; a move of a key's slice loses no take (the
-// client sends a refused one again) and the new primary starts the bucket full; a member
+// TestTakesFollowTheirKeysPrimary runs three members over mutual TLS and clients routing
+// through routers: every key's first take is answered from a full bucket by the key's
+// primary, which counts what later takes took; a move of a key's slice loses no take, and the
+// new primary starts the bucket full; a take routed by a map from before the move is
+// answered NotOwner by the old primary and sent again by the client's interceptor; a member
 // answers NotOwner for a key it does not serve, and refuses a caller without a certificate.
 func TestTakesFollowTheirKeysPrimary(t *testing.T) {
 	c := clustertest.New(t, clustertest.Options{TLS: true, Assigner: func(cfg *assigner.Config) {
@@ -133,14 +144,14 @@ func TestTakesFollowTheirKeysPrimary(t *testing.T) {
 	for _, id := range []string{"r1", "r2", "r3"} {
 		servers[id] = startMember(t, c, id)
 	}
-	r, conn, creds, refused := startRouter(t, c)
+	live := startRouter(t, c, "live")
 	var keys []string
 	for i := range 30 {
 		keys = append(keys, fmt.Sprintf("user-%d", i))
 	}
 	waitFor(t, 30*time.Second, "every key has a primary the router can reach", func() bool {
 		for _, k := range keys {
-			if p, err := r.Primary([]byte(k)); err != nil || p.Address == "" {
+			if p, err := live.r.Primary([]byte(k)); err != nil || p.Address == "" {
 				return false
 			}
 		}
@@ -152,7 +163,7 @@ func TestTakesFollowTheirKeysPrimary(t *testing.T) {
 	_, err := adm.Freeze(ctx, &pb.FreezeRequest{Reason: "ratelimiter test"}, grpc.WaitForReady(true))
 	require.NoError(t, err, "no pass moves a primary but the test's")
 
-	rl := ratelimitv1.NewRateLimitServiceClient(conn)
+	rl := ratelimitv1.NewRateLimitServiceClient(live.conn)
 	answered := map[string]bool{}
 	for _, k := range keys {
 		resp, err := rl.Take(client.WithWriteKey(ctx, []byte(k)), &ratelimitv1.TakeRequest{Key: k})
@@ -167,12 +178,41 @@ func TestTakesFollowTheirKeysPrimary(t *testing.T) {
 	key := keys[0]
 	primary := takeAll(ctx, t, rl, key)
 	checkRefusals(ctx, t, rl)
+	stale := staleRouter(ctx, t, c, key, primary)
 	moveAndTake(ctx, t, adm, rl, servers, key, primary)
 	// Whether a take reached the old primary after it demoted depends on when the router
 	// saw the move: said, not checked.
-	t.Logf("members answered NotOwner %d times, and the client sent each again", refused.Load())
+	t.Logf("members answered the live router's client NotOwner %d times, and it sent each again", live.refused.Load())
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	_, err = ratelimitv1.NewRateLimitServiceClient(stale.conn).Take(client.WithWriteKey(short, []byte(key)), &ratelimitv1.TakeRequest{Key: key})
+	require.True(t, notOwner(err) || status.Code(err) == codes.DeadlineExceeded, "a take routed by the map before the move: %v", err)
+	require.Greater(t, stale.refused.Load(), int64(1), "the client's interceptor sends a refused take again")
+	checkDirect(ctx, t, servers[primary].Addr(), live.creds, key)
+}
 
-	direct, err := grpc.NewClient(servers[primary].Addr(), creds)
+// staleRouter returns a client routing by a router that saw primary as key's primary, and
+// stopped: its map stays so.
+func staleRouter(ctx context.Context, t *testing.T, c *clustertest.Cluster, key, primary string) *routed {
+	t.Helper()
+	stale := startRouter(t, c, "stale")
+	waitFor(t, 10*time.Second, "the second router sees the key's primary", func() bool {
+		p, err := stale.r.Primary([]byte(key))
+		return err == nil && p.ID == primary
+	})
+	resp, err := ratelimitv1.NewRateLimitServiceClient(stale.conn).Take(client.WithWriteKey(ctx, []byte(key)), &ratelimitv1.TakeRequest{Key: key})
+	require.NoError(t, err, "connected")
+	require.Equal(t, primary, resp.GetMember())
+	stale.stop()
+	return stale
+}
+
+// checkDirect calls the member at addr, which does not serve key, without routing: it
+// answers NotOwner to a take and to a peek of key, SERVING to a health check, and refuses a
+// caller without a certificate.
+func checkDirect(ctx context.Context, t *testing.T, addr string, creds grpc.DialOption, key string) {
+	t.Helper()
+	direct, err := grpc.NewClient(addr, creds)
 	require.NoError(t, err)
 	defer direct.Close()
 	_, err = ratelimitv1.NewRateLimitServiceClient(direct).Peek(ctx, &ratelimitv1.PeekRequest{Key: key})
@@ -183,7 +223,7 @@ func TestTakesFollowTheirKeysPrimary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, hc.GetStatus())
 
-	anon, err := grpc.NewClient(servers[primary].Addr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}))) //nolint:gosec // the server's check is what is tested
+	anon, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}))) //nolint:gosec // the server's check is what is tested
 	require.NoError(t, err)
 	defer anon.Close()
 	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
