@@ -53,6 +53,15 @@ func TestARollingRestartOfTheRateLimiterFailsNoTake(t *testing.T) {
 	}
 	rl := rateLimiterClient(t, ctx, s.pki, c.Assigners())
 	takes := startTaking(ctx, rl)
+	err = launch.WaitFor(ctx, "every member to answer takes", 100*time.Millisecond, func(context.Context) error {
+		if n := takes.answered(); n < 3 {
+			return fmt.Errorf("%d members answered", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range c.Members("ratelimit") {
 		before, _ := takes.count()
 		start := time.Now()
@@ -63,11 +72,13 @@ func TestARollingRestartOfTheRateLimiterFailsNoTake(t *testing.T) {
 		after, slowest := takes.count()
 		t.Logf("rolled %s in %s under %d takes; the slowest take so far took %s", m.ID, time.Since(start).Round(time.Millisecond), after-before, slowest)
 	}
-	n, failed := takes.stop()
+	failed := takes.stop()
+	n, slowest := takes.count()
 	if n == 0 || len(failed) > 0 {
 		t.Fatalf("%d takes, %d failed under the rolling restart (want none): %v", n, len(failed), failed[:min(len(failed), 5)])
 	}
-	t.Logf("%d takes, none failed", n)
+	// A take waits while its key's primary is handed over (no member takes writes then).
+	t.Logf("%d takes, none failed; the slowest took %s", n, slowest)
 }
 
 // rateLimiterClient returns a client of the rate limiter that routes through a router of
@@ -111,10 +122,11 @@ type takes struct {
 	n       int
 	failed  []error
 	slowest time.Duration
+	by      map[string]int // takes answered, by member
 }
 
 func startTaking(ctx context.Context, rl ratelimitv1.RateLimitServiceClient) *takes {
-	tk := &takes{stopc: make(chan struct{})}
+	tk := &takes{stopc: make(chan struct{}), by: map[string]int{}}
 	tk.wg.Go(func() {
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
@@ -122,12 +134,15 @@ func startTaking(ctx context.Context, rl ratelimitv1.RateLimitServiceClient) *ta
 			key := fmt.Sprintf("user-%d", i%50)
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			start := time.Now()
-			_, err := rl.Take(client.WithWriteKey(cctx, []byte(key)), &ratelimitv1.TakeRequest{Key: key})
+			resp, err := rl.Take(client.WithWriteKey(cctx, []byte(key)), &ratelimitv1.TakeRequest{Key: key})
 			took := time.Since(start)
 			cancel()
 			tk.mu.Lock()
 			tk.n++
 			tk.slowest = max(tk.slowest, took)
+			if err == nil {
+				tk.by[resp.GetMember()]++
+			}
 			if err != nil {
 				tk.failed = append(tk.failed, fmt.Errorf("take %d, of %s: %w", i, key, err))
 			}
@@ -151,13 +166,20 @@ func (tk *takes) count() (int, time.Duration) {
 	return tk.n, tk.slowest
 }
 
-// stop stops the takes and returns how many were made and the errors of those that failed.
-func (tk *takes) stop() (int, []error) {
+// answered returns how many members answered takes.
+func (tk *takes) answered() int {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	return len(tk.by)
+}
+
+// stop stops the takes and returns the errors of those that failed.
+func (tk *takes) stop() []error {
 	close(tk.stopc)
 	tk.wg.Wait()
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
-	return tk.n, tk.failed
+	return tk.failed
 }
 
 // waitRegistered waits until the assigner lists member id as live and not draining: the
