@@ -78,7 +78,10 @@ lint: $(STATICCHECK)
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
-## proto: regenerate the Go code in api/ from the .proto files
+# The buf modules (buf.yaml), each generated beside its .proto files (buf.gen.yaml).
+PROTO_DIRS := api examples/ratelimit/proto
+
+## proto: regenerate the Go code of the .proto files in PROTO_DIRS (api/, the examples' APIs)
 proto: $(BUF)
 	$(BUF) lint
 	$(BUF) generate
@@ -88,10 +91,12 @@ proto-check: $(BUF)
 	$(BUF) lint
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(BUF) generate -o "$$tmp"; \
-	if ! diff -r --exclude='*.proto' "$$tmp/api" api >/dev/null; then \
-		diff -r --exclude='*.proto' "$$tmp/api" api || true; \
-		echo "api/: generated code is stale; run 'make proto' and commit the result"; exit 1; \
-	fi
+	for dir in $(PROTO_DIRS); do \
+		if ! diff -r --exclude='*.proto' "$$tmp/$$dir" "$$dir" >/dev/null; then \
+			diff -r --exclude='*.proto' "$$tmp/$$dir" "$$dir" || true; \
+			echo "$$dir/: generated code is stale; run 'make proto' and commit the result"; exit 1; \
+		fi; \
+	done
 
 ## bench: every benchmark (results go into docs/BENCHMARKS.md by hand, with the command)
 bench:
@@ -99,7 +104,7 @@ bench:
 
 ## build: the binaries, into ./bin
 build:
-	$(GO) build -o $(BIN)/ ./cmd/... ./examples/kvstore/cmd/...
+	$(GO) build -o $(BIN)/ ./cmd/... ./examples/kvstore/cmd/... ./examples/ratelimit/cmd/...
 
 ## demo: a balancing cluster on loopback with a live view; DEMO_SECONDS=N stops it after N s,
 ## DEMO_ROLL=1 restarts every node in turn, SOURCE=postgres keeps the items in a throwaway

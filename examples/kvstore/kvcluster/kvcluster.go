@@ -35,6 +35,8 @@ var Binaries = map[string]string{
 	"kvnode":      "./examples/kvstore/cmd/kvnode",
 	// countermember, a member of the example counter (StartCounter).
 	"countermember": "./examples/counter/cmd/countermember",
+	// ratelimitmember, a member of the example rate limiter (StartRateLimiter).
+	"ratelimitmember": "./examples/ratelimit/cmd/ratelimitmember",
 }
 
 // Options shape a cluster.
@@ -61,9 +63,10 @@ type Options struct {
 
 // Member is one process of the cluster.
 type Member struct {
-	// Kind is "assigner", "distributor" or "node"; ID its name.
+	// Kind is "assigner", "distributor", "node", "counter" or "ratelimit"; ID its name.
 	Kind, ID string
-	// Addr is where it serves (gRPC, or HTTP for nodes); Metrics, its /metrics address.
+	// Addr is where it serves (gRPC, or HTTP for nodes and counter members); Metrics, its
+	// /metrics address.
 	Addr, Metrics string
 
 	args []string
@@ -271,6 +274,30 @@ func (c *Cluster) StartCounter(ctx context.Context, id, dsn string, extra ...str
 	return m, nil
 }
 
+// StartRateLimiter starts a member of the example rate limiter (ratelimitmember) and waits
+// until its gRPC health service says it serves. Its kind is "ratelimit"; it drains on
+// SIGTERM for Options.DrainTimeout, as a node does. The assigners must run with the role
+// model it is given (--roles, primary-secondary by default).
+func (c *Cluster) StartRateLimiter(ctx context.Context, id string, extra ...string) (*Member, error) {
+	addrs, err := launch.FreeAddrs(1)
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{Kind: "ratelimit", ID: id, Addr: addrs[0], Metrics: addrs[0]}
+	tls, err := c.opts.PKI.Args("node", id) // a member's identity is a node's
+	if err != nil {
+		return nil, err
+	}
+	m.args = append([]string{"--id", id, "--listen", m.Addr, "--assigners", strings.Join(c.Assigners(), ","),
+		"--drain-timeout", c.opts.DrainTimeout.String()}, tls...)
+	m.args = append(m.args, extra...)
+	if err := c.start(ctx, m); err != nil {
+		return nil, err
+	}
+	c.add(m)
+	return m, nil
+}
+
 // Roll restarts node m as an orchestrator's rolling restart does: SIGTERM, which with
 // Options.DrainTimeout hands its slices off before it exits, then the same node again, with
 // its data, once it serves.
@@ -300,7 +327,8 @@ func (c *Cluster) Restart(ctx context.Context, m *Member) error {
 
 // start starts m's process and waits until it serves, or the process exits, or Ready passes.
 func (c *Cluster) start(ctx context.Context, m *Member) error {
-	bin := map[string]string{"assigner": "assigner", "distributor": "distributor", "node": "kvnode", "counter": "countermember"}[m.Kind]
+	bin := map[string]string{"assigner": "assigner", "distributor": "distributor", "node": "kvnode", "counter": "countermember",
+		"ratelimit": "ratelimitmember"}[m.Kind]
 	p, err := launch.Start(m.Kind+"-"+m.ID, c.bin(bin), m.args, c.logs)
 	if err != nil {
 		return err
@@ -323,8 +351,9 @@ func (c *Cluster) start(ctx context.Context, m *Member) error {
 	return nil
 }
 
-// serving checks once whether m serves: gRPC health for assigners and distributors, /healthz
-// for nodes; with the cluster's certificate when it runs with a PKI.
+// serving checks once whether m serves: gRPC health for assigners, distributors and rate
+// limiter members, /healthz for nodes and counter members; with the cluster's certificate
+// when it runs with a PKI.
 func (c *Cluster) serving(ctx context.Context, m *Member) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -337,7 +366,11 @@ func (c *Cluster) serving(ctx context.Context, m *Member) error {
 	if c.tls == nil {
 		return healthcheck.GRPC(ctx, m.Addr, "")
 	}
-	return grpcHealth(ctx, m.Addr, c.tls.DialOption(m.Kind))
+	kind := m.Kind
+	if kind == "ratelimit" { // a member's certificate names a node
+		kind = "node"
+	}
+	return grpcHealth(ctx, m.Addr, c.tls.DialOption(kind))
 }
 
 // httpHealth reports whether a GET of url with hc answers with a 2xx status.
@@ -388,13 +421,14 @@ func (c *Cluster) Exited() error {
 	return errors.Join(errs...)
 }
 
-// Stop stops every process, nodes (and counter members) first and assigners last, each within grace (and a
-// draining node within its drain too); it returns the processes that did not stop cleanly.
+// Stop stops every process, members of the examples and nodes first and assigners last, each
+// within grace (and a draining member or node within its drain too); it returns the
+// processes that did not stop cleanly.
 // Nodes that drain stop one after another: stopped together, each would wait for a node to
 // hand its slices to, and find none.
 func (c *Cluster) Stop(grace time.Duration) error {
 	var errs []error
-	for _, kind := range []string{"counter", "node", "distributor", "assigner"} {
+	for _, kind := range []string{"counter", "ratelimit", "node", "distributor", "assigner"} {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for _, m := range c.Members(kind) {
@@ -402,7 +436,7 @@ func (c *Cluster) Stop(grace time.Duration) error {
 			if p == nil {
 				continue
 			}
-			if (kind == "node" || kind == "counter") && c.opts.DrainTimeout > 0 {
+			if (kind == "node" || kind == "counter" || kind == "ratelimit") && c.opts.DrainTimeout > 0 {
 				if err := p.Stop(c.opts.DrainTimeout + grace); err != nil {
 					errs = append(errs, err)
 				}
