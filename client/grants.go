@@ -62,29 +62,33 @@ func notOwnerStatus(msg string) *status.Status {
 }
 
 // grantView is what the member's application serves, by point, as the member's loop last
-// published it: sorted, disjoint runs, each in one grant. It is replaced whole.
+// published it (ownership.serving): sorted, disjoint runs, each in one grant, and the grant
+// the map gives it next, if another. It is replaced whole.
 type grantView struct {
 	starts []uint64
 	ends   []keyspace.Bound
 	grants []Grant
+	nexts  []Grant
 	gen    uint64 // of the map the member acted on
 }
 
-func newGrantView(rs []granted, gen uint64) *grantView {
-	v := &grantView{starts: make([]uint64, len(rs)), ends: make([]keyspace.Bound, len(rs)), grants: make([]Grant, len(rs)), gen: gen}
+func newGrantView(rs []served, gen uint64) *grantView {
+	n := len(rs)
+	v := &grantView{starts: make([]uint64, n), ends: make([]keyspace.Bound, n), grants: make([]Grant, n), nexts: make([]Grant, n), gen: gen}
 	for i, r := range rs {
-		v.starts[i], v.ends[i], v.grants[i] = r.r.Start, r.r.End, r.grant
+		v.starts[i], v.ends[i], v.grants[i], v.nexts[i] = r.r.Start, r.r.End, r.grant, r.next
 	}
 	return v
 }
 
-// find returns the grant of point h, if it is served.
-func (v *grantView) find(h uint64) (Grant, bool) {
+// find returns the grant of point h, if it is served, and the one the map gives it next
+// (zero: none).
+func (v *grantView) find(h uint64) (g, next Grant, held bool) {
 	i := sort.Search(len(v.starts), func(i int) bool { return v.starts[i] > h }) - 1
 	if i < 0 || !v.ends[i].After(h) {
-		return Grant{}, false
+		return Grant{}, Grant{}, false
 	}
-	return v.grants[i], true
+	return v.grants[i], v.nexts[i], v.grants[i].Role != 0
 }
 
 // guards publishes what the application serves and counts the requests that run under a
@@ -95,36 +99,67 @@ func (v *grantView) find(h uint64) (Grant, bool) {
 type guards struct {
 	view atomic.Pointer[grantView] // read without the lock by Grant
 
-	mu       sync.Mutex
-	inflight map[uint64]*flight // by point
-	changed  chan struct{}      // closed when a request ends, for waiters
+	mu        sync.Mutex
+	inflight  map[uint64]*flight // by point
+	changed   chan struct{}      // closed when a request ends, for waiters
+	published chan struct{}      // closed when a view is published, for requests that wait for it
 }
 
 // flight counts the requests in flight on one point.
 type flight struct{ reads, writes int }
 
 func newGuards() *guards {
-	g := &guards{inflight: map[uint64]*flight{}, changed: make(chan struct{})}
+	g := &guards{inflight: map[uint64]*flight{}, changed: make(chan struct{}), published: make(chan struct{})}
 	g.view.Store(&grantView{})
 	return g
 }
 
 // publish makes rs what the application serves, as of the map of generation gen.
-func (g *guards) publish(rs []granted, gen uint64) {
+func (g *guards) publish(rs []served, gen uint64) {
 	v := newGrantView(rs, gen)
 	g.mu.Lock()
 	g.view.Store(v)
+	close(g.published)
+	g.published = make(chan struct{})
 	g.mu.Unlock()
 }
 
-// enter registers a request on point h if ok accepts its grant (as of the view's map
-// generation), and reports whether it did.
-func (g *guards) enter(h uint64, write bool, ok func(gr Grant, held bool, gen uint64) bool) bool {
+// accept returns the grant a request runs under in grant gr (held: the point is served at
+// all) of the map of generation gen, and whether it may run in it.
+type accept func(gr Grant, held bool, gen uint64) (Grant, bool)
+
+// enter registers a request on point h once ok accepts its grant, and returns the grant it
+// runs under, or, refused, the grant the point is served in. A request that ok refuses but
+// would take in the grant the map gives the point next (the member is about to acquire it or
+// become its primary: the call is due or under way) waits for it until ctx ends, rather
+// than be sent elsewhere.
+func (g *guards) enter(ctx context.Context, h uint64, write bool, ok accept) (Grant, bool) {
+	for {
+		have, wait, entered := g.tryEnter(h, write, ok)
+		if entered || wait == nil {
+			return have, entered
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return have, false
+		}
+	}
+}
+
+// tryEnter is one try of enter: the grant, and true if it registered the request, else the
+// channel to wait on for another try (nil: no use waiting).
+func (g *guards) tryEnter(h uint64, write bool, ok accept) (Grant, <-chan struct{}, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	v := g.view.Load()
-	if gr, held := v.find(h); !ok(gr, held, v.gen) {
-		return false
+	gr, next, held := v.find(h)
+	have, accepted := ok(gr, held, v.gen)
+	if !accepted {
+		if _, later := ok(next, next.Role != 0, v.gen); later {
+			return have, g.published, false
+		}
+		return have, nil, false
 	}
 	f := g.inflight[h]
 	if f == nil {
@@ -136,7 +171,7 @@ func (g *guards) enter(h uint64, write bool, ok func(gr Grant, held bool, gen ui
 	} else {
 		f.reads++
 	}
-	return true
+	return have, nil, true
 }
 
 // leave ends a request enter registered.

@@ -183,7 +183,7 @@ func (m *Member) Leased() bool {
 // ChangeRole; Write does that for it.
 func (m *Member) Grant(key []byte) (Grant, bool) {
 	v := m.guards.view.Load()
-	g, ok := v.find(Hash(key))
+	g, _, ok := v.find(Hash(key))
 	return m.leasedGrant(g, v.gen), ok
 }
 
@@ -207,36 +207,39 @@ func (m *Member) Serving(key []byte) bool {
 	return ok
 }
 
-// Read runs fn with the grant of key, if the member serves key now in any role; otherwise it
-// returns a *NotOwnerError (ErrNotOwner) and does not run fn. A release of key's range waits
-// until fn has returned, so that fn never reads data the application dropped meanwhile.
-func (m *Member) Read(key []byte, fn func(Grant) error) error {
-	return m.under(key, false, fn)
+// Read runs fn with the grant of key, if the member serves key in any role; otherwise it
+// returns a *NotOwnerError (ErrNotOwner) and does not run fn. A read of a key the member is
+// acquiring waits for the acquire, until ctx ends. A release of key's range waits until fn
+// has returned, so that fn never reads data the application dropped meanwhile.
+func (m *Member) Read(ctx context.Context, key []byte, fn func(Grant) error) error {
+	return m.under(ctx, key, false, fn)
 }
 
-// Write runs fn with the grant of key, if the member may take writes of key now: it is the
+// Write runs fn with the grant of key, if the member may take writes of key: it is the
 // primary of key's range and leased, or, in a cluster without roles, it serves the range.
-// Otherwise it returns a *NotOwnerError (ErrNotOwner) and does not run fn. A demotion or
+// Otherwise it returns a *NotOwnerError (ErrNotOwner) and does not run fn. A write of a key
+// whose range the map has just given the member (its acquire or promotion is due or under
+// way) waits for it, until ctx ends, rather than be refused and sent back. A demotion or
 // release of key's range waits until fn has returned (at most MemberConfig.CallTimeout), so
 // that the next primary, promoted only once this one has demoted, sees every write this one
 // acknowledged. Write through the grant's fencing token (client/fence) where a paused
 // process could outlive its lease.
-func (m *Member) Write(key []byte, fn func(Grant) error) error {
-	return m.under(key, true, fn)
+func (m *Member) Write(ctx context.Context, key []byte, fn func(Grant) error) error {
+	return m.under(ctx, key, true, fn)
 }
 
 // under runs fn as Read (write false) or Write does.
-func (m *Member) under(key []byte, write bool, fn func(Grant) error) error {
+func (m *Member) under(ctx context.Context, key []byte, write bool, fn func(Grant) error) error {
 	h := Hash(key)
-	var have Grant
-	accept := func(g Grant, held bool, gen uint64) bool {
-		have = g
-		if held {
-			have = m.leasedGrant(g, gen)
+	ok := func(g Grant, held bool, gen uint64) (Grant, bool) {
+		if !held {
+			return Grant{}, false
 		}
-		return held && (!write || have.Role == RolePrimary || have.Role == RoleReplica)
+		g = m.leasedGrant(g, gen)
+		return g, !write || g.Role == RolePrimary || g.Role == RoleReplica
 	}
-	if !m.guards.enter(h, write, accept) {
+	have, entered := m.guards.enter(ctx, h, write, ok)
+	if !entered {
 		e := &NotOwnerError{Key: key, Have: have}
 		if write && m.cfg.Roles == RolesPrimarySecondary {
 			e.Need = RolePrimary
@@ -502,7 +505,7 @@ func (m *Member) UnaryServerInterceptor(keyOf KeyFunc) grpc.UnaryServerIntercept
 			return handler(ctx, req)
 		}
 		var resp any
-		err := m.under(key, write, func(g Grant) error {
+		err := m.under(ctx, key, write, func(g Grant) error {
 			var err error
 			resp, err = handler(context.WithValue(ctx, grantCtx{}, g), req)
 			return err

@@ -97,7 +97,7 @@ func TestAWriteHoldsOffItsKeysDemotion(t *testing.T) {
 	waitFor(t, 30*time.Second, "m1 is the primary of a key", func() bool {
 		key = nil
 		for _, r := range m1.Slices() {
-			if k := keyIn(keyspaceRange(r)); m1.Write(k, func(client.Grant) error { return nil }) == nil {
+			if k := keyIn(keyspaceRange(r)); m1.Write(t.Context(), k, func(client.Grant) error { return nil }) == nil {
 				key = k
 				return true
 			}
@@ -112,7 +112,7 @@ func TestAWriteHoldsOffItsKeysDemotion(t *testing.T) {
 	writing, finish := make(chan struct{}), make(chan struct{})
 	wrote := make(chan error, 1)
 	go func() {
-		wrote <- m1.Write(key, func(client.Grant) error {
+		wrote <- m1.Write(context.Background(), key, func(client.Grant) error {
 			close(writing)
 			<-finish
 			log.add("m1 write returned")
@@ -129,7 +129,7 @@ func TestAWriteHoldsOffItsKeysDemotion(t *testing.T) {
 	require.NoError(t, err)
 
 	waitFor(t, 20*time.Second, "m1 no longer takes writes of the key", func() bool {
-		return errors.Is(m1.Write(key, func(client.Grant) error { return nil }), client.ErrNotOwner)
+		return errors.Is(m1.Write(t.Context(), key, func(client.Grant) error { return nil }), client.ErrNotOwner)
 	})
 	g, ok = m1.Grant(key)
 	require.True(t, ok && g.Role == client.RoleSecondary, "m1's grant while it demotes: %v %v", g, ok)
@@ -137,12 +137,12 @@ func TestAWriteHoldsOffItsKeysDemotion(t *testing.T) {
 	require.NoError(t, <-wrote)
 	m2 := members["m2"]
 	waitFor(t, 20*time.Second, "m2 takes writes of the key", func() bool {
-		return m2.Write(key, func(client.Grant) error { return nil }) == nil
+		return m2.Write(t.Context(), key, func(client.Grant) error { return nil }) == nil
 	})
 	returned, demoted, promoted := log.index("m1 write returned"), log.index("m1 change secondary"), log.index("m2 change primary")
 	require.True(t, returned < demoted && demoted < promoted, "the write, m1's demotion and m2's promotion out of order: %v", log.tail(6))
 
-	err = m1.Write(key, func(client.Grant) error { return nil })
+	err = m1.Write(t.Context(), key, func(client.Grant) error { return nil })
 	var notOwner *client.NotOwnerError
 	require.ErrorAs(t, err, &notOwner)
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "a gRPC handler returning it answers NotOwner")
@@ -272,7 +272,9 @@ func interceptorAnswers(t *testing.T, m *client.Member, key []byte) {
 		}
 	}
 	seen = client.Grant{}
-	_, err = ic(t.Context(), other, &grpc.UnaryServerInfo{FullMethod: "/test.Service/Write"}, handler)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_, err = ic(ctx, other, &grpc.UnaryServerInfo{FullMethod: "/test.Service/Write"}, handler)
 	require.Equal(t, codes.FailedPrecondition, status.Code(err))
 	require.Zero(t, seen, "the handler ran for a key the member does not own")
 }

@@ -402,31 +402,44 @@ func (o *ownership) primaries() []primaryRange {
 	return out
 }
 
-// serving returns the grant in which the application serves each of its points now: what
+// serving returns the grant in which the application serves each of its points now, and the
+// one the map gives them if it is another: what
 // it holds, but none from the start of a release, and secondary from the moment the map
 // takes a primary grant away (a demotion, or a new token after a merge), queued or under
 // way, until the call that makes the next grant returned: requests wait for none of these
 // calls. An acquire or promotion counts once it returned.
-func (o *ownership) serving() []granted {
-	var out []granted
+func (o *ownership) serving() []served {
+	var out []served
 	for _, s := range o.segs {
-		g := s.held
+		g, next := s.held, Grant{}
 		switch c := o.calls[s.call]; {
 		case c != nil && c.kind == callRelease:
 			g = Grant{}
 		case g.Role == RolePrimary && (s.want != g || c != nil && c.demotes):
 			g = Grant{Role: RoleSecondary}
 		}
-		if g.Role == 0 {
+		if s.want.Role != 0 && s.want != g {
+			next = s.want
+		}
+		if g.Role == 0 && next.Role == 0 {
 			continue
 		}
-		if n := len(out); n > 0 && out[n-1].grant == g && out[n-1].r.End == keyspace.At(s.r.Start) {
+		if n := len(out); n > 0 && out[n-1].grant == g && out[n-1].next == next && out[n-1].r.End == keyspace.At(s.r.Start) {
 			out[n-1].r.End = s.r.End
 			continue
 		}
-		out = append(out, granted{r: s.r, grant: g})
+		out = append(out, served{r: s.r, grant: g, next: next})
 	}
 	return out
+}
+
+// served is a run of points the application serves in one grant (the zero Grant: none), and
+// the grant the map gives them while the call that makes it is due or under way (zero: none):
+// a request that the first cannot take and the second can waits for it.
+type served struct {
+	r     keyspace.Range
+	grant Grant
+	next  Grant
 }
 
 // primaryRange is a range held as primary, with the token of its grant.

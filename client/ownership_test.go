@@ -150,7 +150,14 @@ func ownershipState(o *ownership) string {
 	set := func(rs []keyspace.Range) keyspace.Set { return keyspace.NewSet(rs...) }
 	out := fmt.Sprintf("gen %d\nheld %s\nloading %s\nfailed %s\n", o.gen, set(o.holding()), set(o.loading()), set(o.failed()))
 	for _, g := range o.serving() {
-		out += fmt.Sprintf("serves %s as %s\n", g.r, g.grant)
+		switch {
+		case g.grant.Role == 0:
+			out += fmt.Sprintf("serves %s as nothing yet, next %s\n", g.r, g.next)
+		case g.next.Role != 0:
+			out += fmt.Sprintf("serves %s as %s, next %s\n", g.r, g.grant, g.next)
+		default:
+			out += fmt.Sprintf("serves %s as %s\n", g.r, g.grant)
+		}
 	}
 	for _, p := range o.primaries() {
 		out += fmt.Sprintf("primary %s token %d\n", p.r, p.token)

@@ -146,6 +146,9 @@ func (r *memberRun) roll(load *memberLoad) {
 		"promotion's end): %s; releases checked %d, before the new primary took the role %d",
 		r.sc.name, len(r.members), answered, len(failed), showQuantiles(h.windows), h.releases, len(h.early))
 	logFailures(r, failed)
+	for _, l := range h.longest {
+		t.Logf("longest without a primary: %s", l)
+	}
 	for i, e := range h.early {
 		if i == 5 {
 			break

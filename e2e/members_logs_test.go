@@ -46,8 +46,9 @@ func (e ownershipEvent) String() string {
 type handovers struct {
 	// windows are, for each promotion that followed another member's demotion of its
 	// points, the time from the demotion's start (the old primary takes no more writes) to
-	// the promotion's end (the new one takes them).
+	// the promotion's end (the new one takes them); longest describes the longest few.
 	windows []time.Duration
+	longest []string
 	// releases counts the releases of ranges their member had demoted; early lists those
 	// that came before another member had begun to take the role of every point.
 	releases int
@@ -65,7 +66,9 @@ func readHandovers(paths []string) (handovers, error) {
 		events = append(events, es...)
 	}
 	slices.SortFunc(events, func(a, b ownershipEvent) int { return a.start.Compare(b.start) })
-	return handovers{windows: windows(events), releases: countReleases(events), early: earlyReleases(events)}, nil
+	h := handovers{releases: countReleases(events), early: earlyReleases(events)}
+	h.windows, h.longest = windows(events)
+	return h, nil
 }
 
 // readOwnership returns the application calls a member's JSON log records.
@@ -109,10 +112,17 @@ func hexRange(from, to string) (keyspace.Range, error) {
 	return r, nil
 }
 
-// windows returns, for each promotion, the time from the start of the last demotion of its
-// points by another member, within the 30 s before it, to its end.
-func windows(events []ownershipEvent) []time.Duration {
+// windows returns, for each promotion that succeeded a demotion, the time from the start of
+// the last demotion of its points by another member, within the 30 s before it, to its end,
+// and the longest three described. A promotion after another promotion of some of its
+// points since that demotion took no role from it: a new token for a primary (a merge).
+func windows(events []ownershipEvent) ([]time.Duration, []string) {
 	var out []time.Duration
+	type pair struct {
+		d    time.Duration
+		what string
+	}
+	var all []pair
 	for _, p := range events {
 		if p.role != client.RolePrimary.String() {
 			continue
@@ -125,11 +135,23 @@ func windows(events []ownershipEvent) []time.Duration {
 				last = d
 			}
 		}
-		if last != nil {
+		if last == nil {
+			continue
+		}
+		between := slices.ContainsFunc(events, func(q ownershipEvent) bool {
+			return q.role == p.role && q.r.Overlaps(p.r) && q.start.After(last.start) && q.start.Before(p.start)
+		})
+		if !between {
 			out = append(out, p.end.Sub(last.start))
+			all = append(all, pair{p.end.Sub(last.start), fmt.Sprintf("%s after %s", p, last)})
 		}
 	}
-	return out
+	slices.SortFunc(all, func(a, b pair) int { return cmp.Compare(b.d, a.d) })
+	var longest []string
+	for _, x := range all[:min(3, len(all))] {
+		longest = append(longest, fmt.Sprintf("%s: %s", x.d.Round(time.Millisecond), x.what))
+	}
+	return out, longest
 }
 
 // countReleases counts the releases of points their member had demoted.

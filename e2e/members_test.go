@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sliceplane/sliceplane/client"
-	ratelimitv1 "github.com/sliceplane/sliceplane/examples/ratelimit/proto/ratelimit/v1"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
+	ratelimitv1 "github.com/sliceplane/sliceplane/examples/ratelimit/proto/ratelimit/v1"
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/launch"
 )

@@ -164,7 +164,7 @@ func (s *Server) Handler() http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), writeTimeout)
 		defer cancel()
 		var n int64
-		err := s.member.Write([]byte(key), func(g client.Grant) (err error) {
+		err := s.member.Write(ctx, []byte(key), func(g client.Grant) (err error) {
 			n, err = s.counts.Incr(ctx, key, g)
 			return err
 		})
@@ -173,7 +173,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+CountPath+"{key...}", func(w http.ResponseWriter, r *http.Request) {
 		key := r.PathValue("key")
 		var n int64
-		err := s.member.Read([]byte(key), func(g client.Grant) (err error) {
+		err := s.member.Read(r.Context(), []byte(key), func(g client.Grant) (err error) {
 			n, err = s.counts.Get(r.Context(), key, g)
 			return err
 		})
