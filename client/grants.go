@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sliceplane/sliceplane/internal/keyspace"
@@ -131,11 +134,12 @@ type accept func(gr Grant, held bool, gen uint64) (Grant, bool)
 // enter registers a request on point h once ok accepts its grant, and returns the grant it
 // runs under, or, refused, the grant the point is served in. A request that ok refuses but
 // would take in the grant the map gives the point next (the member is about to acquire it or
-// become its primary: the call is due or under way) waits for it until ctx ends, rather
-// than be sent elsewhere.
+// become its primary: the call is due or under way), or whose caller routed it by a newer
+// map than the member's, waits until ctx ends for that, rather than be sent back.
 func (g *guards) enter(ctx context.Context, h uint64, write bool, ok accept) (Grant, bool) {
+	caller := callerGenerationOf(ctx)
 	for {
-		have, wait, entered := g.tryEnter(h, write, ok)
+		have, wait, entered := g.tryEnter(h, write, ok, caller)
 		if entered || wait == nil {
 			return have, entered
 		}
@@ -148,15 +152,16 @@ func (g *guards) enter(ctx context.Context, h uint64, write bool, ok accept) (Gr
 }
 
 // tryEnter is one try of enter: the grant, and true if it registered the request, else the
-// channel to wait on for another try (nil: no use waiting).
-func (g *guards) tryEnter(h uint64, write bool, ok accept) (Grant, <-chan struct{}, bool) {
+// channel to wait on for another try (nil: no use waiting). A refused request waits while
+// the view's map is older than the caller's (of generation caller).
+func (g *guards) tryEnter(h uint64, write bool, ok accept, caller uint64) (Grant, <-chan struct{}, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	v := g.view.Load()
 	gr, next, held := v.find(h)
 	have, accepted := ok(gr, held, v.gen)
 	if !accepted {
-		if _, later := ok(next, next.Role != 0, v.gen); later {
+		if _, later := ok(next, next.Role != 0, v.gen); later || v.gen < caller {
 			return have, g.published, false
 		}
 		return have, nil, false
@@ -224,4 +229,49 @@ type grantCtx struct{}
 func GrantFrom(ctx context.Context) (Grant, bool) {
 	g, ok := ctx.Value(grantCtx{}).(Grant)
 	return g, ok
+}
+
+// MapGenerationHeader is the HTTP header in which Transport says the generation of the map it
+// routed a request by; mapGenerationKey is the gRPC metadata key GRPCDialOptions says it in.
+// A member whose own map is older, asked for a key it does not own, waits for its map to
+// catch up before it answers NotOwner: the caller's map may already say the key is its.
+const (
+	MapGenerationHeader = "Sliceplane-Map-Generation"
+	mapGenerationKey    = "sliceplane-map-generation"
+)
+
+// withMapGeneration returns ctx with gen, the generation of the router's map, in its outgoing
+// gRPC metadata.
+func withMapGeneration(ctx context.Context, gen uint64) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, mapGenerationKey, strconv.FormatUint(gen, 10))
+}
+
+// callerGeneration carries, in a request's context, the generation of the map the caller's
+// router routed it by.
+type callerGeneration struct{}
+
+// callerGenerationOf returns the generation of the map the request of ctx was routed by: from
+// the context (HTTPContext) or its incoming gRPC metadata; 0 if it does not say.
+func callerGenerationOf(ctx context.Context) uint64 {
+	if g, ok := ctx.Value(callerGeneration{}).(uint64); ok {
+		return g
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(mapGenerationKey); len(v) > 0 {
+			g, _ := strconv.ParseUint(v[0], 10, 64) // a malformed one says nothing
+			return g
+		}
+	}
+	return 0
+}
+
+// HTTPContext returns r's context with what r's caller said of its map (a Transport says the
+// generation it routed r by, in MapGenerationHeader), for Member.Read and Write: a member
+// whose map is older than the caller's waits for it before it answers that the key is not its.
+func HTTPContext(r *http.Request) context.Context {
+	g, err := strconv.ParseUint(r.Header.Get(MapGenerationHeader), 10, 64)
+	if err != nil {
+		return r.Context()
+	}
+	return context.WithValue(r.Context(), callerGeneration{}, g)
 }

@@ -138,6 +138,12 @@ func NotOwner(key []byte) error {
 	return notOwnerStatus(fmt.Sprintf("sliceplane: this member does not serve key %q now", key)).Err()
 }
 
+// IsNotOwner reports whether err says that a member does not own a key in the role the
+// request needed: the NotOwner status a member's gRPC service answers (NotOwner,
+// NotOwnerError), or ErrNotOwner. A caller routing through GRPCDialOptions or Transport
+// sees it only once its retries ended.
+func IsNotOwner(err error) bool { return errors.Is(err, ErrNotOwner) || reasonOf(err) == notOwnerReason }
+
 // reasonOf returns the sliceplane reason of a status error, if it has one.
 func reasonOf(err error) string {
 	for _, d := range status.Convert(err).Details() {
@@ -181,8 +187,9 @@ func retryUnrouted(r *Router) grpc.UnaryClientInterceptor {
 		if err != nil {
 			return err
 		}
-		at := &tryCtx{Context: ctx, key: k}
+		at := &tryCtx{key: k}
 		for {
+			at.Context = withMapGeneration(ctx, r.Generation())
 			at.route.Store(nil)
 			at.to.Store(nil)
 			err := invoker(at, method, req, reply, cc, opts...)

@@ -250,6 +250,25 @@ func (m *Member) under(ctx context.Context, key []byte, write bool, fn func(Gran
 	return fn(have)
 }
 
+// Ready reports whether the member takes part in the cluster: an assigner took its
+// registration and its router has a map. For a readiness probe: a member not ready owns
+// nothing yet.
+func (m *Member) Ready() bool { return m.registeredOnce.Load() && m.router.Generation() > 0 }
+
+// WaitReady waits until the member is Ready, or ctx ends.
+func (m *Member) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !m.Ready() {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("client: waiting for member %s to register and get a map: %w", m.cfg.ID, ctx.Err())
+		}
+	}
+	return nil
+}
+
 // Router returns the member's router: the map it follows, for lookups (where to forward a
 // request for a key the member does not serve).
 func (m *Member) Router() *Router { return m.router }
@@ -486,7 +505,9 @@ func untilRetry(own *ownership, leaseEnd time.Time) time.Duration {
 }
 
 // KeyFunc returns the key of a gRPC request (fullMethod is "/package.Service/Method"),
-// whether the call writes, and whether it is about a key at all.
+// whether the call writes, and whether it is about a key at all. Return ok false for a
+// request without a valid key (an empty one), and let the handler refuse it
+// (InvalidArgument): answered NotOwner, the caller would send it again until its deadline.
 type KeyFunc func(fullMethod string, req any) (key []byte, write, ok bool)
 
 // UnaryServerInterceptor returns the interceptor that runs each call of the member's gRPC

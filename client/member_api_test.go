@@ -19,6 +19,7 @@ import (
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
+	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
 )
 
 // eventApp is an Application that logs its calls, as "ID CALL", in one list shared by the
@@ -277,4 +278,22 @@ func interceptorAnswers(t *testing.T, m *client.Member, key []byte) {
 	_, err = ic(ctx, other, &grpc.UnaryServerInfo{FullMethod: "/test.Service/Write"}, handler)
 	require.Equal(t, codes.FailedPrecondition, status.Code(err))
 	require.Zero(t, seen, "the handler ran for a key the member does not own")
+}
+
+// TestARouterSaysWhyItHasNoMap starts a router whose certificate the assigners' CA did not
+// issue: WaitReady ends with the context's error and says what the watch met.
+func TestARouterSaysWhyItHasNoMap(t *testing.T) {
+	c := clustertest.New(t, clustertest.Options{TLS: true})
+	f := mtlstest.New(t).Config("router", "stranger") // of another CA
+	r, err := client.NewRouter(client.RouterConfig{Assigners: c.Assigners(), TLS: client.TLS{Cert: f.Cert, Key: f.Key, CA: f.CA}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	wctx, wcancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer wcancel()
+	err = r.WaitReady(wctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Contains(t, err.Error(), "the last watch:")
 }

@@ -57,7 +57,9 @@ type participant struct {
 	kick    chan struct{} // asks the session for a heartbeat now
 	loaded  chan struct{} // asks the session for a heartbeat soon: a range finished loading
 	running atomic.Bool
-	started time.Time
+	// registeredOnce says an assigner took the participant's registration.
+	registeredOnce atomic.Bool
+	started        time.Time
 	// incarnation names this process's participant among those that ran under its ID: an
 	// assigner takes a registration under a new one for a restart (a drain the last one
 	// left unfinished ends).
@@ -211,6 +213,7 @@ func (p *participant) session(ctx context.Context, assigner *dial.Follower) erro
 		}
 		b.Reset()
 		p.lease.registered(sent, resp.GetLease().AsDuration(), resp.GetGeneration())
+		p.registeredOnce.Store(true)
 		p.answered(resp.GetDistributor())
 		every := max(resp.GetTtl().AsDuration()/3, 100*time.Millisecond)
 		p.heartbeat(ctx, assigner, every)
@@ -399,9 +402,10 @@ func (p *participant) Drain(ctx context.Context) error {
 
 // cancelDrain tells the assigner that the participant gave its drain up, so that it is not
 // left draining, holding nothing: it takes slices again while it runs, and its slices move
-// when its lease lapses if it goes. It tries for a few seconds, past the drain's own context.
+// when its lease lapses if it goes. It tries for a second past the drain's own context, no
+// more: an orchestrator's grace period may be the drain's.
 func (p *participant) cancelDrain(nodes pb.NodeServiceClient) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if _, err := nodes.Drain(ctx, &pb.NodeServiceDrainRequest{NodeId: p.cfg.ID, Cancel: true}, grpc.WaitForReady(true)); err != nil {
 		p.log.Warn("the drain was given up, but cancelling it failed: the assigner keeps the node draining until it registers anew or its lease lapses", "err", err)

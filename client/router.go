@@ -130,6 +130,8 @@ type Router struct {
 	// unknown says the current map names a node the last node list did not: the list is
 	// read again soon, for a relay's copy of it may be a second older than the map.
 	unknown atomic.Bool
+	// watchErr is why the last watch ended, for WaitReady.
+	watchErr atomic.Pointer[error]
 
 	loads sync.Map // node ID (string) -> *nodeLoad: requests in flight, from Begin
 
@@ -256,14 +258,38 @@ func (r *Router) Run(ctx context.Context) error {
 	return nil
 }
 
-// WaitReady waits until the router has applied its first map, or ctx ends.
+// WaitReady waits until the router has applied its first map, or ctx ends; its error then
+// says why the router's last watch ended, if one did (a certificate the assigners refuse,
+// none reachable).
 func (r *Router) WaitReady(ctx context.Context) error {
 	select {
 	case <-r.ready:
 		return nil
 	case <-ctx.Done():
+		last := r.watchErr.Load()
+		if last == nil { // a watch of the leader waits for a connection: ask why there is none
+			err := r.reachAssigners()
+			last = &err
+		}
+		if *last != nil {
+			return fmt.Errorf("client: waiting for the router's first map: %w; the last watch: %w", ctx.Err(), *last)
+		}
 		return fmt.Errorf("client: waiting for the router's first map: %w", ctx.Err())
 	}
+}
+
+// reachAssigners makes one call to the assigners that does not wait for a connection, and
+// returns what stopped it (a refused certificate, none listening), nil if it went through.
+func (r *Router) reachAssigners() error {
+	conn, err := dial.Leader(r.cfg.Assigners, r.tls.DialOption("assigner"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = pb.NewAdminServiceClient(conn).ListNodes(ctx, &pb.ListNodesRequest{})
+	return err
 }
 
 // Lookup returns the route of key, in O(log slices).
@@ -369,6 +395,9 @@ func (r *Router) watch(ctx context.Context, leader *dial.Follower) {
 		applied, err := r.follow(ctx, w, &from)
 		if ctx.Err() != nil {
 			return
+		}
+		if err != nil && !errors.Is(err, errBetterRelay) {
+			r.watchErr.Store(&err)
 		}
 		if applied {
 			b.Reset()

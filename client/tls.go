@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"fmt"
 
+	"google.golang.org/grpc"
+
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
@@ -46,3 +48,30 @@ func (t TLS) ClientConfig() (*tls.Config, error) {
 	}
 	return src.ClientTLS(), nil
 }
+
+// ServerConfig returns the *tls.Config of a member's own service (HTTPS, or gRPC through
+// credentials.NewTLS) with t's certificate: it requires a client certificate that chains to
+// CA (a router's, or any identity the CA issued), re-reading the files when they change. It
+// returns nil for the zero TLS: serve plaintext then, on loopback only.
+func (t TLS) ServerConfig() (*tls.Config, error) {
+	src, err := t.load()
+	if err != nil || src == nil {
+		return nil, err
+	}
+	return src.ServerConfig(), nil
+}
+
+// MemberDialOption returns the transport credentials of a caller of members, with t's
+// certificate: for a ClientConn made with GRPCDialOptions, or any client of a member's
+// service. It checks that the server's certificate names a member (a node identity,
+// spiffe://sliceplane/node/<id>) and chains to CA. Plaintext for the zero TLS.
+func (t TLS) MemberDialOption() (grpc.DialOption, error) {
+	src, err := t.load()
+	if err != nil {
+		return nil, err
+	}
+	return src.DialOption(memberKind), nil
+}
+
+// memberKind is the kind of identity a member's certificate names: a node's.
+const memberKind = "node"
