@@ -142,7 +142,9 @@ func NotOwner(key []byte) error {
 // request needed: the NotOwner status a member's gRPC service answers (NotOwner,
 // NotOwnerError), or ErrNotOwner. A caller routing through GRPCDialOptions or Transport
 // sees it only once its retries ended.
-func IsNotOwner(err error) bool { return errors.Is(err, ErrNotOwner) || reasonOf(err) == notOwnerReason }
+func IsNotOwner(err error) bool {
+	return errors.Is(err, ErrNotOwner) || reasonOf(err) == notOwnerReason
+}
 
 // reasonOf returns the sliceplane reason of a status error, if it has one.
 func reasonOf(err error) string {

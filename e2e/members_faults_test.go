@@ -69,6 +69,11 @@ func (r *memberRun) crash(load *memberLoad) {
 	if staleAnswers > 0 {
 		t.Errorf("%s: the stopped member answered %d requests for keys it no longer owned", r.sc.name, staleAnswers)
 	}
+	if r.sc.fault == "kill" { // back, as a supervisor would start it: it joins again
+		if err := r.cluster.Restart(r.ctx, victim); err != nil {
+			t.Errorf("restarting %s: %v", victim.ID, err)
+		}
+	}
 }
 
 // logFailures logs a few failed requests, for a reader of a run.

@@ -122,9 +122,11 @@ func (l *memberLoad) counts(since time.Time) (answered, failed int, after []fail
 	return l.answered, len(l.failures), after
 }
 
-// probe sends one request for each key at once, each with the patience as its deadline (the
+// probe sends a request for each key at once, each with the patience as its deadline (the
 // router sends it on, as the map changes, until a member answers), and returns how long
-// after from each was answered; a key never answered gets the patience.
+// after from each was answered; a key never answered gets the patience. A request that
+// failed (sent to the member the fault struck: it may have been taken, so the router does
+// not send it again) is sent again at once, by the probe.
 func (l *memberLoad) probe(ctx context.Context, keys []string, from time.Time) map[string]time.Duration {
 	out := make(map[string]time.Duration, len(keys))
 	var mu sync.Mutex
@@ -134,8 +136,11 @@ func (l *memberLoad) probe(ctx context.Context, keys []string, from time.Time) m
 			d := patience
 			cctx, cancel := context.WithTimeout(client.WithWriteKey(ctx, []byte(key)), patience)
 			defer cancel()
-			if _, err := l.r.svc.Take(cctx, &ratelimitv1.TakeRequest{Key: key}); err == nil {
-				d = time.Since(from)
+			for cctx.Err() == nil {
+				if _, err := l.r.svc.Take(cctx, &ratelimitv1.TakeRequest{Key: key}); err == nil {
+					d = time.Since(from)
+					break
+				}
 			}
 			mu.Lock()
 			out[key] = d

@@ -161,7 +161,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+IncrPath+"{key...}", func(w http.ResponseWriter, r *http.Request) {
 		key := r.PathValue("key")
-		ctx, cancel := context.WithTimeout(r.Context(), writeTimeout)
+		ctx, cancel := context.WithTimeout(client.HTTPContext(r), writeTimeout)
 		defer cancel()
 		var n int64
 		err := s.member.Write(ctx, []byte(key), func(g client.Grant) (err error) {
@@ -173,7 +173,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+CountPath+"{key...}", func(w http.ResponseWriter, r *http.Request) {
 		key := r.PathValue("key")
 		var n int64
-		err := s.member.Read(r.Context(), []byte(key), func(g client.Grant) (err error) {
+		err := s.member.Read(client.HTTPContext(r), []byte(key), func(g client.Grant) (err error) {
 			n, err = s.counts.Get(r.Context(), key, g)
 			return err
 		})
