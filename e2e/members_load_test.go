@@ -122,11 +122,11 @@ func (l *memberLoad) counts(since time.Time) (answered, failed int, after []fail
 	return l.answered, len(l.failures), after
 }
 
-// probe sends a request for each key at once, each with the patience as its deadline (the
-// router sends it on, as the map changes, until a member answers), and returns how long
-// after from each was answered; a key never answered gets the patience. A request that
-// failed (sent to the member the fault struck: it may have been taken, so the router does
-// not send it again) is sent again at once, by the probe.
+// probe sends requests for each key from from on, one after another, each with probeTry as
+// its deadline (the router sends it on, as the map changes, until a member answers, or the
+// deadline), until one is answered, and returns how long after from that was; a key never
+// answered within the patience gets it. A request sent to a member that hangs (stopped) gets
+// no answer: the next one, sent by a map that may have moved on, is what a caller would see.
 func (l *memberLoad) probe(ctx context.Context, keys []string, from time.Time) map[string]time.Duration {
 	out := make(map[string]time.Duration, len(keys))
 	var mu sync.Mutex
@@ -134,10 +134,11 @@ func (l *memberLoad) probe(ctx context.Context, keys []string, from time.Time) m
 	for _, key := range keys {
 		wg.Go(func() {
 			d := patience
-			cctx, cancel := context.WithTimeout(client.WithWriteKey(ctx, []byte(key)), patience)
-			defer cancel()
-			for cctx.Err() == nil {
-				if _, err := l.r.svc.Take(cctx, &ratelimitv1.TakeRequest{Key: key}); err == nil {
+			for time.Since(from) < patience && ctx.Err() == nil {
+				cctx, cancel := context.WithTimeout(client.WithWriteKey(ctx, []byte(key)), probeTry)
+				_, err := l.r.svc.Take(cctx, &ratelimitv1.TakeRequest{Key: key})
+				cancel()
+				if err == nil {
 					d = time.Since(from)
 					break
 				}
@@ -150,6 +151,9 @@ func (l *memberLoad) probe(ctx context.Context, keys []string, from time.Time) m
 	wg.Wait()
 	return out
 }
+
+// probeTry is the deadline of one request of a probe: how late it may see a key served.
+const probeTry = 300 * time.Millisecond
 
 // quantiles returns the p50, p90, p99 and max of ds.
 func quantiles(ds []time.Duration) (p50, p90, p99, top time.Duration) {
