@@ -287,7 +287,7 @@ type result struct {
 }
 
 // calls are the application's calls in flight, each on a goroutine of its own, and how to
-// cancel each.
+// cancel each; results has room for the answer of every call that may be in flight.
 type calls struct {
 	wg      sync.WaitGroup
 	results chan result
@@ -304,7 +304,7 @@ func (m *Member) follow(ctx context.Context) error {
 	views, stopViews := m.router.watchViews()
 	defer stopViews()
 	own := newOwnership(m.cfg.ConcurrentCalls)
-	inflight := &calls{results: make(chan result), cancel: map[uint64]context.CancelFunc{}}
+	inflight := &calls{results: make(chan result, m.cfg.ConcurrentCalls), cancel: map[uint64]context.CancelFunc{}}
 	defer inflight.stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -318,10 +318,16 @@ func (m *Member) follow(ctx context.Context) error {
 		case <-timer.C: // a retry is due, or the lease ends
 			leaseEnd = m.reconcile(own, inflight, leaseEnd)
 		case res := <-inflight.results:
-			inflight.cancel[res.id]()
-			delete(inflight.cancel, res.id)
-			m.answered(own, res)
-			own.done(res.id, res.err, time.Now())
+			// Every answer that came is taken before the next calls and the view: calls
+			// answered together cost one step, not one each.
+			for more := true; more; {
+				m.taken(own, inflight, res)
+				select {
+				case res = <-inflight.results:
+				default:
+					more = false
+				}
+			}
 		case <-ctx.Done():
 			return nil
 		}
@@ -336,6 +342,14 @@ func (m *Member) follow(ctx context.Context) error {
 	}
 }
 
+// taken takes the application's answer res to a call.
+func (m *Member) taken(own *ownership, inflight *calls, res result) {
+	inflight.cancel[res.id]()
+	delete(inflight.cancel, res.id)
+	m.answered(own, res)
+	own.done(res.id, res.err, time.Now())
+}
+
 // start makes call c on a goroutine of its own.
 func (m *Member) start(ctx context.Context, c appCall, inflight *calls) {
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
@@ -348,12 +362,7 @@ func (c *calls) stop() {
 	for _, cancel := range c.cancel {
 		cancel()
 	}
-	go func() {
-		for range c.results { // the answers no one waits for any more
-		}
-	}()
-	c.wg.Wait()
-	close(c.results)
+	c.wg.Wait() // results holds a place for each call in flight: none blocks on its answer
 }
 
 // errNotPromoted answers a call that would have made the application primary when, as it

@@ -8,8 +8,11 @@ import (
 
 	"google.golang.org/grpc"
 
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	ratelimitv1 "github.com/sliceplane/sliceplane/examples/ratelimit/proto/ratelimit/v1"
+	"github.com/sliceplane/sliceplane/internal/launch"
 )
 
 // ttl returns the members' lease.
@@ -150,6 +153,8 @@ func (r *memberRun) roll(load *memberLoad) {
 	t.Logf("%s: a rolling restart of %d members: requests answered %d, failed %d; no primary (a demotion's start to the "+
 		"promotion's end): %s; releases checked %d, before the new primary took the role %d",
 		r.sc.name, len(r.members), answered, len(failed), showQuantiles(h.windows), h.releases, len(h.early))
+	t.Logf("%s: the members' application calls, from their start to the handling of their answer (the rate limiter's take "+
+		"microseconds): %s", r.sc.name, showQuantiles(h.calls))
 	logFailures(r, failed)
 	for _, l := range h.longest {
 		t.Logf("longest without a primary: %s", l)
@@ -166,4 +171,61 @@ func (r *memberRun) roll(load *memberLoad) {
 	if len(h.early) > 0 {
 		t.Errorf("%s: %d releases came before the new primary took the role", r.sc.name, len(h.early))
 	}
+}
+
+// cpuWindow is how long the members' CPU is measured, idle and under the load.
+const cpuWindow = 10 * time.Second
+
+// cpuOver returns each member's CPU, in cores, over the next window.
+func (r *memberRun) cpuOver(window time.Duration) []float64 {
+	before := make([]float64, len(r.members))
+	for i, m := range r.members {
+		before[i] = r.cpuSeconds(m)
+	}
+	start := time.Now()
+	time.Sleep(window) // the measurement itself: the members run, measured, for the window
+	out := make([]float64, len(r.members))
+	for i, m := range r.members {
+		out[i] = (r.cpuSeconds(m) - before[i]) / time.Since(start).Seconds()
+	}
+	return out
+}
+
+func (r *memberRun) cpuSeconds(m *kvcluster.Member) float64 {
+	s, err := launch.CPUSeconds(m.Proc().Pid())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return s
+}
+
+// reportCPU logs the members' CPU idle (holding their ranges, heartbeating, following the
+// map: the library alone) and under the load (the library, gRPC, TLS and the application),
+// and the slices each holds.
+func (r *memberRun) reportCPU(idle, loaded []float64) {
+	held := r.slicesHeld()
+	for i, m := range r.members {
+		r.t.Logf("%s: %s holds %d slices: CPU idle %.2f%% of a core, under %.0f requests a second over %d members %.2f%%",
+			r.sc.name, m.ID, held[m.ID], 100*idle[i], r.sc.rate, len(r.members), 100*loaded[i])
+	}
+}
+
+// slicesHeld returns how many slices each member holds, by the assigner.
+func (r *memberRun) slicesHeld() map[string]uint32 {
+	conn, err := r.cluster.Dial()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	resp, err := pb.NewAdminServiceClient(conn).ListNodes(ctx, &pb.ListNodesRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[string]uint32{}
+	for _, n := range resp.GetNodes() {
+		out[n.GetNode().GetId()] = n.GetSlices()
+	}
+	return out
 }

@@ -27,6 +27,7 @@ type ownershipLine struct {
 	Role    string    `json:"role"`
 	Demotes bool      `json:"demotes"`
 	Started time.Time `json:"started"`
+	Took    int64     `json:"took"` // nanoseconds, as slog's JSON writes a duration
 }
 
 // ownershipEvent is one application call of a member, from its start to its end.
@@ -36,6 +37,7 @@ type ownershipEvent struct {
 	demotes    bool
 	r          keyspace.Range
 	start, end time.Time
+	took       time.Duration
 }
 
 func (e ownershipEvent) String() string {
@@ -53,6 +55,9 @@ type handovers struct {
 	// that came before another member had begun to take the role of every point.
 	releases int
 	early    []string
+	// calls is how long each call took, from its start to the member's handling of its
+	// answer: for an application that answers at once, the library's own time.
+	calls []time.Duration
 }
 
 // readHandovers reads the members' logs at paths.
@@ -67,6 +72,9 @@ func readHandovers(paths []string) (handovers, error) {
 	}
 	slices.SortFunc(events, func(a, b ownershipEvent) int { return a.start.Compare(b.start) })
 	h := handovers{releases: countReleases(events), early: earlyReleases(events)}
+	for _, e := range events {
+		h.calls = append(h.calls, e.took)
+	}
 	h.windows, h.longest = windows(events)
 	return h, nil
 }
@@ -90,7 +98,8 @@ func readOwnership(path string) ([]ownershipEvent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		out = append(out, ownershipEvent{member: l.Node, kind: l.Kind, role: l.Role, demotes: l.Demotes, r: r, start: l.Started, end: l.Time})
+		out = append(out, ownershipEvent{member: l.Node, kind: l.Kind, role: l.Role, demotes: l.Demotes, r: r, start: l.Started, end: l.Time,
+			took: time.Duration(l.Took)})
 	}
 	return out, sc.Err()
 }

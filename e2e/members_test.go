@@ -31,7 +31,11 @@ type memberScenario struct {
 	nodeTTL       time.Duration // the assigner's --node-ttl; 0: its default, 10 s
 	minReplicas   int           // the assigner's --min-replicas; 0: its default, 1
 	deadline      time.Duration // each request's; 0: 2 s
-	fault         string        // kill (-9), stop (SIGSTOP past the lease, then SIGCONT), roll (a rolling restart)
+	// fault is kill (-9), stop (SIGSTOP past the lease, then SIGCONT), roll (a rolling
+	// restart), or cpu (none: the members' CPU is measured idle, then under the load).
+	fault string
+	// slicesPerMember sets Weighted-Move's initial_slices_per_node (0: its default).
+	slicesPerMember int
 	// bound is how soon after the fault every key must be served again (0: no fault that
 	// leaves keys unserved: a planned one, where no request may fail).
 	bound time.Duration
@@ -46,12 +50,13 @@ var memberScenarios = []memberScenario{
 	{name: "kill-warm", members: 3, keys: 200, rate: 100, minReplicas: 2, fault: "kill", bound: 10500 * time.Millisecond},
 	{name: "kill-10", members: 10, keys: 10000, rate: 2000, deadline: 15 * time.Second, fault: "kill", bound: 11 * time.Second},
 	{name: "roll", members: 3, keys: 200, rate: 100, fault: "roll"},
+	{name: "cpu", members: 2, keys: 1000, rate: 1000, fault: "cpu", slicesPerMember: 500},
 }
 
 // quickMemberScenarios run in make test: a crash and a rolling restart, with a short lease.
 const (
 	quickMemberScenarios = "kill-ttl2,roll-ttl2"
-	allMemberScenarios   = "kill,kill-ttl2,stop,stop-ttl2,kill-warm,roll,kill-10"
+	allMemberScenarios   = "kill,kill-ttl2,stop,stop-ttl2,kill-warm,roll,kill-10,cpu"
 )
 
 // TestMembersUnderFaults runs members of the example rate limiter as processes of their own
@@ -127,6 +132,10 @@ type memberRun struct {
 func runMemberScenario(t *testing.T, ctx context.Context, bin string, sc memberScenario) {
 	r := &memberRun{t: t, ctx: ctx, sc: sc}
 	r.start(bin)
+	var idle []float64
+	if sc.fault == "cpu" {
+		idle = r.cpuOver(cpuWindow)
+	}
 	load := newMemberLoad(r)
 	stopLoad := load.run(ctx)
 	defer stopLoad()
@@ -136,6 +145,8 @@ func runMemberScenario(t *testing.T, ctx context.Context, bin string, sc memberS
 		r.crash(load)
 	case "roll":
 		r.roll(load)
+	case "cpu":
+		r.reportCPU(idle, r.cpuOver(cpuWindow))
 	}
 	stopLoad()
 	r.checkProcesses()
@@ -163,6 +174,9 @@ func (r *memberRun) start(bin string) {
 	}
 	if r.sc.minReplicas > 0 {
 		args = append(args, "--min-replicas", strconv.Itoa(r.sc.minReplicas))
+	}
+	if n := r.sc.slicesPerMember; n > 0 {
+		args = append(args, "--param", fmt.Sprintf("initial_slices_per_node=%d", n), "--param", fmt.Sprintf("max_slices_per_node=%d", 2*n))
 	}
 	// The first map waits for every member: made for the first alone, the passes after it
 	// would move most of it while the load starts.
