@@ -96,7 +96,7 @@ func ownerOf(owned []granted, h uint64) Grant {
 func BenchmarkOwnershipStep(b *testing.B) {
 	base := benchGranted(memberSlices)
 	moved := append([]granted(nil), base[1:]...) // the first range moves away...
-	gap := keyspace.Equal(2 * memberSlices)[1]    // ...and one it lacked comes
+	gap := keyspace.Equal(2 * memberSlices)[1]   // ...and one it lacked comes
 	moved = append([]granted{{r: gap, grant: Grant{Role: RolePrimary, Token: 9}}}, moved...)
 	o := newOwnership(DefaultConcurrentCalls)
 	o.setMap(base, 1)
