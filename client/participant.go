@@ -116,8 +116,8 @@ func (p *participant) run(ctx context.Context, what string, own func(context.Con
 	return err
 }
 
-// Slices returns the slices of the map the participant holds: as of the last delta applied
-// for a Node, of the last map for a Member.
+// Slices returns the slices of the map the member or node holds: as of the last map for a
+// Member, of the last delta applied for a Node.
 func (p *participant) Slices() []Range { return p.load.slices() }
 
 // RecordLoad counts cost (in the unit the application chooses: requests, CPU-seconds) of
@@ -128,11 +128,11 @@ func (p *participant) RecordLoad(key []byte, cost float64) {
 	}
 }
 
-// Loading reports whether point h (the Hash of a key) lies in a slice the participant is
-// loading: it holds the slice, its data is arriving and may be incomplete. During a handoff
-// (make-before-break) routers do not send reads for such a slice to it; a read that comes
-// all the same (from a router that has not caught up) is best answered "not mine yet": the
-// slice's serving replicas have the data.
+// Loading reports whether point h (the Hash of a key) lies in a slice the member or node is
+// loading: a member's application has not acquired it yet; a node's data is arriving and may
+// be incomplete. During a handoff (make-before-break) routers do not send reads for such a
+// slice to it; a read that comes all the same (from a router that has not caught up) is best
+// answered "not mine yet": the slice's serving replicas have the data.
 func (p *participant) Loading(h uint64) bool {
 	s := p.pending.Load()
 	return s.set.Contains(h) || (p.load.holds(h) && !s.held.Contains(h))
@@ -151,11 +151,11 @@ func (p *participant) Serving(key []byte) bool {
 // LoadingRanges returns the ranges being loaded, in order.
 func (p *participant) LoadingRanges() []Range { return rangesOf(p.pending.Load().set) }
 
-// Generation returns the map generation the participant has seen every slice of: of the
-// last delta applied for a Node, of the last map acted on for a Member. 0 until then.
+// Generation returns the map generation the member or node has seen every slice of: of the
+// last map acted on for a Member, of the last delta applied for a Node. 0 until then.
 func (p *participant) Generation() uint64 { return p.pending.Load().gen }
 
-// Leave takes the participant out of the map at once, so that its slices move without
+// Leave takes the member or node out of the map at once, so that its slices move without
 // waiting for its lease to lapse. Call it after Run returned, before it goes away for good;
 // Drain leaves without a failed read, LeaveFor keeps the slices through a restart.
 func (p *participant) Leave(ctx context.Context) error {
@@ -355,7 +355,7 @@ const drainPoll = 100 * time.Millisecond
 // has loaded it, and the old holder's linger over), then deregisters. Run must keep running
 // until Drain returns: it is Run that serves and lets go of the slices; cancel Run's context
 // afterwards. If ctx ends first, Drain cancels the drain and returns ctx's error: the
-// participant is still registered, and not draining (a member left draining would hold
+// member or node is still registered, and not draining (a member left draining would hold
 // nothing, also after a restart); it may go on, take slices again, or go (call Leave, or its
 // slices move when its lease lapses). The assigner refuses to drain the last node, and ends a drain when every node is
 // draining (FAILED_PRECONDITION, as when a whole cluster stops): then Drain returns that
@@ -436,8 +436,8 @@ func (p *participant) askDrain(ctx context.Context, nodes pb.NodeServiceClient) 
 	}
 }
 
-// LeaveFor tells the assigner that the participant restarts within grace with what it holds
-// intact (maintenance): rather than move its slices away and back, the assigner keeps them
+// LeaveFor tells the assigner that the member or node restarts within grace with what it
+// holds intact (maintenance): rather than move its slices away and back, the assigner keeps them
 // where they are, its lease lasting grace (capped by the assigner). Its slices have no
 // serving replica meanwhile, unless they have others: prefer Drain when reads must not fail.
 // Call it after Run returned.

@@ -1,9 +1,18 @@
-// Package client is the Go client of Sliceplane, embedded in storage nodes and routers.
+// Package client is the Go client of Sliceplane, embedded in the processes of a sharded
+// service (members and storage nodes) and in those that call them (routers).
+//
+// A member runs a Member: a process of a service that keeps its own state per key (a cache,
+// a rate limiter, a session host). It registers with the assigners, is told which ranges of
+// the key space it owns through its Application (Acquire, Release, ChangeRole), runs each
+// request under its key's grant (Member.Write, Read, UnaryServerInterceptor), and reports
+// the load it serves. docs/MEMBERS.md takes a service from go get to sharded.
 //
 // A storage node runs a Node: it registers with the assigner, pulls from its distributor the
 // deltas that bring its data up to date, applies them to the application through a Store,
-// counts the load it serves per slice and reports it. A router runs a Router to find
-// which nodes hold a key.
+// counts the load it serves per slice and reports it.
+//
+// A caller runs a Router to find which members or nodes hold a key, and routes through it:
+// GRPCDialOptions inside grpc-go, Transport for net/http, or Pick and Primary by hand.
 //
 // The data a node holds is made of items: an item has a key, a value and optional fragments
 // (an ad group and its keywords, a user and their messages), each with an ID. Items are placed

@@ -131,11 +131,12 @@ func (o *options) call(ctx context.Context, w io.Writer, key string, fn func(con
 	if o.output != "text" && o.output != "json" {
 		return usage(fmt.Errorf("--output %q: want text or json", o.output))
 	}
-	src, err := o.tls.Load()
+	tls := client.TLS{Cert: o.tls.Cert, Key: o.tls.Key, CA: o.tls.CA}
+	creds, err := tls.MemberDialOption() // the members' certificates name them as nodes
 	if err != nil {
 		return usage(err)
 	}
-	r, err := client.NewRouter(client.RouterConfig{Assigners: o.assigners, TLS: client.TLS{Cert: o.tls.Cert, Key: o.tls.Key, CA: o.tls.CA}})
+	r, err := client.NewRouter(client.RouterConfig{Assigners: o.assigners, TLS: tls})
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func (o *options) call(ctx context.Context, w io.Writer, key string, fn func(con
 	if err := r.WaitReady(ctx); err != nil {
 		return fmt.Errorf("no map from the assigners %v within %s (is an assigner running there, and has a member registered?): %w", o.assigners, o.timeout, err)
 	}
-	conn, err := grpc.NewClient("sliceplane:///ratelimit", append(client.GRPCDialOptions(r), src.DialOption("node"))...)
+	conn, err := grpc.NewClient("sliceplane:///ratelimit", append(client.GRPCDialOptions(r), creds)...)
 	if err != nil {
 		return err
 	}
