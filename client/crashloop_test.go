@@ -210,6 +210,7 @@ const narrowBound = 1.0 / 1024
 func TestAKeyOfDeathCrashesTwoMembers(t *testing.T) {
 	members := []string{"m1", "m2", "m3", "m4"}
 	t.Run("guard", func(t *testing.T) {
+		t.Parallel() // with the other: each waits on crashes most of its time
 		l := newCrashLoop(t, 0, crashLoopTTL, members...)
 		var q, first []keyspace.Range
 		var found time.Time
@@ -235,6 +236,7 @@ func TestAKeyOfDeathCrashesTwoMembers(t *testing.T) {
 		require.LessOrEqual(t, len(crashes), 2+halvings, "crashes: %v; want two to find the key, one per halving at most", crashes)
 	})
 	t.Run("no-guard", func(t *testing.T) {
+		t.Parallel()
 		l := newCrashLoop(t, -1, 0, members...)
 		start := time.Now()
 		waitFor(t, 120*time.Second, "the key of death crashes 6 times", func() bool { return len(l.crashList()) >= 6 })

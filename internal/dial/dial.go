@@ -98,9 +98,15 @@ func Options() []grpc.DialOption {
 // silent clients, and accepts the pings Options' clients send (a server that thinks a
 // client pings too often closes its connection).
 func ServerOptions() []grpc.ServerOption {
+	return serverOptions(ServerKeepaliveTime, ServerKeepaliveTimeout)
+}
+
+// serverOptions returns ServerOptions with a server that pings a client silent for ping and
+// waits wait for its answer.
+func serverOptions(ping, wait time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ServerKeepaliveTime, Timeout: ServerKeepaliveTimeout}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ping, Timeout: wait}),
 		grpc.InitialWindowSize(StreamWindow),
 		grpc.InitialConnWindowSize(ConnWindow),
 	}
