@@ -13,29 +13,24 @@ import (
 type counterFault struct {
 	name string
 	run  func(r *counterRun) (counterOutcome, error)
-	// bound is the longest a key struck may go without a primary (its longestGap), by the
-	// run's settings.
+	// bound is the longest a key struck may go without a primary, by the members' logs
+	// (primaryGaps), by the run's settings.
 	bound func(cfg counterConfig) time.Duration
 }
 
-// gapNoise is what longestGap adds to a key's time without a primary: the time from the
-// key's last answer before the fault and to its first after, its increments coming a few
-// times a second (counterRate over counterKeys).
-const gapNoise = time.Second
-
 // primaryBound bounds a fault of one primary: its keys have a primary again within its lease
-// and a second (the issue of members that stay available).
-func primaryBound(cfg counterConfig) time.Duration { return cfg.lease + time.Second + gapNoise }
+// and a second. The fault's own time counts too: a stop or a cut-off lasts twice the lease,
+// and the member may stay primary until its lease ends.
+func primaryBound(cfg counterConfig) time.Duration { return cfg.lease + time.Second }
 
 // leaderBound bounds a fault of the assigners' leader or of etcd's: a new leader takes over
 // within the session TTL, and in an exclusive cluster waits a lease before it grants a role
 // that was not given up.
-func leaderBound(cfg counterConfig) time.Duration {
-	return cfg.sessionTTL + cfg.lease + time.Second + gapNoise
-}
+func leaderBound(cfg counterConfig) time.Duration { return cfg.sessionTTL + cfg.lease + time.Second }
 
-// plannedBound bounds a planned move: a handover waits for no lease.
-func plannedBound(counterConfig) time.Duration { return time.Second + gapNoise }
+// plannedBound bounds a planned move: a handover waits for no lease, only a demotion, a
+// heartbeat and the new primary's claim of its range in PostgreSQL.
+func plannedBound(counterConfig) time.Duration { return time.Second }
 
 // counterOutcome is what a fault of the counter run did.
 type counterOutcome struct {

@@ -412,8 +412,9 @@ func (r *counterRun) finish() {
 		t.Fatal(err)
 	}
 	overlaps := countercheck.Overlaps(windows)
+	logGaps := r.checkBounds(windows)
 	t.Logf("counter report (CHAOS_SEED=%d, exclusive=%v, race=%v):\n%s", r.cfg.seed, r.ccfg.exclusive, r.cfg.race,
-		r.table(res, len(windows), len(overlaps)))
+		r.table(res, len(windows), len(overlaps), logGaps))
 	r.verdict(res, overlaps)
 	if err := r.c.scanLogs(); err != nil {
 		t.Error(err)
