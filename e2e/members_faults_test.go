@@ -3,12 +3,15 @@ package e2e_test
 import (
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/client"
 
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	ratelimitv1 "github.com/sliceplane/sliceplane/examples/ratelimit/proto/ratelimit/v1"
@@ -24,7 +27,7 @@ func (r *memberRun) ttl() time.Duration {
 }
 
 // crash kills the member that is the primary of the most keys, or stops it (SIGSTOP) for
-// five seconds past its lease and lets it go on, and measures how soon every key is served
+// four seconds past its lease and lets it go on, and measures how soon every key is served
 // again, how many requests failed, and, for a stop, whether the member answered for a key it
 // no longer owned once it went on.
 func (r *memberRun) crash(load *memberLoad) {
@@ -41,11 +44,15 @@ func (r *memberRun) crash(load *memberLoad) {
 		victim.Proc().Kill()
 		stale <- 0
 	case "stop":
+		client := r.dialStale(victim) // a client whose connection to the member predates the stop
+		defer client.Close()
 		signal(t, victim, syscall.SIGSTOP)
 		go func() {
-			time.Sleep(r.ttl() + 5*time.Second) // the fault itself: the member is stopped this long
+			time.Sleep(r.ttl() + time.Second) // the member's lease has lapsed, its keys are others'
+			answered := r.staleAnswers(victim, client, owned, 4*time.Second+r.ttl())
+			time.Sleep(3 * time.Second) // the fault itself: the member is stopped this long
 			signal(t, victim, syscall.SIGCONT)
-			stale <- r.staleAnswers(victim, owned)
+			stale <- <-answered
 		}()
 	}
 	outages := load.probe(r.ctx, probed, t0)
@@ -90,40 +97,51 @@ func logFailures(r *memberRun, fs []failure) {
 	}
 }
 
-// staleAnswers sends requests for keys straight to member m, as a client with an old map
-// would, for two seconds from its SIGCONT, and counts those it answered for a key whose
-// primary the router names another member by then: m's lease ended while it was stopped,
-// so it must not take them.
-func (r *memberRun) staleAnswers(m *kvcluster.Member, keys []string) int {
+// dialStale returns a connection straight to member m, made and used once, as a client's
+// that routed by the map of the moment and keeps its connection.
+func (r *memberRun) dialStale(m *kvcluster.Member) *grpc.ClientConn {
 	files, err := r.pki.Issue("router", "members-stale")
 	if err != nil {
-		r.t.Error(err)
-		return 0
+		r.t.Fatal(err)
 	}
 	src, err := files.Load()
 	if err != nil {
-		r.t.Error(err)
-		return 0
+		r.t.Fatal(err)
 	}
 	conn, err := grpc.NewClient(m.Addr, src.DialOption("node"))
 	if err != nil {
-		r.t.Error(err)
-		return 0
+		r.t.Fatal(err)
 	}
-	defer conn.Close()
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := ratelimitv1.NewRateLimitServiceClient(conn).Peek(ctx, &ratelimitv1.PeekRequest{Key: "stale"}, grpc.WaitForReady(true)); err != nil &&
+		!client.IsNotOwner(err) {
+		r.t.Fatalf("connecting to %s: %v", m.ID, err)
+	}
+	return conn
+}
+
+// staleAnswers sends, on conn, a request for each of keys straight to member m while it is
+// stopped past its lease, as a client with an old map would: they wait in the connection and
+// reach m as it goes on. It returns, once they ended (within deadline), how many m answered
+// for a key whose primary the router names another member by then: none may be.
+func (r *memberRun) staleAnswers(m *kvcluster.Member, conn *grpc.ClientConn, keys []string, deadline time.Duration) <-chan int {
 	svc := ratelimitv1.NewRateLimitServiceClient(conn)
-	wrong := 0
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
-		for _, key := range keys {
-			ctx, cancel := context.WithTimeout(r.ctx, 200*time.Millisecond)
+	out := make(chan int, 1)
+	var wrong atomic.Int64
+	var wg sync.WaitGroup
+	for _, key := range keys {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(r.ctx, deadline)
+			defer cancel()
 			_, err := svc.Take(ctx, &ratelimitv1.TakeRequest{Key: key})
-			cancel()
 			if rep, perr := r.router.Primary([]byte(key)); err == nil && perr == nil && rep.ID != m.ID {
-				wrong++
+				wrong.Add(1)
 			}
-		}
+		})
 	}
-	return wrong
+	go func() { wg.Wait(); out <- int(wrong.Load()) }()
+	return out
 }
 
 // roll restarts every member in turn (SIGTERM: it drains, then starts again), under the
