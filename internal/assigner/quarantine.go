@@ -49,11 +49,12 @@ type acquisition struct {
 	at time.Time
 }
 
-// crash is a node whose lease lapsed at a time, with what it had acquired within the window.
+// crash is a node whose lease lapsed at a time, with what it had acquired within the window,
+// and when.
 type crash struct {
 	node   assignment.NodeID
 	at     time.Time
-	ranges []keyspace.Range
+	ranges []acquisition
 }
 
 // guarded reports whether the quarantine guard is on: a negative CoreConfig.QuarantineWindow
@@ -155,7 +156,7 @@ func (c *Core) detectCrashes(gone []assignment.NodeID, now time.Time) ([]crash, 
 		k := crash{node: id, at: now}
 		for _, a := range c.qw.acquired[id] {
 			if now.Sub(a.at) <= w {
-				k.ranges = append(k.ranges, a.r)
+				k.ranges = append(k.ranges, a)
 			}
 		}
 		if len(k.ranges) == 0 {
@@ -169,7 +170,12 @@ func (c *Core) detectCrashes(gone []assignment.NodeID, now time.Time) ([]crash, 
 	return crashes, found
 }
 
-// overlaps appends to found the ranges both crashes suspect, but those quarantined already.
+// overlaps appends to found the ranges both crashes suspect, but those quarantined already:
+// what p, the earlier, acquired within the window and k acquired after p crashed. A key of
+// death walks so: the first crash hands its range on, and the next holder crashes on it.
+// Two members that crash together (a lost rack, a kill of several) had each acquired
+// whatever they hold before either crashed, and quarantine nothing: without that rule, two
+// members killed a few seconds after a cold start took a third of the key space off all.
 func (c *Core) overlaps(p, k crash, found []store.Quarantine, now time.Time) []store.Quarantine {
 	taken := func(r keyspace.Range) bool {
 		in := func(q store.Quarantine) bool { return q.Range.Overlaps(r) }
@@ -177,7 +183,10 @@ func (c *Core) overlaps(p, k crash, found []store.Quarantine, now time.Time) []s
 	}
 	for _, a := range p.ranges {
 		for _, b := range k.ranges {
-			if o, ok := a.Intersect(b); ok && !taken(o) {
+			if b.at.Before(p.at) {
+				continue
+			}
+			if o, ok := a.r.Intersect(b.r); ok && !taken(o) {
 				found = append(found, store.Quarantine{Range: o, Since: now, Nodes: []assignment.NodeID{p.node, k.node}})
 			}
 		}
@@ -434,6 +443,6 @@ func (c *Core) unquarantine(ref SliceRef) (*change, keyspace.Range, error) {
 // forgetLifted drops the crashes remembered on a range whose quarantine was lifted.
 func (c *Core) forgetLifted(r keyspace.Range) {
 	for i := range c.qw.crashes {
-		c.qw.crashes[i].ranges = slices.DeleteFunc(slices.Clone(c.qw.crashes[i].ranges), r.Overlaps)
+		c.qw.crashes[i].ranges = slices.DeleteFunc(slices.Clone(c.qw.crashes[i].ranges), func(a acquisition) bool { return r.Overlaps(a.r) })
 	}
 }
