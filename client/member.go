@@ -192,13 +192,19 @@ func (m *Member) Grant(key []byte) (Grant, bool) {
 // that map (the member re-registered after it had lapsed, and acts on an older map, whose
 // roles the assigner may have given to others meanwhile).
 func (m *Member) leasedGrant(g Grant, gen uint64) Grant {
-	if g.Role != RolePrimary {
-		return g
-	}
-	if ok, _, since := m.lease.valid(time.Now()); !ok || gen < since {
+	if g.Role == RolePrimary && !m.covered(gen) {
 		return Grant{Role: RoleSecondary}
 	}
 	return g
+}
+
+// covered reports whether the member's lease covers the map of generation gen now: it is
+// valid and began no later than that map; always in a cluster that is not exclusive. Past
+// it, in an exclusive cluster, the member serves no read either: the assigner may have taken
+// it out, and its ranges are others' by now.
+func (m *Member) covered(gen uint64) bool {
+	ok, _, since := m.lease.valid(time.Now())
+	return ok && gen >= since
 }
 
 // Serving reports whether the member's application serves key now, in any role (Grant).
@@ -210,7 +216,10 @@ func (m *Member) Serving(key []byte) bool {
 // Read runs fn with the grant of key, if the member serves key in any role; otherwise it
 // returns a *NotOwnerError (ErrNotOwner) and does not run fn. A read of a key the member is
 // acquiring waits for the acquire, until ctx ends. A release of key's range waits until fn
-// has returned, so that fn never reads data the application dropped meanwhile.
+// has returned, so that fn never reads data the application dropped meanwhile. In an
+// exclusive cluster a member past its lease (it was paused, or cut off) serves no read
+// either. A secondary answers with what it holds: a read that must see every write
+// acknowledged goes to the primary (routed with WithWriteKey, run with Write).
 func (m *Member) Read(ctx context.Context, key []byte, fn func(Grant) error) error {
 	return m.under(ctx, key, false, fn)
 }
@@ -232,7 +241,7 @@ func (m *Member) Write(ctx context.Context, key []byte, fn func(Grant) error) er
 func (m *Member) under(ctx context.Context, key []byte, write bool, fn func(Grant) error) error {
 	h := Hash(key)
 	ok := func(g Grant, held bool, gen uint64) (Grant, bool) {
-		if !held {
+		if !held || !write && !m.covered(gen) {
 			return Grant{}, false
 		}
 		g = m.leasedGrant(g, gen)

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -72,7 +73,8 @@ type RouterStats struct {
 	// (421); the connection of an idempotent call broke before an answer came.
 	NotSent, NotOwner, Broken uint64
 	// Expired is the number of calls whose context ended while they waited to be tried
-	// again (DeadlineExceeded or Canceled).
+	// again, or for the answer of a replica that did not give one (a member that hangs):
+	// DeadlineExceeded or Canceled.
 	Expired uint64
 }
 
@@ -150,11 +152,17 @@ func (r *Router) awaitStart(ctx context.Context) bool {
 // having waited as the rule says; if not, the error the call ends with, or nil for the try's
 // own outcome.
 func (rt *retrier) after(ctx context.Context, t try) (bool, error) {
-	if t.err != nil && ctx.Err() != nil && rt.tries > 0 {
-		// A try again that ran into the call's end failed for it, maybe before it could
-		// meet anything: what kept the call from an answer is what the tries before met.
+	if t.err != nil && ctx.Err() != nil {
 		rt.r.stats.expired.Add(1)
-		return false, expired(ctx, rt.last)
+		if t.cause == noRetry && t.to != nil {
+			return false, unanswered(ctx, t) // it went out, and its replica did not answer
+		}
+		if rt.tries > 0 {
+			// A try again that ran into the call's end failed for it, maybe before it could
+			// meet anything: what kept the call from an answer is what the tries before met.
+			return false, expired(ctx, rt.last)
+		}
+		return false, t.err
 	}
 	if t.cause == noRetry {
 		return false, nil
@@ -278,6 +286,13 @@ func expired(ctx context.Context, t try) error {
 		until = " until the call was canceled: "
 	}
 	msg := "client: " + causeText[t.cause] + until + unprefixed(t.err)
+	return &callError{code: status.FromContextError(ctx.Err()).Code(), msg: msg, errs: []error{ctx.Err(), t.err}}
+}
+
+// unanswered returns the error of a call whose context ended before the replica its last try
+// went to answered (a member that hangs: stopped, or its machine cut off), naming the replica.
+func unanswered(ctx context.Context, t try) error {
+	msg := fmt.Sprintf("client: %s at %s did not answer before the call ended: %s", t.to.ID, t.to.Address, unprefixed(t.err))
 	return &callError{code: status.FromContextError(ctx.Err()).Code(), msg: msg, errs: []error{ctx.Err(), t.err}}
 }
 

@@ -474,7 +474,7 @@ func TestACallBeforeTheFirstMapWaitsForIt(t *testing.T) {
 			require.NoError(t, err)
 			close(r.started) // the test feeds it maps as Run would
 			call := p.caller(t, r)
-			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second) // room to connect first
 			defer cancel()
 			err = call(ctx, leftKey(t), false)
 			assertExpired(t, err, codes.DeadlineExceeded, "client: the call could not be sent until the deadline: ")
@@ -748,4 +748,48 @@ func TestTheBalancerNeverHandsGRPCAnErrorPicker(t *testing.T) {
 		assert.Equal(t, noRouteReason, reasonOf(err), "the call is not sent, to be tried again: %v", err)
 	}
 	assert.Same(t, ready, rec.pickers[2], "the key picker's own pickers pass")
+}
+
+// TestACallToAMemberThatHangsSaysWhich sends a call to a member that takes it and never
+// answers (stopped): at the call's deadline it ends with DeadlineExceeded naming the member,
+// and the router counts it as expired.
+func TestACallToAMemberThatHangsSaysWhich(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			hang := make(chan struct{})
+			defer close(hang)
+			addr := hangingMember(t, p.name, hang)
+			r := newTestRouter(t, RoundRobin, everywhere(t, "x"), map[assignment.NodeID]nodeInfo{"x": {address: addr, capacity: 1}})
+			call := p.caller(t, r)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second) // room to connect first
+			defer cancel()
+			err := call(ctx, leftKey(t), true)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Contains(t, err.Error(), "client: x at "+addr+" did not answer before the call ended")
+			require.Equal(t, codes.DeadlineExceeded, status.Code(err))
+			require.Equal(t, uint64(1), r.Stats().Expired)
+		})
+	}
+}
+
+// hangingMember starts a member's server, gRPC or HTTP, that takes every call and answers
+// none until hang is closed; it returns its address.
+func hangingMember(t *testing.T, kind string, hang chan struct{}) string {
+	t.Helper()
+	if kind == "http" {
+		srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-hang }))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	// A stopped process heeds no deadline: the caller's own ends the call.
+	srv := grpc.NewServer(grpc.UnaryInterceptor(func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+		<-hang
+		return nil, errors.New("resumed")
+	}))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis) //nolint:errcheck // it returns when stopped
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
 }
