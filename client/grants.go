@@ -232,9 +232,9 @@ func GrantFrom(ctx context.Context) (Grant, bool) {
 }
 
 // MapGenerationHeader is the HTTP header in which Transport says the generation of the map it
-// routed a request by; mapGenerationKey is the gRPC metadata key GRPCDialOptions says it in.
-// A member whose own map is older, asked for a key it does not own, waits for its map to
-// catch up before it answers NotOwner: the caller's map may already say the key is its.
+// routed a request by (GRPCDialOptions says it in the call's metadata). A member whose own
+// map is older, asked for a key it does not own, waits for its map to catch up before it
+// answers NotOwner: the caller's map may already say the key is its (HTTPContext reads it).
 const (
 	MapGenerationHeader = "Sliceplane-Map-Generation"
 	mapGenerationKey    = "sliceplane-map-generation"

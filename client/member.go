@@ -262,7 +262,7 @@ func (m *Member) under(ctx context.Context, key []byte, write bool, fn func(Gran
 // Ready reports whether the member takes part in the cluster: an assigner took its
 // registration and its router has a map. For a readiness probe: a member not ready owns
 // nothing yet.
-func (m *Member) Ready() bool { return m.registeredOnce.Load() && m.router.Generation() > 0 }
+func (m *Member) Ready() bool { return m.registeredOnce.Load() && m.router.view.Load() != nil }
 
 // WaitReady waits until the member is Ready, or ctx ends.
 func (m *Member) WaitReady(ctx context.Context) error {
@@ -412,7 +412,7 @@ const LogLeaseEnded = "the lease on primary roles ended unrenewed: demoting the 
 func (m *Member) reconcile(own *ownership, inflight *calls, leaseEnd time.Time) time.Time {
 	want, gen, list, end := m.owned(time.Now())
 	m.load.setSlices(list)
-	for _, id := range own.setMap(want, gen) {
+	for _, id := range own.setMap(want, gen, time.Now()) {
 		inflight.cancel[id]()
 	}
 	if end.IsZero() && !leaseEnd.IsZero() {
@@ -529,7 +529,8 @@ func untilRetry(own *ownership, leaseEnd time.Time) time.Duration {
 type KeyFunc func(fullMethod string, req any) (key []byte, write, ok bool)
 
 // UnaryServerInterceptor returns the interceptor that runs each call of the member's gRPC
-// service that keyOf knows under its key's grant: a write through Write, a read through
+// service that keyOf knows under its key's grant (it records no load: the handler says what
+// a call cost, with RecordLoad): a write through Write, a read through
 // Read, so that a call for a key the member does not own in the role it needs is answered
 // NotOwner (the caller's GRPCDialOptions interceptor sends it again where the map says)
 // and a demotion or release of the key's range waits for the calls running under it. The

@@ -297,3 +297,14 @@ func TestARouterSaysWhyItHasNoMap(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Contains(t, err.Error(), "the last watch:")
 }
+
+// TestAMemberIsReadyOnAFreshCluster starts one member in a new cluster, with no load: it is
+// Ready once registered and given the first map, whose generation is 0.
+func TestAMemberIsReadyOnAFreshCluster(t *testing.T) {
+	c := clustertest.New(t, clustertest.Options{})
+	m := startMember(t, c, "m1", &app{}, 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, m.WaitReady(ctx))
+	require.True(t, m.Ready())
+}

@@ -99,7 +99,7 @@ func BenchmarkOwnershipStep(b *testing.B) {
 	gap := keyspace.Equal(2 * memberSlices)[1]   // ...and one it lacked comes
 	moved = append([]granted{{r: gap, grant: Grant{Role: RolePrimary, Token: 9}}}, moved...)
 	o := newOwnership(DefaultConcurrentCalls)
-	o.setMap(base, 1)
+	o.setMap(base, 1, time.Unix(0, 0))
 	settle(o)
 	g := newGuards()
 	now := time.Unix(0, 0)
@@ -110,7 +110,7 @@ func BenchmarkOwnershipStep(b *testing.B) {
 		if gen%2 == 0 {
 			want = base
 		}
-		o.setMap(want, gen)
+		o.setMap(want, gen, now)
 		for _, c := range o.next(now) {
 			g.publish(o.serving(), o.gen)
 			o.done(c.id, nil, now)

@@ -150,13 +150,22 @@ func newOwnership(limit int) *ownership {
 	return &ownership{calls: map[uint64]*appCall{}, limit: max(limit, 1), backoff: minAcquireBackoff}
 }
 
-// setMap takes the member's ranges of the map of generation gen, sorted and disjoint. It
-// returns the calls in flight to cancel: an acquire or promotion of points the map no
+// setMap takes the member's ranges of the map of generation gen, sorted and disjoint, at
+// now. It returns the calls in flight to cancel: an acquire or promotion of points the map no
 // longer gives, or a promotion of points it no longer gives as that primary. An acquire in
-// another role than the map gives now goes on: it is the change of role that follows.
-func (o *ownership) setMap(want []granted, gen uint64) (cancel []uint64) {
+// another role than the map gives now goes on: it is the change of role that follows. A new
+// map brings a failed acquire or promotion forward to the least backoff: what made it fail
+// (an old holder to load from that died) may have changed with the map, and a backoff grown
+// to seconds would keep the range from everyone for as long.
+func (o *ownership) setMap(want []granted, gen uint64, now time.Time) (cancel []uint64) {
+	newMap := gen != o.gen
 	o.gen = gen
 	o.segs = overlay(o.segs, want)
+	for i := range o.segs {
+		if s := &o.segs[i]; newMap && s.retryAt.After(now.Add(minAcquireBackoff)) {
+			s.retryAt = now.Add(minAcquireBackoff)
+		}
+	}
 	for _, s := range o.segs {
 		c := o.calls[s.call]
 		if c == nil || c.cancelled || !c.retried() {

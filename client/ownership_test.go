@@ -26,7 +26,8 @@ import (
 //	limit n=N         start over with an ownership that makes at most N calls at once
 //	                  (each script starts with 1)
 //	map gen=G         input: "ROLE RANGE" lines (replica, primary[:TOKEN], secondary); prints
-//	                  the calls in flight it cancels
+//	                  the calls in flight it cancels (a new generation brings a failed call
+//	                  forward to the least backoff)
 //	next [+D]         D passes (default none), then the calls due, each "#ID call"
 //	done [call=ID] [err=E]
 //	                  the application's answer to call ID (default: the only one in flight)
@@ -54,7 +55,7 @@ func ownershipStep(t *testing.T, o **ownership, now *time.Time, d *datadriven.Te
 		*o = newOwnership(n)
 		return "ok\n", nil
 	case "map":
-		return mapStep(t, *o, d)
+		return mapStep(t, *o, *now, d)
 	case "next":
 		if len(d.CmdArgs) > 0 {
 			dur, err := time.ParseDuration(strings.TrimPrefix(d.CmdArgs[0].Key, "+"))
@@ -84,7 +85,7 @@ func ownershipStep(t *testing.T, o **ownership, now *time.Time, d *datadriven.Te
 }
 
 // mapStep steps a map in: its input lines, sorted, each point once.
-func mapStep(t *testing.T, o *ownership, d *datadriven.TestData) (string, error) {
+func mapStep(t *testing.T, o *ownership, now time.Time, d *datadriven.TestData) (string, error) {
 	var gen uint64
 	d.ScanArgs(t, "gen", &gen)
 	var want []granted
@@ -109,7 +110,7 @@ func mapStep(t *testing.T, o *ownership, d *datadriven.TestData) (string, error)
 		want = append(want, granted{r: r, grant: g})
 	}
 	slices.SortFunc(want, func(a, b granted) int { return cmp.Compare(a.r.Start, b.r.Start) })
-	cancel := o.setMap(want, gen)
+	cancel := o.setMap(want, gen, now)
 	if len(cancel) == 0 {
 		return "ok\n", nil
 	}
