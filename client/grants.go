@@ -232,9 +232,11 @@ func GrantFrom(ctx context.Context) (Grant, bool) {
 }
 
 // MapGenerationHeader is the HTTP header in which Transport says the generation of the map it
-// routed a request by (GRPCDialOptions says it in the call's metadata). A member whose own
-// map is older, asked for a key it does not own, waits for its map to catch up before it
-// answers NotOwner: the caller's map may already say the key is its (HTTPContext reads it).
+// routed a request by (GRPCDialOptions says it in the call's metadata), while that map is
+// less than a second old. A member whose own map is older, asked for a key it does not own,
+// waits for its map to catch up before it answers NotOwner: the caller's map may already
+// say the key is its (HTTPContext reads it). Calls routed by an older map leave it out, and
+// cost nothing for it: every member has had the time to take the map.
 const (
 	MapGenerationHeader = "Sliceplane-Map-Generation"
 	mapGenerationKey    = "sliceplane-map-generation"

@@ -191,7 +191,10 @@ func retryUnrouted(r *Router) grpc.UnaryClientInterceptor {
 		}
 		at := &tryCtx{key: k}
 		for {
-			at.Context = withMapGeneration(ctx, r.Generation())
+			at.Context = ctx
+			if gen, ok := r.freshGeneration(); ok {
+				at.Context = withMapGeneration(ctx, gen)
+			}
 			at.route.Store(nil)
 			at.to.Store(nil)
 			err := invoker(at, method, req, reply, cc, opts...)

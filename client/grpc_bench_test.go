@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/balancer"
@@ -18,7 +19,9 @@ import (
 // BenchmarkGRPCRouting measures what routing by key adds to a grpc-go call: the same unary
 // call on loopback, over a ClientConn dialled straight to the server ("direct") and over one
 // made with GRPCDialOptions, its key set with WithWriteKey ("routed", the context made
-// once; "routed-new-context" makes it per call, as most callers will). "pick" is the
+// once; "routed-new-context" makes it per call, as most callers will), under a map older
+// than freshMapFor; "routed-fresh-map" under a map just taken, whose generation each call
+// says. "pick" is the
 // picker alone, for a streaming call's context; "pick-unary" for the context the interceptor
 // gives it, in which it records its choice.
 func BenchmarkGRPCRouting(b *testing.B) {
@@ -63,9 +66,18 @@ func BenchmarkGRPCRouting(b *testing.B) {
 		}
 	}
 	keyed := WithWriteKey(context.Background(), key)
+	mapAged := func(age time.Duration) {
+		v := *r.view.Load()
+		v.since = time.Now().Add(-age)
+		r.view.Store(&v)
+	}
+	mapAged(freshMapFor)
 	b.Run("direct", run(direct, context.Background))
 	b.Run("routed", run(routed, func() context.Context { return keyed }))
 	b.Run("routed-new-context", run(routed, func() context.Context { return WithWriteKey(context.Background(), key) }))
+	mapAged(-time.Hour) // fresh throughout the run
+	b.Run("routed-fresh-map", run(routed, func() context.Context { return keyed }))
+	mapAged(freshMapFor)
 	pick := func(ctx context.Context) func(*testing.B) {
 		return func(b *testing.B) {
 			p := &keyPicker{r: r, conns: map[string]balancer.SubConn{addr: nil}}

@@ -289,10 +289,13 @@ func (m *Member) Router() *Router { return m.router }
 // held: it should stop serving.
 func (m *Member) Run(ctx context.Context) error { return m.run(ctx, "Member", m.follow) }
 
-// result is an application's answer to call id.
+// result is an application's answer to call id, with how long the call waited for the
+// requests running under the grant it took away (guard) and how long the application took
+// (app): the rest of the call's time is the member's own.
 type result struct {
-	id  uint64
-	err error
+	id         uint64
+	err        error
+	guard, app time.Duration
 }
 
 // calls are the application's calls in flight, each on a goroutine of its own, and how to
@@ -363,7 +366,11 @@ func (m *Member) taken(own *ownership, inflight *calls, res result) {
 func (m *Member) start(ctx context.Context, c appCall, inflight *calls) {
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	inflight.cancel[c.id] = cancel
-	inflight.wg.Go(func() { inflight.results <- result{id: c.id, err: m.invoke(cctx, c)} })
+	inflight.wg.Go(func() {
+		res := result{id: c.id}
+		res.err = m.invoke(cctx, c, &res)
+		inflight.results <- res
+	})
 }
 
 // stop cancels the calls in flight and waits for them.
@@ -381,17 +388,22 @@ var errNotPromoted = errors.New("client: not made primary: the call's context or
 // invoke makes one call of the application. A call that would make the application primary
 // is not made once its context or the lease has ended (a process paused between deciding it
 // and making it): ownership tries it again, if the map still wants it. A call that takes a
-// grant away first waits for the requests running under it (Read, Write).
-func (m *Member) invoke(ctx context.Context, c appCall) error {
+// grant away first waits for the requests running under it (Read, Write). It times both
+// parts into res.
+func (m *Member) invoke(ctx context.Context, c appCall, res *result) error {
 	r := rangeOf(c.rng)
 	if c.promotes() && (ctx.Err() != nil || !m.Leased()) {
 		return errNotPromoted
 	}
 	if c.kind == callRelease || c.demotes {
+		start := time.Now()
 		if err := m.guards.wait(ctx, c.rng, c.kind == callRelease); err != nil {
 			m.log.Warn("the requests in flight did not end before the call's deadline; making it all the same", "call", c.String(), "err", err)
 		}
+		res.guard = time.Since(start)
 	}
+	start := time.Now()
+	defer func() { res.app = time.Since(start) }()
 	switch c.kind {
 	case callAcquire:
 		return m.cfg.App.Acquire(ctx, r, c.grant)
@@ -428,7 +440,7 @@ func (m *Member) answered(own *ownership, res result) {
 	if c == nil {
 		return
 	}
-	attrs := c.attrs(time.Now())
+	attrs := append(c.attrs(time.Now()), "guard", res.guard, "app", res.app)
 	switch {
 	case res.err == nil:
 		m.log.Info(LogOwnershipChanged, attrs...)
@@ -442,8 +454,9 @@ func (m *Member) answered(own *ownership, res result) {
 }
 
 // LogOwnershipChanged is the message a member logs when its application has taken a call
-// that changes what it owns, with the call's attributes (appCall.attrs): a checker of
-// handovers reads it.
+// that changes what it owns, with the call's attributes (appCall.attrs), how long it waited
+// for the requests in flight under the grant it took away ("guard") and how long the
+// application took ("app"): a checker of handovers reads it.
 const LogOwnershipChanged = "ownership changed"
 
 // owned returns the member's ranges in the router's map at now, in order, each with its

@@ -39,11 +39,12 @@ import (
 )
 
 // fakeMember is a member's server, gRPC or HTTP, that counts the calls it gets and answers
-// NotOwner (421) while refuse is set.
+// NotOwner (421) while refuse is set; gen is the map generation the last call said (0: none).
 type fakeMember struct {
 	addr   string
 	calls  atomic.Int64
 	refuse atomic.Bool
+	gen    atomic.Uint64
 }
 
 // grpcMember starts a fake member serving the gRPC health service.
@@ -54,6 +55,7 @@ func grpcMember(t *testing.T) *fakeMember {
 	m := &fakeMember{addr: lis.Addr().String()}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		m.calls.Add(1)
+		m.gen.Store(callerGenerationOf(ctx))
 		if m.refuse.Load() {
 			return nil, NotOwner([]byte("k"))
 		}
@@ -69,8 +71,9 @@ func grpcMember(t *testing.T) *fakeMember {
 func httpMember(t *testing.T) *fakeMember {
 	t.Helper()
 	m := &fakeMember{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.calls.Add(1)
+		m.gen.Store(callerGenerationOf(HTTPContext(r)))
 		if m.refuse.Load() {
 			http.Error(w, "not mine", http.StatusMisdirectedRequest)
 			return
@@ -285,6 +288,28 @@ func TestRetryWaitsForTheKeysRoute(t *testing.T) {
 			assert.Contains(t, []uint64{tries - 1, tries}, st.NotOwner, "every try again counted: %+v", st)
 			st.NotOwner = 0
 			assert.Equal(t, RouterStats{Retried: 1, Expired: 1}, st)
+		})
+	}
+}
+
+// TestCallsSayTheMapGenerationWhileTheMapIsFresh sends a call under a map just taken, and
+// one under the same map aged past freshMapFor: the first says the map's generation to the
+// member, which may not have the map yet; the second, sent when every member has had the
+// time to take it, leaves it out.
+func TestCallsSayTheMapGenerationWhileTheMapIsFresh(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			rig := newRetryRig(t, p.member, p.caller)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			require.NoError(t, rig.feed.set(assignment.Slice{Replicas: ids("x")}, assignment.Slice{Replicas: ids("y")}))
+			require.NoError(t, rig.call(ctx, rig.key, true))
+			assert.Equal(t, uint64(2), rig.x.gen.Load(), "a call under a fresh map says its generation")
+			aged := *rig.r.view.Load()
+			aged.since = time.Now().Add(-freshMapFor)
+			rig.r.view.Store(&aged)
+			require.NoError(t, rig.call(ctx, rig.key, true))
+			assert.Zero(t, rig.x.gen.Load(), "a call under a map older than %s says nothing of it", freshMapFor)
 		})
 	}
 }

@@ -154,6 +154,9 @@ type view struct {
 	sets   []*replicaSet
 	pos    quantum.Position
 	clock  uint64
+	// since is when the router took the map's generation: a map younger than freshMapFor
+	// may be newer than its members'.
+	since time.Time
 }
 
 // setOf returns the replica set of the slice holding key: the key's route.
@@ -350,6 +353,21 @@ func (r *Router) Generation() uint64 {
 		return v.a.Generation()
 	}
 	return 0
+}
+
+// freshMapFor is how long after its map changed a router's calls say the map's generation
+// to the member they reach (MapGenerationHeader): long enough for every member to have the
+// map too, so that calls routed by an older map need not carry it.
+const freshMapFor = time.Second
+
+// freshGeneration returns the generation of the router's map and whether the map is younger
+// than freshMapFor.
+func (r *Router) freshGeneration() (uint64, bool) {
+	v := r.view.Load()
+	if v == nil || time.Since(v.since) >= freshMapFor {
+		return 0, false
+	}
+	return v.a.Generation(), true
 }
 
 // Clock returns the Lamport clock of the last quantum applied: the map reflects every
@@ -555,6 +573,11 @@ func (r *Router) apply(q quantum.Quantum) error {
 
 // publish makes v the view that lookups read. r.mu must be held.
 func (r *Router) publish(v *view) {
+	if prev := r.view.Load(); prev != nil && prev.a.Generation() == v.a.Generation() {
+		v.since = prev.since
+	} else {
+		v.since = time.Now()
+	}
 	prev := r.view.Swap(v)
 	if prev == nil {
 		close(r.ready)

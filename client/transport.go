@@ -100,7 +100,9 @@ func (t *Transport) try(req *http.Request, base http.RoundTripper, key []byte, w
 	}
 	out := req.Clone(req.Context())
 	out.URL.Host, out.Host = rep.Address, ""
-	out.Header.Set(MapGenerationHeader, strconv.FormatUint(t.Router.Generation(), 10))
+	if gen, ok := t.Router.freshGeneration(); ok {
+		out.Header.Set(MapGenerationHeader, strconv.FormatUint(gen, 10))
+	}
 	if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
 		if out.Body, err = req.GetBody(); err != nil {
 			tr.err = fmt.Errorf("client: reading the request's body again: %w", err)

@@ -37,7 +37,7 @@ func (r *memberRun) crash(load *memberLoad) {
 	if len(probed) > 1000 { // the victim's keys: the others were answered all along
 		probed = owned
 	}
-	t0 := time.Now()
+	t0, before := time.Now(), r.router.Stats()
 	stale := make(chan int, 1)
 	switch r.sc.fault {
 	case "kill":
@@ -72,6 +72,10 @@ func (r *memberRun) crash(load *memberLoad) {
 	t.Logf("%s: requests answered %d, failed %d (%d of them started within a deadline before the fault or after it); "+
 		"answers from the stopped member for keys it no longer owned: %d; lease %s, bound %s",
 		r.sc.name, answered, failed, len(since), staleAnswers, r.ttl(), r.sc.bound)
+	after := r.router.Stats()
+	t.Logf("%s: the router's tries again since the fault (load and probes): %d after NotOwner, %d not sent, %d after a "+
+		"broken connection, over %d calls; %d calls expired", r.sc.name, after.NotOwner-before.NotOwner,
+		after.NotSent-before.NotSent, after.Broken-before.Broken, after.Retried-before.Retried, after.Expired-before.Expired)
 	logFailures(r, since)
 	if worst > r.sc.bound {
 		t.Errorf("%s: a key was served again %s after the fault, past the bound of %s", r.sc.name, worst.Round(time.Millisecond), r.sc.bound)
@@ -171,8 +175,9 @@ func (r *memberRun) roll(load *memberLoad) {
 	t.Logf("%s: a rolling restart of %d members: requests answered %d, failed %d; no primary (a demotion's start to the "+
 		"promotion's end): %s; releases checked %d, before the new primary took the role %d",
 		r.sc.name, len(r.members), answered, len(failed), showQuantiles(h.windows), h.releases, len(h.early))
-	t.Logf("%s: the members' application calls, from their start to the handling of their answer (the rate limiter's take "+
-		"microseconds): %s", r.sc.name, showQuantiles(h.calls))
+	t.Logf("%s: the members' application calls, from their start to the handling of their answer: %s; of it the library's "+
+		"own, without the wait for requests in flight and the application's time: %s", r.sc.name, showQuantiles(h.calls),
+		showQuantiles(h.own))
 	logFailures(r, failed)
 	for _, l := range h.longest {
 		t.Logf("longest without a primary: %s", l)

@@ -28,6 +28,8 @@ type ownershipLine struct {
 	Demotes bool      `json:"demotes"`
 	Started time.Time `json:"started"`
 	Took    int64     `json:"took"` // nanoseconds, as slog's JSON writes a duration
+	Guard   int64     `json:"guard"`
+	App     int64     `json:"app"`
 }
 
 // ownershipEvent is one application call of a member, from its start to its end.
@@ -37,7 +39,9 @@ type ownershipEvent struct {
 	demotes    bool
 	r          keyspace.Range
 	start, end time.Time
-	took       time.Duration
+	// took is the call's time from its start to the member's handling of its answer, of
+	// which guard waited for requests in flight and app was the application's.
+	took, guard, app time.Duration
 }
 
 func (e ownershipEvent) String() string {
@@ -56,8 +60,9 @@ type handovers struct {
 	releases int
 	early    []string
 	// calls is how long each call took, from its start to the member's handling of its
-	// answer: for an application that answers at once, the library's own time.
-	calls []time.Duration
+	// answer; own is the library's part of it, without the wait for requests in flight and
+	// the application's time.
+	calls, own []time.Duration
 }
 
 // readHandovers reads the members' logs at paths.
@@ -74,6 +79,7 @@ func readHandovers(paths []string) (handovers, error) {
 	h := handovers{releases: countReleases(events), early: earlyReleases(events)}
 	for _, e := range events {
 		h.calls = append(h.calls, e.took)
+		h.own = append(h.own, e.took-e.guard-e.app)
 	}
 	h.windows, h.longest = windows(events)
 	return h, nil
@@ -99,7 +105,7 @@ func readOwnership(path string) ([]ownershipEvent, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		out = append(out, ownershipEvent{member: l.Node, kind: l.Kind, role: l.Role, demotes: l.Demotes, r: r, start: l.Started, end: l.Time,
-			took: time.Duration(l.Took)})
+			took: time.Duration(l.Took), guard: time.Duration(l.Guard), app: time.Duration(l.App)})
 	}
 	return out, sc.Err()
 }
