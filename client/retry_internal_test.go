@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
@@ -451,6 +452,45 @@ func TestRetryEndsAtTheDeadlineSayingWhy(t *testing.T) {
 		assert.Contains(t, err.Error(), "connection refused")
 		assert.Positive(t, r.Stats().NotSent)
 	})
+}
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestARequestStillDialingAtItsDeadlineWasNotSent: a request whose connection is refused,
+// then still dialing (no connection yet) when its deadline comes, ends saying it could not
+// be sent, with what the try before met; once it has a connection and no answer comes, it
+// names the replica that did not answer.
+func TestARequestStillDialingAtItsDeadlineWasNotSent(t *testing.T) {
+	for _, connects := range []bool{false, true} {
+		t.Run(fmt.Sprintf("connected=%t", connects), func(t *testing.T) {
+			r := newTestRouter(t, RoundRobin, everywhere(t, "far"), map[assignment.NodeID]nodeInfo{"far": {address: "127.0.0.1:1", capacity: 1}})
+			var tries atomic.Int64
+			base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if tries.Add(1) == 1 {
+					return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+				}
+				if trace := httptrace.ContextClientTrace(req.Context()); connects && trace != nil && trace.GotConn != nil {
+					trace.GotConn(httptrace.GotConnInfo{})
+				}
+				<-req.Context().Done()
+				return nil, req.Context().Err()
+			})
+			hc := &http.Client{Transport: &Transport{Router: r, Base: base, Key: pathKey}}
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+			defer cancel()
+			err := send(ctx, hc, http.MethodGet, leftKey(t), nil)
+			require.Equal(t, int64(2), tries.Load(), "tried again after the refusal")
+			if connects {
+				assertExpired(t, err, codes.DeadlineExceeded, "client: far at 127.0.0.1:1 did not answer before the call ended: ")
+				return
+			}
+			assertExpired(t, err, codes.DeadlineExceeded, "client: the call could not be sent until the deadline: ")
+			assert.Contains(t, err.Error(), "connection refused")
+		})
+	}
 }
 
 // deadAddr returns a loopback address where nothing listens.

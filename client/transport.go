@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -98,7 +100,11 @@ func (t *Transport) try(req *http.Request, base http.RoundTripper, key []byte, w
 		tr.cause, tr.err = retryNotSent, fmt.Errorf("client: node %s's address is not known yet", rep.ID)
 		return nil, tr
 	}
-	out := req.Clone(req.Context())
+	// A try that never had a connection when the call ended was not sent, whatever net/http
+	// answers (the context's error, as for a replica that did not answer).
+	var connected atomic.Bool
+	traced := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+	out := req.Clone(traced)
 	out.URL.Host, out.Host = rep.Address, ""
 	if gen, ok := t.Router.freshGeneration(); ok {
 		out.Header.Set(MapGenerationHeader, strconv.FormatUint(gen, 10))
@@ -113,6 +119,9 @@ func (t *Transport) try(req *http.Request, base http.RoundTripper, key []byte, w
 	resp, err := base.RoundTrip(out)
 	l.n.Add(-1)
 	tr.cause, tr.err = t.causeOf(req, resp, err), err
+	if tr.cause == noRetry && err != nil && !connected.Load() && req.Context().Err() != nil {
+		tr.cause = retryNotSent
+	}
 	if tr.cause != retryNotOwner {
 		return resp, tr
 	}
