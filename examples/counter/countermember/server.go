@@ -122,7 +122,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.pool.Close()
 	// The member and its HTTP API run on past ctx while it drains: serving is what lets its
 	// ranges be handed over without a failed request.
-	return lifecycle.Drained(ctx, s.serve, s.drain)
+	return lifecycle.Drained(ctx, s.serve, lifecycle.DrainFor(s.member, s.cfg.DrainTimeout, s.log))
 }
 
 func (s *Server) serve(ctx context.Context) error {
@@ -132,19 +132,6 @@ func (s *Server) serve(ctx context.Context) error {
 		lifecycle.Part{Name: "http", Run: func(ctx context.Context) error {
 			return lifecycle.HTTP(ctx, srv, s.lis, s.tls != nil, 5*time.Second)
 		}})
-}
-
-// drain hands the member's ranges over before it stops, for at most DrainTimeout.
-func (s *Server) drain(ctx context.Context) {
-	if s.cfg.DrainTimeout <= 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
-	defer cancel()
-	s.log.Info("stopping: draining", "timeout", s.cfg.DrainTimeout)
-	if err := s.member.Drain(ctx); err != nil {
-		s.log.Warn("the drain did not finish; stopping all the same", "err", err)
-	}
 }
 
 // MemberHeader names the member that answered.

@@ -201,20 +201,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.store.Close()
 	// The parts run on past ctx, while the node drains: serving is what lets its slices be
 	// handed off without a failed read.
-	return lifecycle.Drained(ctx, s.serve, s.drain)
-}
-
-// drain hands the node's slices off before it stops, for at most DrainTimeout.
-func (s *Server) drain(ctx context.Context) {
-	if s.cfg.DrainTimeout <= 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
-	defer cancel()
-	s.log.Info("stopping: draining", "slices", len(s.node.Slices()), "timeout", s.cfg.DrainTimeout)
-	if err := s.node.Drain(ctx); err != nil {
-		s.log.Warn("the drain did not finish; stopping all the same", "err", err)
-	}
+	return lifecycle.Drained(ctx, s.serve, lifecycle.DrainFor(s.node, s.cfg.DrainTimeout, s.log))
 }
 
 func (s *Server) serve(ctx context.Context) error {

@@ -7,11 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/sliceplane/sliceplane/client"
 )
 
 // Part is one of the things a binary runs until its context ends.
@@ -85,4 +88,27 @@ func Drained(ctx context.Context, serve func(context.Context) error, drain func(
 	stop()
 	<-drained
 	return err
+}
+
+// Drainer hands a process's slices over before it stops: a client.Member or a client.Node.
+type Drainer interface {
+	Drain(ctx context.Context) error
+	Slices() []client.Range
+}
+
+// DrainFor returns the drain of Drained for d: it drains for at most timeout, logging to
+// log, and stops all the same if the drain does not finish. A timeout of 0 drains nothing:
+// the process stops at once, as a crash would, its slices moving once its lease lapses.
+func DrainFor(d Drainer, timeout time.Duration, log *slog.Logger) func(context.Context) {
+	return func(ctx context.Context) {
+		if timeout <= 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		log.Info("stopping: draining", "slices", len(d.Slices()), "timeout", timeout)
+		if err := d.Drain(ctx); err != nil {
+			log.Warn("the drain did not finish; stopping all the same", "err", err)
+		}
+	}
 }

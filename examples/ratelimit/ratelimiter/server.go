@@ -156,7 +156,7 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 func (s *Server) Run(ctx context.Context) error {
 	// The member and its API run on past ctx while it drains: serving is what lets its
 	// ranges be handed over without a failed call.
-	return lifecycle.Drained(ctx, s.serve, s.drain)
+	return lifecycle.Drained(ctx, s.serve, lifecycle.DrainFor(s.member, s.cfg.DrainTimeout, s.log))
 }
 
 func (s *Server) serve(ctx context.Context) error {
@@ -213,18 +213,5 @@ func (s *Server) sweep(ctx context.Context) error {
 		case <-t.C:
 			s.buckets.Sweep()
 		}
-	}
-}
-
-// drain hands the member's ranges over before it stops, for at most DrainTimeout.
-func (s *Server) drain(ctx context.Context) {
-	if s.cfg.DrainTimeout <= 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
-	defer cancel()
-	s.log.Info("stopping: draining", "timeout", s.cfg.DrainTimeout)
-	if err := s.member.Drain(ctx); err != nil {
-		s.log.Warn("the drain did not finish; stopping all the same", "err", err)
 	}
 }
