@@ -135,36 +135,52 @@ type accept func(gr Grant, held bool, gen uint64) (Grant, bool)
 // runs under, or, refused, the grant the point is served in. A request that ok refuses but
 // would take in the grant the map gives the point next (the member is about to acquire it or
 // become its primary: the call is due or under way), or whose caller routed it by a newer
-// map than the member's, waits until ctx ends for that, rather than be sent back.
+// map than the member's, waits until ctx ends for that, rather than be sent back. The
+// caller's map is read from ctx only then: a request accepted at once needs none of it.
 func (g *guards) enter(ctx context.Context, h uint64, write bool, ok accept) (Grant, bool) {
-	caller := callerGenerationOf(ctx)
+	var caller uint64
+	asked := false
 	for {
-		have, wait, entered := g.tryEnter(h, write, ok, caller)
-		if entered || wait == nil {
-			return have, entered
+		have, entered, r := g.tryEnter(h, write, ok)
+		if entered {
+			return have, true
+		}
+		if !r.due {
+			if !asked {
+				caller, asked = callerGenerationOf(ctx), true
+			}
+			if r.gen >= caller {
+				return have, false
+			}
 		}
 		select {
-		case <-wait:
+		case <-r.next:
 		case <-ctx.Done():
 			return have, false
 		}
 	}
 }
 
-// tryEnter is one try of enter: the grant, and true if it registered the request, else the
-// channel to wait on for another try (nil: no use waiting). A refused request waits while
-// the view's map is older than the caller's (of generation caller).
-func (g *guards) tryEnter(h uint64, write bool, ok accept, caller uint64) (Grant, <-chan struct{}, bool) {
+// refusal is why tryEnter refused a request: the grant the map gives the point next would
+// take it (due), the generation of the map the view was published for, and the channel
+// closed at the next publication, to try again then.
+type refusal struct {
+	due  bool
+	gen  uint64
+	next <-chan struct{}
+}
+
+// tryEnter is one try of enter: the grant, and true if it registered the request; else why
+// it refused it.
+func (g *guards) tryEnter(h uint64, write bool, ok accept) (Grant, bool, refusal) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	v := g.view.Load()
 	gr, next, held := v.find(h)
 	have, accepted := ok(gr, held, v.gen)
 	if !accepted {
-		if _, later := ok(next, next.Role != 0, v.gen); later || v.gen < caller {
-			return have, g.published, false
-		}
-		return have, nil, false
+		_, due := ok(next, next.Role != 0, v.gen)
+		return have, false, refusal{due: due, gen: v.gen, next: g.published}
 	}
 	f := g.inflight[h]
 	if f == nil {
@@ -176,7 +192,7 @@ func (g *guards) tryEnter(h uint64, write bool, ok accept, caller uint64) (Grant
 	} else {
 		f.reads++
 	}
-	return have, nil, true
+	return have, true, refusal{}
 }
 
 // leave ends a request enter registered.
@@ -258,11 +274,9 @@ func callerGenerationOf(ctx context.Context) uint64 {
 	if g, ok := ctx.Value(callerGeneration{}).(uint64); ok {
 		return g
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(mapGenerationKey); len(v) > 0 {
-			g, _ := strconv.ParseUint(v[0], 10, 64) // a malformed one says nothing
-			return g
-		}
+	if v := metadata.ValueFromIncomingContext(ctx, mapGenerationKey); len(v) > 0 {
+		g, _ := strconv.ParseUint(v[0], 10, 64) // a malformed one says nothing
+		return g
 	}
 	return 0
 }

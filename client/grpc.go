@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -199,7 +198,6 @@ func retryUnrouted(r *Router) grpc.UnaryClientInterceptor {
 			at.route.Store(nil)
 			at.to.Store(nil)
 			err := invoker(at, method, req, reply, cc, opts...)
-			deadlinePassed(ctx, err)
 			again, end := rt.after(ctx, try{route: at.route.Load(), to: at.to.Load(), cause: grpcCause(err, k.idempotent), err: err})
 			switch {
 			case again:
@@ -209,15 +207,6 @@ func retryUnrouted(r *Router) grpc.UnaryClientInterceptor {
 				return err
 			}
 		}
-	}
-}
-
-// deadlinePassed waits for ctx to end when err is gRPC's DeadlineExceeded for ctx's own
-// deadline: gRPC's timer may fire before the context's, and the retry rule tells a call
-// that ran out of time by its context.
-func deadlinePassed(ctx context.Context, err error) {
-	if d, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded && !time.Now().Before(d) {
-		<-ctx.Done()
 	}
 }
 

@@ -76,3 +76,12 @@ func (l *lease) valid(now time.Time) (ok bool, until time.Time, gen uint64) {
 	}
 	return now.Before(l.until), l.until, l.gen
 }
+
+// covers reports whether the lease lets the member act as primary at now on the roles of the
+// map of generation gen, and until when: it is valid, and began no later than that map (one
+// that began after may cover roles the assigner gave to others meanwhile, which an older map
+// does not say). Always, with a zero until, in a cluster that is not exclusive.
+func (l *lease) covers(now time.Time, gen uint64) (bool, time.Time) {
+	ok, until, since := l.valid(now)
+	return ok && gen >= since, until
+}

@@ -203,8 +203,8 @@ func (m *Member) leasedGrant(g Grant, gen uint64) Grant {
 // it, in an exclusive cluster, the member serves no read either: the assigner may have taken
 // it out, and its ranges are others' by now.
 func (m *Member) covered(gen uint64) bool {
-	ok, _, since := m.lease.valid(time.Now())
-	return ok && gen >= since
+	ok, _ := m.lease.covers(time.Now(), gen)
+	return ok
 }
 
 // Serving reports whether the member's application serves key now, in any role (Grant).
@@ -469,9 +469,7 @@ func (m *Member) owned(now time.Time) ([]granted, uint64, []Range, time.Time) {
 		return nil, 0, nil, time.Time{}
 	}
 	id, primaries := assignment.NodeID(m.cfg.ID), m.cfg.Roles == RolesPrimarySecondary
-	leased, until, since := m.lease.valid(now)
-	// A view older than the lease's beginning may give roles that went to others meanwhile.
-	leased = leased && v.a.Generation() >= since
+	leased, until := m.lease.covers(now, v.a.Generation())
 	var want []granted
 	var list []Range
 	for _, s := range v.a.All() {

@@ -383,11 +383,6 @@ func (o *ownership) given() []keyspace.Range {
 	return o.ranges(func(s seg) bool { return s.want.Role != 0 })
 }
 
-// failed returns the points whose last acquire or promotion failed.
-func (o *ownership) failed() []keyspace.Range {
-	return o.ranges(func(s seg) bool { return !s.retryAt.IsZero() })
-}
-
 // primaries returns the points the member reports holding as primary: those the application
 // holds as primary, and those of a call in flight that makes it primary (it may act as one
 // before the call returns). The assigner promotes another member of a point only once the

@@ -186,3 +186,8 @@ func parseTestRange(s string) (keyspace.Range, error) {
 	}
 	return r, nil
 }
+
+// failed returns the points whose last acquire or promotion failed, for the scripts.
+func (o *ownership) failed() []keyspace.Range {
+	return o.ranges(func(s seg) bool { return !s.retryAt.IsZero() })
+}

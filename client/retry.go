@@ -152,6 +152,9 @@ func (r *Router) awaitStart(ctx context.Context) bool {
 // having waited as the rule says; if not, the error the call ends with, or nil for the try's
 // own outcome.
 func (rt *retrier) after(ctx context.Context, t try) (bool, error) {
+	if t.err != nil {
+		settleDeadline(ctx)
+	}
 	if t.err != nil && ctx.Err() != nil {
 		rt.r.stats.expired.Add(1)
 		if t.cause == noRetry && t.to != nil {
@@ -185,6 +188,15 @@ func (rt *retrier) after(ctx context.Context, t try) (bool, error) {
 	rt.tries++
 	rt.r.stats.retries[t.cause].Add(1)
 	return true, nil
+}
+
+// settleDeadline waits for ctx to end once its deadline has passed: a transport's own timer
+// for the deadline (gRPC's) may end a try before the context's fires, and the rule tells a
+// call that ran out of time by its context.
+func settleDeadline(ctx context.Context) {
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		<-ctx.Done()
+	}
 }
 
 // waitEnd says how a wait to try a call again ended.

@@ -573,12 +573,12 @@ func (r *Router) apply(q quantum.Quantum) error {
 
 // publish makes v the view that lookups read. r.mu must be held.
 func (r *Router) publish(v *view) {
-	if prev := r.view.Load(); prev != nil && prev.a.Generation() == v.a.Generation() {
+	prev := r.view.Load() // r.mu held: no other publication runs
+	v.since = time.Now()
+	if prev != nil && prev.a.Generation() == v.a.Generation() {
 		v.since = prev.since
-	} else {
-		v.since = time.Now()
 	}
-	prev := r.view.Swap(v)
+	r.view.Store(v)
 	if prev == nil {
 		close(r.ready)
 	}
