@@ -630,7 +630,7 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 	if c.a == nil || live.Len() == 0 {
 		return nil, nil
 	}
-	held := c.heldCounts(live)
+	held := heldCounts(c.a, live)
 	var fix, ops []assignment.Op
 	var moves []balance.Move
 	want, zones := c.replicasWanted(live), c.zones(live)
@@ -644,7 +644,7 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 			return !reg.Has(id) && (id != assignment.Nobody || !c.inQuarantine(s.Range))
 		}
 		keep := slices.DeleteFunc(slices.Clone(s.Replicas), gone)
-		short := !s.InHandoff() && !nobodyHolds(s) && countLive(keep, live) < want
+		short := shortOf(s, live, want)
 		if len(keep) == len(s.Replicas) && !short {
 			continue
 		}
@@ -678,13 +678,13 @@ func (c *Core) cleanup(now time.Time) (*change, error) {
 	return ch, nil
 }
 
-// heldCounts returns how many slices of the map each node of live holds.
-func (c *Core) heldCounts(live *assignment.NodeSet) map[assignment.NodeID]int {
+// heldCounts returns how many slices of a each node of live holds.
+func heldCounts(a *assignment.Assignment, live *assignment.NodeSet) map[assignment.NodeID]int {
 	held := make(map[assignment.NodeID]int, live.Len())
 	for _, n := range live.Nodes() {
 		held[n.ID] = 0
 	}
-	for _, s := range c.a.All() {
+	for _, s := range a.All() {
 		for _, id := range s.Replicas {
 			if _, ok := held[id]; ok {
 				held[id]++

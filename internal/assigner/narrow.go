@@ -125,22 +125,20 @@ func (p *probe) within(qs []store.Quarantine) bool {
 	return p.part.Minus(groupSet(qs, p.g)).Empty()
 }
 
-// probeOf returns the probe of quarantine g, or nil.
-func (c *Core) probeOf(g group) *probe {
-	i := slices.IndexFunc(c.qw.probes, func(p *probe) bool { return p.g == g })
-	if i < 0 {
-		return nil
+// probeWhere returns the first probe under way that match accepts, or nil.
+func (c *Core) probeWhere(match func(*probe) bool) *probe {
+	if i := slices.IndexFunc(c.qw.probes, match); i >= 0 {
+		return c.qw.probes[i]
 	}
-	return c.qw.probes[i]
+	return nil
 }
+
+// probeOf returns the probe of quarantine g, or nil.
+func (c *Core) probeOf(g group) *probe { return c.probeWhere(func(p *probe) bool { return p.g == g }) }
 
 // canaryOf returns the probe whose canary is node id, or nil.
 func (c *Core) canaryOf(id assignment.NodeID) *probe {
-	i := slices.IndexFunc(c.qw.probes, func(p *probe) bool { return p.canary == id })
-	if i < 0 {
-		return nil
-	}
-	return c.qw.probes[i]
+	return c.probeWhere(func(p *probe) bool { return p.canary == id })
 }
 
 // lentTo returns the canary that one of probes lends the slice starting at p to, or Nobody.
@@ -232,7 +230,7 @@ func (c *Core) pickCanary() (assignment.NodeID, bool) {
 		return "", false
 	}
 	live := assignment.MustNodeSet(free...)
-	return leastHeld(live, c.heldCounts(live)), true
+	return leastHeld(live, heldCounts(c.a, live)), true
 }
 
 // probeNext proposes lending part of a quarantine to a canary, or returns nil: narrowing is
@@ -382,11 +380,11 @@ func (v verdict) what() string {
 
 // judgeServed proposes storing the verdict of a canary that served its part, or returns nil.
 func (c *Core) judgeServed(now time.Time) *change {
-	i := slices.IndexFunc(c.qw.probes, func(p *probe) bool { return p.served })
-	if i < 0 {
+	p := c.probeWhere(func(p *probe) bool { return p.served })
+	if p == nil {
 		return nil
 	}
-	v, qs := judge(c.meta.Quarantined, c.qw.probes[i], false, now)
+	v, qs := judge(c.meta.Quarantined, p, false, now)
 	m := c.meta
 	m.Quarantined = qs
 	ch := &change{write: Write{SaveMeta: true, Meta: m}, kind: kindQuarantine, verdicts: []verdict{v}, summary: "quarantine " + v.what()}
@@ -432,15 +430,13 @@ func (c *Core) settleProbes(ch *change, now time.Time, out *Output) {
 		} else {
 			out.Probes.Served++
 		}
-		out.Log = append(out.Log, Record{Level: slog.LevelWarn, Msg: "audit", Attrs: []any{"method", "quarantine", "by", "assigner",
-			"what", "quarantine " + v.what(), "result", "ok", "seq", c.seq}})
+		out.Log = append(out.Log, c.quarantineAudit("quarantine "+v.what()))
 	}
 	if p := ch.probe; p != nil {
 		p.gen, p.started = c.a.Generation(), now
 		c.qw.probes = append(c.qw.probes, p)
 		out.Probes.Started++
-		out.Log = append(out.Log, Record{Level: slog.LevelWarn, Msg: "audit", Attrs: []any{"method", "quarantine", "by", "assigner",
-			"what", ch.summary, "result", "ok", "seq", c.seq}})
+		out.Log = append(out.Log, c.quarantineAudit(ch.summary))
 	}
 }
 

@@ -217,10 +217,16 @@ func (c *Core) quarantine(ch *change, crashes []crash, found []store.Quarantine)
 func (c *Core) logQuarantined(ch *change, out *Output) {
 	for _, q := range ch.quarantined {
 		out.Quarantined++
-		out.Log = append(out.Log, Record{Level: slog.LevelWarn, Msg: "audit", Attrs: []any{"method", "quarantine", "by", "assigner",
-			"what", fmt.Sprintf("quarantine %s: nodes %s crashed shortly after acquiring it", q.Range, assignment.FormatReplicas(q.Nodes)),
-			"result", "ok", "seq", c.seq}})
+		out.Log = append(out.Log, c.quarantineAudit(fmt.Sprintf("quarantine %s: nodes %s crashed shortly after acquiring it",
+			q.Range, assignment.FormatReplicas(q.Nodes))))
 	}
+}
+
+// quarantineAudit is the audit record of a change of the quarantine that the assigner made
+// on its own, saying what, once stored.
+func (c *Core) quarantineAudit(what string) Record {
+	return Record{Level: slog.LevelWarn, Msg: "audit", Attrs: []any{"method", "quarantine", "by", "assigner",
+		"what", what, "result", "ok", "seq", c.seq}}
 }
 
 // forgetCrashed updates the watch as ch commits: the nodes that left start afresh if they

@@ -32,11 +32,17 @@ func (c *Core) short(live *assignment.NodeSet) bool {
 		return false
 	}
 	for _, s := range c.a.All() {
-		if !s.InHandoff() && !nobodyHolds(s) && countLive(s.Replicas, live) < want {
+		if shortOf(s, live, want) {
 			return true
 		}
 	}
 	return false
+}
+
+// shortOf reports whether slice s has fewer live replicas than want and is free to be topped
+// up: not in handoff, not held by Nobody.
+func shortOf(s assignment.Slice, live *assignment.NodeSet, want int) bool {
+	return !s.InHandoff() && !nobodyHolds(s) && countLive(s.Replicas, live) < want
 }
 
 // countLive returns how many of ids are live.
@@ -82,13 +88,7 @@ func (c *Core) withMinReplicas(a *assignment.Assignment, live *assignment.NodeSe
 	if want <= 1 {
 		return a, nil
 	}
-	held := map[assignment.NodeID]int{}
-	for _, s := range a.All() {
-		for _, id := range s.Replicas {
-			held[id]++
-		}
-	}
-	zones := c.zones(live)
+	held, zones := heldCounts(a, live), c.zones(live)
 	var ops []assignment.Op
 	for _, s := range a.All() {
 		if len(s.Replicas) < want {
