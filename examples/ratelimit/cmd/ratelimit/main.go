@@ -74,49 +74,6 @@ func oneKey(_ *cobra.Command, args []string) error {
 	return nil
 }
 
-func takeCommand(o *options) *cobra.Command {
-	var tokens uint32
-	cmd := &cobra.Command{
-		Use:   "take KEY",
-		Short: "Take tokens from KEY's bucket, all or none, on the key's primary",
-		Args:  oneKey,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.call(cmd.Context(), cmd.OutOrStdout(), args[0], func(ctx context.Context, c ratelimitv1.RateLimitServiceClient) (answer, error) {
-				resp, err := c.Take(client.WithWriteKey(ctx, []byte(args[0])), &ratelimitv1.TakeRequest{Key: args[0], Tokens: tokens})
-				allowed := resp.GetAllowed()
-				return answer{Key: args[0], Allowed: &allowed, Remaining: resp.GetRemaining(), Member: resp.GetMember()}, err
-			})
-		},
-	}
-	cmd.Flags().Uint32Var(&tokens, "tokens", 1, "tokens to take")
-	return cmd
-}
-
-func peekCommand(o *options) *cobra.Command {
-	var primary bool
-	cmd := &cobra.Command{
-		Use:   "peek KEY",
-		Short: "Say how many tokens KEY's bucket holds, taking none",
-		Long: `peek asks one replica of KEY's range how many tokens KEY's bucket holds. Only
-the key's primary takes from the bucket, and members do not copy buckets to one
-another: a secondary answers a full bucket. --primary asks the primary.`,
-		Args: oneKey,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.call(cmd.Context(), cmd.OutOrStdout(), args[0], func(ctx context.Context, c ratelimitv1.RateLimitServiceClient) (answer, error) {
-				withKey := client.WithKey
-				if primary { // routed as a write is, though it writes nothing
-					withKey = client.WithWriteKey
-				}
-				ctx = withKey(ctx, []byte(args[0]))
-				resp, err := c.Peek(ctx, &ratelimitv1.PeekRequest{Key: args[0]})
-				return answer{Key: args[0], Remaining: resp.GetRemaining(), Member: resp.GetMember()}, err
-			})
-		},
-	}
-	cmd.Flags().BoolVar(&primary, "primary", false, "ask the key's primary, whose bucket takes count against")
-	return cmd
-}
-
 // answer is what a call printed: Allowed is nil for a peek.
 type answer struct {
 	Key       string  `json:"key"`
