@@ -62,6 +62,11 @@ type queue struct {
 	// changes and blocked are the bytes of the ops that are not scanned, ready and behind a
 	// scan: what congestion control bounds (see applier).
 	changes, blocked int
+	// ahead is the bytes of the scanned ops ready: what the scan-ahead bound counts (see
+	// scanRoom). Scanned ops behind a scan (a later range's add_slice, a slice_loaded) are
+	// not counted: they cannot leave before the scan ends, so counting them could keep it
+	// from ever reading on.
+	ahead int
 	wake             chan struct{}
 	// acked, if set, hears (without waiting) of every acknowledgement: a scan waiting for
 	// the node to take what it read may read on.
@@ -82,6 +87,8 @@ func (q *queue) signal() {
 func (q *queue) account(o op, sign int, blocked bool) {
 	q.bytes += sign * o.size()
 	switch {
+	case o.scanned && !blocked:
+		q.ahead += sign * o.size()
 	case o.scanned:
 	case blocked:
 		q.blocked += sign * o.size()
@@ -136,7 +143,7 @@ func (q *queue) fill(id uint64, items []op, done bool) bool {
 	b.done = done
 	b.items = append(b.items, items...)
 	for _, o := range items {
-		q.account(o, 1, false)
+		q.account(o, 1, true)
 	}
 	q.release()
 	return true
@@ -151,6 +158,10 @@ func (q *queue) release() {
 		b := q.blocks[0]
 		if len(b.items) > 0 {
 			q.ready = append(q.ready, b.items...)
+			for _, o := range b.items {
+				q.account(o, -1, true)
+				q.account(o, 1, false)
+			}
 			b.items, released = nil, true
 		}
 		if !b.done {
@@ -171,7 +182,8 @@ func (q *queue) release() {
 
 // scanRoom reports whether scan id may deliver more items now: it is the first scan the
 // queue waits for, so its items go straight to the node, and the queue holds less than limit
-// bytes of scanned operations. stale is true if the scan is not awaited.
+// bytes of scanned operations ready for the node (ahead). stale is true if the scan is not
+// awaited.
 func (q *queue) scanRoom(id uint64, limit int) (room, stale bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -179,7 +191,7 @@ func (q *queue) scanRoom(id uint64, limit int) (room, stale bool) {
 	case -1:
 		return false, true
 	case 0:
-		return q.bytes-q.changes-q.blocked < limit, false
+		return q.ahead < limit, false
 	}
 	return false, false
 }
@@ -190,7 +202,7 @@ func (q *queue) restart(epoch uint64) {
 	defer q.mu.Unlock()
 	clear(q.ready)
 	q.epoch, q.base, q.ready, q.blocks, q.baseSlices, q.baseGen = epoch, 0, nil, nil, nil, 0
-	q.bytes, q.changes, q.blocked = 0, 0, 0
+	q.bytes, q.changes, q.blocked, q.ahead = 0, 0, 0, 0
 	q.signal()
 }
 
@@ -200,7 +212,7 @@ func (q *queue) close() {
 	defer q.mu.Unlock()
 	clear(q.ready)
 	q.gone, q.epoch, q.ready, q.blocks = true, 0, nil, nil
-	q.bytes, q.changes, q.blocked = 0, 0, 0
+	q.bytes, q.changes, q.blocked, q.ahead = 0, 0, 0, 0
 	q.signal()
 }
 

@@ -54,3 +54,38 @@ func TestAResumedStreamKnowsTheGeneration(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, uint64(5), gen)
 }
+
+// TestAScanHasRoomDespiteWhatWaitsBehindIt: the scan-ahead bound counts the scanned
+// operations the node can take now, not those that wait behind the running scan (a
+// snapshot's add_slice of each later range, slice_loaded): those cannot leave before the scan
+// ends, so counting them could keep the scan from ever reading on. A node with many ranges
+// under a small bound waited for good (seen as a node stuck at a clock in the data-path
+// scenarios).
+func TestAScanHasRoomDespiteWhatWaitsBehindIt(t *testing.T) {
+	const limit = 1 << 10
+	q := newQueue()
+	q.restart(1)
+	q.pushScan(1)
+	for range 3 * limit / opOverhead { // every later range's add_slice, and its scan
+		q.push(op{data: []byte("add_slice"), scanned: true})
+	}
+	q.pushScan(2)
+	room, stale := q.scanRoom(1, limit)
+	require.False(t, stale)
+	require.True(t, room, "nothing the node can take yet: the first scan reads")
+
+	// What the scan read counts, until the node takes it.
+	for !func() bool { room, _ := q.scanRoom(1, limit); return !room }() {
+		require.True(t, q.fill(1, []op{{data: make([]byte, 64), scanned: true}}, false))
+	}
+	ops, _, _, st := q.take(q.attachNew(), 1, 0, 1<<20, 1<<30, 0)
+	require.Equal(t, takeOK, st)
+	q.ack(1, uint64(len(ops)), time.Now(), nil)
+	room, _ = q.scanRoom(1, limit)
+	require.True(t, room, "the node took what was read")
+
+	// Once the scan ends, what waited behind it is the node's to take, and counts.
+	require.True(t, q.fill(1, nil, true))
+	room, _ = q.scanRoom(2, limit)
+	require.False(t, room, "the next scan waits for the node to take the add_slices")
+}
