@@ -76,7 +76,7 @@ type crashLoop struct {
 }
 
 // newCrashLoop starts members ids against an assigner whose quarantine guard has window and
-// probe (see assigner.CoreConfig).
+// probe (see core.Config).
 func newCrashLoop(t *testing.T, window, probe time.Duration, ids ...string) *crashLoop {
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
 		cfg.Core.NodeTTL, cfg.Core.QuarantineWindow, cfg.Core.QuarantineProbe = crashLoopTTL, window, probe

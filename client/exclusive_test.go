@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/sliceplane/sliceplane/internal/assigner"
@@ -22,7 +24,7 @@ import (
 func TestAMemberCutOffFromTheAssignersDemotesItself(t *testing.T) {
 	const ttl = 2 * time.Second
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
-		cfg.Core.Roles, cfg.Core.Exclusive, cfg.Core.NodeTTL = assigner.RolesPrimarySecondary, true, ttl
+		cfg.Core.Roles, cfg.Core.Exclusive, cfg.Core.NodeTTL = core.RolesPrimarySecondary, true, ttl
 		// A handoff in flight at the cut waits for m1 until it times out: under the race
 		// detector on a busy machine, 20 s of it made the takeover 28 s and more.
 		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 5*time.Second, 200*time.Millisecond

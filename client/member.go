@@ -109,11 +109,11 @@ func (c *MemberConfig) Validate() error {
 		return fmt.Errorf("client: negative report interval %s, call timeout %s, lease margin %s or concurrent calls %d",
 			c.ReportInterval, c.CallTimeout, c.LeaseMargin, c.ConcurrentCalls)
 	}
-	roles, err := assignment.RoleModel(c.Roles)
+	roles, err := assignment.ParseRoleModel(c.Roles)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	c.Roles = roles
+	c.Roles = roles.Name
 	if c.ReportInterval == 0 {
 		c.ReportInterval = time.Second
 	}
@@ -142,6 +142,7 @@ func (c *MemberConfig) Validate() error {
 type Member struct {
 	*participant
 	cfg    MemberConfig
+	roles  assignment.RoleModel // cfg.Roles'
 	router *Router
 	guards *guards
 	held   atomic.Int64 // ranges the application holds, for Drain
@@ -162,7 +163,8 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 	}
 	p := newParticipant(participantConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Address, Labels: cfg.Labels,
 		Assigners: cfg.Assigners, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Roles: cfg.Roles, LeaseMargin: cfg.LeaseMargin, Logger: cfg.Logger}, src)
-	m := &Member{participant: p, cfg: cfg, router: router, guards: newGuards()}
+	roles, _ := assignment.ParseRoleModel(cfg.Roles) // Validate checked it
+	m := &Member{participant: p, cfg: cfg, roles: roles, router: router, guards: newGuards()}
 	p.holds = func() int { return int(m.held.Load()) }
 	return m, nil
 }
@@ -250,7 +252,7 @@ func (m *Member) under(ctx context.Context, key []byte, write bool, fn func(Gran
 	have, entered := m.guards.enter(ctx, h, write, ok)
 	if !entered {
 		e := &NotOwnerError{Key: key, Have: have}
-		if write && m.cfg.Roles == RolesPrimarySecondary {
+		if write && m.roles.Primaries {
 			e.Need = RolePrimary
 		}
 		return e
@@ -468,7 +470,7 @@ func (m *Member) owned(now time.Time) ([]granted, uint64, []Range, time.Time) {
 	if v == nil {
 		return nil, 0, nil, time.Time{}
 	}
-	id, primaries := assignment.NodeID(m.cfg.ID), m.cfg.Roles == RolesPrimarySecondary
+	id := assignment.NodeID(m.cfg.ID)
 	leased, until := m.lease.covers(now, v.a.Generation())
 	var want []granted
 	var list []Range
@@ -476,7 +478,7 @@ func (m *Member) owned(now time.Time) ([]granted, uint64, []Range, time.Time) {
 		if !s.Holds(id) {
 			continue
 		}
-		g := grantOf(s, id, primaries, leased)
+		g := grantOf(m.roles, s, id, leased)
 		list = append(list, rangeOf(s.Range))
 		if n := len(want); n > 0 && want[n-1].grant == g && want[n-1].r.End == keyspace.At(s.Range.Start) {
 			want[n-1].r.End = s.Range.End

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -81,7 +83,7 @@ func (a *eventApp) ChangeRole(_ context.Context, r client.Range, g client.Grant)
 // the role after that.
 func TestAWriteHoldsOffItsKeysDemotion(t *testing.T) {
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
-		cfg.Core.Roles, cfg.Core.FirstMapNodes = assigner.RolesPrimarySecondary, 2
+		cfg.Core.Roles, cfg.Core.FirstMapNodes = core.RolesPrimarySecondary, 2
 		cfg.Core.HandoffLinger = 200 * time.Millisecond
 	}})
 	log := &events{}

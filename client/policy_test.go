@@ -258,7 +258,7 @@ func TestRouterAppliesQuanta(t *testing.T) {
 
 	// Except a deposed leader's, of an older term.
 	now := r.view.Load()
-	require.ErrorContains(t, r.apply(reinit(a, 2, 11, 150)), "quantum 2.11 is of a term older than 3.0")
+	require.ErrorContains(t, r.apply(reinit(a, 2, 11, 150)), "quantum 2.11 refused (stale_term): the router is at 3.0")
 	assert.Same(t, now, r.view.Load(), "the map did not change")
 }
 
@@ -270,9 +270,9 @@ var unfollowingQuanta = []struct {
 	want string
 }{
 	{"an old position", quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 10}, Generation: 6,
-		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "does not follow 2.10"},
+		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "refused (out_of_sequence): the router is at 2.10"},
 	{"another term", quantum.Quantum{Position: quantum.Position{Term: 3, Seq: 1}, Generation: 6,
-		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "does not follow 2.10"},
+		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}, "refused (out_of_sequence): the router is at 2.10"},
 	{"an op on no slice", quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 11}, Generation: 6,
 		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}, assignment.Merge{Left: 12345}}}, "does not apply to generation 5"},
 	{"a generation skipped", quantum.Quantum{Position: quantum.Position{Term: 2, Seq: 11}, Generation: 7,

@@ -64,12 +64,12 @@ func (g Grant) String() string {
 	return g.Role.String()
 }
 
-// grantOf returns the grant node id has in slice s of a cluster with primaries or without;
-// leased says whether it may act as a primary now (its lease, in an exclusive cluster). A
-// primary handing the role over (Next set) is a secondary already: it stops taking writes.
-func grantOf(s assignment.Slice, id assignment.NodeID, primaries, leased bool) Grant {
+// grantOf returns the grant node id has in slice s of a cluster of role model roles; leased
+// says whether it may act as a primary now (its lease, in an exclusive cluster). A primary
+// handing the role over (Next set) is a secondary already: it stops taking writes.
+func grantOf(roles assignment.RoleModel, s assignment.Slice, id assignment.NodeID, leased bool) Grant {
 	switch {
-	case !primaries:
+	case !roles.Primaries:
 		return Grant{Role: RoleReplica}
 	case s.IsPrimary(id) && leased:
 		return Grant{Role: RolePrimary, Token: s.Token}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -180,7 +182,7 @@ func TestPrimariesMoveGracefully(t *testing.T) {
 // planned move waits for no lease.
 func primariesMoveGracefully(t *testing.T, exclusive bool) {
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
-		cfg.Core.Roles, cfg.Core.Exclusive = assigner.RolesPrimarySecondary, exclusive
+		cfg.Core.Roles, cfg.Core.Exclusive = core.RolesPrimarySecondary, exclusive
 		// A linger this short ends a handoff as soon as the new primary is promoted: the old
 		// primary's release then waits only for the new one's claim of the role.
 		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 20*time.Second, time.Millisecond
@@ -273,7 +275,7 @@ func runMember(t *testing.T, m *client.Member) {
 func roleCluster(t *testing.T, addrs map[string]string, policy client.Policy) (*clustertest.Cluster, *client.Router) {
 	t.Helper()
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
-		cfg.Core.Roles = assigner.RolesPrimarySecondary
+		cfg.Core.Roles = core.RolesPrimarySecondary
 	}})
 	check := &primaries{by: map[string]keyspace.Set{}, taken: map[string]time.Time{}}
 	for id, addr := range addrs {

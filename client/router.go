@@ -531,33 +531,22 @@ func (r *Router) apply(q quantum.Quantum) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.view.Load()
-	if cur != nil && q.Term < cur.pos.Term {
-		// Only a deposed leader still sends an older term: its map may undo the new one's.
-		return fmt.Errorf("quantum %s is of a term older than %s", q.Position, cur.pos)
+	f := quantum.Follower{Holder: "the router"}
+	var prev *assignment.Assignment
+	if cur != nil {
+		f.Pos, f.Started, prev = cur.pos, true, cur.a
 	}
-	if q.Snapshot == nil {
-		switch {
-		case cur == nil:
-			return fmt.Errorf("quantum %s changes a map the router never had", q.Position)
-		case q.Term != cur.pos.Term || !cur.pos.Less(q.Position):
-			// Operations only make sense within a term, on the map they were made for.
-			return fmt.Errorf("quantum %s does not follow %s", q.Position, cur.pos)
-		}
+	if cur == nil && q.Snapshot == nil {
+		return fmt.Errorf("quantum %s changes a map the router never had", q.Position)
 	}
-	next := &view{pos: q.Position, clock: q.Clock}
+	a, err := f.Follow(prev, q)
+	if err != nil {
+		return err
+	}
+	next := &view{pos: q.Position, clock: q.Clock, a: a}
 	if q.ClockOnly() {
 		// The map and its replicas stay as they are.
-		next.a, next.starts, next.sets = cur.a, cur.starts, cur.sets
-	} else {
-		var prev *assignment.Assignment
-		if cur != nil {
-			prev = cur.a
-		}
-		a, err := q.Next(prev, "the router")
-		if err != nil {
-			return err
-		}
-		next.a = a
+		next.starts, next.sets = cur.starts, cur.sets
 	}
 	unknown := false
 	if next.sets == nil {

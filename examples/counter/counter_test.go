@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -74,7 +76,7 @@ func TestCounterUnderRollingRestartAndPrimaryMoves(t *testing.T) {
 	logs.Reset()
 	pg := pgtest.Start(t)
 	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
-		cfg.Core.Roles = assigner.RolesPrimarySecondary
+		cfg.Core.Roles = core.RolesPrimarySecondary
 		cfg.Core.HandoffTimeout, cfg.Core.HandoffLinger = 20*time.Second, 300*time.Millisecond
 		cfg.Core.Exclusive = true
 	}})

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -14,12 +16,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assigner/etcdstate"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/mapserve"
-	"github.com/sliceplane/sliceplane/internal/store"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
@@ -69,13 +71,13 @@ func (a *api) toStatus(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrNotLeader), errors.Is(err, store.ErrFenced):
+	case errors.Is(err, core.ErrNotLeader), errors.Is(err, etcdstate.ErrFenced):
 		return a.notLeader()
-	case errors.Is(err, ErrUnknownNode):
+	case errors.Is(err, core.ErrUnknownNode):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, ErrInvalid), errors.Is(err, wire.ErrInvalid):
+	case errors.Is(err, core.ErrInvalid), errors.Is(err, wire.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ErrPrecondition):
+	case errors.Is(err, core.ErrPrecondition):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
@@ -85,26 +87,26 @@ func (a *api) toStatus(err error) error {
 }
 
 // caller says who makes the call of ctx, for the audit trail.
-func caller(ctx context.Context) Caller {
+func caller(ctx context.Context) core.Caller {
 	var claims string
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(UserMetadata)) > 0 {
 		claims = md.Get(UserMetadata)[0]
 	}
-	return Caller{Who: authz.Caller(ctx), Claims: claims}
+	return core.Caller{Who: authz.Caller(ctx), Claims: claims}
 }
 
 // call steps ev in the leader's loop and maps its error: err is the leader's failure to
 // step it or the core's verdict, which the reply's Err holds alone.
-func (a *api) call(ctx context.Context, ev Event) (Reply, error) {
+func (a *api) call(ctx context.Context, ev core.Event) (core.Reply, error) {
 	l, err := a.leader()
 	if err != nil {
-		return Reply{}, err
+		return core.Reply{}, err
 	}
 	rep, err := l.do(ctx, ev)
 	if err == nil {
 		err = rep.Err
 	}
-	if name := Call(ev); IsAdmin(name) {
+	if name := core.Call(ev); core.IsAdmin(name) {
 		result := "ok"
 		if err != nil {
 			result = "refused"
@@ -115,7 +117,7 @@ func (a *api) call(ctx context.Context, ev Event) (Reply, error) {
 }
 
 // changeToProto describes a persisted admin change.
-func changeToProto(c *Change) *pb.Change {
+func changeToProto(c *core.Change) *pb.Change {
 	if c == nil {
 		return &pb.Change{}
 	}
@@ -150,9 +152,9 @@ func (a *api) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regist
 	if err != nil {
 		return nil, a.toStatus(err)
 	}
-	rec := store.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels()), Roles: req.GetRoles(),
+	rec := core.Node{Node: n, Address: req.GetAddress(), Labels: maps.Clone(req.GetLabels()), Roles: req.GetRoles(),
 		Incarnation: req.GetIncarnation()}
-	rep, err := a.call(ctx, Register{Caller: caller(ctx), Node: rec})
+	rep, err := a.call(ctx, core.Register{Caller: caller(ctx), Node: rec})
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +171,7 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 	if silence < 0 || !req.GetSilence().IsValid() {
 		silence = 0
 	}
-	hb := Heartbeat{Caller: caller(ctx), Node: id, Generation: req.GetGeneration()}
+	hb := core.Heartbeat{Caller: caller(ctx), Node: id, Generation: req.GetGeneration()}
 	var err error
 	if hb.Loading, err = heartbeatRanges("loading", req.GetLoading()); err != nil {
 		return nil, err
@@ -236,7 +238,7 @@ func heartbeatRanges(what string, ms []*pb.Range) ([]keyspace.Range, error) {
 }
 
 // distributor says which distributor serves a node, or nil while there is none.
-func distributor(d *Distributor) *pb.Distributor {
+func distributor(d *core.Distributor) *pb.Distributor {
 	if d == nil {
 		return nil
 	}
@@ -251,7 +253,7 @@ func (a *api) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb.De
 	if req.GetGrace() != nil && (grace <= 0 || req.GetGrace().CheckValid() != nil) {
 		return nil, status.Errorf(codes.InvalidArgument, "assigner: grace %s: want > 0", grace)
 	}
-	if _, err := a.call(ctx, Deregister{Caller: caller(ctx), Node: assignment.NodeID(req.GetNodeId()), Grace: grace}); err != nil {
+	if _, err := a.call(ctx, core.Deregister{Caller: caller(ctx), Node: assignment.NodeID(req.GetNodeId()), Grace: grace}); err != nil {
 		return nil, err
 	}
 	return &pb.DeregisterResponse{}, nil
@@ -263,7 +265,7 @@ func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.Re
 		a.countMalformed()
 		return nil, a.toStatus(err)
 	}
-	rep, err := a.call(ctx, ReportLoad{Caller: caller(ctx), Report: r})
+	rep, err := a.call(ctx, core.ReportLoad{Caller: caller(ctx), Report: r})
 	a.countReport(rep, err)
 	if err != nil {
 		return nil, err
@@ -279,7 +281,7 @@ func (a *api) countMalformed() {
 
 // countReport counts a load report the core was asked to take, by its answer: rep.Err is
 // the core's verdict, err also a failure to reach it.
-func (a *api) countReport(rep Reply, err error) {
+func (a *api) countReport(rep core.Reply, err error) {
 	result := "accepted"
 	if err != nil {
 		result = "rejected"
@@ -292,7 +294,7 @@ func (a *api) countReport(rep Reply, err error) {
 
 // rejectReason names why the core refused a report, for the metric's bounded label.
 func rejectReason(err error) string {
-	if errors.Is(err, ErrUnknownNode) {
+	if errors.Is(err, core.ErrUnknownNode) {
 		return "unknown_node"
 	}
 	return load.Reason(err)
@@ -305,7 +307,7 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 	if a.s.leading.Load() == nil {
 		return &pb.StatusResponse{Leader: false, LeaderAddress: leaderAddr}, nil
 	}
-	rep, err := a.call(ctx, GetStatus{Caller: caller(ctx)})
+	rep, err := a.call(ctx, core.GetStatus{Caller: caller(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +337,7 @@ func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRespon
 }
 
 // quarantinesToProto converts the quarantined ranges of Status and Explain.
-func quarantinesToProto(qs []store.Quarantine) []*pb.Quarantine {
+func quarantinesToProto(qs []core.Quarantine) []*pb.Quarantine {
 	var out []*pb.Quarantine
 	for _, q := range qs {
 		out = append(out, &pb.Quarantine{Range: wire.RangeToProto(q.Range), Since: timestamppb.New(q.Since), Nodes: nodeStrings(q.Nodes)})
@@ -344,7 +346,7 @@ func quarantinesToProto(qs []store.Quarantine) []*pb.Quarantine {
 }
 
 func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
-	rep, err := a.call(ctx, ListNodes{Caller: caller(ctx)})
+	rep, err := a.call(ctx, core.ListNodes{Caller: caller(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +376,7 @@ func (a *api) ListSlices(ctx context.Context, req *pb.ListSlicesRequest) (*pb.Li
 		limit = 1000
 	}
 	limit = min(limit, maxListedSlices)
-	rep, err := a.call(ctx, ListSlices{Caller: caller(ctx), Node: assignment.NodeID(req.GetNode()), ByLoad: req.GetByLoad(), Limit: limit})
+	rep, err := a.call(ctx, core.ListSlices{Caller: caller(ctx), Node: assignment.NodeID(req.GetNode()), ByLoad: req.GetByLoad(), Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -426,16 +428,16 @@ func checkRef(field string, r *pb.SliceRef) error {
 	return wire.CheckString(field+".key", string(r.GetKey()), maxKeyBytes)
 }
 
-func sliceRef(r *pb.SliceRef) SliceRef {
+func sliceRef(r *pb.SliceRef) core.SliceRef {
 	switch v := r.GetRef().(type) {
 	case *pb.SliceRef_Start:
-		return SliceRef{Start: &v.Start}
+		return core.SliceRef{Start: &v.Start}
 	case *pb.SliceRef_Key:
-		return SliceRef{Key: v.Key}
+		return core.SliceRef{Key: v.Key}
 	case *pb.SliceRef_Hash:
-		return SliceRef{Hash: &v.Hash}
+		return core.SliceRef{Hash: &v.Hash}
 	}
-	return SliceRef{}
+	return core.SliceRef{}
 }
 
 func (a *api) Move(ctx context.Context, req *pb.MoveRequest) (*pb.MoveResponse, error) {
@@ -452,7 +454,7 @@ func (a *api) Move(ctx context.Context, req *pb.MoveRequest) (*pb.MoveResponse, 
 		}
 		to[i] = assignment.NodeID(id)
 	}
-	rep, err := a.call(ctx, Move{Caller: caller(ctx), Slice: sliceRef(req.GetSlice()), To: to})
+	rep, err := a.call(ctx, core.Move{Caller: caller(ctx), Slice: sliceRef(req.GetSlice()), To: to})
 	if err != nil {
 		return nil, err
 	}
@@ -478,7 +480,7 @@ func (a *api) Split(ctx context.Context, req *pb.SplitRequest) (*pb.SplitRespons
 	if ref.Start == nil && ref.Key == nil && ref.Hash == nil && at != nil {
 		ref.Hash = at // "split at this key": the slice holding it
 	}
-	rep, err := a.call(ctx, Split{Caller: caller(ctx), Slice: ref, At: at})
+	rep, err := a.call(ctx, core.Split{Caller: caller(ctx), Slice: ref, At: at})
 	if err != nil {
 		return nil, err
 	}
@@ -489,7 +491,7 @@ func (a *api) Merge(ctx context.Context, req *pb.MergeRequest) (*pb.MergeRespons
 	if err := errors.Join(checkRef("left", req.GetLeft()), checkRef("right", req.GetRight())); err != nil {
 		return nil, a.toStatus(err)
 	}
-	rep, err := a.call(ctx, Merge{Caller: caller(ctx), Left: sliceRef(req.GetLeft()), Right: sliceRef(req.GetRight())})
+	rep, err := a.call(ctx, core.Merge{Caller: caller(ctx), Left: sliceRef(req.GetLeft()), Right: sliceRef(req.GetRight())})
 	if err != nil {
 		return nil, err
 	}
@@ -500,7 +502,7 @@ func (a *api) Pin(ctx context.Context, req *pb.PinRequest) (*pb.PinResponse, err
 	if err := checkRef("slice", req.GetSlice()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	rep, err := a.call(ctx, Pin{Caller: caller(ctx), Slice: sliceRef(req.GetSlice())})
+	rep, err := a.call(ctx, core.Pin{Caller: caller(ctx), Slice: sliceRef(req.GetSlice())})
 	if err != nil {
 		return nil, err
 	}
@@ -511,7 +513,7 @@ func (a *api) Unpin(ctx context.Context, req *pb.UnpinRequest) (*pb.UnpinRespons
 	if err := checkRef("slice", req.GetSlice()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	rep, err := a.call(ctx, Unpin{Caller: caller(ctx), Slice: sliceRef(req.GetSlice())})
+	rep, err := a.call(ctx, core.Unpin{Caller: caller(ctx), Slice: sliceRef(req.GetSlice())})
 	if err != nil {
 		return nil, err
 	}
@@ -522,7 +524,7 @@ func (a *api) Unquarantine(ctx context.Context, req *pb.UnquarantineRequest) (*p
 	if err := checkRef("slice", req.GetSlice()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	rep, err := a.call(ctx, Unquarantine{Caller: caller(ctx), Slice: sliceRef(req.GetSlice())})
+	rep, err := a.call(ctx, core.Unquarantine{Caller: caller(ctx), Slice: sliceRef(req.GetSlice())})
 	if err != nil {
 		return nil, err
 	}
@@ -533,7 +535,7 @@ func (a *api) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainRespons
 	if err := wire.CheckNodeID("node_id", req.GetNodeId()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	rep, err := a.call(ctx, Drain{Caller: caller(ctx), Node: assignment.NodeID(req.GetNodeId()), Cancel: req.GetCancel()})
+	rep, err := a.call(ctx, core.Drain{Caller: caller(ctx), Node: assignment.NodeID(req.GetNodeId()), Cancel: req.GetCancel()})
 	if err != nil {
 		return nil, err
 	}
@@ -558,14 +560,14 @@ func (a *api) Freeze(ctx context.Context, req *pb.FreezeRequest) (*pb.FreezeResp
 	if err := wire.CheckString("reason", req.GetReason(), maxReasonBytes); err != nil {
 		return nil, a.toStatus(err)
 	}
-	if _, err := a.call(ctx, Freeze{Caller: caller(ctx), Reason: req.GetReason()}); err != nil {
+	if _, err := a.call(ctx, core.Freeze{Caller: caller(ctx), Reason: req.GetReason()}); err != nil {
 		return nil, err
 	}
 	return &pb.FreezeResponse{}, nil
 }
 
 func (a *api) Unfreeze(ctx context.Context, _ *pb.UnfreezeRequest) (*pb.UnfreezeResponse, error) {
-	if _, err := a.call(ctx, Unfreeze{Caller: caller(ctx)}); err != nil {
+	if _, err := a.call(ctx, core.Unfreeze{Caller: caller(ctx)}); err != nil {
 		return nil, err
 	}
 	return &pb.UnfreezeResponse{}, nil
@@ -575,22 +577,22 @@ func (a *api) SetAlgorithm(ctx context.Context, req *pb.SetAlgorithmRequest) (*p
 	if err := checkAlgorithm(req.GetName(), req.GetParams()); err != nil {
 		return nil, a.toStatus(err)
 	}
-	if _, err := a.call(ctx, SetAlgorithm{Caller: caller(ctx), Name: req.GetName(), Params: req.GetParams()}); err != nil {
+	if _, err := a.call(ctx, core.SetAlgorithm{Caller: caller(ctx), Name: req.GetName(), Params: req.GetParams()}); err != nil {
 		return nil, err
 	}
 	return &pb.SetAlgorithmResponse{}, nil
 }
 
 func (a *api) Explain(ctx context.Context, _ *pb.ExplainRequest) (*pb.ExplainResponse, error) {
-	rep, err := a.call(ctx, GetExplain{Caller: caller(ctx)})
+	rep, err := a.call(ctx, core.GetExplain{Caller: caller(ctx)})
 	if err != nil {
 		return nil, err
 	}
-	return explainToProto(*rep.Explain), nil
+	return ExplainToProto(*rep.Explain), nil
 }
 
-// explainToProto converts the explanation of the last pass, for Explain and the web view.
-func explainToProto(r Explanation) *pb.ExplainResponse {
+// ExplainToProto converts the explanation of the last pass, for Explain and the web view.
+func ExplainToProto(r core.Explanation) *pb.ExplainResponse {
 	out := &pb.ExplainResponse{Position: wire.PositionToProto(r.Position), PassFailures: r.Failures, PassError: r.Error,
 		Quarantined: quarantinesToProto(r.Quarantined)}
 	if !r.ErrorTime.IsZero() {

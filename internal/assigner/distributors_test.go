@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -15,7 +17,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/store"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
@@ -23,16 +24,16 @@ var distT0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 // distCore returns the core of term 7 at clock 100, with nodes a and b registered, and the
 // hub it publishes to.
-func distCore(t *testing.T) (*assigner.Core, *quantum.Hub) {
+func distCore(t *testing.T) (*core.Core, *quantum.Hub) {
 	t.Helper()
-	c, err := assigner.NewCore(assigner.CoreConfig{NodeTTL: 10 * time.Second, Algorithm: "weighted-move",
+	c, err := core.New(core.Config{NodeTTL: 10 * time.Second, Algorithm: "weighted-move",
 		Params: map[string]string{"min_slices_per_node": "1", "initial_slices_per_node": "2", "max_slices_per_node": "8"}})
 	require.NoError(t, err)
-	c.Settle(distT0, assigner.LeadershipGained{Term: 7, Clock: 100})
+	c.Settle(distT0, core.LeadershipGained{Term: 7, Clock: 100})
 	h := quantum.NewHub(quantum.HubConfig{}, 7, nil, 100)
 	for _, id := range []assignment.NodeID{"a", "b"} {
 		// Each registration is audited with a clock-only quantum.
-		publishTo(t, h, c, distT0, assigner.Register{Node: store.Node{Node: assignment.Node{ID: id}, Address: string(id) + ":1"}})
+		publishTo(t, h, c, distT0, core.Register{Node: core.Node{Node: assignment.Node{ID: id}, Address: string(id) + ":1"}})
 	}
 	return c, h
 }
@@ -40,7 +41,7 @@ func distCore(t *testing.T) (*assigner.Core, *quantum.Hub) {
 // publishTo steps ev, commits every write it leads to and publishes the quanta to h, as the
 // server does: the hub refuses a quantum whose position does not follow the last one or
 // whose clock goes back.
-func publishTo(t *testing.T, h *quantum.Hub, c *assigner.Core, now time.Time, ev assigner.Event) []quantum.Quantum {
+func publishTo(t *testing.T, h *quantum.Hub, c *core.Core, now time.Time, ev core.Event) []quantum.Quantum {
 	t.Helper()
 	var qs []quantum.Quantum
 	for _, out := range c.Settle(now, ev) {
@@ -60,15 +61,15 @@ func TestSetDistributorsBeforeTheFirstMapPublishesNothing(t *testing.T) {
 	one := quantum.Distributors{"d1": "10.0.0.1:7001"}
 
 	_, before, _ := c.Assignment()
-	out := c.Step(distT0, assigner.DistributorsChanged{Distributors: one})
+	out := c.Step(distT0, core.DistributorsChanged{Distributors: one})
 	assert.Empty(t, out.Publish, "no map yet: nothing to publish")
 	assert.Nil(t, out.Write, "the set lives in etcd already; the core stores nothing")
 	assert.Equal(t, one, c.Distributors(), "the core must remember the set for the first map")
 	_, pos, _ := c.Assignment()
 	assert.Equal(t, before, pos, "no quantum was used up")
-	assert.Empty(t, publishTo(t, h, c, distT0, assigner.DistributorsChanged{Distributors: maps.Clone(one)}), "the same set again changes nothing")
+	assert.Empty(t, publishTo(t, h, c, distT0, core.DistributorsChanged{Distributors: maps.Clone(one)}), "the same set again changes nothing")
 
-	qs := publishTo(t, h, c, firstPass, assigner.Tick{})
+	qs := publishTo(t, h, c, firstPass, core.Tick{})
 	require.Len(t, qs, 1)
 	require.True(t, qs[0].Reinitializing())
 	assert.Equal(t, one, qs[0].Distributors, "the first map's quantum carries the set")
@@ -77,16 +78,16 @@ func TestSetDistributorsBeforeTheFirstMapPublishesNothing(t *testing.T) {
 
 func TestSetDistributorsAfterTheFirstMapIsOneReinitializingQuantum(t *testing.T) {
 	c, h := distCore(t)
-	qs := publishTo(t, h, c, firstPass, assigner.Tick{})
+	qs := publishTo(t, h, c, firstPass, core.Tick{})
 	require.Len(t, qs, 1)
 	first := qs[0]
 	require.NotNil(t, first.Distributors, "the first map carries the set, even empty")
 	assert.Empty(t, first.Distributors)
 	a, _, _ := c.Assignment()
 
-	c.Step(firstPass, assigner.ClockObserved{Clock: 130})
+	c.Step(firstPass, core.ClockObserved{Clock: 130})
 	two := quantum.Distributors{"d1": "10.0.0.1:7001", "d2": "10.0.0.2:7001"}
-	out := c.Step(firstPass, assigner.DistributorsChanged{Distributors: two})
+	out := c.Step(firstPass, core.DistributorsChanged{Distributors: two})
 	require.Len(t, out.Publish, 1, "a changed set is published")
 	assert.Nil(t, out.Write)
 	q := out.Publish[0].Quantum
@@ -107,12 +108,12 @@ func TestSetDistributorsAfterTheFirstMapIsOneReinitializingQuantum(t *testing.T)
 	assert.Equal(t, q.Position, pos)
 	assert.Equal(t, uint64(130), clock)
 	later := firstPass.Add(500 * time.Millisecond) // before the next pass
-	assert.Empty(t, publishTo(t, h, c, later, assigner.DistributorsChanged{Distributors: maps.Clone(two)}), "an equal set produces nothing")
-	assert.Empty(t, publishTo(t, h, c, later, assigner.Tick{}), "the reinitializing quantum already carries clock 130")
+	assert.Empty(t, publishTo(t, h, c, later, core.DistributorsChanged{Distributors: maps.Clone(two)}), "an equal set produces nothing")
+	assert.Empty(t, publishTo(t, h, c, later, core.Tick{}), "the reinitializing quantum already carries clock 130")
 
 	// The quanta that follow are ordered after it.
-	c.Step(later, assigner.ClockObserved{Clock: 140})
-	qs = publishTo(t, h, c, later, assigner.Tick{})
+	c.Step(later, core.ClockObserved{Clock: 140})
+	qs = publishTo(t, h, c, later, core.Tick{})
 	require.Len(t, qs, 1)
 	assert.Equal(t, quantum.Position{Term: 7, Seq: q.Seq + 1}, qs[0].Position)
 	assert.Equal(t, uint64(140), qs[0].Clock)
@@ -125,7 +126,7 @@ func TestSetDistributorsAfterTheFirstMapIsOneReinitializingQuantum(t *testing.T)
 	if s.Holds("a") {
 		to = "b"
 	}
-	qs = publishTo(t, h, c, later, assigner.Move{Slice: assigner.SliceRef{Hash: new(uint64)}, To: []assignment.NodeID{to}})
+	qs = publishTo(t, h, c, later, core.Move{Slice: core.SliceRef{Hash: new(uint64)}, To: []assignment.NodeID{to}})
 	require.Len(t, qs, 1)
 	assert.Equal(t, quantum.Position{Term: 7, Seq: q.Seq + 2}, qs[0].Position)
 	assert.Equal(t, uint64(140), qs[0].Clock)
@@ -133,7 +134,7 @@ func TestSetDistributorsAfterTheFirstMapIsOneReinitializingQuantum(t *testing.T)
 
 	// Every distributor leaving is a change too, carried as an empty (not absent) set.
 	_, before, _ := c.Assignment()
-	qs = publishTo(t, h, c, later, assigner.DistributorsChanged{Distributors: quantum.Distributors{}})
+	qs = publishTo(t, h, c, later, core.DistributorsChanged{Distributors: quantum.Distributors{}})
 	require.Len(t, qs, 1)
 	assert.NotNil(t, qs[0].Distributors)
 	assert.Empty(t, qs[0].Distributors)

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -20,7 +22,7 @@ import (
 func TestBadClaimsAreRefusedOverGRPC(t *testing.T) {
 	c := newCluster(t)
 	a := c.start(func(cfg *assigner.Config) {
-		cfg.Core.Roles, cfg.Core.Exclusive, cfg.Core.BreakBeforeMake = assigner.RolesPrimarySecondary, true, false
+		cfg.Core.Roles, cfg.Core.Exclusive, cfg.Core.BreakBeforeMake = core.RolesPrimarySecondary, true, false
 		// The first map waits for both members: made between their registrations, it gave
 		// every primary to m1 (a failure of this test on a busy machine).
 		cfg.Core.FirstMapNodes = 2
@@ -28,7 +30,7 @@ func TestBadClaimsAreRefusedOverGRPC(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	a.leading(t)
 	for _, id := range []string{"m1", "m2"} {
-		reg, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}, Address: id + ":1", Roles: assigner.RolesPrimarySecondary})
+		reg, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}, Address: id + ":1", Roles: core.RolesPrimarySecondary})
 		require.NoError(t, err)
 		assert.Equal(t, 2*time.Second, reg.GetLease().AsDuration(), "a registration grants the first lease")
 	}

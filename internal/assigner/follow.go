@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
@@ -26,7 +28,7 @@ const (
 // where the source answers. from is the clock to watch from, 0 if unknown (it is read first).
 //
 // Only the source's errors reach the core: leadership does not depend on the source.
-func (s *Server) followSource(ctx context.Context, log *slog.Logger, from uint64, out chan<- Event) {
+func (s *Server) followSource(ctx context.Context, log *slog.Logger, from uint64, out chan<- core.Event) {
 	f := &follower{s: s, log: log, out: out, backoff: minSourceBackoff}
 	for ctx.Err() == nil {
 		if from == 0 {
@@ -37,7 +39,7 @@ func (s *Server) followSource(ctx context.Context, log *slog.Logger, from uint64
 				}
 				continue
 			}
-			if !f.send(ctx, ClockObserved{Clock: clock}) {
+			if !f.send(ctx, core.ClockObserved{Clock: clock}) {
 				return
 			}
 			from = clock
@@ -53,7 +55,7 @@ func (s *Server) followSource(ctx context.Context, log *slog.Logger, from uint64
 type follower struct {
 	s       *Server
 	log     *slog.Logger
-	out     chan<- Event
+	out     chan<- core.Event
 	backoff time.Duration
 	lost    bool // SourceLost was sent, and no clock since
 	errs    int  // failed attempts in a row
@@ -82,7 +84,7 @@ func (f *follower) watch(ctx context.Context, from *uint64) bool {
 			// Progress marks of a change watch (asked for by a distributor sharing this etcd
 			// client) would do too, but a clock quantum for each would invite the next
 			// request; after a loss, any batch says the source answers.
-			if !f.send(ctx, ClockObserved{Clock: b.Clock}) {
+			if !f.send(ctx, core.ClockObserved{Clock: b.Clock}) {
 				return false
 			}
 			*from = max(*from, b.Clock)
@@ -99,15 +101,14 @@ func (f *follower) ended(err error) {
 	} else {
 		f.log.Debug("the source watch failed; following it again", "err", err)
 	}
-	f.s.metrics.sourceErrors.WithLabelValues(source.ClassOf(err).String()).Inc()
+	f.s.metrics.source.Failed(err)
 }
 
 // failed reports a failed clock read to the loop as SourceLost (the core logs a loss once,
 // and again if its class changes), and waits for the backoff before the next read. It
 // reports false once ctx ended.
 func (f *follower) failed(ctx context.Context, err error) bool {
-	class := source.ClassOf(err)
-	f.s.metrics.sourceErrors.WithLabelValues(class.String()).Inc()
+	f.s.metrics.source.Failed(err)
 	f.errs++
 	f.log.Debug("reading the source's clock failed", "err", err, "attempt", f.errs, "retry_in", f.backoff)
 	if !f.send(ctx, f.s.sourceLost(err)) {
@@ -123,16 +124,16 @@ func (f *follower) failed(ctx context.Context, err error) bool {
 }
 
 // send hands ev to the loop. A clock ends a loss and its backoff.
-func (f *follower) send(ctx context.Context, ev Event) bool {
+func (f *follower) send(ctx context.Context, ev core.Event) bool {
 	select {
 	case f.out <- ev:
 	case <-ctx.Done():
 		return false
 	}
 	switch ev.(type) {
-	case ClockObserved:
+	case core.ClockObserved:
 		f.lost, f.errs, f.backoff = false, 0, minSourceBackoff
-	case SourceLost:
+	case core.SourceLost:
 		f.lost = true
 	}
 	return true

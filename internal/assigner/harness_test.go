@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -79,7 +81,7 @@ func (c *cluster) startAs(creds grpc.DialOption, tweaks ...tweak) *node {
 		Client: c.cli, PassInterval: 50 * time.Millisecond, ClockInterval: 10 * time.Millisecond, SessionTTL: time.Second,
 		// The harness's nodes are stand-ins that load nothing: moves take effect at once
 		// unless a test asks for make-before-break.
-		Core: assigner.CoreConfig{NodeTTL: 2 * time.Second, Estimator: load.EstimatorConfig{HalfLife: 100 * time.Millisecond},
+		Core: core.Config{NodeTTL: 2 * time.Second, Estimator: load.EstimatorConfig{HalfLife: 100 * time.Millisecond},
 			BreakBeforeMake: true},
 		Logger:   testLogger(),
 		Registry: reg,

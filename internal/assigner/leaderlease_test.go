@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -18,9 +20,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/etcdstate"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // fakeClock is a clock the test moves by hand.
@@ -108,7 +110,7 @@ func (c *offsetClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 func startSuspendable(t *testing.T, cut *atomic.Bool) (*Server, *offsetClock, *leadership) {
 	cli := etcdtest.New(t)
 	srv, err := New(Config{Client: cli, PassInterval: 20 * time.Millisecond, ClockInterval: 10 * time.Millisecond,
-		SessionTTL: 2 * time.Second, Core: CoreConfig{NodeTTL: 3 * time.Second},
+		SessionTTL: 2 * time.Second, Core: core.Config{NodeTTL: 3 * time.Second},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	clock := &offsetClock{}
@@ -132,7 +134,7 @@ func startSuspendable(t *testing.T, cut *atomic.Bool) (*Server, *offsetClock, *l
 	var l *leadership
 	require.Eventually(t, func() bool { l = srv.leading.Load(); return l != nil }, 15*time.Second, 10*time.Millisecond)
 	for _, id := range []assignment.NodeID{"a", "b"} {
-		rep, err := l.do(t.Context(), Register{Caller: Caller{Who: "test"}, Node: store.Node{Node: assignment.Node{ID: id, Capacity: 1}, Address: "127.0.0.1:1"}})
+		rep, err := l.do(t.Context(), core.Register{Caller: core.Caller{Who: "test"}, Node: core.Node{Node: assignment.Node{ID: id, Capacity: 1}, Address: "127.0.0.1:1"}})
 		require.NoError(t, err)
 		require.NoError(t, rep.Err)
 	}
@@ -152,12 +154,12 @@ func TestALeaderResumingWithinItsLeaseKeepsTheNodes(t *testing.T) {
 	var cut atomic.Bool
 	srv, clock, l := startSuspendable(t, &cut)
 	// The suspension happens inside the loop, so nothing is in flight across it.
-	err := inLoop(t.Context(), l, func(*Core) { clock.Advance(10 * time.Second) })
+	err := inLoop(t.Context(), l, func(*core.Core) { clock.Advance(10 * time.Second) })
 	require.NoError(t, err)
 	resumed := clock.Now()
-	var st Status
+	var st core.Status
 	require.Eventually(t, func() bool {
-		rep, err := l.do(t.Context(), GetStatus{})
+		rep, err := l.do(t.Context(), core.GetStatus{})
 		require.NoError(t, err)
 		st = *rep.Status
 		return st.Nodes < 2 || st.LastPass.After(resumed.Add(5*20*time.Millisecond))
@@ -173,7 +175,7 @@ func TestALeaderResumingAfterItsLeaseEmitsAndWritesNothing(t *testing.T) {
 	var cut atomic.Bool
 	srv, clock, l := startSuspendable(t, &cut)
 	var at uint64
-	suspend := func(*Core) {
+	suspend := func(*core.Core) {
 		cut.Store(true)
 		clock.Advance(10 * time.Second)
 		_, p, _ := l.feed.Hub().Current()
@@ -182,7 +184,7 @@ func TestALeaderResumingAfterItsLeaseEmitsAndWritesNothing(t *testing.T) {
 	// On a very busy machine the first leadership may lapse (its 2 s lease unrenewed) before
 	// the test suspends it: suspend the next one then.
 	for err := inLoop(t.Context(), l, suspend); err != nil; err = inLoop(t.Context(), l, suspend) {
-		require.ErrorIs(t, err, ErrNotLeader)
+		require.ErrorIs(t, err, core.ErrNotLeader)
 		require.Eventually(t, func() bool {
 			if n := srv.leading.Load(); n != nil && n != l {
 				l = n
@@ -203,14 +205,14 @@ func TestALeaderResumingAfterItsLeaseEmitsAndWritesNothing(t *testing.T) {
 }
 
 func TestTransientEtcdErrors(t *testing.T) {
-	wrap := func(err error) error { return fmt.Errorf("store: append: %w", err) }
+	wrap := func(err error) error { return fmt.Errorf("etcdstate: append: %w", err) }
 	for _, err := range []error{rpctypes.ErrTimeout, rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader, rpctypes.ErrTimeoutDueToLeaderFail,
 		rpctypes.ErrStopped, status.Error(codes.Unavailable, "transport is closing"), status.Error(codes.Unknown, "raft: stopped"),
 		context.DeadlineExceeded} {
 		assert.True(t, transient(wrap(err)), "%v", err)
 	}
-	for _, err := range []error{nil, store.ErrFenced, fmt.Errorf("%w: log entry 3 is missing", store.ErrCorrupt), errLeaseLapsed,
-		context.Canceled, errors.New("store: encoding meta"), status.Error(codes.InvalidArgument, "too large")} {
+	for _, err := range []error{nil, etcdstate.ErrFenced, fmt.Errorf("%w: log entry 3 is missing", etcdstate.ErrCorrupt), errLeaseLapsed,
+		context.Canceled, errors.New("etcdstate: encoding meta"), status.Error(codes.InvalidArgument, "too large")} {
 		assert.False(t, transient(err), "%v", err)
 	}
 }

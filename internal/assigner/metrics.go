@@ -2,6 +2,7 @@ package assigner
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
 
 	"github.com/sliceplane/sliceplane/internal/source"
 )
@@ -36,10 +37,9 @@ type metrics struct {
 	// primaryHandovers counts the primaries handed over in planned moves, by how the old
 	// one ended: demoted, or forced (it did not within --handoff-timeout).
 	primaryHandovers *prometheus.CounterVec
-	// sourceAvailable is 0 while the leader cannot follow its source's clock; sourceErrors
-	// counts the failed watches and clock reads, by class (source.Class).
-	sourceAvailable prometheus.Gauge
-	sourceErrors    *prometheus.CounterVec
+	// source says whether the leader follows its source's clock, and counts the failed
+	// watches and clock reads.
+	source source.Metrics
 	// quarantined is how many ranges no node holds now, their holders having crashed on
 	// them (a key of death), and quarantinedShare their share of the key space; quarantines
 	// counts the ranges put in quarantine, and probes the probes that narrow them, by how
@@ -101,10 +101,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		handoffDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "handoff_duration_seconds",
 			Help:    "Time from the start of a handoff to its completion, as the leader that completed it saw it.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
-		sourceAvailable: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "source_available",
-			Help: "0 while this assigner leads and cannot follow its source's clock (balancing passes are held), else 1."}),
-		sourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_errors_total",
-			Help: "Failed watches and clock reads of the source, by class (unavailable, misconfigured, compacted)."}, []string{"class"}),
+		source: source.NewMetrics(ns, sub, "0 while this assigner leads and cannot follow its source's clock (balancing passes are held), else 1.",
+			"Failed watches and clock reads of the source,"),
 	}
 	m.quarantined = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "quarantined_ranges",
 		Help: "Ranges in quarantine: held by no node, as their holders crashed shortly after acquiring them (lift with slicectl unquarantine)."})
@@ -118,26 +116,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, end := range []string{"crashed", "served", "abandoned"} {
 		m.probes.WithLabelValues(end)
 	}
-	m.sourceAvailable.Set(1)
-	for _, c := range source.Classes {
-		m.sourceErrors.WithLabelValues(c.String())
-	}
 	for _, r := range []string{"malformed", "unknown_node", "not_finite", "negative", "over_cap"} {
 		m.reportsRejected.WithLabelValues(r) // exported at 0, so that rates and alerts see them
 	}
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,
 		m.passChurn, m.quanta, m.reports, m.reportsRejected, m.passFailures, m.watchers, m.etcdWrite, m.etcdRetries, m.adminChanges,
 		m.handoffsStarted, m.handoffsCompleted, m.handoffsRolledBack, m.primaryHandovers, m.handoffsInProgress, m.handoffDuration,
-		m.sourceAvailable, m.sourceErrors, m.quarantined, m.quarantinedShare, m.quarantines, m.probes)
+		m.quarantined, m.quarantinedShare, m.quarantines, m.probes)
+	reg.MustRegister(m.source.Collectors()...)
 	return m
 }
 
 // observeQuarantine counts the quarantines and probes that one step's output ended or began;
 // it reports whether there were any.
-func (m *metrics) observeQuarantine(out Output) bool {
+func (m *metrics) observeQuarantine(out core.Output) bool {
 	m.quarantines.Add(float64(out.Quarantined))
 	m.probes.WithLabelValues("crashed").Add(float64(out.Probes.Crashed))
 	m.probes.WithLabelValues("served").Add(float64(out.Probes.Served))
 	m.probes.WithLabelValues("abandoned").Add(float64(out.Probes.Abandoned))
-	return out.Quarantined > 0 || out.Probes != ProbeStats{}
+	return out.Quarantined > 0 || out.Probes != core.ProbeStats{}
 }

@@ -2,6 +2,7 @@ package assigner_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sliceplane/sliceplane/internal/balance"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assigner"
@@ -19,7 +22,11 @@ import (
 // explain.
 func TestFailingPassesStillCleanUpAndSaySo(t *testing.T) {
 	c := newCluster(t)
-	a := c.start(small)
+	var broken atomic.Bool
+	a := c.start(func(cfg *assigner.Config) {
+		small(cfg)
+		cfg.Core.WrapAlgorithm = func(alg balance.Algorithm) balance.Algorithm { return breakable{alg, &broken} }
+	})
 	a.leading(t)
 	ctx := ctxT(t, 30*time.Second)
 	for _, id := range []string{"n1", "n2"} {
@@ -61,7 +68,7 @@ func TestFailingPassesStillCleanUpAndSaySo(t *testing.T) {
 		}
 		return on1 && on2
 	})
-	require.NoError(t, assigner.BreakPasses(ctx, a.srv))
+	broken.Store(true) // every pass fails from now on
 	n2Silent.Store(true)
 
 	eventually(t, 15*time.Second, "n2 expired and holds nothing", func() bool {
@@ -87,4 +94,18 @@ func TestFailingPassesStillCleanUpAndSaySo(t *testing.T) {
 	failures, err := metric(a, "sliceplane_assigner_pass_failures_total", "")
 	require.NoError(t, err)
 	assert.Positive(t, failures)
+}
+
+// breakable is an algorithm whose passes fail, for whatever reason a real one might, once
+// broken is set.
+type breakable struct {
+	balance.Algorithm
+	broken *atomic.Bool
+}
+
+func (b breakable) Rebalance(in balance.Input) (balance.Result, error) {
+	if b.broken.Load() {
+		return balance.Result{}, errors.New("balance: something broke")
+	}
+	return b.Algorithm.Rebalance(in)
 }

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sliceplane/sliceplane/internal/store"
+	"github.com/sliceplane/sliceplane/internal/assigner/etcdstate"
 )
 
 // transient reports whether an etcd request failed for a reason that passes: an etcd
@@ -18,7 +18,7 @@ import (
 // member the client spoke to. The same request may then succeed, on this member or another.
 func transient(err error) bool {
 	switch {
-	case err == nil, errors.Is(err, store.ErrFenced), errors.Is(err, store.ErrCorrupt), errors.Is(err, errLeaseLapsed),
+	case err == nil, errors.Is(err, etcdstate.ErrFenced), errors.Is(err, etcdstate.ErrCorrupt), errors.Is(err, errLeaseLapsed),
 		errors.Is(err, context.Canceled):
 		return false
 	case errors.Is(err, context.DeadlineExceeded):

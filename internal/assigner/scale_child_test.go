@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -78,7 +80,7 @@ func runChild() {
 		Client: cli, Logger: log, PassInterval: time.Second, TLS: src,
 		// A long lease: setting up 100 watchers of a 150k-slice map takes a while, and the
 		// nodes only start reporting after it.
-		Core: assigner.CoreConfig{NodeTTL: 10 * time.Minute, FirstMapNodes: nodes, Params: params},
+		Core: core.Config{NodeTTL: 10 * time.Minute, FirstMapNodes: nodes, Params: params},
 	})
 	if err != nil {
 		log.Error("assigner", "err", err)

@@ -475,7 +475,7 @@ func (sc *scaleCluster) stop() {
 }
 
 // startScaleCluster starts the assigner and registers the fleet. The assigner's first map
-// waits for the whole fleet (CoreConfig.FirstMapNodes), 150k slices over it.
+// waits for the whole fleet (core.Config.FirstMapNodes), 150k slices over it.
 func startScaleCluster(ctx context.Context, b *testing.B, c creds, fl *nodeFleet, admin *mtls.Source) *scaleCluster {
 	env := append(c.childEnv(), fmt.Sprintf("%s=%d", childNodes, len(fl.ids)))
 	sc := &scaleCluster{proc: startAssigner(b, b.TempDir(), env), fleet: fl}

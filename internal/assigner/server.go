@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assigner/etcdstate"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/dial"
@@ -29,7 +32,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source"
-	"github.com/sliceplane/sliceplane/internal/store"
 	"github.com/sliceplane/sliceplane/internal/webview"
 )
 
@@ -64,7 +66,7 @@ type Config struct {
 	// MaxRequestBytes caps a request; default 16 MiB.
 	MaxRequestBytes int
 	// Core configures the balancing state.
-	Core CoreConfig
+	Core core.Config
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 	// Registry receives the metrics; default a new registry.
@@ -115,10 +117,10 @@ func (c *Config) Validate() error {
 	if c.Core.LoadWarmUp == 0 {
 		c.Core.LoadWarmUp = 2 * time.Second // nodes report every second by default
 	}
-	if err := c.Core.fill(); err != nil {
+	if err := c.Core.Fill(); err != nil {
 		return err
 	}
-	if _, err := newAlgorithm(c.Core.Algorithm, c.Core.Params); err != nil {
+	if _, err := core.NewAlgorithm(c.Core.Algorithm, c.Core.Params); err != nil {
 		return err
 	}
 	if c.Logger == nil {
@@ -138,7 +140,7 @@ func (c *Config) Validate() error {
 type Server struct {
 	cfg    Config
 	log    *slog.Logger
-	store  *store.Store
+	store  *etcdstate.Store
 	source source.Source
 	// clockOnly says the source's watch is a source.ClockWatcher's: every batch is a clock.
 	clockOnly bool
@@ -184,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, grpc: srv, health: srv.Health(), view: view,
-		store:   store.New(cfg.Client, cfg.Prefix+"assigner/"),
+		store:   etcdstate.New(cfg.Client, cfg.Prefix+"assigner/"),
 		source:  cfg.Source,
 		metrics: newMetrics(cfg.Registry),
 		now:     time.Now, keepAlive: etcdKeepAlive,
@@ -194,7 +196,7 @@ func New(cfg Config) (*Server, error) {
 	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
 	api.s = s
 	api.maps = &mapserve.Server{Name: "assigner", Feed: api.feed, Watchers: s.metrics.watchers,
-		Closed: "assigner: this assigner stopped leading; reconnect to the leader", NoMap: api.toStatus(ErrNoMap)}
+		Closed: "assigner: this assigner stopped leading; reconnect to the leader", NoMap: api.toStatus(core.ErrNoMap)}
 	pb.RegisterAssignmentServiceServer(srv, api)
 	pb.RegisterQuantaServiceServer(srv, api)
 	pb.RegisterNodeServiceServer(srv, nodeAPI{api})
@@ -311,11 +313,11 @@ type leadership struct {
 	term  uint64
 	lease *leaderLease
 	feed  *mapserve.Feed // the hub of the term, with its quanta's encodings
-	core  *Core          // owned by the leader loop
+	core  *core.Core     // owned by the leader loop
 	log   *slog.Logger
 	reqs  chan request
 	done  chan struct{} // closed when the leadership ends
-	fence store.Fence
+	fence etcdstate.Fence
 	wake  time.Time // when the core wants its next Tick
 
 	snapshotting atomic.Bool
@@ -331,21 +333,21 @@ type leadership struct {
 // request is an event for the core, stepped in the leader's loop; or, for tests only, a
 // function run there instead (a suspension of the process, a broken algorithm).
 type request struct {
-	ev    Event
-	hook  func(c *Core)
+	ev    core.Event
+	hook  func(c *core.Core)
 	reply chan result
 }
 
 // result is the core's reply to a request, or err if the leader could not step it.
 type result struct {
-	Reply
+	core.Reply
 	err error
 }
 
 // do steps ev in the leader's loop and returns the core's reply once whatever it changed is
 // persisted. The error says the request could not be stepped (no leader, ctx ended); the
 // core's verdict is the reply's Err.
-func (l *leadership) do(ctx context.Context, ev Event) (Reply, error) {
+func (l *leadership) do(ctx context.Context, ev core.Event) (core.Reply, error) {
 	res := l.send(ctx, request{ev: ev, reply: make(chan result, 1)})
 	return res.Reply, res.err
 }
@@ -354,7 +356,7 @@ func (l *leadership) send(ctx context.Context, r request) result {
 	select {
 	case l.reqs <- r:
 	case <-l.done:
-		return result{err: ErrNotLeader}
+		return result{err: core.ErrNotLeader}
 	case <-ctx.Done():
 		return result{err: ctx.Err()}
 	}
@@ -362,7 +364,7 @@ func (l *leadership) send(ctx context.Context, r request) result {
 	case res := <-r.reply:
 		return res
 	case <-l.done:
-		return result{err: ErrNotLeader}
+		return result{err: core.ErrNotLeader}
 	case <-ctx.Done():
 		return result{err: ctx.Err()}
 	}
@@ -371,7 +373,7 @@ func (l *leadership) send(ctx context.Context, r request) result {
 // boot is what a new leader reads before it serves: the stored state, the source's clock
 // (0 if the source did not answer: sourceErr says why) and the live distributors.
 type boot struct {
-	st        store.State
+	st        core.State
 	found     bool
 	clock     uint64
 	sourceErr error
@@ -432,10 +434,10 @@ func (s *Server) takeOffice(l *leadership, b boot) {
 func (s *Server) leaveOffice(l *leadership, cancel context.CancelFunc) {
 	cancel()
 	l.background.Wait()
-	l.core.Step(s.now(), LeadershipLost{})
+	l.core.Step(s.now(), core.LeadershipLost{})
 	s.leading.Store(nil)
-	s.view.Reset()                   // a standby shows no history: the leader's is the one that goes on
-	s.metrics.sourceAvailable.Set(1) // a standby follows no source: it knows of no outage
+	s.view.Reset()                    // a standby shows no history: the leader's is the one that goes on
+	s.metrics.source.Available.Set(1) // a standby follows no source: it knows of no outage
 	close(l.done)
 	l.feed.Hub().Close()
 	s.metrics.leader.Set(0)
@@ -463,12 +465,12 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 	b.clock, b.sourceErr = s.readClock(ctx)
 	cfg := s.cfg.Core
 	cfg.PassInterval, cfg.ClockInterval = s.cfg.PassInterval, s.cfg.ClockInterval
-	core, err := NewCore(cfg)
+	c, err := core.New(cfg)
 	if err != nil {
 		return nil, b, err
 	}
 	term := uint64(e.Rev())
-	l := &leadership{term: term, fence: store.Fence{Key: e.Key(), Rev: e.Rev()}, lease: lease, core: core,
+	l := &leadership{term: term, fence: etcdstate.Fence{Key: e.Key(), Rev: e.Rev()}, lease: lease, core: c,
 		log: s.log.With("term", term), reqs: make(chan request), done: make(chan struct{})}
 	// Before the first step: a step that changes the map records a column and may persist the
 	// history, which must go on from the persisted one, not replace its first chunk.
@@ -476,14 +478,14 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 	if !lease.confirm(ctx) {
 		return nil, b, errLeaseLapsed
 	}
-	rep, err := s.run(ctx, l, s.now(), LeadershipGained{Term: term, State: b.st, Found: b.found, Clock: b.clock})
+	rep, err := s.run(ctx, l, s.now(), core.LeadershipGained{Term: term, State: b.st, Found: b.found, Clock: b.clock})
 	if err == nil {
 		err = rep.Err
 	}
 	if err != nil {
 		return nil, b, fmt.Errorf("claiming term %d: %w", term, err)
 	}
-	a, _, published := core.Assignment()
+	a, _, published := c.Assignment()
 	l.feed = mapserve.NewFeed(quantum.NewHub(quantum.HubConfig{}, term, a, published))
 	err = s.retry(ctx, lease, "load_distributors", func(ctx context.Context) (err error) {
 		b.dists, b.distRev, err = membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
@@ -492,7 +494,7 @@ func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *lead
 	if err != nil {
 		return nil, b, err
 	}
-	if _, err := s.run(ctx, l, s.now(), DistributorsChanged{Distributors: b.dists}); err != nil {
+	if _, err := s.run(ctx, l, s.now(), core.DistributorsChanged{Distributors: b.dists}); err != nil {
 		return nil, b, err
 	}
 	return l, b, nil
@@ -505,7 +507,7 @@ func (s *Server) loop(ctx context.Context, l *leadership, b boot) error {
 	var following sync.WaitGroup
 	defer following.Wait()
 	defer stopWatch()
-	sourceEvents := make(chan Event)
+	sourceEvents := make(chan core.Event)
 	following.Go(func() { s.followSource(watchCtx, l.log, b.clock, sourceEvents) })
 	distributors := membership.Watch(watchCtx, s.cfg.Client, s.cfg.Prefix, b.dists, b.distRev)
 	if b.sourceErr != nil { // in office now: the metric may say so
@@ -523,12 +525,12 @@ func (s *Server) loop(ctx context.Context, l *leadership, b boot) error {
 		case r := <-l.reqs:
 			err = s.handle(ctx, l, r)
 		case <-timer.C:
-			err = s.observed(ctx, l, Tick{})
+			err = s.observed(ctx, l, core.Tick{})
 		case d, ok := <-distributors:
 			if !ok {
 				return errors.New("the watch of the distributors ended")
 			}
-			err = s.observed(ctx, l, DistributorsChanged{Distributors: d})
+			err = s.observed(ctx, l, core.DistributorsChanged{Distributors: d})
 		case ev := <-sourceEvents:
 			err = s.sourceEvent(ctx, l, ev)
 		}
@@ -551,7 +553,7 @@ func (l *leadership) untilWake(now time.Time) time.Duration {
 
 // observed steps an event of the leader's own (time passed, the distributors changed) once
 // the lease is certainly valid.
-func (s *Server) observed(ctx context.Context, l *leadership, ev Event) error {
+func (s *Server) observed(ctx context.Context, l *leadership, ev core.Event) error {
 	// Clock quanta are not written to etcd, so no fence guards them: steady checks the lease
 	// on this process's clock, and publishing does again.
 	start, err := s.steady(ctx, l)
@@ -564,19 +566,19 @@ func (s *Server) observed(ctx context.Context, l *leadership, ev Event) error {
 
 // sourceEvent steps what the follower learned of the source (ClockObserved, SourceLost),
 // and says it in the metrics. It changes nothing durable, so it needs no lease.
-func (s *Server) sourceEvent(ctx context.Context, l *leadership, ev Event) error {
+func (s *Server) sourceEvent(ctx context.Context, l *leadership, ev core.Event) error {
 	available := 1.0
-	if _, lost := ev.(SourceLost); lost {
+	if _, lost := ev.(core.SourceLost); lost {
 		available = 0
 	}
-	s.metrics.sourceAvailable.Set(available)
+	s.metrics.source.Available.Set(available)
 	_, err := s.run(ctx, l, s.now(), ev)
 	return err
 }
 
 // sourceLost is the event of a source that did not answer, for err.
-func (s *Server) sourceLost(err error) SourceLost {
-	return SourceLost{Err: err.Error(), Misconfigured: source.ClassOf(err) == source.Misconfigured}
+func (s *Server) sourceLost(err error) core.SourceLost {
+	return core.SourceLost{Err: err.Error(), Misconfigured: source.ClassOf(err) == source.Misconfigured}
 }
 
 // watchClock follows the source's clock: by source.ClockWatcher if the source is one, else
@@ -593,7 +595,7 @@ func (s *Server) watchClock(ctx context.Context, from uint64) <-chan source.Batc
 func (s *Server) handle(ctx context.Context, l *leadership, r request) error {
 	start, err := s.steady(ctx, l)
 	if err != nil {
-		r.reply <- result{err: ErrNotLeader}
+		r.reply <- result{err: core.ErrNotLeader}
 		return err
 	}
 	if r.hook != nil {
@@ -606,7 +608,7 @@ func (s *Server) handle(ctx context.Context, l *leadership, r request) error {
 		rep.Err = err // persisted but not published: the leader is stepping down
 	}
 	r.reply <- result{Reply: rep}
-	if errors.Is(err, store.ErrFenced) {
+	if errors.Is(err, etcdstate.ErrFenced) {
 		return err
 	}
 	return nil
@@ -616,8 +618,8 @@ func (s *Server) handle(ctx context.Context, l *leadership, r request) error {
 // its outcome stepped in turn, quanta published, logs and metrics. It returns the reply to
 // ev, and an error if a write or a publication failed (the change is dropped or, once
 // persisted, unpublished: leadership is lost either way).
-func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev Event) (Reply, error) {
-	var reply *Reply
+func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev core.Event) (core.Reply, error) {
+	var reply *core.Reply
 	var failure error
 	begun := time.Now()
 	out := l.core.Step(now, ev)
@@ -627,7 +629,7 @@ func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev Event
 		if reply == nil {
 			reply = out.Reply
 		}
-		changed = changed || out.Pass != nil || slices.ContainsFunc(out.Publish, func(p Publication) bool { return !p.Quantum.ClockOnly() })
+		changed = changed || out.Pass != nil || slices.ContainsFunc(out.Publish, func(p core.Publication) bool { return !p.Quantum.ClockOnly() })
 		if err := s.emit(ctx, l, out, now, times); err != nil && failure == nil {
 			failure = err
 		}
@@ -641,15 +643,15 @@ func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev Event
 		}
 		times.wrote += time.Since(wrote)
 		if err != nil {
-			failure, out = err, l.core.Step(s.now(), WriteFailed{Err: err})
+			failure, out = err, l.core.Step(s.now(), core.WriteFailed{Err: err})
 			continue
 		}
 		committed := time.Now()
-		out = l.core.Step(s.now(), WriteCommitted{})
+		out = l.core.Step(s.now(), core.WriteCommitted{})
 		times.committed += time.Since(committed)
 	}
 	if reply == nil {
-		reply = &Reply{}
+		reply = &core.Reply{}
 	}
 	if changed && failure == nil {
 		s.recordHistory(ctx, l, now)
@@ -663,7 +665,7 @@ func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev Event
 type phases struct{ computed, wrote, committed time.Duration }
 
 // emit does what an output asks besides writing: logs, publications, a snapshot, metrics.
-func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time.Time, times phases) error {
+func (s *Server) emit(ctx context.Context, l *leadership, out core.Output, start time.Time, times phases) error {
 	l.wake = out.Wake
 	for _, r := range out.Log {
 		l.log.Log(ctx, r.Level, r.Msg, r.Attrs...)
@@ -693,14 +695,14 @@ func (s *Server) emit(ctx context.Context, l *leadership, out Output, start time
 	}
 	if out.Pass != nil || out.PassFailed {
 		s.observeCore(l.core)
-		s.view.Pass(start, explainToProto(l.core.Explain()))
+		s.view.Pass(start, ExplainToProto(l.core.Explain()))
 	}
 	s.observeHandoffs(l.core, out.Handoffs)
 	return nil
 }
 
 // observeHandoffs counts the handoffs that a step began and ended.
-func (s *Server) observeHandoffs(c *Core, ho HandoffStats) {
+func (s *Server) observeHandoffs(c *core.Core, ho core.HandoffStats) {
 	if ho.Started+ho.Completed+ho.RolledBack+ho.Promoted+ho.Forced == 0 {
 		return
 	}
@@ -716,7 +718,7 @@ func (s *Server) observeHandoffs(c *Core, ho HandoffStats) {
 }
 
 // publish sends a committed quantum to the watchers, encoded once for all of them.
-func (s *Server) publish(ctx context.Context, l *leadership, p Publication) error {
+func (s *Server) publish(ctx context.Context, l *leadership, p core.Publication) error {
 	if !l.lease.confirm(ctx) {
 		return errLeaseLapsed // persisting took the rest of the lease
 	}
@@ -747,7 +749,7 @@ func (s *Server) steady(ctx context.Context, l *leadership) (time.Time, error) {
 		return now, errLeaseLapsed
 	}
 	if long {
-		l.wake = l.core.Step(now, LoopStalled{Gap: gap}).Wake
+		l.wake = l.core.Step(now, core.LoopStalled{Gap: gap}).Wake
 		l.log.Warn("the leader loop stalled; every node gets a fresh lease", "gap", gap)
 	}
 	return now, nil
@@ -797,7 +799,7 @@ func quantumCause(cause string) string {
 
 // persist writes what a write asks, in order, each write retried through an etcd
 // election while the lease lasts (the store's writes may run again: see the store package).
-func (s *Server) persist(ctx context.Context, lease *leaderLease, f store.Fence, p *Write) error {
+func (s *Server) persist(ctx context.Context, lease *leaderLease, f etcdstate.Fence, p *core.Write) error {
 	if p.PutNode != nil {
 		if err := s.retry(ctx, lease, "put_node", func(ctx context.Context) error { return s.store.PutNode(ctx, f, *p.PutNode) }); err != nil {
 			return err
@@ -824,7 +826,7 @@ func (s *Server) persist(ctx context.Context, lease *leaderLease, f store.Fence,
 }
 
 // observeCore updates the gauges that describe the core.
-func (s *Server) observeCore(c *Core) {
+func (s *Server) observeCore(c *core.Core) {
 	st := c.Status()
 	s.metrics.nodes.Set(float64(st.Nodes))
 	s.metrics.slices.Set(float64(st.Slices))

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -183,12 +186,11 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 		"the leader's start")
 	f.DurationVar(&o.handoffLinger, "handoff-linger", 2*time.Second, "--make-before-break: how long the old nodes keep "+
 		"serving a slice once its new nodes have loaded it, for routers that have not yet seen the new nodes serve")
-	f.StringVar(&o.roles, "roles", assigner.RolesReplicas, "the replicas' roles: "+assigner.RolesReplicas+" (all alike) or "+
-		assigner.RolesPrimarySecondary+" (one primary per slice takes its writes; a planned move of the role waits for the old "+
-		"primary's demotion, or --handoff-timeout); give every assigner the same, and members the same (client.MemberConfig.Roles)")
+	f.StringVar(&o.roles, "roles", assignment.Replicas.Name, "the replicas' roles: "+rolesHelp()+
+		"; give every assigner the same, and members the same (client.MemberConfig.Roles)")
 	f.BoolVar(&o.exclusive, "exclusive", false, "primaries hold leases (--node-ttl long, renewed by heartbeats) and fencing tokens: a primary role "+
 		"goes to another member only once the old primary gave it up or its lease ran out, even across a failover (needs --roles "+
-		assigner.RolesPrimarySecondary+"; give every assigner the same)")
+		core.RolesPrimarySecondary+"; give every assigner the same)")
 	f.IntVar(&o.minReplicas, "min-replicas", 1, "replicas every slice keeps while that many nodes live (warm secondaries): "+
 		"with 2, a primary that dies is replaced at once by a secondary that already holds its range, instead of by a member that "+
 		"must load it; each replica is a copy of the slice's state, kept outside the churn budget")
@@ -288,8 +290,8 @@ func (o *options) run(ctx context.Context) error {
 }
 
 // coreConfig returns the core's settings from the flags.
-func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig) assigner.CoreConfig {
-	return assigner.CoreConfig{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
+func (o *options) coreConfig(params map[string]string, est load.EstimatorConfig) core.Config {
+	return core.Config{NodeTTL: o.nodeTTL, Algorithm: o.algorithm, Params: params,
 		Estimator: est, MaxLoadRate: o.maxLoadRate, ZoneLabel: o.zoneLabel,
 		BreakBeforeMake: !o.mbb, HandoffTimeout: o.handoffTO, HandoffLinger: o.handoffLinger, Roles: o.roles, Exclusive: o.exclusive,
 		QuarantineWindow: o.quarantineWin, QuarantineProbe: o.quarantineTry, FirstMapNodes: o.firstMapNodes, FirstMapWait: o.firstMapWait,
@@ -309,4 +311,13 @@ func (o *options) startEtcd(ctx context.Context, log *slog.Logger) (*embedetcd.S
 	}
 	log.Info("embedded etcd started", "endpoint", etcd.Endpoint(), "dir", dir, "tls", o.tls.Enabled())
 	return etcd, nil
+}
+
+// rolesHelp describes each role model for --roles.
+func rolesHelp() string {
+	var out []string
+	for _, m := range assignment.RoleModels() {
+		out = append(out, m.Name+" ("+m.Help+")")
+	}
+	return strings.Join(out, " or ")
 }

@@ -2,7 +2,9 @@ package assignment
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // The role models a cluster may have (the assigner's --roles), as a participant registers
@@ -15,16 +17,68 @@ const (
 	RolesPrimarySecondary = "primary-secondary"
 )
 
-// RoleModel returns model, the empty one read as RolesReplicas, or an error naming the
-// models there are: the one check of an assigner's --roles and a member's.
-func RoleModel(model string) (string, error) {
-	switch model {
-	case "":
-		return RolesReplicas, nil
-	case RolesReplicas, RolesPrimarySecondary:
-		return model, nil
+// RoleModel is a cluster's role model (the assigner's --roles, a member's
+// MemberConfig.Roles): the rules that differ between models live here, so that the assigner
+// and the members ask the model instead of comparing its name. A new model is a value in
+// roleModels, its rules here, and the scripts that show it.
+type RoleModel struct {
+	// Name is how flags, registrations and the wire say it.
+	Name string
+	// Primaries: one replica of each slice is its primary, which takes its writes, and the
+	// others are secondaries; the assigner places the role and moves it in two steps (see
+	// below). Without, every replica is alike.
+	Primaries bool
+	// Help says what the model does, for --roles.
+	Help string
+}
+
+// The role models there are.
+var (
+	Replicas         = RoleModel{Name: RolesReplicas, Help: "all alike"}
+	PrimarySecondary = RoleModel{Name: RolesPrimarySecondary, Primaries: true,
+		Help: "one primary per slice takes its writes; a planned move of the role waits for the old primary to demote itself, or for --handoff-timeout"}
+	roleModels = []RoleModel{Replicas, PrimarySecondary}
+)
+
+func (m RoleModel) String() string { return m.Name }
+
+// ParseRoleModel returns the model named, the empty name read as Replicas, or an error naming
+// the models there are: the one check of an assigner's --roles and a member's.
+func ParseRoleModel(name string) (RoleModel, error) {
+	if name == "" {
+		return Replicas, nil
 	}
-	return "", fmt.Errorf("assignment: roles %q: want %s or %s", model, RolesReplicas, RolesPrimarySecondary)
+	for _, m := range roleModels {
+		if m.Name == name {
+			return m, nil
+		}
+	}
+	return RoleModel{}, fmt.Errorf("assignment: roles %q: want %s", name, RoleModelNames())
+}
+
+// RoleModels returns the role models there are, the default first.
+func RoleModels() []RoleModel { return slices.Clone(roleModels) }
+
+// RoleModelNames lists the models, for help and errors: "replicas or primary-secondary".
+func RoleModelNames() string {
+	names := make([]string, len(roleModels))
+	for i, m := range roleModels {
+		names[i] = m.Name
+	}
+	return strings.Join(names, " or ")
+}
+
+// Check refuses settings the model cannot work with: a primary hands its role over while
+// its successor serves, so it needs make-before-break; only primaries take leases, so an
+// exclusive cluster needs them.
+func (m RoleModel) Check(breakBeforeMake, exclusive bool) error {
+	switch {
+	case m.Primaries && breakBeforeMake:
+		return fmt.Errorf("assignment: roles %s move a primary make-before-break: it hands its role over while its successor serves; drop --make-before-break=false", m)
+	case exclusive && !m.Primaries:
+		return fmt.Errorf("assignment: an exclusive cluster gives leases on primary roles: it needs --roles %s", PrimarySecondary)
+	}
+	return nil
 }
 
 // Roles: in a cluster with primary and secondary replicas, each slice that has a serving

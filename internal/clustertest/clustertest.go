@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -232,7 +234,7 @@ func (c *Cluster) StartAssigner() *Part {
 	c.t.Helper()
 	cfg := assigner.Config{
 		Client: c.client(), PassInterval: 100 * time.Millisecond, ClockInterval: 10 * time.Millisecond, SessionTTL: sessionTTL,
-		Core:   assigner.CoreConfig{NodeTTL: 2 * sessionTTL, Estimator: load.EstimatorConfig{HalfLife: 200 * time.Millisecond}},
+		Core:   core.Config{NodeTTL: 2 * sessionTTL, Estimator: load.EstimatorConfig{HalfLife: 200 * time.Millisecond}},
 		Logger: c.log.With("part", "assigner"),
 	}
 	c.mu.Lock()

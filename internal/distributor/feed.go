@@ -88,7 +88,7 @@ func (f *sourceFeed) received(now time.Time) {
 	f.s.sourceHeard.Store(now.UnixNano())
 	if !f.lost.IsZero() {
 		f.s.log.Info("the source answers again", "after", now.Sub(f.lost).Round(time.Millisecond), "failed_attempts", f.errs)
-		f.s.metrics.sourceAvailable.Set(1)
+		f.s.metrics.source.Available.Set(1)
 	}
 	f.lost, f.errs, f.backoff = time.Time{}, 0, 0
 }
@@ -97,8 +97,7 @@ func (f *sourceFeed) received(now time.Time) {
 // clock with a rebase if the source no longer holds the one seen.
 func (f *sourceFeed) failed(err error) {
 	f.stop()
-	class := source.ClassOf(err)
-	f.s.metrics.sourceErrors.WithLabelValues(class.String()).Inc()
+	class := f.s.metrics.source.Failed(err)
 	switch {
 	case errors.Is(err, source.ErrEnded):
 		f.s.log.Info("the source ended the watch; watching it again", "err", err)
@@ -111,7 +110,7 @@ func (f *sourceFeed) failed(err error) {
 	}
 	if f.lost.IsZero() {
 		f.lost = time.Now()
-		f.s.metrics.sourceAvailable.Set(0)
+		f.s.metrics.source.Available.Set(0)
 	}
 	f.errs++
 	f.rebase = f.rebase || class == source.Compacted
@@ -156,7 +155,7 @@ func (f *sourceFeed) live(now time.Time) {
 	if now.Sub(heard) >= silenceLimit && f.lost.IsZero() {
 		f.s.log.Warn("the source has said nothing, though asked; its watch waits for it", "silence", now.Sub(heard).Round(time.Millisecond))
 		f.lost = heard
-		f.s.metrics.sourceAvailable.Set(0)
+		f.s.metrics.source.Available.Set(0)
 	}
 	if now.Sub(f.asked) >= livenessAsk {
 		f.ask(now)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
@@ -61,7 +62,10 @@ func TestGenerationsAreSound(t *testing.T) {
 					ops = append(ops, assignment.Assign{Slice: s.Range.Start, Replicas: drawReplicas("to")})
 				}
 				seq++
-				require.NoError(t, a.quantum(quantum.Quantum{Position: quantum.Position{Term: 1, Seq: seq}, Clock: clock, Ops: ops}))
+				next, err := r.a.Apply(ops)
+				require.NoError(t, err)
+				require.NoError(t, a.quantum(quantum.Quantum{Position: quantum.Position{Term: 1, Seq: seq}, Clock: clock, Ops: ops,
+					Generation: next.Generation()}))
 			case 1: // a change
 				clock++
 				a.changes(source.Batch{Clock: clock, Changes: []source.Change{{Clock: clock, Key: fmt.Appendf(nil, "k%d", step), Value: []byte("v")}}}, time.Time{})
@@ -131,4 +135,27 @@ func checkStream(t *rapid.T, r *Router, id assignment.NodeID, stream []op, queue
 	if want := r.nodes[id].cover; !cover.Equal(want) {
 		t.Fatalf("%s: the stream holds %s, the map gives %s", id, cover, want)
 	}
+}
+
+// TestRouterRefusesAQuantumThatSkipsAGeneration: a distributor that missed a change finds out
+// by the generation its next quantum says, as every follower of the stream does
+// (quantum.Follower), and applies nothing of it.
+func TestRouterRefusesAQuantumThatSkipsAGeneration(t *testing.T) {
+	whole, err := assignment.Uniform(2, func(int) []assignment.NodeID { return []assignment.NodeID{"a"} })
+	require.NoError(t, err)
+	r := NewRouter(RouterConfig{ID: "d1"})
+	_, err = r.Quantum(quantum.Quantum{Position: quantum.Position{Term: 1, Seq: 1}, Clock: 1,
+		Snapshot: whole, Generation: whole.Generation(), Distributors: quantum.Distributors{"d1": "addr"}})
+	require.NoError(t, err)
+	ops := []assignment.Op{assignment.Assign{Slice: 0, Replicas: []assignment.NodeID{"b"}}}
+	next, err := whole.Apply(ops)
+	require.NoError(t, err)
+	q := quantum.Quantum{Position: quantum.Position{Term: 1, Seq: 2}, Clock: 2, Ops: ops, Generation: next.Generation() + 1}
+	_, err = r.Quantum(q)
+	require.ErrorContains(t, err, "leads to generation")
+	assert.Equal(t, quantum.Position{Term: 1, Seq: 1}, r.Position(), "nothing of it applied")
+	q.Generation = next.Generation()
+	_, err = r.Quantum(q)
+	require.NoError(t, err)
+	assert.Equal(t, q.Position, r.Position())
 }

@@ -3,6 +3,7 @@ package distributor
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source"
 )
 
@@ -28,10 +29,8 @@ type metrics struct {
 	quantaRefused *prometheus.CounterVec
 	rejected      *prometheus.CounterVec
 	scanPauses    prometheus.Counter
-	// sourceAvailable is 0 while the source watch is down; sourceErrors counts the watches
-	// that failed, by class (source.Class).
-	sourceAvailable prometheus.Gauge
-	sourceErrors    *prometheus.CounterVec
+	// source says whether the source watch is up, and counts the watches that failed.
+	source source.Metrics
 	// relayWatchers counts the routers and members watching this distributor's copy of the
 	// map; relayRefused the quanta the relay did not take.
 	relayWatchers prometheus.Gauge
@@ -79,21 +78,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Keys under the source's prefix skipped because they name no item or fragment, by reason."}, []string{"reason"}),
 		scanPauses: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "scan_pauses_total",
 			Help: "Times a scan stopped to wait for its node to take what it read (--max-scan-ahead-bytes)."}),
-		sourceAvailable: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "source_available",
-			Help: "0 from a failed watch of the source until the source answers again, else 1."}),
-		sourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "source_errors_total",
-			Help: "Watches of the source that failed, by class (unavailable, misconfigured, compacted)."}, []string{"class"}),
+		source: source.NewMetrics(ns, sub, "0 from a failed watch of the source until the source answers again, else 1.",
+			"Watches of the source that failed,"),
 		relayWatchers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "relay_watchers",
 			Help: "Open watches of the assignment relayed by this distributor (routers and members)."}),
 		relayRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "relay_quanta_refused_total",
 			Help: "Quanta the relay did not take (an older term, or not following its map); the quanta stream starts over."}),
 	}
-	m.sourceAvailable.Set(1)
-	for _, c := range source.Classes {
-		m.sourceErrors.WithLabelValues(c.String())
-	}
 	// Every label value exported at 0, so that rate() and alerts see it.
-	for _, reason := range []string{"stale_term", "stale", "out_of_sequence", "does_not_apply"} {
+	for _, reason := range []string{quantum.StaleTerm, quantum.Stale, quantum.OutOfSequence, "does_not_apply"} {
 		m.quantaRefused.WithLabelValues(reason)
 	}
 	for _, r := range source.RejectReasons {
@@ -101,6 +94,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.clock, m.lag, m.quanta, m.changes, m.served, m.streams, m.queueOps, m.queueBytes,
 		m.deltas, m.opsSent, m.snapshots, m.overflows, m.scans, m.scanLatency, m.applyLag, m.quantaSilent,
-		m.quantaRefused, m.rejected, m.scanPauses, m.sourceAvailable, m.sourceErrors, m.relayWatchers, m.relayRefused)
+		m.quantaRefused, m.rejected, m.scanPauses, m.relayWatchers, m.relayRefused)
+	reg.MustRegister(m.source.Collectors()...)
 	return m
 }

@@ -16,20 +16,6 @@ import (
 // ErrNotServed is returned for a node that another distributor serves.
 var ErrNotServed = errors.New("distributor: node not served here")
 
-// RefusedError is returned for a quantum the router will not apply: one from before its
-// position, which only a deposed leader sends (fencing), or one that does not follow it.
-type RefusedError struct {
-	// Reason is "stale_term" (from a term older than one applied), "stale" (going back
-	// within a term) or "out_of_sequence" (operations not following the map held).
-	Reason   string
-	Quantum  quantum.Position
-	Position quantum.Position
-}
-
-func (e *RefusedError) Error() string {
-	return fmt.Sprintf("distributor: quantum %s refused (%s): the router is at %s", e.Quantum, e.Reason, e.Position)
-}
-
 // RouterConfig configures a Router.
 type RouterConfig struct {
 	// ID is this distributor's ID: it serves the nodes that the distributor set gives it.
@@ -250,20 +236,9 @@ func (r *Router) serves(id assignment.NodeID) bool {
 // changes) and operations that do not follow its position within a term.
 func (r *Router) Quantum(q quantum.Quantum) ([]Action, error) {
 	r.begin()
-	if err := r.admit(q); err != nil {
-		return nil, err
-	}
-	next := r.a
-	switch {
-	case q.Snapshot != nil:
-		next = q.Snapshot
-	case len(q.Ops) > 0 && r.a == nil:
-		return nil, fmt.Errorf("distributor: quantum %s changes a map this distributor never had", q.Position)
-	case len(q.Ops) > 0:
-		var err error
-		if next, err = r.a.Apply(q.Ops); err != nil {
-			return nil, fmt.Errorf("distributor: quantum %s does not apply to generation %d: %w", q.Position, r.a.Generation(), err)
-		}
+	next, err := (quantum.Follower{Pos: r.pos, Started: r.started, Holder: "the router"}).Follow(r.a, q)
+	if err != nil {
+		return nil, fmt.Errorf("distributor: %w", err)
 	}
 	r.stats.Quanta++
 	r.pos, r.started = q.Position, true
@@ -279,25 +254,6 @@ func (r *Router) Quantum(q quantum.Quantum) ([]Action, error) {
 	r.releaseLoads()
 	r.publish()
 	return r.acts, nil
-}
-
-// admit checks that q may follow the quanta applied so far.
-func (r *Router) admit(q quantum.Quantum) error {
-	if !r.started {
-		return nil
-	}
-	reason := ""
-	switch {
-	case q.Term < r.pos.Term:
-		reason = "stale_term"
-	case q.Snapshot != nil && q.Position.Less(r.pos):
-		reason = "stale"
-	case q.Snapshot == nil && (q.Term != r.pos.Term || !r.pos.Less(q.Position)):
-		reason = "out_of_sequence"
-	default:
-		return nil
-	}
-	return &RefusedError{Reason: reason, Quantum: q.Position, Position: r.pos}
 }
 
 // Position returns the position of the last quantum applied (zero before the first).

@@ -426,7 +426,7 @@ func (s *Server) deliver(ctx context.Context, wg *sync.WaitGroup, seq *Sequencer
 				// The stream is broken (a quantum was lost) or comes from a deposed
 				// leader: start over from a reinit, from whoever leads now.
 				reason, wait := "does_not_apply", time.Duration(0)
-				if refused, ok := errors.AsType[*RefusedError](err); ok {
+				if refused, ok := errors.AsType[*quantum.RefusedError](err); ok {
 					reason = refused.Reason
 					wait = 100 * time.Millisecond // a deposed leader may still answer at first
 				}

@@ -209,3 +209,15 @@ func Boundary(i, n int) uint64 {
 	q, _ := bits.Div64(uint64(i), 0, uint64(n)) // (i<<64)/n; cannot overflow since i < n
 	return q
 }
+
+// QuoteMax is how many bytes of a client's string an error quotes.
+const QuoteMax = 64
+
+// Quote quotes s for an error message, cut to its first QuoteMax bytes (then "..."), so that
+// an error never echoes unbounded input back.
+func Quote(s string) string {
+	if len(s) <= QuoteMax {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:QuoteMax]) + "..."
+}

@@ -170,7 +170,7 @@ func (h *Hub) Publish(q Quantum, after *assignment.Assignment) error {
 	switch {
 	case h.closed:
 		return ErrClosed
-	case q.Term != h.pos.Term || q.Seq != h.pos.Seq+1:
+	case !h.pos.Precedes(q.Position):
 		return fmt.Errorf("quantum: publishing %s after %s", q.Position, h.pos)
 	case q.Clock < h.clock:
 		return fmt.Errorf("quantum: clock %d goes back from %d", q.Clock, h.clock)
@@ -218,8 +218,9 @@ func (h *Hub) Reset(q Quantum) error {
 		return ErrClosed
 	case q.Snapshot == nil:
 		return fmt.Errorf("quantum: resetting to %s, which carries no map", q.Position)
-	case q.Position.Less(h.pos):
-		return fmt.Errorf("quantum: resetting to %s, before %s", q.Position, h.pos)
+	}
+	if err := (Follower{Pos: h.pos, Started: true, Holder: "the hub"}).Admit(q); err != nil {
+		return fmt.Errorf("quantum: resetting: %w", err)
 	}
 	h.current, h.pos, h.clock, h.last = q.Snapshot, q.Position, q.Clock, q.Time
 	if q.Distributors != nil {

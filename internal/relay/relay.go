@@ -81,21 +81,22 @@ func (r *Relay) Take(q quantum.Quantum) (Outcome, error) {
 func (r *Relay) take(q quantum.Quantum) (Outcome, error) {
 	hub := r.feed.Hub()
 	cur, pos, _ := hub.Current()
-	follows := cur != nil && q.Term == pos.Term && q.Seq == pos.Seq+1
-	switch {
-	case cur != nil && q.Term < pos.Term:
-		// Only a deposed leader still sends an older term: its map may undo the new one's.
-		return 0, fmt.Errorf("%w: %s is of a term older than %s", ErrOlderTerm, q.Position, pos)
-	case q.Reinitializing() && !follows:
-		if cur != nil && q.Position == pos {
-			return Kept, nil
+	if err := (quantum.Follower{Pos: pos, Started: cur != nil, Every: true, Holder: "the relay"}).Admit(q); err != nil {
+		if refused, ok := errors.AsType[*quantum.RefusedError](err); ok && refused.Reason == quantum.StaleTerm {
+			return 0, fmt.Errorf("%w: %w", ErrOlderTerm, err)
 		}
+		return 0, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	switch {
+	case q.Reinitializing() && cur != nil && q.Position == pos:
+		return Kept, nil
+	case q.Reinitializing() && (cur == nil || !pos.Precedes(q.Position)):
+		// The stream starts over (a new term, or a reconnection that found its position
+		// gone): so do the relay's watchers.
 		if err := hub.Reset(q); err != nil {
 			return 0, fmt.Errorf("%w: %w", ErrRefused, err)
 		}
 		return Reset, nil
-	case !follows:
-		return 0, fmt.Errorf("%w: %s does not follow %s", ErrRefused, q.Position, pos)
 	}
 	after, err := q.Next(cur, "the relay")
 	if err != nil {

@@ -8,12 +8,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sliceplane/sliceplane/internal/assigner"
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // Engine says what runs a simulation's passes.
@@ -61,7 +61,7 @@ func RunCore(ctx context.Context, name string, params map[string]string, sc Scen
 // the scenario's events are the algorithm runner's; the map is the core's.
 type coreRunner struct {
 	runner
-	core       *assigner.Core
+	core       *core.Core
 	epochLen   time.Duration
 	registered map[assignment.NodeID]float64 // nodes registered with the core, and capacity
 	// view is the map as the published quanta build it, as a watcher of the assigner sees
@@ -83,7 +83,7 @@ func newCoreRunner(name string, params map[string]string, sc Scenario, opt Optio
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	core, err := assigner.NewCore(assigner.CoreConfig{
+	c, err := core.New(core.Config{
 		// Nodes report every epoch, which renews their lease; a removal is a Deregister.
 		NodeTTL:      max(10*time.Second, 3*epoch),
 		PassInterval: epoch,
@@ -101,9 +101,9 @@ func newCoreRunner(name string, params map[string]string, sc Scenario, opt Optio
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	r := &coreRunner{runner: runner{sc: sc, opt: opt, w: newWorld(opt.Zones), undo: newUndoTracker(holdPasses(alg)), cycles: newCycleTracker()},
-		core: core, epochLen: epoch,
+		core: c, epochLen: epoch,
 		registered: map[assignment.NodeID]float64{}}
-	if err := r.settle(simStart.Add(-epoch), assigner.LeadershipGained{Term: 1}); err != nil {
+	if err := r.settle(simStart.Add(-epoch), core.LeadershipGained{Term: 1}); err != nil {
 		return nil, fmt.Errorf("sim: starting the core: %w", err)
 	}
 	r.addInitialNodes()
@@ -178,7 +178,7 @@ func (r *coreRunner) epoch(e int, th *thrashing) (Epoch, error) {
 		return Epoch{}, err
 	}
 	if e == 0 { // the first map: the core makes it at its first pass, with nothing measured
-		if err := r.settle(r.at(0), assigner.Tick{}); err != nil {
+		if err := r.settle(r.at(0), core.Tick{}); err != nil {
 			return Epoch{}, err
 		}
 	}
@@ -207,11 +207,11 @@ func (r *coreRunner) epoch(e int, th *thrashing) (Epoch, error) {
 	}
 	end := r.at(e + 1)
 	for _, rep := range reports(a, nodes, sp, top, r.epochLen) {
-		if err := r.settle(end, assigner.ReportLoad{Report: rep}); err != nil {
+		if err := r.settle(end, core.ReportLoad{Report: rep}); err != nil {
 			return Epoch{}, err
 		}
 	}
-	if err := r.settle(end, assigner.Tick{}); err != nil {
+	if err := r.settle(end, core.Tick{}); err != nil {
 		return Epoch{}, err
 	}
 	ep.Churn = churn(a, r.view, keys, nodes)
@@ -236,7 +236,7 @@ func (r *coreRunner) orphans(nodes *assignment.NodeSet) (space, load float64) {
 
 // settle steps ev at now with every write committed at once, applies the quanta published
 // to the view, and returns the error the core replied or the pass that failed.
-func (r *coreRunner) settle(now time.Time, ev assigner.Event) error {
+func (r *coreRunner) settle(now time.Time, ev core.Event) error {
 	for _, out := range r.core.Settle(now, ev) {
 		if out.Reply != nil && out.Reply.Err != nil {
 			return fmt.Errorf("sim: the core refused %T: %w", ev, out.Reply.Err)
@@ -286,9 +286,9 @@ func (r *coreRunner) syncNodes(now time.Time) error {
 		if c, ok := r.registered[id]; ok && c == r.w.cap[id] {
 			continue
 		}
-		n := store.Node{Node: assignment.Node{ID: id, Capacity: r.w.cap[id]}, Address: "sim-" + string(id),
+		n := core.Node{Node: assignment.Node{ID: id, Capacity: r.w.cap[id]}, Address: "sim-" + string(id),
 			Labels: r.w.labels[id]}
-		if err := r.settle(now, assigner.Register{Node: n}); err != nil {
+		if err := r.settle(now, core.Register{Node: n}); err != nil {
 			return err
 		}
 		r.registered[id] = r.w.cap[id]
@@ -297,7 +297,7 @@ func (r *coreRunner) syncNodes(now time.Time) error {
 		if live[id] {
 			continue
 		}
-		if err := r.settle(now, assigner.Deregister{Node: id}); err != nil {
+		if err := r.settle(now, core.Deregister{Node: id}); err != nil {
 			return err
 		}
 		delete(r.registered, id)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
@@ -36,7 +38,7 @@ func startCluster(t *testing.T, nodes int) *cluster {
 	srv, err := assigner.New(assigner.Config{
 		Client: etcdtest.Client(t, etcdtest.Start(t)), TLS: pki.Source("assigner", "a1"), MetricsListen: "127.0.0.1:0",
 		PassInterval: 200 * time.Millisecond, SessionTTL: 2 * time.Second,
-		Core:   assigner.CoreConfig{NodeTTL: time.Minute, BreakBeforeMake: true},
+		Core:   core.Config{NodeTTL: time.Minute, BreakBeforeMake: true},
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)

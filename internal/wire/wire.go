@@ -6,7 +6,6 @@ package wire
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -19,18 +18,6 @@ import (
 // ErrInvalid is wrapped by every error about a malformed message.
 var ErrInvalid = errors.New("wire: invalid message")
 
-// QuoteMax is how many bytes of a client's string an error quotes.
-const QuoteMax = 64
-
-// Quote quotes s for an error message, cut to its first QuoteMax bytes (then "..."), so that
-// an error never echoes unbounded input back.
-func Quote(s string) string {
-	if len(s) <= QuoteMax {
-		return strconv.Quote(s)
-	}
-	return strconv.Quote(s[:QuoteMax]) + "..."
-}
-
 // MaxNodeIDBytes is the longest node ID (see assignment.NodeID).
 const MaxNodeIDBytes = 128
 
@@ -38,7 +25,7 @@ const MaxNodeIDBytes = 128
 // rest of its form is for assignment.NodeID.Validate to judge.
 func CheckNodeID(field, id string) error {
 	if len(id) > MaxNodeIDBytes {
-		return fmt.Errorf("%w: %s %s is %d bytes; at most %d", ErrInvalid, field, Quote(id), len(id), MaxNodeIDBytes)
+		return fmt.Errorf("%w: %s %s is %d bytes; at most %d", ErrInvalid, field, keyspace.Quote(id), len(id), MaxNodeIDBytes)
 	}
 	return nil
 }
@@ -46,7 +33,7 @@ func CheckNodeID(field, id string) error {
 // CheckString checks that field holds at most limit bytes.
 func CheckString(field, s string, limit int) error {
 	if len(s) > limit {
-		return fmt.Errorf("%w: %s %s is %d bytes; at most %d", ErrInvalid, field, Quote(s), len(s), limit)
+		return fmt.Errorf("%w: %s %s is %d bytes; at most %d", ErrInvalid, field, keyspace.Quote(s), len(s), limit)
 	}
 	return nil
 }

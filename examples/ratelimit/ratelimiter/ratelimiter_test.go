@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -137,7 +139,7 @@ func notOwner(err error) bool {
 // certificate.
 func TestTakesFollowTheirKeysPrimary(t *testing.T) {
 	c := clustertest.New(t, clustertest.Options{TLS: true, Assigner: func(cfg *assigner.Config) {
-		cfg.Core.Roles, cfg.Core.FirstMapNodes = assigner.RolesPrimarySecondary, 3
+		cfg.Core.Roles, cfg.Core.FirstMapNodes = core.RolesPrimarySecondary, 3
 		cfg.Core.HandoffLinger = 200 * time.Millisecond
 	}})
 	servers := map[string]*ratelimiter.Server{}

@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"cmp"
@@ -12,8 +12,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/store"
-	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
 // SliceRef names a slice: the one starting exactly at Start, or the one holding Key or Hash.
@@ -29,7 +27,7 @@ func (r SliceRef) String() string {
 	case r.Start != nil:
 		return "the slice starting at " + keyspace.FormatPoint(*r.Start)
 	case r.Key != nil:
-		return "the slice holding key " + wire.Quote(string(r.Key))
+		return "the slice holding key " + keyspace.Quote(string(r.Key))
 	case r.Hash != nil:
 		return "the slice holding hash " + keyspace.FormatPoint(*r.Hash)
 	}
@@ -282,7 +280,7 @@ func (c *Core) unfreeze() *change {
 
 // setAlgorithm proposes another balancing algorithm or other constants.
 func (c *Core) setAlgorithm(name string, params map[string]string) (*change, error) {
-	alg, err := newAlgorithm(name, params)
+	alg, err := c.newAlgorithm(name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -318,12 +316,12 @@ type Status struct {
 	SourceLostSince     time.Time
 	SourceMisconfigured bool
 	// Quarantined lists the ranges no node holds (see quarantine.go).
-	Quarantined []store.Quarantine
-	// Roles, Exclusive and NodeTTL are the core's CoreConfig.Roles, Exclusive and NodeTTL.
+	Quarantined []Quarantine
+	// Roles, Exclusive and NodeTTL are the core's Config.Roles, Exclusive and NodeTTL.
 	Roles     string
 	Exclusive bool
 	NodeTTL   time.Duration
-	// MinReplicas is how many replicas every slice keeps (CoreConfig.MinReplicas, 1 at least).
+	// MinReplicas is how many replicas every slice keeps (Config.MinReplicas, 1 at least).
 	MinReplicas int
 }
 
@@ -366,7 +364,7 @@ func (c *Core) carry() {
 
 // NodeInfo describes a registered node.
 type NodeInfo struct {
-	store.Node
+	Node
 	Draining bool
 	Slices   int
 	// Loading counts the slices it is loading (make-before-break); Primaries, those it is

@@ -10,7 +10,7 @@
 // scripts (testdata/) and the simulator drive it as the server does. Server is the driver,
 // active but simple: it holds leadership in etcd, steps events in from its channels and one
 // timer, persists each write with the fence, steps its outcome, and publishes.
-package assigner
+package core
 
 import (
 	"errors"
@@ -26,8 +26,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/store"
-	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
 // Errors of the core, which the API maps to status codes.
@@ -43,8 +41,8 @@ var (
 // must step WriteCommitted or WriteFailed first.
 var ErrWriteInFlight = errors.New("assigner: a write is in flight; step its outcome first")
 
-// CoreConfig tunes the core.
-type CoreConfig struct {
+// Config tunes the core.
+type Config struct {
 	// NodeTTL is how long a node stays in the map without a heartbeat or a load report.
 	NodeTTL time.Duration
 	// PassInterval is the time between balancing passes; default 1 s.
@@ -118,13 +116,17 @@ type CoreConfig struct {
 	// guard counts a crash as the range's; negative: no narrowing, a quarantine stays whole
 	// until an operator lifts it.
 	QuarantineProbe time.Duration
+	// WrapAlgorithm, if set, wraps every balancing algorithm the core builds (at a term's
+	// start and on an operator's change): a driver may instrument passes with it, and a test
+	// make them fail as a broken algorithm would.
+	WrapAlgorithm func(balance.Algorithm) balance.Algorithm
 }
 
 // Validate reports whether the configuration is usable (zero values take defaults).
-func (cfg CoreConfig) Validate() error { return cfg.fill() }
+func (cfg Config) Validate() error { return cfg.Fill() }
 
-// fill sets defaults and refuses nonsense.
-func (cfg *CoreConfig) fill() error {
+// Fill sets defaults and refuses nonsense.
+func (cfg *Config) Fill() error {
 	if cfg.NodeTTL <= 0 {
 		cfg.NodeTTL = 10 * time.Second
 	}
@@ -153,17 +155,14 @@ func (cfg *CoreConfig) fill() error {
 	if cfg.MinReplicas < 0 || cfg.MinReplicas > maxMinReplicas {
 		return fmt.Errorf("%w: min replicas %d: want 1 to %d (0: one)", ErrInvalid, cfg.MinReplicas, maxMinReplicas)
 	}
-	roles, err := assignment.RoleModel(cfg.Roles)
-	switch {
-	case err != nil:
+	roles, err := assignment.ParseRoleModel(cfg.Roles)
+	if err == nil {
+		err = roles.Check(cfg.BreakBeforeMake, cfg.Exclusive)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	case roles == RolesPrimarySecondary && cfg.BreakBeforeMake:
-		return fmt.Errorf("%w: roles %s move a primary make-before-break: it hands its role over while its successor serves; drop --make-before-break=false", ErrInvalid, roles)
 	}
-	cfg.Roles = roles
-	if cfg.Exclusive && roles != RolesPrimarySecondary {
-		return fmt.Errorf("%w: an exclusive cluster gives leases on primary roles: it needs --roles %s", ErrInvalid, RolesPrimarySecondary)
-	}
+	cfg.Roles = roles.Name
 	switch {
 	case cfg.FirstMapNodes < 0:
 		return fmt.Errorf("%w: first map nodes %d: want >= 0 (0: no wait)", ErrInvalid, cfg.FirstMapNodes)
@@ -217,26 +216,27 @@ const (
 )
 
 type nodeState struct {
-	store.Node
+	Node
 	lastSeen time.Time
 	// awayUntil is when the grace of a node that restarts ends (zero: none); until then
 	// its lease does not lapse. It lives in memory only: a new leader gives every node a
 	// full lease instead.
 	awayUntil time.Time
-	// reported says the node reported its load in this term (see CoreConfig.LoadWarmUp).
+	// reported says the node reported its load in this term (see Config.LoadWarmUp).
 	reported bool
 }
 
 // Core is the assigner's state as the leader of one term sees it. It is not safe for
 // concurrent use: one goroutine steps it.
 type Core struct {
-	cfg       CoreConfig
+	cfg       Config
+	roles     assignment.RoleModel // cfg.Roles'
 	leading   bool
 	term, seq uint64
 	clock     uint64 // the highest source clock seen
 	published uint64 // the clock of the last quantum
 	a         *assignment.Assignment
-	meta      store.Meta
+	meta      Meta
 	alg       balance.Algorithm
 	nodes     map[assignment.NodeID]*nodeState
 	history   []balance.Move
@@ -301,11 +301,11 @@ type change struct {
 	setMap bool                 // after replaces the map (a quantum may carry the same)
 	ended  handoffEnd           // the handoffs the change ends
 
-	crashes     []crash            // nodes whose leases lapsed (quarantine guard)
-	quarantined []store.Quarantine // ranges the change puts in quarantine
-	lift        *keyspace.Range    // a lifted quarantine's range
-	probe       *probe             // a probe the change lends to its canary (narrow.go)
-	verdicts    []verdict          // probes the change ends
+	crashes     []crash         // nodes whose leases lapsed (quarantine guard)
+	quarantined []Quarantine    // ranges the change puts in quarantine
+	lift        *keyspace.Range // a lifted quarantine's range
+	probe       *probe          // a probe the change lends to its canary (narrow.go)
+	verdicts    []verdict       // probes the change ends
 }
 
 // passRecord is what a pass leaves besides its change of the map.
@@ -330,24 +330,25 @@ const (
 	kindQuarantine   = "quarantine"
 )
 
-// NewCore returns a core that leads nothing yet: step LeadershipGained to start a term.
-func NewCore(cfg CoreConfig) (*Core, error) {
-	if err := cfg.fill(); err != nil {
+// New returns a core that leads nothing yet: step LeadershipGained to start a term.
+func New(cfg Config) (*Core, error) {
+	if err := cfg.Fill(); err != nil {
 		return nil, err
 	}
-	return &Core{cfg: cfg, nodes: map[assignment.NodeID]*nodeState{}, est: load.NewEstimator(cfg.Estimator), leases: leases{until: map[assignment.NodeID]time.Time{}},
+	roles, _ := assignment.ParseRoleModel(cfg.Roles) // Fill checked it
+	return &Core{cfg: cfg, roles: roles, nodes: map[assignment.NodeID]*nodeState{}, est: load.NewEstimator(cfg.Estimator), leases: leases{until: map[assignment.NodeID]time.Time{}},
 		dists: quantum.Distributors{}}, nil
 }
 
 // Config returns the core's configuration, defaults filled in.
-func (c *Core) Config() CoreConfig { return c.cfg }
+func (c *Core) Config() Config { return c.cfg }
 
 // gain starts term ev.Term from the stored state: the change it proposes records the term.
 func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
-	fresh, _ := NewCore(c.cfg) // the configuration was checked by NewCore
+	fresh, _ := New(c.cfg) // the configuration was checked by New
 	*c = *fresh
 	c.term = ev.Term
-	m := store.Meta{Algorithm: c.cfg.Algorithm, Params: c.cfg.Params}
+	m := Meta{Algorithm: c.cfg.Algorithm, Params: c.cfg.Params}
 	if ev.Found {
 		st := ev.State
 		c.a, m, c.history, c.snapshot = st.Assignment, st.Meta, st.History, st.SnapshotIndex
@@ -356,7 +357,7 @@ func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
 			c.nodes[n.ID] = &nodeState{Node: n, lastSeen: now}
 		}
 	}
-	alg, err := newAlgorithm(m.Algorithm, m.Params)
+	alg, err := c.newAlgorithm(m.Algorithm, m.Params)
 	if err != nil {
 		out.Reply = &Reply{Err: fmt.Errorf("assigner: the stored algorithm: %w", err)}
 		return
@@ -375,18 +376,27 @@ func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
 		summary: fmt.Sprintf("term %d begins", ev.Term)}, out)
 }
 
-// newAlgorithm builds a balancing algorithm, refusing constants that the store cannot honour
+// NewAlgorithm builds a balancing algorithm, refusing constants that the store cannot honour
 // across a failover.
-func newAlgorithm(name string, params map[string]string) (balance.Algorithm, error) {
+func NewAlgorithm(name string, params map[string]string) (balance.Algorithm, error) {
 	alg, err := balance.New(name, params)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if wm, ok := alg.(*balance.WeightedMove); ok && wm.Config().HoldPasses > store.Keep {
+	if wm, ok := alg.(*balance.WeightedMove); ok && wm.Config().HoldPasses > Keep {
 		return nil, fmt.Errorf("%w: hold_passes=%d: at most %d, the moves a new leader remembers",
-			ErrInvalid, wm.Config().HoldPasses, store.Keep)
+			ErrInvalid, wm.Config().HoldPasses, Keep)
 	}
 	return alg, nil
+}
+
+// newAlgorithm builds the algorithm the core runs, wrapped as configured.
+func (c *Core) newAlgorithm(name string, params map[string]string) (balance.Algorithm, error) {
+	alg, err := NewAlgorithm(name, params)
+	if err != nil || c.cfg.WrapAlgorithm == nil {
+		return alg, err
+	}
+	return c.cfg.WrapAlgorithm(alg), nil
 }
 
 // Assignment returns the current map (nil before the first node registers), the position of
@@ -396,7 +406,7 @@ func (c *Core) Assignment() (*assignment.Assignment, quantum.Position, uint64) {
 }
 
 // Meta returns the state the core stores besides the map and the nodes.
-func (c *Core) Meta() store.Meta { return c.meta }
+func (c *Core) Meta() Meta { return c.meta }
 
 // Leading reports whether the core leads a term, and which.
 func (c *Core) Leading() (uint64, bool) { return c.term, c.leading }
@@ -520,7 +530,7 @@ func (c *Core) changeMapOn(holders *assignment.NodeSet, ops []assignment.Op, mov
 	m.Term, m.Seq, m.Clock, m.Generation = pos.Term, pos.Seq, c.clock, next.Generation()
 	m.LastIndex++
 	return &change{
-		write: Write{Meta: m, Entry: &store.Entry{Index: m.LastIndex, Term: pos.Term, Seq: pos.Seq, Clock: c.clock,
+		write: Write{Meta: m, Entry: &Entry{Index: m.LastIndex, Term: pos.Term, Seq: pos.Seq, Clock: c.clock,
 			Generation: next.Generation(), Cause: cause, Time: now, Ops: ops, Moves: moves}},
 		quantum:  &quantum.Quantum{Position: pos, Clock: c.clock, Generation: next.Generation(), Ops: ops, Cause: cause, Time: now},
 		after:    next,
@@ -747,7 +757,7 @@ func (c *Core) initial(live *assignment.NodeSet, now time.Time) (*change, error)
 }
 
 // register proposes adding or updating a node, renewing its lease.
-func (c *Core) register(n store.Node, now time.Time) (*change, error) {
+func (c *Core) register(n Node, now time.Time) (*change, error) {
 	if err := validateNode(n); err != nil {
 		return nil, err
 	}
@@ -774,7 +784,7 @@ func (c *Core) register(n store.Node, now time.Time) (*change, error) {
 
 // validateNode checks a registration: a node nobody can reach, or whose capacity makes its
 // load over capacity overflow, must not get slices.
-func validateNode(n store.Node) error {
+func validateNode(n Node) error {
 	if err := n.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -795,7 +805,7 @@ func validateNode(n store.Node) error {
 	for k, v := range n.Labels {
 		if k == "" || len(k) > MaxLabelKeyBytes || len(v) > MaxLabelBytes {
 			return fmt.Errorf("%w: node %s: label %s=%s: want a key of 1..%d bytes and a value of at most %d",
-				ErrInvalid, n.ID, wire.Quote(k), wire.Quote(v), MaxLabelKeyBytes, MaxLabelBytes)
+				ErrInvalid, n.ID, keyspace.Quote(k), keyspace.Quote(v), MaxLabelKeyBytes, MaxLabelBytes)
 		}
 	}
 	return nil
@@ -847,7 +857,7 @@ func (c *Core) checkReport(r load.Report) error {
 }
 
 // warmedUp reports whether a new leader has the load to balance on: every node holding a
-// slice has reported since the term began, or LoadWarmUp has passed (see CoreConfig).
+// slice has reported since the term began, or LoadWarmUp has passed (see Config).
 func (c *Core) warmedUp(now time.Time) bool {
 	if c.warm || !now.Before(c.warmUntil) {
 		c.warm = true

@@ -1,6 +1,7 @@
-package assigner
+package core
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -20,7 +20,7 @@ var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 var smallParams = map[string]string{"min_slices_per_node": "1", "initial_slices_per_node": "2", "max_slices_per_node": "8"}
 
 // lead starts term on c from st at clock, and commits the term's claim.
-func lead(t *testing.T, c *Core, term uint64, st store.State, found bool, clock uint64) {
+func lead(t *testing.T, c *Core, term uint64, st State, found bool, clock uint64) {
 	t.Helper()
 	out := c.Step(t0, LeadershipGained{Term: term, State: st, Found: found, Clock: clock})
 	require.Nil(t, out.Reply, "the term starts")
@@ -32,9 +32,9 @@ func lead(t *testing.T, c *Core, term uint64, st store.State, found bool, clock 
 
 func newCore(t *testing.T) *Core {
 	t.Helper()
-	c, err := NewCore(CoreConfig{NodeTTL: 10 * time.Second, Algorithm: "weighted-move", Params: smallParams, BreakBeforeMake: true})
+	c, err := New(Config{NodeTTL: 10 * time.Second, Algorithm: "weighted-move", Params: smallParams, BreakBeforeMake: true})
 	require.NoError(t, err)
-	lead(t, c, 7, store.State{}, false, 100)
+	lead(t, c, 7, State{}, false, 100)
 	return c
 }
 
@@ -92,7 +92,7 @@ func clockAt(t *testing.T, c *Core, at time.Time) settled {
 func register(t *testing.T, c *Core, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		ok(t, c, t0, Register{Node: store.Node{Node: assignment.Node{ID: assignment.NodeID(id)}, Address: id + ":1"}})
+		ok(t, c, t0, Register{Node: Node{Node: assignment.Node{ID: assignment.NodeID(id)}, Address: id + ":1"}})
 	}
 }
 
@@ -182,6 +182,9 @@ func TestClockQuanta(t *testing.T) {
 	assert.Empty(t, clockAt(t, c, t0.Add(time.Second)).pubs, "nothing new to stamp")
 }
 
+// errFenced stands for the store's refusal of a deposed leader's write.
+var errFenced = errors.New("fenced off: no longer the leader")
+
 func TestFailedWritesChangeNothing(t *testing.T) {
 	c := newCore(t)
 	register(t, c, "a", "b")
@@ -193,14 +196,14 @@ func TestFailedWritesChangeNothing(t *testing.T) {
 		Move{Slice: SliceRef{Hash: new(uint64)}, To: []assignment.NodeID{"b"}},
 		SetAlgorithm{Name: "range"},
 		Freeze{Reason: "x"},
-		Register{Node: store.Node{Node: assignment.Node{ID: "c"}, Address: "c:1"}},
+		Register{Node: Node{Node: assignment.Node{ID: "c"}, Address: "c:1"}},
 	} {
 		out := c.Step(t0, ev)
 		require.NotNil(t, out.Write, "%T", ev)
 		assert.ErrorIs(t, c.Step(t0, GetStatus{}).Reply.Err, ErrWriteInFlight, "one write in flight at a time")
-		out = c.Step(t0, WriteFailed{Err: store.ErrFenced})
+		out = c.Step(t0, WriteFailed{Err: errFenced})
 		require.NotNil(t, out.Reply)
-		assert.ErrorIs(t, out.Reply.Err, store.ErrFenced)
+		assert.ErrorIs(t, out.Reply.Err, errFenced)
 		assert.Empty(t, out.Publish)
 	}
 	a2, pos2, clock2 := c.Assignment()
@@ -233,7 +236,7 @@ func TestNodesExpireAndDeregister(t *testing.T) {
 
 func TestRegistrationRenewalsAreNotStored(t *testing.T) {
 	c := newCore(t)
-	n := store.Node{Node: assignment.Node{ID: "a", Capacity: 2}, Address: "x:1", Labels: map[string]string{"zone": "z"}}
+	n := Node{Node: assignment.Node{ID: "a", Capacity: 2}, Address: "x:1", Labels: map[string]string{"zone": "z"}}
 	s := ok(t, c, t0, Register{Node: n})
 	require.Len(t, s.writes, 1)
 	assert.NotNil(t, s.writes[0].PutNode)
@@ -244,7 +247,7 @@ func TestRegistrationRenewalsAreNotStored(t *testing.T) {
 	require.Len(t, s.writes, 1)
 	assert.NotNil(t, s.writes[0].PutNode, "a changed registration is stored")
 
-	for _, bad := range []store.Node{
+	for _, bad := range []Node{
 		{Node: assignment.Node{ID: ""}},
 		{Node: assignment.Node{ID: "a", Capacity: -1}},
 		{Node: assignment.Node{ID: "a"}, Address: string(make([]byte, 300))},
@@ -281,12 +284,12 @@ func TestANewLeaderContinues(t *testing.T) {
 	require.NoError(t, err)
 	a = a.WithGeneration(9)
 	hist := []balance.Move{{Range: keyspace.Full(), From: "a", To: "b", Pass: 41}}
-	st := store.State{
-		Meta:       store.Meta{Term: 3, Seq: 12, Clock: 500, Generation: 9, Pass: 42, Algorithm: "weighted-move", Params: smallParams, Frozen: true},
+	st := State{
+		Meta:       Meta{Term: 3, Seq: 12, Clock: 500, Generation: 9, Pass: 42, Algorithm: "weighted-move", Params: smallParams, Frozen: true},
 		Assignment: a, History: hist,
-		Nodes: []store.Node{{Node: assignment.Node{ID: "a"}}, {Node: assignment.Node{ID: "b"}}},
+		Nodes: []Node{{Node: assignment.Node{ID: "a"}}, {Node: assignment.Node{ID: "b"}}},
 	}
-	c, err := NewCore(CoreConfig{})
+	c, err := New(Config{})
 	require.NoError(t, err)
 	lead(t, c, 8, st, true, 450)
 	got, pos, clock := c.Assignment()
@@ -310,9 +313,9 @@ func TestANewLeaderContinues(t *testing.T) {
 // their share of the hash space, so a node that joins an idle cluster gets slices.
 func TestIdleClusterSpreadsKeySpace(t *testing.T) {
 	// The default constants: slices small enough for moves within the churn budget.
-	c, err := NewCore(CoreConfig{NodeTTL: time.Hour, Algorithm: "weighted-move"})
+	c, err := New(Config{NodeTTL: time.Hour, Algorithm: "weighted-move"})
 	require.NoError(t, err)
-	lead(t, c, 7, store.State{}, false, 100)
+	lead(t, c, 7, State{}, false, 100)
 	register(t, c, "a")
 	passAt(t, c, t0)
 	register(t, c, "b")
@@ -374,7 +377,7 @@ func TestAuditMarksChangesWithTheirCaller(t *testing.T) {
 	assert.Equal(t, "spiffe://sliceplane/admin/bob", s.writes[0].Entry.By)
 
 	// A renewal changes nothing and stays out of the history.
-	s = ok(t, c, t0, Register{Caller: Caller{Who: "spiffe://sliceplane/node/a"}, Node: store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1"}})
+	s = ok(t, c, t0, Register{Caller: Caller{Who: "spiffe://sliceplane/node/a"}, Node: Node{Node: assignment.Node{ID: "a"}, Address: "a:1"}})
 	assert.Empty(t, s.pubs)
 }
 
@@ -399,13 +402,13 @@ func TestReadsChangeNothing(t *testing.T) {
 // old primary hands its role over while its successor serves); an unknown role model is
 // refused too.
 func TestRolesNeedMakeBeforeBreak(t *testing.T) {
-	for _, cfg := range []CoreConfig{
+	for _, cfg := range []Config{
 		{Roles: RolesPrimarySecondary, BreakBeforeMake: true},
 		{Roles: "leader-follower"},
 	} {
-		_, err := NewCore(cfg)
+		_, err := New(cfg)
 		assert.ErrorIs(t, err, ErrInvalid, "%+v", cfg)
 	}
-	_, err := NewCore(CoreConfig{Roles: RolesPrimarySecondary})
+	_, err := New(Config{Roles: RolesPrimarySecondary})
 	assert.NoError(t, err)
 }

@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"time"
@@ -7,7 +7,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // Event is what Core.Step takes: one of the closed set of types in this file. Events are plain
@@ -26,7 +25,7 @@ type (
 	// Register adds or updates a node and renews its lease.
 	Register struct {
 		Caller
-		Node store.Node
+		Node Node
 	}
 	// Heartbeat renews a node's lease. Generation is the map generation of the last delta
 	// the node applied and Loading the ranges it holds whose data has not all arrived: with
@@ -154,7 +153,7 @@ type (
 	// source's Clock. Its output writes the term's claim.
 	LeadershipGained struct {
 		Term  uint64
-		State store.State
+		State State
 		Found bool
 		Clock uint64
 	}

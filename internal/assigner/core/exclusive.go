@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
-// Leases, the assigner's side (CoreConfig.Exclusive, --exclusive). In an exclusive cluster a
+// Leases, the assigner's side (Config.Exclusive, --exclusive). In an exclusive cluster a
 // member holds the primary roles the map gives it only while its lease is valid: its
 // registration and each heartbeat the assigner accepts renew it for NodeTTL, counted by the
 // member from when it sent the request (less its drift margin) and by the assigner from

@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 )
 
 // Make-before-break (I7 in docs/DESIGN.md), the assigner's side. With
-// CoreConfig.BreakBeforeMake (false by default), every move a pass or an operator makes is an
+// Config.BreakBeforeMake (false by default), every move a pass or an operator makes is an
 // assignment.Handoff: the nodes that gain the slice load it while the nodes that lose it
 // keep serving it. The map carries the handoff, so that a new leader finds it; what the
 // core keeps beside it in memory is when it saw each one begin, for the timeout. A handoff
@@ -374,7 +374,7 @@ func (c *Core) rollback(now time.Time) (*change, error) {
 type endings struct{ released, rolled, forced int }
 
 // describe returns the summary and the cause of a rollback's change.
-func (n endings) describe(cfg CoreConfig) (summary, cause string) {
+func (n endings) describe(cfg Config) (summary, cause string) {
 	var parts, causes []string
 	if n.released > 0 {
 		parts = append(parts, fmt.Sprintf("%d handoffs done: the old holders drop their slices after %s", n.released, cfg.HandoffLinger))

@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"fmt"
@@ -9,12 +9,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
-	"github.com/sliceplane/sliceplane/internal/heatmap"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
-	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/store"
-	"github.com/sliceplane/sliceplane/internal/webview"
 )
 
 // BenchmarkCorePass measures the core's balancing pass (the algorithm, and with
@@ -44,10 +39,10 @@ func BenchmarkCorePass(b *testing.B) {
 func benchCore(b *testing.B, nodes, perNode int, mbb bool, handoffs int) (*Core, time.Time) {
 	b.Helper()
 	ids := make([]assignment.NodeID, nodes)
-	st := store.State{Meta: store.Meta{Algorithm: "weighted-move", Generation: 1}}
+	st := State{Meta: Meta{Algorithm: "weighted-move", Generation: 1}}
 	for i := range ids {
 		ids[i] = assignment.NodeID(fmt.Sprintf("n%04d", i))
-		st.Nodes = append(st.Nodes, store.Node{Node: assignment.Node{ID: ids[i]}, Address: string(ids[i]) + ":1"})
+		st.Nodes = append(st.Nodes, Node{Node: assignment.Node{ID: ids[i]}, Address: string(ids[i]) + ":1"})
 	}
 	n := nodes * perNode
 	u, err := assignment.Uniform(n, func(i int) []assignment.NodeID { return ids[i%nodes : i%nodes+1] })
@@ -65,7 +60,7 @@ func benchCore(b *testing.B, nodes, perNode int, mbb bool, handoffs int) (*Core,
 	if st.Assignment, err = assignment.New(1, ss); err != nil {
 		b.Fatal(err)
 	}
-	c, err := NewCore(CoreConfig{BreakBeforeMake: !mbb, Algorithm: "weighted-move"})
+	c, err := New(Config{BreakBeforeMake: !mbb, Algorithm: "weighted-move"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,70 +95,4 @@ func BenchmarkHandoffInput(b *testing.B) {
 			}
 		})
 	}
-}
-
-// BenchmarkHistoryBesideAPass compares, in one run, the core's pass over 150k slices on 1,000
-// nodes with what the web view's history adds to it: a column recorded each pass, a chunk
-// encoded for etcd each Config.HistoryFlush (10 passes at the default 1 s), and a grid of a
-// screen's size drawn from a full hour. Target: the history costs ≤ 5% of a pass's CPU.
-func BenchmarkHistoryBesideAPass(b *testing.B) {
-	c, now := benchCore(b, 1000, 150, false, 0)
-	if _, err := c.pass(now); err != nil {
-		b.Fatal(err)
-	}
-	a, loads := c.Loads()
-	h, err := heatmap.New(heatmap.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i := range heatmap.DefaultColumns {
-		h.Record(now.Add(time.Duration(i)*time.Second), a, loads)
-	}
-	b.Run("pass", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := c.pass(now); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("record", func(b *testing.B) {
-		for b.Loop() {
-			h.Record(now, a, loads)
-		}
-		b.ReportMetric(float64(h.Bytes())/(1<<20), "MiB-history")
-	})
-	b.Run("explain-and-events", func(b *testing.B) {
-		ch, err := c.pass(now)
-		if err != nil || ch == nil || ch.quantum == nil {
-			b.Fatalf("a pass with no change: %v", err)
-		}
-		v, err := webview.New(heatmap.Config{}, nil, "")
-		if err != nil {
-			b.Fatal(err)
-		}
-		v.Publish(quantum.Quantum{Snapshot: a}, a)
-		for b.Loop() {
-			v.Pass(now, explainToProto(c.Explain()))
-			v.Publish(*ch.quantum, ch.after)
-			v.Publish(quantum.Quantum{Snapshot: a}, a) // the next pass starts from the same map
-		}
-		b.ReportMetric(float64(len(ch.quantum.Ops)), "ops/pass")
-	})
-	b.Run("encode-chunk", func(b *testing.B) {
-		k := heatmap.ChunkOf(h.Bounds().Last) - 1
-		for b.Loop() {
-			data, err := h.Encode(k)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(len(data)), "bytes/chunk")
-		}
-	})
-	b.Run("grid-1200x600", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := h.Rasterize(heatmap.Query{W: 1200, H: 600, Range: keyspace.Full()}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }

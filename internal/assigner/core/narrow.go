@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // Narrowing a quarantine by bisection on a canary (I12 in docs/DESIGN.md). What the guard
@@ -49,7 +48,7 @@ type group struct {
 	nodes string
 }
 
-func groupOf(q store.Quarantine) group {
+func groupOf(q Quarantine) group {
 	return group{since: q.Since.UnixNano(), nodes: assignment.FormatReplicas(q.Nodes)}
 }
 
@@ -85,11 +84,11 @@ type ProbeStats struct {
 	Started, Crashed, Served, Abandoned int
 }
 
-// narrowing reports whether quarantines are narrowed (see CoreConfig.QuarantineProbe).
+// narrowing reports whether quarantines are narrowed (see Config.QuarantineProbe).
 func (c *Core) narrowing() bool { return c.guarded() && c.cfg.QuarantineProbe > 0 }
 
 // groupSet returns the points of quarantine g among the records qs.
-func groupSet(qs []store.Quarantine, g group) keyspace.Set {
+func groupSet(qs []Quarantine, g group) keyspace.Set {
 	var rs []keyspace.Range
 	for _, q := range qs {
 		if groupOf(q) == g {
@@ -101,15 +100,15 @@ func groupSet(qs []store.Quarantine, g group) keyspace.Set {
 
 // regroup returns qs with the records of quarantine g replaced by one for each range of
 // keep, where its first record was.
-func regroup(qs []store.Quarantine, g group, keep keyspace.Set) []store.Quarantine {
-	i := slices.IndexFunc(qs, func(q store.Quarantine) bool { return groupOf(q) == g })
+func regroup(qs []Quarantine, g group, keep keyspace.Set) []Quarantine {
+	i := slices.IndexFunc(qs, func(q Quarantine) bool { return groupOf(q) == g })
 	if i < 0 {
 		return qs
 	}
 	first := qs[i]
 	out := slices.Clone(qs[:i])
 	for _, r := range keep.Ranges() {
-		out = append(out, store.Quarantine{Range: r, Since: first.Since, Nodes: first.Nodes})
+		out = append(out, Quarantine{Range: r, Since: first.Since, Nodes: first.Nodes})
 	}
 	for _, q := range qs[i:] {
 		if groupOf(q) != g {
@@ -121,7 +120,7 @@ func regroup(qs []store.Quarantine, g group, keep keyspace.Set) []store.Quaranti
 
 // within reports whether p's part is still in its quarantine, among the records qs: an
 // operator may have lifted it.
-func (p *probe) within(qs []store.Quarantine) bool {
+func (p *probe) within(qs []Quarantine) bool {
 	return p.part.Minus(groupSet(qs, p.g)).Empty()
 }
 
@@ -354,7 +353,7 @@ func (c *Core) learn(g group, l learnt) {
 
 // judge returns the verdict on probe p, whose canary crashed or served its part, and the
 // records qs narrowed by it.
-func judge(qs []store.Quarantine, p *probe, crashed bool, now time.Time) (verdict, []store.Quarantine) {
+func judge(qs []Quarantine, p *probe, crashed bool, now time.Time) (verdict, []Quarantine) {
 	before := groupSet(qs, p.g)
 	v := verdict{p: p, crashed: crashed, before: before, after: before.Minus(p.part), took: now.Sub(p.loaded)}
 	if crashed {

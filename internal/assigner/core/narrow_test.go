@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"testing"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 func span(start uint64, end keyspace.Bound) keyspace.Range {
@@ -58,16 +57,16 @@ func TestAProbeTakesHalfOfAQuarantinesPoints(t *testing.T) {
 // only, where they were, and keeps its time and nodes.
 func TestRegroupKeepsOtherQuarantines(t *testing.T) {
 	at := t0
-	a := store.Quarantine{Range: span(0, keyspace.At(10)), Since: at, Nodes: []assignment.NodeID{"x", "y"}}
-	b := store.Quarantine{Range: span(20, keyspace.At(30)), Since: at.Add(time.Second), Nodes: []assignment.NodeID{"z", "y"}}
-	a2 := store.Quarantine{Range: span(40, keyspace.At(50)), Since: at, Nodes: []assignment.NodeID{"x", "y"}}
-	got := regroup([]store.Quarantine{a, b, a2}, groupOf(a), keyspace.NewSet(span(5, keyspace.At(10)), span(40, keyspace.At(42))))
-	assert.Equal(t, []store.Quarantine{
+	a := Quarantine{Range: span(0, keyspace.At(10)), Since: at, Nodes: []assignment.NodeID{"x", "y"}}
+	b := Quarantine{Range: span(20, keyspace.At(30)), Since: at.Add(time.Second), Nodes: []assignment.NodeID{"z", "y"}}
+	a2 := Quarantine{Range: span(40, keyspace.At(50)), Since: at, Nodes: []assignment.NodeID{"x", "y"}}
+	got := regroup([]Quarantine{a, b, a2}, groupOf(a), keyspace.NewSet(span(5, keyspace.At(10)), span(40, keyspace.At(42))))
+	assert.Equal(t, []Quarantine{
 		{Range: span(5, keyspace.At(10)), Since: at, Nodes: a.Nodes},
 		{Range: span(40, keyspace.At(42)), Since: at, Nodes: a.Nodes},
 		b,
 	}, got)
-	assert.Equal(t, []store.Quarantine{b}, regroup([]store.Quarantine{a, b, a2}, groupOf(a), keyspace.Set{}), "a lifted quarantine leaves no record")
+	assert.Equal(t, []Quarantine{b}, regroup([]Quarantine{a, b, a2}, groupOf(a), keyspace.Set{}), "a lifted quarantine leaves no record")
 }
 
 // TestACanaryThatServedItsPartKeepsItsVerdict steps a canary that serves its part and whose
@@ -76,7 +75,7 @@ func TestRegroupKeepsOtherQuarantines(t *testing.T) {
 // narrows to the other half, not to the part, and as no canary has crashed on it, that half
 // is lent whole to the other node.
 func TestACanaryThatServedItsPartKeepsItsVerdict(t *testing.T) {
-	c, err := NewCore(CoreConfig{NodeTTL: 10 * time.Second, Algorithm: "weighted-move", Params: smallParams,
+	c, err := New(Config{NodeTTL: 10 * time.Second, Algorithm: "weighted-move", Params: smallParams,
 		BreakBeforeMake: true, QuarantineProbe: 5 * time.Second})
 	require.NoError(t, err)
 	a, err := assignment.New(1, []assignment.Slice{
@@ -85,10 +84,10 @@ func TestACanaryThatServedItsPartKeepsItsVerdict(t *testing.T) {
 	})
 	require.NoError(t, err)
 	quarantined := span(0, keyspace.At(1<<62))
-	st := store.State{Assignment: a, Meta: store.Meta{Generation: 1, Algorithm: "weighted-move", Params: smallParams,
-		Quarantined: []store.Quarantine{{Range: quarantined, Since: t0, Nodes: []assignment.NodeID{"x", "y"}}}}}
+	st := State{Assignment: a, Meta: Meta{Generation: 1, Algorithm: "weighted-move", Params: smallParams,
+		Quarantined: []Quarantine{{Range: quarantined, Since: t0, Nodes: []assignment.NodeID{"x", "y"}}}}}
 	for _, id := range []assignment.NodeID{"a", "b"} {
-		st.Nodes = append(st.Nodes, store.Node{Node: assignment.Node{ID: id}, Address: string(id) + ":1"})
+		st.Nodes = append(st.Nodes, Node{Node: assignment.Node{ID: id}, Address: string(id) + ":1"})
 	}
 	lead(t, c, 1, st, true, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }

@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"log/slog"
@@ -8,7 +8,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // Output is what one Step asks of the driver, as plain data:
@@ -49,13 +48,13 @@ type Output struct {
 // stores Map as the first map, Entry logs a change of it) or, with neither, Meta alone if
 // SaveMeta. Init and Entry store Meta with them.
 type Write struct {
-	PutNode     *store.Node
+	PutNode     *Node
 	DeleteNodes []assignment.NodeID
 	Init        bool
 	Map         *assignment.Assignment
-	Entry       *store.Entry
+	Entry       *Entry
 	SaveMeta    bool
-	Meta        store.Meta
+	Meta        Meta
 }
 
 // persists reports whether w writes anything.
@@ -139,5 +138,5 @@ type Explanation struct {
 	Error     string
 	ErrorTime time.Time
 	// Quarantined lists the ranges that no pass places on a node (see quarantine.go).
-	Quarantined []store.Quarantine
+	Quarantined []Quarantine
 }

@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"errors"
@@ -14,7 +14,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // passAll runs a pass, commits what it proposes, and fails the test if it fails.
@@ -77,10 +76,10 @@ func TestHugeReportsCannotPoisonTheCore(t *testing.T) {
 }
 
 func TestReportsAreCappedByCapacityAndWindow(t *testing.T) {
-	c, err := NewCore(CoreConfig{MaxLoadRate: 1000, Algorithm: "weighted-move", Params: smallParams})
+	c, err := New(Config{MaxLoadRate: 1000, Algorithm: "weighted-move", Params: smallParams})
 	require.NoError(t, err)
-	lead(t, c, 7, store.State{}, false, 0)
-	ok(t, c, t0, Register{Node: store.Node{Node: assignment.Node{ID: "a", Capacity: 2}, Address: "a:1"}})
+	lead(t, c, 7, State{}, false, 0)
+	ok(t, c, t0, Register{Node: Node{Node: assignment.Node{ID: "a", Capacity: 2}, Address: "a:1"}})
 	full := keyspace.Full()
 	send := func(l, keys float64, window time.Duration) error {
 		return report(c, t0, load.Report{Node: "a", Window: window, Samples: []load.Sample{{Range: full, Load: l, Keys: keys}}})
@@ -116,9 +115,9 @@ func TestReportsAreCappedByCapacityAndWindow(t *testing.T) {
 	assert.ErrorIs(t, err, load.ErrOverCap)
 	assert.Contains(t, err.Error(), "hot_keys[0].load")
 
-	_, err = NewCore(CoreConfig{MaxLoadRate: math.Inf(1)})
+	_, err = New(Config{MaxLoadRate: math.Inf(1)})
 	assert.Error(t, err)
-	_, err = NewCore(CoreConfig{MaxLoadRate: -1})
+	_, err = New(Config{MaxLoadRate: -1})
 	assert.Error(t, err)
 }
 
@@ -126,16 +125,16 @@ func TestRegistrationsAreBounded(t *testing.T) {
 	c := newCore(t)
 	long := strings.Repeat("x", 10<<10)
 	for _, tc := range []struct {
-		n    store.Node
+		n    Node
 		text string
 	}{
-		{store.Node{Node: assignment.Node{ID: "a"}}, "no address"},
-		{store.Node{Node: assignment.Node{ID: "a", Capacity: 1e-300}, Address: "a:1"}, "capacity 1e-300"},
-		{store.Node{Node: assignment.Node{ID: "a", Capacity: 1e300}, Address: "a:1"}, "capacity 1e+300"},
-		{store.Node{Node: assignment.Node{ID: "a"}, Address: long}, "address of 10240 bytes"},
-		{store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{long: "v"}}, "label"},
-		{store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{"k": long}}, "label"},
-		{store.Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{"": "v"}}, "label"},
+		{Node{Node: assignment.Node{ID: "a"}}, "no address"},
+		{Node{Node: assignment.Node{ID: "a", Capacity: 1e-300}, Address: "a:1"}, "capacity 1e-300"},
+		{Node{Node: assignment.Node{ID: "a", Capacity: 1e300}, Address: "a:1"}, "capacity 1e+300"},
+		{Node{Node: assignment.Node{ID: "a"}, Address: long}, "address of 10240 bytes"},
+		{Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{long: "v"}}, "label"},
+		{Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{"k": long}}, "label"},
+		{Node{Node: assignment.Node{ID: "a"}, Address: "a:1", Labels: map[string]string{"": "v"}}, "label"},
 	} {
 		err := settleErr(c, t0, Register{Node: tc.n})
 		require.ErrorIs(t, err, ErrInvalid, tc.text)

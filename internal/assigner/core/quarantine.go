@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // The quarantine guard stops a key of death from walking round the cluster. A key whose
@@ -57,7 +56,7 @@ type crash struct {
 	ranges []acquisition
 }
 
-// guarded reports whether the quarantine guard is on: a negative CoreConfig.QuarantineWindow
+// guarded reports whether the quarantine guard is on: a negative Config.QuarantineWindow
 // turns it off (0 was filled in with the default).
 func (c *Core) guarded() bool { return c.cfg.QuarantineWindow > 0 }
 
@@ -141,14 +140,14 @@ func (c *Core) pruneAcquired(id assignment.NodeID, now time.Time) {
 // counted: it announced its leave. Nor is a canary: its crash is its probe's verdict
 // (narrow.go), and what else it acquired would otherwise be quarantined with a crash that
 // acquired it before.
-func (c *Core) detectCrashes(gone []assignment.NodeID, now time.Time) ([]crash, []store.Quarantine) {
+func (c *Core) detectCrashes(gone []assignment.NodeID, now time.Time) ([]crash, []Quarantine) {
 	if !c.guarded() {
 		return nil, nil
 	}
 	w := c.cfg.QuarantineWindow
 	recent := slices.DeleteFunc(slices.Clone(c.qw.crashes), func(k crash) bool { return now.Sub(k.at) > w })
 	var crashes []crash
-	var found []store.Quarantine
+	var found []Quarantine
 	for _, id := range gone {
 		if n := c.nodes[id]; n == nil || !n.awayUntil.IsZero() || c.canaryOf(id) != nil {
 			continue
@@ -176,9 +175,9 @@ func (c *Core) detectCrashes(gone []assignment.NodeID, now time.Time) ([]crash, 
 // Two members that crash together (a lost rack, a kill of several) had each acquired
 // whatever they hold before either crashed, and quarantine nothing: without that rule, two
 // members killed a few seconds after a cold start took a third of the key space off all.
-func (c *Core) overlaps(p, k crash, found []store.Quarantine, now time.Time) []store.Quarantine {
+func (c *Core) overlaps(p, k crash, found []Quarantine, now time.Time) []Quarantine {
 	taken := func(r keyspace.Range) bool {
-		in := func(q store.Quarantine) bool { return q.Range.Overlaps(r) }
+		in := func(q Quarantine) bool { return q.Range.Overlaps(r) }
 		return slices.ContainsFunc(c.meta.Quarantined, in) || slices.ContainsFunc(found, in)
 	}
 	for _, a := range p.ranges {
@@ -187,7 +186,7 @@ func (c *Core) overlaps(p, k crash, found []store.Quarantine, now time.Time) []s
 				continue
 			}
 			if o, ok := a.r.Intersect(b.r); ok && !taken(o) {
-				found = append(found, store.Quarantine{Range: o, Since: now, Nodes: []assignment.NodeID{p.node, k.node}})
+				found = append(found, Quarantine{Range: o, Since: now, Nodes: []assignment.NodeID{p.node, k.node}})
 			}
 		}
 	}
@@ -197,7 +196,7 @@ func (c *Core) overlaps(p, k crash, found []store.Quarantine, now time.Time) []s
 // quarantine adds the ranges found to ch, the change that takes out the crashed nodes, to be
 // stored with it and logged, and returns the cause to audit it by as the assigner's own call
 // ("" if none was found).
-func (c *Core) quarantine(ch *change, crashes []crash, found []store.Quarantine) string {
+func (c *Core) quarantine(ch *change, crashes []crash, found []Quarantine) string {
 	ch.crashes = crashes
 	if len(found) == 0 {
 		return ""
@@ -244,14 +243,14 @@ func (c *Core) forgetCrashed(ch *change, now time.Time) {
 
 // inQuarantine reports whether r lies inside a quarantined range.
 func (c *Core) inQuarantine(r keyspace.Range) bool {
-	return slices.ContainsFunc(c.meta.Quarantined, func(q store.Quarantine) bool {
+	return slices.ContainsFunc(c.meta.Quarantined, func(q Quarantine) bool {
 		return q.Range.Start <= r.Start && r.End.Compare(q.Range.End) <= 0
 	})
 }
 
 // touchesQuarantine reports whether r overlaps a quarantined range.
 func (c *Core) touchesQuarantine(r keyspace.Range) bool {
-	return slices.ContainsFunc(c.meta.Quarantined, func(q store.Quarantine) bool { return q.Range.Overlaps(r) })
+	return slices.ContainsFunc(c.meta.Quarantined, func(q Quarantine) bool { return q.Range.Overlaps(r) })
 }
 
 // nobodyHolds reports whether s is held by no node.
@@ -432,7 +431,7 @@ func (c *Core) unquarantine(ref SliceRef) (*change, keyspace.Range, error) {
 	}
 	m := c.meta
 	var lifted []string
-	m.Quarantined = slices.DeleteFunc(slices.Clone(m.Quarantined), func(q store.Quarantine) bool {
+	m.Quarantined = slices.DeleteFunc(slices.Clone(m.Quarantined), func(q Quarantine) bool {
 		if q.Range.Overlaps(s.Range) {
 			lifted = append(lifted, q.Range.String())
 			return true

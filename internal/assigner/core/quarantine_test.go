@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"fmt"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // crashLoop is a cluster of simulated members around a core, in virtual time: every member
@@ -40,7 +39,7 @@ type member struct {
 const crashLoopTTL = 2 * time.Second
 
 func newCrashLoop(t *testing.T, n int, window time.Duration) *crashLoop {
-	c, err := NewCore(CoreConfig{NodeTTL: crashLoopTTL, PassInterval: 200 * time.Millisecond, Algorithm: "weighted-move",
+	c, err := New(Config{NodeTTL: crashLoopTTL, PassInterval: 200 * time.Millisecond, Algorithm: "weighted-move",
 		Params: smallParams, QuarantineWindow: window})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +68,7 @@ func (l *crashLoop) settle(ev Event) {
 func (l *crashLoop) start(id assignment.NodeID) {
 	m := l.members[id]
 	m.up, m.nextBeat = true, l.now.Add(crashLoopTTL/4)
-	l.settle(Register{Node: store.Node{Node: assignment.Node{ID: id}, Address: string(id) + ":1"}})
+	l.settle(Register{Node: Node{Node: assignment.Node{ID: id}, Address: string(id) + ":1"}})
 }
 
 // crashHolders crashes every running member that the map gives the poison key.
@@ -267,7 +266,7 @@ func (l *crashLoop) checkServing() {
 	l.t.Helper()
 	a, _, _ := l.c.Assignment()
 	st := l.c.Status()
-	if len(st.Quarantined) == 0 || !slices.ContainsFunc(st.Quarantined, func(q store.Quarantine) bool { return q.Range.Contains(l.poison) }) {
+	if len(st.Quarantined) == 0 || !slices.ContainsFunc(st.Quarantined, func(q Quarantine) bool { return q.Range.Contains(l.poison) }) {
 		l.t.Fatalf("the poison key is not quarantined: %v", st.Quarantined)
 	}
 	for _, s := range a.All() {

@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/assignment"
 )
 
-// Warm secondaries (CoreConfig.MinReplicas, --min-replicas). A slice held by one member has
+// Warm secondaries (Config.MinReplicas, --min-replicas). A slice held by one member has
 // nobody to take over when that member dies: its keys wait for the member's lease to lapse
 // and for a successor to load them. With a floor of two replicas, a primary's death promotes
 // a secondary that already holds the range, in the change that takes the dead member out.

@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"cmp"
@@ -10,7 +10,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 )
 
-// The role models a cluster may have (CoreConfig.Roles, --roles). Primaries need
+// The role models a cluster may have (Config.Roles, --roles). Primaries need
 // make-before-break: a primary hands its role over while its successor serves.
 const (
 	RolesReplicas         = assignment.RolesReplicas
@@ -33,13 +33,10 @@ const (
 // needs no demotion: the role moves at once. A new primary goes to the serving replica that
 // holds the fewest primaries, the first by ID on a tie.
 
-// roles reports whether the cluster has primaries.
-func (c *Core) roles() bool { return c.cfg.Roles == RolesPrimarySecondary }
-
 // withRoles returns ops followed by the Assigns that give the map they lead to the roles it
 // must have; ops as they are in a cluster without roles.
 func (c *Core) withRoles(ops []assignment.Op, now time.Time) ([]assignment.Op, error) {
-	if !c.roles() || len(ops) == 0 {
+	if !c.roles.Primaries || len(ops) == 0 {
 		return ops, nil
 	}
 	mid, ops, err := c.a.Resolve(ops) // a Handoff as its Assign, so that roles fold into it
@@ -190,7 +187,7 @@ func (c *Core) reportsRoles(id assignment.NodeID) bool {
 
 // withPrimaries returns the initial map a with a primary for each slice.
 func (c *Core) withPrimaries(a *assignment.Assignment, now time.Time) (*assignment.Assignment, error) {
-	if !c.roles() {
+	if !c.roles.Primaries {
 		return a, nil
 	}
 	next, err := a.Apply(c.placeRoles(nil, a, now))

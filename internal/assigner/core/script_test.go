@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"errors"
@@ -17,7 +17,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // TestScripts runs the core's scripts in testdata/: events stepped through Core.Step on a
@@ -86,9 +85,9 @@ type script struct {
 // memStore keeps what the core's committed writes stored.
 type memStore struct {
 	found   bool
-	meta    store.Meta
+	meta    Meta
 	a       *assignment.Assignment
-	nodes   map[assignment.NodeID]store.Node
+	nodes   map[assignment.NodeID]Node
 	history []balance.Move
 }
 
@@ -115,8 +114,8 @@ func (m *memStore) apply(w *Write) error {
 	return nil
 }
 
-func (m *memStore) state() store.State {
-	st := store.State{Meta: m.meta, Assignment: m.a, History: slices.Clone(m.history)}
+func (m *memStore) state() State {
+	st := State{Meta: m.meta, Assignment: m.a, History: slices.Clone(m.history)}
 	for _, id := range slices.Sorted(maps.Keys(m.nodes)) {
 		st.Nodes = append(st.Nodes, m.nodes[id])
 	}
@@ -124,15 +123,15 @@ func (m *memStore) state() store.State {
 }
 
 func newScript(t *testing.T) *script {
-	c, err := NewCore(scriptConfig())
+	c, err := New(scriptConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &script{c: c, now: t0, mem: memStore{nodes: map[assignment.NodeID]store.Node{}}}
+	return &script{c: c, now: t0, mem: memStore{nodes: map[assignment.NodeID]Node{}}}
 }
 
-func scriptConfig() CoreConfig {
-	return CoreConfig{NodeTTL: 10 * time.Second, PassInterval: time.Second, ClockInterval: 20 * time.Millisecond,
+func scriptConfig() Config {
+	return Config{NodeTTL: 10 * time.Second, PassInterval: time.Second, ClockInterval: 20 * time.Millisecond,
 		Algorithm: "weighted-move", Params: smallParams, BreakBeforeMake: true} // a script opts in with config make-before-break
 }
 
@@ -165,7 +164,7 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	if cfg.MinReplicas, err = strconv.Atoi(take(d, "min-replicas", "0")); err != nil {
 		return "", err
 	}
-	if h.c, err = NewCore(cfg); err != nil {
+	if h.c, err = New(cfg); err != nil {
 		return "", err
 	}
 	out := fmt.Sprintf("make-before-break %t handoff-timeout %s", !h.c.Config().BreakBeforeMake, h.c.Config().HandoffTimeout)
@@ -287,7 +286,7 @@ func (h *script) event(d *datadriven.TestData) (Event, error) {
 		return DistributorsChanged{Distributors: ds}, nil
 	case "register":
 		capacity, err := strconv.ParseFloat(take(d, "cap", "0"), 64)
-		return Register{Caller: by, Node: store.Node{Node: assignment.Node{ID: id, Capacity: capacity},
+		return Register{Caller: by, Node: Node{Node: assignment.Node{ID: id, Capacity: capacity},
 			Address: take(d, "addr", string(id)+":1"), Roles: take(d, "roles", ""), Incarnation: take(d, "inc", "")}}, err
 	case "heartbeat":
 		return h.heartbeat(d, by, id)
@@ -597,7 +596,7 @@ func printWrite(b *strings.Builder, w *Write) {
 	}
 }
 
-func formatMeta(m store.Meta) string {
+func formatMeta(m Meta) string {
 	s := fmt.Sprintf("term %d seq %d clock %d gen %d index %d pass %d %s", m.Term, m.Seq, m.Clock, m.Generation,
 		m.LastIndex, m.Pass, m.Algorithm)
 	if m.Frozen {
@@ -680,7 +679,7 @@ func (h *script) printQuery(b *strings.Builder, r *Reply) {
 	}
 }
 
-func (h *script) printQuarantined(b *strings.Builder, qs []store.Quarantine) {
+func (h *script) printQuarantined(b *strings.Builder, qs []Quarantine) {
 	for _, q := range qs {
 		fmt.Fprintf(b, "  quarantined %s since %s by %s\n", q.Range, h.at(q.Since), assignment.FormatReplicas(q.Nodes))
 	}

@@ -1,4 +1,4 @@
-package assigner
+package core
 
 import (
 	"maps"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
-	"github.com/sliceplane/sliceplane/internal/store"
 )
 
 // TestZoneLabelsReachThePass: the zones that nodes register as labels reach the balancer
@@ -26,12 +25,12 @@ func TestZoneLabelsReachThePass(t *testing.T) {
 			// space, as no load is reported.
 			params := maps.Clone(smallParams)
 			params["max_churn"] = "0.2"
-			c, err := NewCore(CoreConfig{NodeTTL: time.Minute, Algorithm: "weighted-move", Params: params, ZoneLabel: tc.label,
+			c, err := New(Config{NodeTTL: time.Minute, Algorithm: "weighted-move", Params: params, ZoneLabel: tc.label,
 				BreakBeforeMake: true})
 			require.NoError(t, err)
-			lead(t, c, 1, store.State{}, false, 0)
+			lead(t, c, 1, State{}, false, 0)
 			for id, zone := range map[string]string{"a1": "za", "a2": "za", "b1": "zb"} {
-				ok(t, c, t0, Register{Node: store.Node{Node: assignment.Node{ID: assignment.NodeID(id)}, Address: id + ":1",
+				ok(t, c, t0, Register{Node: Node{Node: assignment.Node{ID: assignment.NodeID(id)}, Address: id + ":1",
 					Labels: map[string]string{"zone": zone, "rack": "r1"}}})
 			}
 			passAt(t, c, t0) // the first map
@@ -56,6 +55,6 @@ func TestZoneLabelsReachThePass(t *testing.T) {
 
 func TestZoneLabelIsChecked(t *testing.T) {
 	long := string(make([]byte, MaxLabelKeyBytes+1))
-	assert.Error(t, CoreConfig{ZoneLabel: long}.Validate())
-	assert.NoError(t, CoreConfig{ZoneLabel: "topology.kubernetes.io/zone"}.Validate())
+	assert.Error(t, Config{ZoneLabel: long}.Validate())
+	assert.NoError(t, Config{ZoneLabel: "topology.kubernetes.io/zone"}.Validate())
 }

@@ -1,4 +1,4 @@
-// Package store keeps the assigner's state in etcd: the slice map, the log of the quanta that
+// Package etcdstate keeps the assigner's state in etcd: the slice map, the log of the quanta that
 // changed it, the registered nodes, and the settings beside them (the meta record).
 //
 // Every write is fenced by the leader's election key: it happens only if that key still
@@ -14,7 +14,7 @@
 // and rewrites the meta record in one transaction, which commits it; values too large for one
 // etcd request are written in parts first. A new leader loads the meta record, the snapshot
 // and the entries after it, and continues from the same map.
-package store
+package etcdstate
 
 import (
 	"bytes"
@@ -30,21 +30,17 @@ import (
 
 	storev1 "github.com/sliceplane/sliceplane/api/sliceplane/store/v1"
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/balance"
-	"github.com/sliceplane/sliceplane/internal/keyspace"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
 // ErrFenced is returned by writes of a process that is no longer the leader.
-var ErrFenced = errors.New("store: fenced off: no longer the leader")
+var ErrFenced = errors.New("etcdstate: fenced off: no longer the leader")
 
 // ErrCorrupt is wrapped by errors about stored state that cannot be read back.
-var ErrCorrupt = errors.New("store: stored state is unreadable")
-
-// Keep is how many log entries are kept behind the snapshot, so that a new leader knows the
-// moves of the last passes (Weighted-Move's hold_passes must not exceed it).
-const Keep = 32
+var ErrCorrupt = errors.New("etcdstate: stored state is unreadable")
 
 const (
 	inlineMax = 128 << 10 // values up to this size are stored inline
@@ -56,65 +52,6 @@ const (
 type Fence struct {
 	Key string
 	Rev int64
-}
-
-// Meta is the state beside the map.
-type Meta struct {
-	Term, Seq, Clock, Generation uint64
-	LastIndex                    uint64
-	Pass                         uint64
-	Algorithm                    string
-	Params                       map[string]string
-	Frozen                       bool
-	FreezeReason                 string
-	Pins                         []keyspace.Range
-	Draining                     []assignment.NodeID
-	// Quarantined ranges are held by assignment.Nobody: their holders crashed on them.
-	Quarantined []Quarantine
-}
-
-// Quarantine is a range taken off every node, since Since, because the holders Nodes (in
-// the order they crashed) crashed shortly after acquiring it.
-type Quarantine struct {
-	Range keyspace.Range
-	Since time.Time
-	Nodes []assignment.NodeID
-}
-
-// Entry is one logged change of the map.
-type Entry struct {
-	Index, Term, Seq, Clock, Generation uint64
-	Cause                               string
-	// By is the identity whose call made the change; "" for the assigner's own.
-	By    string
-	Time  time.Time
-	Ops   []assignment.Op
-	Moves []balance.Move
-}
-
-// Node is a registered node.
-type Node struct {
-	assignment.Node
-	Address string
-	Labels  map[string]string
-	// Roles is the role model a member expects and acts on (it demotes itself before a
-	// primary role moves on, and reports what it holds as primary); "" for a node of the data
-	// path, which does not.
-	Roles string
-	// Incarnation names the process that registered last under the node's ID: a
-	// registration under another is a restart. "" when not said.
-	Incarnation string
-}
-
-// State is everything a new leader needs.
-type State struct {
-	Meta Meta
-	// SnapshotIndex is the log entry the stored snapshot corresponds to.
-	SnapshotIndex uint64
-	Assignment    *assignment.Assignment
-	// History holds the moves of the retained log entries, oldest first.
-	History []balance.Move
-	Nodes   []Node
 }
 
 // Store reads and writes the state under a key prefix.
@@ -136,27 +73,27 @@ func (s *Store) nodeKey(id assignment.NodeID) string { return s.prefix + "nodes/
 
 // Load reads the state. found is false when nothing was ever stored; a state found may have
 // no map yet (Assignment nil), if its leader went before making the first.
-func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
+func (s *Store) Load(ctx context.Context) (st core.State, found bool, err error) {
 	resp, err := s.c.Txn(ctx).Then(clientv3.OpGet(s.metaKey()), clientv3.OpGet(s.snapRefKey())).Commit()
 	if err != nil {
-		return State{}, false, fmt.Errorf("store: reading the meta record: %w", err)
+		return core.State{}, false, fmt.Errorf("etcdstate: reading the meta record: %w", err)
 	}
 	metaKVs, refKVs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	if len(metaKVs) == 0 {
-		return State{}, false, nil
+		return core.State{}, false, nil
 	}
 	rev := resp.Header.Revision // read everything at one revision: one consistent state
 	var m storev1.Meta
 	if err := proto.Unmarshal(metaKVs[0].Value, &m); err != nil {
-		return State{}, false, fmt.Errorf("%w: meta record: %w", ErrCorrupt, err)
+		return core.State{}, false, fmt.Errorf("%w: meta record: %w", ErrCorrupt, err)
 	}
 	if st.Meta, err = metaFromProto(&m); err != nil {
-		return State{}, false, err
+		return core.State{}, false, err
 	}
 	var ref storev1.SnapshotRef
 	if len(refKVs) == 0 {
 		if m.LastIndex != 0 || m.Generation != 0 {
-			return State{}, false, fmt.Errorf("%w: the snapshot record is missing", ErrCorrupt)
+			return core.State{}, false, fmt.Errorf("%w: the snapshot record is missing", ErrCorrupt)
 		}
 		// A term that ended before the first map was made stored its meta record (and
 		// perhaps nodes) alone.
@@ -164,34 +101,34 @@ func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 		return st, err == nil, err
 	}
 	if err := proto.Unmarshal(refKVs[0].Value, &ref); err != nil {
-		return State{}, false, fmt.Errorf("%w: snapshot record: %w", ErrCorrupt, err)
+		return core.State{}, false, fmt.Errorf("%w: snapshot record: %w", ErrCorrupt, err)
 	}
 	st.SnapshotIndex = ref.Index
 	if st.SnapshotIndex > m.LastIndex {
-		return State{}, false, fmt.Errorf("%w: snapshot %d is beyond the last log entry %d", ErrCorrupt, st.SnapshotIndex, m.LastIndex)
+		return core.State{}, false, fmt.Errorf("%w: snapshot %d is beyond the last log entry %d", ErrCorrupt, st.SnapshotIndex, m.LastIndex)
 	}
 
 	snap, err := s.readValue(ctx, s.snapKey(st.SnapshotIndex), rev)
 	if err != nil {
-		return State{}, false, fmt.Errorf("store: snapshot %d: %w", st.SnapshotIndex, err)
+		return core.State{}, false, fmt.Errorf("etcdstate: snapshot %d: %w", st.SnapshotIndex, err)
 	}
 	var pa pb.Assignment
 	if err := proto.Unmarshal(snap, &pa); err != nil {
-		return State{}, false, fmt.Errorf("%w: snapshot %d: %w", ErrCorrupt, st.SnapshotIndex, err)
+		return core.State{}, false, fmt.Errorf("%w: snapshot %d: %w", ErrCorrupt, st.SnapshotIndex, err)
 	}
 	if st.Assignment, err = wire.AssignmentFromProto(&pa); err != nil {
-		return State{}, false, fmt.Errorf("%w: snapshot %d: %w", ErrCorrupt, st.SnapshotIndex, err)
+		return core.State{}, false, fmt.Errorf("%w: snapshot %d: %w", ErrCorrupt, st.SnapshotIndex, err)
 	}
 
 	if err := s.replay(ctx, &st, m.LastIndex, rev); err != nil {
-		return State{}, false, err
+		return core.State{}, false, err
 	}
 	if g := st.Assignment.Generation(); g != m.Generation {
-		return State{}, false, fmt.Errorf("%w: the map is at generation %d, the meta record says %d", ErrCorrupt, g, m.Generation)
+		return core.State{}, false, fmt.Errorf("%w: the map is at generation %d, the meta record says %d", ErrCorrupt, g, m.Generation)
 	}
 
 	if st.Nodes, err = s.readNodes(ctx, rev); err != nil {
-		return State{}, false, err
+		return core.State{}, false, err
 	}
 	return st, true, nil
 }
@@ -199,10 +136,10 @@ func (s *Store) Load(ctx context.Context) (st State, found bool, err error) {
 // replay brings st.Assignment, read from the snapshot, up to lastIndex by applying the log
 // entries after the snapshot, all read at rev. The entries kept behind the snapshot are read
 // too: they no longer change the map but their moves belong in st.History.
-func (s *Store) replay(ctx context.Context, st *State, lastIndex uint64, rev int64) error {
+func (s *Store) replay(ctx context.Context, st *core.State, lastIndex uint64, rev int64) error {
 	from := uint64(1)
-	if st.SnapshotIndex > Keep {
-		from = st.SnapshotIndex - Keep + 1
+	if st.SnapshotIndex > core.Keep {
+		from = st.SnapshotIndex - core.Keep + 1
 	}
 	entries, err := s.readLog(ctx, from, lastIndex, rev)
 	if err != nil {
@@ -231,12 +168,12 @@ func (s *Store) replay(ctx context.Context, st *State, lastIndex uint64, rev int
 }
 
 // readNodes reads the registered nodes at rev.
-func (s *Store) readNodes(ctx context.Context, rev int64) ([]Node, error) {
+func (s *Store) readNodes(ctx context.Context, rev int64) ([]core.Node, error) {
 	resp, err := s.c.Get(ctx, s.prefix+"nodes/", clientv3.WithPrefix(), clientv3.WithRev(rev))
 	if err != nil {
-		return nil, fmt.Errorf("store: reading nodes: %w", err)
+		return nil, fmt.Errorf("etcdstate: reading nodes: %w", err)
 	}
-	var nodes []Node
+	var nodes []core.Node
 	for _, kv := range resp.Kvs {
 		var r storev1.NodeRecord
 		if err := proto.Unmarshal(kv.Value, &r); err != nil {
@@ -246,23 +183,23 @@ func (s *Store) readNodes(ctx context.Context, rev int64) ([]Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: node %s: %w", ErrCorrupt, kv.Key, err)
 		}
-		nodes = append(nodes, Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels(), Roles: r.GetRoles(),
+		nodes = append(nodes, core.Node{Node: n, Address: r.GetAddress(), Labels: r.GetLabels(), Roles: r.GetRoles(),
 			Incarnation: r.GetIncarnation()})
 	}
 	return nodes, nil
 }
 
 // readLog reads the entries from..to, in order.
-func (s *Store) readLog(ctx context.Context, from, to uint64, rev int64) ([]Entry, error) {
+func (s *Store) readLog(ctx context.Context, from, to uint64, rev int64) ([]core.Entry, error) {
 	if to < from {
 		return nil, nil
 	}
 	resp, err := s.c.Get(ctx, s.logKey(from), clientv3.WithRange(s.logKey(to+1)), clientv3.WithRev(rev),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("store: reading log entries %d..%d: %w", from, to, err)
+		return nil, fmt.Errorf("etcdstate: reading log entries %d..%d: %w", from, to, err)
 	}
-	var out []Entry
+	var out []core.Entry
 	kvs := resp.Kvs
 	for i := 0; i < len(kvs); {
 		key := string(kvs[i].Key)
@@ -297,7 +234,7 @@ func (s *Store) readLog(ctx context.Context, from, to uint64, rev int64) ([]Entr
 func (s *Store) readValue(ctx context.Context, key string, rev int64) ([]byte, error) {
 	resp, err := s.c.Get(ctx, key, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("store: reading %s: %w", key, err)
+		return nil, fmt.Errorf("etcdstate: reading %s: %w", key, err)
 	}
 	if len(resp.Kvs) == 0 || string(resp.Kvs[0].Key) != key {
 		return nil, fmt.Errorf("%w: %s is missing", ErrCorrupt, key)
@@ -371,7 +308,7 @@ func (s *Store) txn(ctx context.Context, f Fence, op string, ops ...clientv3.Op)
 		s.Observe(op, time.Since(start))
 	}
 	if err != nil {
-		return fmt.Errorf("store: %s: %w", op, err)
+		return fmt.Errorf("etcdstate: %s: %w", op, err)
 	}
 	if !resp.Succeeded {
 		return ErrFenced
@@ -380,23 +317,23 @@ func (s *Store) txn(ctx context.Context, f Fence, op string, ops ...clientv3.Op)
 }
 
 // Init stores a first state: the map as snapshot 0, and the meta record.
-func (s *Store) Init(ctx context.Context, f Fence, m Meta, a *assignment.Assignment) error {
+func (s *Store) Init(ctx context.Context, f Fence, m core.Meta, a *assignment.Assignment) error {
 	m.LastIndex = 0
 	meta, err := proto.Marshal(metaToProto(m))
 	if err != nil {
-		return fmt.Errorf("store: encoding meta: %w", err)
+		return fmt.Errorf("etcdstate: encoding meta: %w", err)
 	}
 	return s.snapshot(ctx, f, 0, a, "init", clientv3.OpPut(s.metaKey(), string(meta)))
 }
 
 // Append logs one change of the map and commits meta with it. e.Index must be m.LastIndex.
-func (s *Store) Append(ctx context.Context, f Fence, m Meta, e Entry) error {
+func (s *Store) Append(ctx context.Context, f Fence, m core.Meta, e core.Entry) error {
 	if e.Index != m.LastIndex {
-		return fmt.Errorf("store: entry %d with meta at %d", e.Index, m.LastIndex)
+		return fmt.Errorf("etcdstate: entry %d with meta at %d", e.Index, m.LastIndex)
 	}
 	data, err := proto.Marshal(entryToProto(e))
 	if err != nil {
-		return fmt.Errorf("store: encoding entry %d: %w", e.Index, err)
+		return fmt.Errorf("etcdstate: encoding entry %d: %w", e.Index, err)
 	}
 	key := s.logKey(e.Index)
 	head, err := s.writeValue(ctx, f, key, data)
@@ -405,13 +342,13 @@ func (s *Store) Append(ctx context.Context, f Fence, m Meta, e Entry) error {
 	}
 	meta, err := proto.Marshal(metaToProto(m))
 	if err != nil {
-		return fmt.Errorf("store: encoding meta: %w", err)
+		return fmt.Errorf("etcdstate: encoding meta: %w", err)
 	}
 	return s.txn(ctx, f, "append", clientv3.OpPut(key, string(head)), clientv3.OpPut(s.metaKey(), string(meta)))
 }
 
 // Snapshot stores a as the map of log entry index (which must be stored already), and drops
-// the log entries and snapshots it makes unnecessary, keeping Keep entries for their moves.
+// the log entries and snapshots it makes unnecessary, keeping core.Keep entries for their moves.
 // It never writes the meta record, so it may run while entries are appended.
 func (s *Store) Snapshot(ctx context.Context, f Fence, index uint64, a *assignment.Assignment) error {
 	return s.snapshot(ctx, f, index, a, "snapshot")
@@ -420,7 +357,7 @@ func (s *Store) Snapshot(ctx context.Context, f Fence, index uint64, a *assignme
 func (s *Store) snapshot(ctx context.Context, f Fence, index uint64, a *assignment.Assignment, op string, more ...clientv3.Op) error {
 	data, err := proto.Marshal(wire.AssignmentToProto(a))
 	if err != nil {
-		return fmt.Errorf("store: encoding the snapshot: %w", err)
+		return fmt.Errorf("etcdstate: encoding the snapshot: %w", err)
 	}
 	key := s.snapKey(index)
 	head, err := s.writeValue(ctx, f, key, data)
@@ -429,34 +366,34 @@ func (s *Store) snapshot(ctx context.Context, f Fence, index uint64, a *assignme
 	}
 	ref, err := proto.Marshal(&storev1.SnapshotRef{Index: index})
 	if err != nil {
-		return fmt.Errorf("store: encoding the snapshot record: %w", err)
+		return fmt.Errorf("etcdstate: encoding the snapshot record: %w", err)
 	}
 	ops := append([]clientv3.Op{
 		clientv3.OpPut(key, string(head)),
 		clientv3.OpPut(s.snapRefKey(), string(ref)),
 		clientv3.OpDelete(s.prefix+"snap/", clientv3.WithRange(key)), // older snapshots
 	}, more...)
-	if index > Keep {
-		ops = append(ops, clientv3.OpDelete(s.prefix+"log/", clientv3.WithRange(s.logKey(index-Keep+1))))
+	if index > core.Keep {
+		ops = append(ops, clientv3.OpDelete(s.prefix+"log/", clientv3.WithRange(s.logKey(index-core.Keep+1))))
 	}
 	return s.txn(ctx, f, op, ops...)
 }
 
 // SaveMeta commits a change of the settings alone.
-func (s *Store) SaveMeta(ctx context.Context, f Fence, m Meta) error {
+func (s *Store) SaveMeta(ctx context.Context, f Fence, m core.Meta) error {
 	meta, err := proto.Marshal(metaToProto(m))
 	if err != nil {
-		return fmt.Errorf("store: encoding meta: %w", err)
+		return fmt.Errorf("etcdstate: encoding meta: %w", err)
 	}
 	return s.txn(ctx, f, "meta", clientv3.OpPut(s.metaKey(), string(meta)))
 }
 
 // PutNode records a registered node.
-func (s *Store) PutNode(ctx context.Context, f Fence, n Node) error {
+func (s *Store) PutNode(ctx context.Context, f Fence, n core.Node) error {
 	data, err := proto.Marshal(&storev1.NodeRecord{Node: wire.NodeToProto(n.Node), Address: n.Address, Labels: n.Labels, Roles: n.Roles,
 		Incarnation: n.Incarnation})
 	if err != nil {
-		return fmt.Errorf("store: encoding node %s: %w", n.ID, err)
+		return fmt.Errorf("etcdstate: encoding node %s: %w", n.ID, err)
 	}
 	return s.txn(ctx, f, "put_node", clientv3.OpPut(s.nodeKey(n.ID), string(data)))
 }
@@ -466,7 +403,7 @@ func (s *Store) DeleteNode(ctx context.Context, f Fence, id assignment.NodeID) e
 	return s.txn(ctx, f, "delete_node", clientv3.OpDelete(s.nodeKey(id)))
 }
 
-func metaToProto(m Meta) *storev1.Meta {
+func metaToProto(m core.Meta) *storev1.Meta {
 	out := &storev1.Meta{
 		Term: m.Term, Seq: m.Seq, Clock: m.Clock, Generation: m.Generation,
 		LastIndex: m.LastIndex, Pass: m.Pass,
@@ -488,8 +425,8 @@ func metaToProto(m Meta) *storev1.Meta {
 	return out
 }
 
-func metaFromProto(p *storev1.Meta) (Meta, error) {
-	m := Meta{
+func metaFromProto(p *storev1.Meta) (core.Meta, error) {
+	m := core.Meta{
 		Term: p.Term, Seq: p.Seq, Clock: p.Clock, Generation: p.Generation,
 		LastIndex: p.LastIndex, Pass: p.Pass,
 		Algorithm: p.Algorithm, Params: p.Params, Frozen: p.Frozen, FreezeReason: p.FreezeReason,
@@ -497,7 +434,7 @@ func metaFromProto(p *storev1.Meta) (Meta, error) {
 	for _, r := range p.Pins {
 		rr, err := wire.RangeFromProto(r)
 		if err != nil {
-			return Meta{}, fmt.Errorf("%w: meta record: pin: %w", ErrCorrupt, err)
+			return core.Meta{}, fmt.Errorf("%w: meta record: pin: %w", ErrCorrupt, err)
 		}
 		m.Pins = append(m.Pins, rr)
 	}
@@ -507,9 +444,9 @@ func metaFromProto(p *storev1.Meta) (Meta, error) {
 	for _, q := range p.Quarantined {
 		rr, err := wire.RangeFromProto(q.Range)
 		if err != nil {
-			return Meta{}, fmt.Errorf("%w: meta record: quarantine: %w", ErrCorrupt, err)
+			return core.Meta{}, fmt.Errorf("%w: meta record: quarantine: %w", ErrCorrupt, err)
 		}
-		mq := Quarantine{Range: rr, Since: q.Since.AsTime()}
+		mq := core.Quarantine{Range: rr, Since: q.Since.AsTime()}
 		for _, id := range q.Nodes {
 			mq.Nodes = append(mq.Nodes, assignment.NodeID(id))
 		}
@@ -518,7 +455,7 @@ func metaFromProto(p *storev1.Meta) (Meta, error) {
 	return m, nil
 }
 
-func entryToProto(e Entry) *storev1.LogEntry {
+func entryToProto(e core.Entry) *storev1.LogEntry {
 	out := &storev1.LogEntry{
 		Index: e.Index, Term: e.Term, Seq: e.Seq, Clock: e.Clock, Generation: e.Generation,
 		Cause: e.Cause, By: e.By, Time: timestamppb.New(e.Time), Ops: wire.OpsToProto(e.Ops),
@@ -529,19 +466,19 @@ func entryToProto(e Entry) *storev1.LogEntry {
 	return out
 }
 
-func entryFromProto(p *storev1.LogEntry) (Entry, error) {
+func entryFromProto(p *storev1.LogEntry) (core.Entry, error) {
 	ops, err := wire.OpsFromProto(p.Ops)
 	if err != nil {
-		return Entry{}, err
+		return core.Entry{}, err
 	}
-	e := Entry{
+	e := core.Entry{
 		Index: p.Index, Term: p.Term, Seq: p.Seq, Clock: p.Clock, Generation: p.Generation,
 		Cause: p.Cause, By: p.By, Time: p.Time.AsTime(), Ops: ops,
 	}
 	for _, m := range p.Moves {
 		r, err := wire.RangeFromProto(m.Range)
 		if err != nil {
-			return Entry{}, err
+			return core.Entry{}, err
 		}
 		e.Moves = append(e.Moves, balance.Move{Range: r, From: assignment.NodeID(m.From), To: assignment.NodeID(m.To), Pass: m.Pass})
 	}
@@ -570,7 +507,7 @@ func (s *Store) DeleteHistory(ctx context.Context, f Fence, k uint64) error {
 func (s *Store) LoadHistory(ctx context.Context) ([][]byte, error) {
 	resp, err := s.c.Get(ctx, s.prefix+"history/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("store: listing the history: %w", err)
+		return nil, fmt.Errorf("etcdstate: listing the history: %w", err)
 	}
 	var out [][]byte
 	for _, kv := range resp.Kvs {

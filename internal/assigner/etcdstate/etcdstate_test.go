@@ -1,10 +1,12 @@
-package store
+package etcdstate
 
 import (
 	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,14 +56,14 @@ func uniform(t *testing.T, slices, n int) *assignment.Assignment {
 }
 
 // step applies ops to a, logs them as the next entry and returns the new map and meta.
-func step(t *testing.T, s *Store, f Fence, m Meta, a *assignment.Assignment, ops []assignment.Op, moves []balance.Move) (*assignment.Assignment, Meta) {
+func step(t *testing.T, s *Store, f Fence, m core.Meta, a *assignment.Assignment, ops []assignment.Op, moves []balance.Move) (*assignment.Assignment, core.Meta) {
 	t.Helper()
 	next, err := a.Apply(ops)
 	require.NoError(t, err)
 	m.LastIndex++
 	m.Seq++
 	m.Generation = next.Generation()
-	e := Entry{Index: m.LastIndex, Term: m.Term, Seq: m.Seq, Generation: m.Generation, Cause: "test", Time: time.Now(), Ops: ops, Moves: moves}
+	e := core.Entry{Index: m.LastIndex, Term: m.Term, Seq: m.Seq, Generation: m.Generation, Cause: "test", Time: time.Now(), Ops: ops, Moves: moves}
 	require.NoError(t, s.Append(testCtx(t), f, m, e))
 	return next, m
 }
@@ -76,15 +78,15 @@ func TestStateRoundTrips(t *testing.T) {
 
 	f, _ := lead(t, c)
 	a := uniform(t, 8, 3)
-	m := Meta{Term: 5, Algorithm: "weighted-move", Params: map[string]string{"max_churn": "0.05"},
+	m := core.Meta{Term: 5, Algorithm: "weighted-move", Params: map[string]string{"max_churn": "0.05"},
 		Frozen: true, FreezeReason: "maintenance", Pins: []keyspace.Range{a.Slice(2).Range}, Draining: []assignment.NodeID{"node-0001"}, Pass: 12,
-		Quarantined: []Quarantine{{Range: a.Slice(5).Range, Since: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC), Nodes: []assignment.NodeID{"node-0002", "node-0000"}}}}
+		Quarantined: []core.Quarantine{{Range: a.Slice(5).Range, Since: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC), Nodes: []assignment.NodeID{"node-0002", "node-0000"}}}}
 	require.NoError(t, s.Init(ctx, f, m, a))
 	a, m = step(t, s, f, m, a, []assignment.Op{assignment.Split{Slice: 0, At: 7}}, nil)
 	move := balance.Move{Range: a.Slice(3).Range, From: "node-0002", To: "node-0000", Pass: 12}
 	a, m = step(t, s, f, m, a, []assignment.Op{assignment.Assign{Slice: a.Slice(3).Range.Start, Replicas: []assignment.NodeID{"node-0000"}}}, []balance.Move{move})
-	require.NoError(t, s.PutNode(ctx, f, Node{Node: assignment.Node{ID: "node-0000", Capacity: 2}, Address: "127.0.0.1:9000", Labels: map[string]string{"zone": "a"}}))
-	require.NoError(t, s.PutNode(ctx, f, Node{Node: assignment.Node{ID: "node-0001"}}))
+	require.NoError(t, s.PutNode(ctx, f, core.Node{Node: assignment.Node{ID: "node-0000", Capacity: 2}, Address: "127.0.0.1:9000", Labels: map[string]string{"zone": "a"}}))
+	require.NoError(t, s.PutNode(ctx, f, core.Node{Node: assignment.Node{ID: "node-0001"}}))
 	require.NoError(t, s.DeleteNode(ctx, f, "node-0001"))
 
 	st, found, err := s.Load(ctx)
@@ -94,7 +96,7 @@ func TestStateRoundTrips(t *testing.T) {
 	assert.Equal(t, a.Generation(), st.Assignment.Generation())
 	assert.Equal(t, m, st.Meta)
 	assert.Equal(t, []balance.Move{move}, st.History)
-	assert.Equal(t, []Node{{Node: assignment.Node{ID: "node-0000", Capacity: 2}, Address: "127.0.0.1:9000", Labels: map[string]string{"zone": "a"}}}, st.Nodes)
+	assert.Equal(t, []core.Node{{Node: assignment.Node{ID: "node-0000", Capacity: 2}, Address: "127.0.0.1:9000", Labels: map[string]string{"zone": "a"}}}, st.Nodes)
 }
 
 func TestLargeMapsAndEntriesAreStoredInParts(t *testing.T) {
@@ -106,7 +108,7 @@ func TestLargeMapsAndEntriesAreStoredInParts(t *testing.T) {
 	s.Observe = func(string, time.Duration) { writes++ }
 
 	a := uniform(t, 150_000, 1000) // about 4 MB encoded: several parts, several transactions
-	m := Meta{Term: 1}
+	m := core.Meta{Term: 1}
 	require.NoError(t, s.Init(ctx, f, m, a))
 	assert.Greater(t, writes, 2, "the snapshot needed several transactions")
 
@@ -121,7 +123,7 @@ func TestLargeMapsAndEntriesAreStoredInParts(t *testing.T) {
 	assert.True(t, st.Assignment.Equal(a))
 
 	// A snapshot folds the log, dropping entries older than Keep behind it.
-	for range Keep + 5 {
+	for range core.Keep + 5 {
 		last := a.Slice(a.Len() - 1).Range
 		mid, _ := last.Midpoint()
 		a, m = step(t, s, f, m, a, []assignment.Op{assignment.Split{Slice: last.Start, At: mid}}, []balance.Move{{Range: last, To: "x", Pass: m.LastIndex}})
@@ -132,7 +134,7 @@ func TestLargeMapsAndEntriesAreStoredInParts(t *testing.T) {
 	st, _, err = s.Load(ctx)
 	require.NoError(t, err)
 	assert.True(t, st.Assignment.Equal(a))
-	assert.Len(t, st.History, Keep, "the moves of the last Keep entries before the snapshot")
+	assert.Len(t, st.History, core.Keep, "the moves of the last Keep entries before the snapshot")
 	assert.Equal(t, snapshotAt, st.SnapshotIndex)
 	logs, err := c.Get(ctx, "/sp/log/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	require.NoError(t, err)
@@ -142,7 +144,7 @@ func TestLargeMapsAndEntriesAreStoredInParts(t *testing.T) {
 			heads++
 		}
 	}
-	assert.Equal(t, Keep+1, heads)
+	assert.Equal(t, core.Keep+1, heads)
 }
 
 func TestAFormerLeaderIsFencedOff(t *testing.T) {
@@ -151,23 +153,23 @@ func TestAFormerLeaderIsFencedOff(t *testing.T) {
 	ctx := testCtx(t)
 	old, resign := lead(t, c)
 	a := uniform(t, 4, 2)
-	require.NoError(t, s.Init(ctx, old, Meta{Term: 1}, a))
+	require.NoError(t, s.Init(ctx, old, core.Meta{Term: 1}, a))
 	resign()
 	now, _ := lead(t, c)
 	require.NotEqual(t, old, now)
 
-	m := Meta{Term: 1, LastIndex: 1, Seq: 1, Generation: 1}
-	e := Entry{Index: 1, Term: 1, Seq: 1, Generation: 1, Ops: []assignment.Op{assignment.Merge{Left: 0}}}
+	m := core.Meta{Term: 1, LastIndex: 1, Seq: 1, Generation: 1}
+	e := core.Entry{Index: 1, Term: 1, Seq: 1, Generation: 1, Ops: []assignment.Op{assignment.Merge{Left: 0}}}
 	assert.ErrorIs(t, s.Append(ctx, old, m, e), ErrFenced)
 	assert.ErrorIs(t, s.SaveMeta(ctx, old, m), ErrFenced)
-	assert.ErrorIs(t, s.PutNode(ctx, old, Node{Node: assignment.Node{ID: "x"}}), ErrFenced)
+	assert.ErrorIs(t, s.PutNode(ctx, old, core.Node{Node: assignment.Node{ID: "x"}}), ErrFenced)
 	big := uniform(t, 100_000, 10)
 	assert.ErrorIs(t, s.Snapshot(ctx, old, 1, big), ErrFenced, "even the parts of a large value are fenced")
 
 	st, _, err := s.Load(ctx)
 	require.NoError(t, err)
 	assert.True(t, st.Assignment.Equal(a), "the deposed leader changed nothing")
-	require.NoError(t, s.SaveMeta(ctx, now, Meta{Term: 2}))
+	require.NoError(t, s.SaveMeta(ctx, now, core.Meta{Term: 2}))
 }
 
 func TestUncommittedPartsAreIgnoredAndMissingEntriesDetected(t *testing.T) {
@@ -176,7 +178,7 @@ func TestUncommittedPartsAreIgnoredAndMissingEntriesDetected(t *testing.T) {
 	ctx := testCtx(t)
 	f, _ := lead(t, c)
 	a := uniform(t, 4, 2)
-	require.NoError(t, s.Init(ctx, f, Meta{Term: 1}, a))
+	require.NoError(t, s.Init(ctx, f, core.Meta{Term: 1}, a))
 	// A leader died after writing the parts of entry 1 but before its commit.
 	_, err := s.writeValue(ctx, f, s.logKey(1), make([]byte, 3*partSize))
 	require.NoError(t, err)
@@ -184,7 +186,7 @@ func TestUncommittedPartsAreIgnoredAndMissingEntriesDetected(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, st.Assignment.Equal(a))
 	// The next leader writes entry 1 afresh, smaller: the stale parts do not matter.
-	a2, _ := step(t, s, f, Meta{Term: 2}, a, []assignment.Op{assignment.Assign{Slice: 0, Replicas: []assignment.NodeID{"node-0001"}}}, nil)
+	a2, _ := step(t, s, f, core.Meta{Term: 2}, a, []assignment.Op{assignment.Assign{Slice: 0, Replicas: []assignment.NodeID{"node-0001"}}}, nil)
 	st, _, err = s.Load(ctx)
 	require.NoError(t, err)
 	assert.True(t, st.Assignment.Equal(a2))
@@ -202,7 +204,7 @@ func TestSnapshotsMayLagBehindAppends(t *testing.T) {
 	ctx := testCtx(t)
 	f, _ := lead(t, c)
 	a := uniform(t, 8, 2)
-	m := Meta{Term: 1}
+	m := core.Meta{Term: 1}
 	require.NoError(t, s.Init(ctx, f, m, a))
 	var maps []*assignment.Assignment
 	for range 5 {
@@ -229,20 +231,20 @@ func TestWritesMayRunTwice(t *testing.T) {
 	ctx := testCtx(t)
 	f, _ := lead(t, c)
 	a := uniform(t, 8000, 3) // large enough to be written in parts
-	m := Meta{Term: 5, Algorithm: "weighted-move"}
+	m := core.Meta{Term: 5, Algorithm: "weighted-move"}
 	for range 2 {
 		require.NoError(t, s.Init(ctx, f, m, a))
 	}
-	n := Node{Node: assignment.Node{ID: "node-0000", Capacity: 1}, Address: "127.0.0.1:1"}
+	n := core.Node{Node: assignment.Node{ID: "node-0000", Capacity: 1}, Address: "127.0.0.1:1"}
 	for range 2 {
 		require.NoError(t, s.PutNode(ctx, f, n))
-		require.NoError(t, s.PutNode(ctx, f, Node{Node: assignment.Node{ID: "gone", Capacity: 1}}))
+		require.NoError(t, s.PutNode(ctx, f, core.Node{Node: assignment.Node{ID: "gone", Capacity: 1}}))
 		require.NoError(t, s.DeleteNode(ctx, f, "gone"))
 	}
 	next, err := a.Apply([]assignment.Op{assignment.Split{Slice: 0, At: 1}})
 	require.NoError(t, err)
 	m.LastIndex, m.Seq, m.Generation = 1, 1, next.Generation()
-	e := Entry{Index: 1, Term: 5, Seq: 1, Generation: m.Generation, Cause: "test", Time: time.Now(),
+	e := core.Entry{Index: 1, Term: 5, Seq: 1, Generation: m.Generation, Cause: "test", Time: time.Now(),
 		Ops: []assignment.Op{assignment.Split{Slice: 0, At: 1}}}
 	for range 2 {
 		require.NoError(t, s.Append(ctx, f, m, e))
@@ -269,8 +271,8 @@ func TestStateWithoutAMapLoads(t *testing.T) {
 	s := New(c, "/sp/")
 	ctx := testCtx(t)
 	f, _ := lead(t, c)
-	require.NoError(t, s.SaveMeta(ctx, f, Meta{Term: 3, Algorithm: "weighted-move"}))
-	require.NoError(t, s.PutNode(ctx, f, Node{Node: assignment.Node{ID: "a", Capacity: 1}, Address: "127.0.0.1:1"}))
+	require.NoError(t, s.SaveMeta(ctx, f, core.Meta{Term: 3, Algorithm: "weighted-move"}))
+	require.NoError(t, s.PutNode(ctx, f, core.Node{Node: assignment.Node{ID: "a", Capacity: 1}, Address: "127.0.0.1:1"}))
 	st, found, err := s.Load(ctx)
 	require.NoError(t, err)
 	assert.True(t, found)
