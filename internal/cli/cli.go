@@ -39,15 +39,35 @@ func ExitCode(err error) int {
 }
 
 // Main runs a command's body with a context that SIGINT and SIGTERM cancel, reports its error
-// on stderr prefixed by name, and exits with ExitCode.
+// on stderr prefixed by name, and exits with ExitCode. The first signal cancels the context
+// (a member drains, a node hands its slices over); the next ends the process as the signal's
+// default does, for an operator who will not wait.
 func Main(name string, run func(ctx context.Context) error) {
 	os.Exit(run1(name, run, os.Stderr))
 }
 
+// Exit reports a command's error on stderr prefixed by name, and exits with ExitCode: for a
+// command that handles signals itself.
+func Exit(name string, err error) {
+	os.Exit(report(name, err, os.Stderr))
+}
+
 func run1(name string, run func(ctx context.Context) error, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx)
-	stop()
+	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			stop() // the next signal takes its default course
+		case <-done:
+		}
+	}()
+	return report(name, run(ctx), stderr)
+}
+
+func report(name string, err error, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, name+":", err)
 	}

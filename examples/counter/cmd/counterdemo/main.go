@@ -12,18 +12,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/cli"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sliceplane/sliceplane/examples/counter/demo"
 	"github.com/sliceplane/sliceplane/internal/logging"
 )
 
-func main() {
-	if err := command().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "counterdemo:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Exit("counterdemo", command().Execute()) }
 
 const longHelp = `counterdemo starts, on loopback, an embedded etcd, an assigner run with
 --roles primary-secondary, a throwaway PostgreSQL server (its binaries must be

@@ -12,18 +12,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/cli"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sliceplane/sliceplane/examples/kvstore/demo"
 	"github.com/sliceplane/sliceplane/internal/logging"
 )
 
-func main() {
-	if err := command().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "kvdemo:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Exit("kvdemo", command().Execute()) }
 
 // longHelp is kvdemo --help's description.
 const longHelp = `kvdemo starts, on loopback, an embedded etcd, an assigner, two distributors and

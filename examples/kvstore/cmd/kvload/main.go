@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/sliceplane/sliceplane/internal/cli"
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -32,13 +32,7 @@ import (
 var errNotConverged = errors.New("not converged")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := command(os.Stdout).ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kvload:", err)
-		os.Exit(1)
-	}
+	cli.Main("kvload", func(ctx context.Context) error { return command(os.Stdout).ExecuteContext(ctx) })
 }
 
 // options are the flags every subcommand shares.

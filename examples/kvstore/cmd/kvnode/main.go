@@ -3,11 +3,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
+
+	"github.com/sliceplane/sliceplane/internal/cli"
 
 	"github.com/spf13/cobra"
 
@@ -16,13 +15,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := command().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kvnode:", err)
-		os.Exit(1)
-	}
+	cli.Main("kvnode", func(ctx context.Context) error { return command().ExecuteContext(ctx) })
 }
 
 func command() *cobra.Command {

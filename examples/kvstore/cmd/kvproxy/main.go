@@ -4,11 +4,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
+
+	"github.com/sliceplane/sliceplane/internal/cli"
 
 	"github.com/spf13/cobra"
 
@@ -18,13 +17,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := command().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kvproxy:", err)
-		os.Exit(1)
-	}
+	cli.Main("kvproxy", func(ctx context.Context) error { return command().ExecuteContext(ctx) })
 }
 
 func command() *cobra.Command {

@@ -5,9 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
+
+	"github.com/sliceplane/sliceplane/internal/cli"
 
 	"github.com/spf13/cobra"
 
@@ -17,17 +17,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done() // the first signal starts the drain; the default handling of the next ends it
-		stop()
-	}()
-	err := command().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ratelimitmember:", err)
-		os.Exit(1)
-	}
+	cli.Main("ratelimitmember", func(ctx context.Context) error { return command().ExecuteContext(ctx) })
 }
 
 func command() *cobra.Command {
