@@ -87,6 +87,15 @@ func (r Range) Intersect(o Range) (Range, bool) {
 // Overlaps reports whether r and o share at least one point.
 func (r Range) Overlaps(o Range) bool { return r.keyspace().Overlaps(o.keyspace()) }
 
+// Minus returns the parts of r outside o, in order: none, one or two ranges.
+func (r Range) Minus(o Range) []Range {
+	var out []Range
+	for _, k := range keyspace.NewSet(r.keyspace()).Minus(keyspace.NewSet(o.keyspace())).Ranges() {
+		out = append(out, rangeOf(k))
+	}
+	return out
+}
+
 // String formats r as [start, end), its bounds as Bound.String writes them.
 func (r Range) String() string { return r.keyspace().String() }
 

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,6 +36,11 @@ func TestRangeAgreesWithKeyspace(t *testing.T) {
 			assert.Equal(t, rangeOf(want), got, "%s and %s", r, o)
 			assert.Equal(t, k.Overlaps(o.keyspace()), r.Overlaps(o), "%s and %s", r, o)
 			assert.Equal(t, k.End.Compare(o.End.keyspace()), r.End.Compare(o.End), "%s and %s", r.End, o.End)
+			rest := r.Minus(o)
+			for _, p := range points {
+				in := slices.ContainsFunc(rest, func(x Range) bool { return x.Contains(p) })
+				assert.Equal(t, r.Contains(p) && !o.Contains(p), in, "%s minus %s holds %x", r, o, p)
+			}
 		}
 	}
 }

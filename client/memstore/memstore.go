@@ -296,26 +296,11 @@ func (b *batch) DropSlice(r client.Range) error {
 	}
 	var kept []client.Range
 	for _, h := range b.held {
-		kept = append(kept, trim(h, r)...)
+		kept = append(kept, h.Minus(r)...)
 	}
 	b.held = kept
 	b.ops = append(b.ops, client.Op{Kind: client.OpDropSlice, Range: r})
 	return nil
-}
-
-// trim returns the parts of h outside r, in order.
-func trim(h, r client.Range) []client.Range {
-	if !h.Overlaps(r) {
-		return []client.Range{h}
-	}
-	var out []client.Range
-	if h.Start < r.Start {
-		out = append(out, client.Range{Start: h.Start, End: client.BoundAt(r.Start)})
-	}
-	if !r.End.IsEnd() && h.End.After(r.End.Point()) {
-		out = append(out, client.Range{Start: r.End.Point(), End: h.End})
-	}
-	return out
 }
 
 // The item operations copy key and value, since the caller may reuse its buffers once the
