@@ -106,28 +106,18 @@ func setOf(rs []Range) keyspace.Set {
 // gets the zero cursor while the node loads anything: restarted then, the node takes a
 // snapshot (see LoadingStore).
 func commitDelta(ctx context.Context, s Store, d Delta, loading keyspace.Set, changed bool) error {
-	b, err := s.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("client: beginning a batch: %w", err)
-	}
-	defer b.Abort()
-	if err := apply(b, d.Ops); err != nil {
-		return err
-	}
-	c := Cursor{Epoch: d.Epoch, Index: d.To}
-	if lb, ok := b.(LoadingBatch); ok {
-		if changed {
+	return applyDelta(ctx, s, d, func(b Batch, c Cursor) (Cursor, error) {
+		lb, ok := b.(LoadingBatch)
+		switch {
+		case ok && changed:
 			if err := lb.SetLoading(rangesOf(loading)); err != nil {
-				return fmt.Errorf("client: storing the loading ranges of delta %d..%d: %w", d.From, d.To, err)
+				return c, fmt.Errorf("client: storing the loading ranges of delta %d..%d: %w", d.From, d.To, err)
 			}
+		case !ok && !loading.Empty():
+			return Cursor{}, nil
 		}
-	} else if !loading.Empty() {
-		c = Cursor{}
-	}
-	if err := b.Commit(c); err != nil {
-		return fmt.Errorf("client: committing delta %d..%d: %w", d.From, d.To, err)
-	}
-	return nil
+		return c, nil
+	})
 }
 
 // storedLoading returns the loading ranges s keeps, if it keeps them.

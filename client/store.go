@@ -201,7 +201,11 @@ func apply(b Batch, ops []Op) error {
 
 // Apply applies a delta to a store in one batch: the operations, then the commit with the
 // cursor the delta leads to. On any error the batch is aborted and nothing changes.
-func Apply(ctx context.Context, s Store, d Delta) error {
+func Apply(ctx context.Context, s Store, d Delta) error { return applyDelta(ctx, s, d, nil) }
+
+// applyDelta applies d to s as Apply says; settle, if set, may write more to the batch before
+// the commit and choose the cursor it commits with.
+func applyDelta(ctx context.Context, s Store, d Delta, settle func(Batch, Cursor) (Cursor, error)) error {
 	b, err := s.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("client: beginning a batch: %w", err)
@@ -210,7 +214,13 @@ func Apply(ctx context.Context, s Store, d Delta) error {
 	if err := apply(b, d.Ops); err != nil {
 		return err
 	}
-	if err := b.Commit(Cursor{Epoch: d.Epoch, Index: d.To}); err != nil {
+	c := Cursor{Epoch: d.Epoch, Index: d.To}
+	if settle != nil {
+		if c, err = settle(b, c); err != nil {
+			return err
+		}
+	}
+	if err := b.Commit(c); err != nil {
 		return fmt.Errorf("client: committing delta %d..%d: %w", d.From, d.To, err)
 	}
 	return nil
