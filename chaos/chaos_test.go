@@ -325,7 +325,7 @@ func workspace(ctx context.Context, t *testing.T, race bool, pkgs ...string) (di
 	// etcd is built from this module's own dependency, never with -race: it is not ours.
 	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, "etcd"), "go.etcd.io/etcd/server/v3")
 	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
+	if out, err := launch.CombinedOutput(build); err != nil {
 		t.Fatalf("building etcd: %v\n%s", err, out)
 	}
 	t.Logf("built the binaries in %s", time.Since(start).Round(time.Millisecond))

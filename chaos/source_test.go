@@ -337,7 +337,7 @@ func (r *run) promtoolAlert(promtool string, m *sourceMonitor, out, back time.Ti
 	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
 		return err
 	}
-	if outp, err := exec.CommandContext(r.ctx, promtool, "test", "rules", file).CombinedOutput(); err != nil {
+	if outp, err := launch.CombinedOutput(exec.CommandContext(r.ctx, promtool, "test", "rules", file)); err != nil {
 		return fmt.Errorf("chaos: SliceplaneSourceUnavailable over the scraped series (%s): %w\n%s", file, err, outp)
 	}
 	return nil

@@ -2,12 +2,16 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -346,6 +350,69 @@ func (p *participant) loadedSoon() {
 	}
 }
 
+// ErrNowhereToDrain says that a drain ended with nothing handed off because there is nowhere
+// to hand the slices to: no assigner runs (every assigner's address refuses connections), or
+// the assigner refused the drain (the last node, or every node draining). The member or node
+// may stop all the same: its slices move once its lease lapses, as after a crash.
+var ErrNowhereToDrain = errors.New("nowhere to drain to")
+
+// drainNowhereAfter is how long every assigner's address must refuse the drain's
+// connections before the drain gives up. A refused connection says that nothing listens
+// there: no assigner runs, and none will take the slices however long the drain waits (an
+// orphaned node whose cluster was gone waited out its whole drain timeout). It is short, for
+// a stop with no assigner left is better prompt, yet spans several of the connection's
+// attempts, so that one refused while an assigner restarts is not taken for an outage.
+const drainNowhereAfter = 500 * time.Millisecond
+
+// refusals follows the drain connection's dials, which gRPC makes and retries by itself:
+// learning that no assigner listens costs no connection of its own. It gives the drain up
+// once every address has refused every dial for drainNowhereAfter.
+type refusals struct {
+	addrs  int // distinct addresses
+	giveUp context.CancelCauseFunc
+
+	mu    sync.Mutex
+	since map[string]time.Time // per address refusing, since when
+}
+
+func newRefusals(addrs []string, giveUp context.CancelCauseFunc) *refusals {
+	distinct := map[string]bool{}
+	for _, a := range addrs {
+		if a = strings.TrimSpace(a); a != "" {
+			distinct[a] = true
+		}
+	}
+	return &refusals{addrs: len(distinct), giveUp: giveUp, since: map[string]time.Time{}}
+}
+
+// dial dials addr as gRPC does by default, and notes whether it was refused. Only a refusal
+// counts: a dial that times out may reach an assigner behind a slow link, and one that
+// connects may reach a standby, or a leader to be.
+func (r *refusals) dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		delete(r.since, addr)
+		return conn, err
+	}
+	now := time.Now()
+	if _, ok := r.since[addr]; !ok {
+		r.since[addr] = now
+	}
+	if len(r.since) < r.addrs {
+		return conn, err
+	}
+	for _, t := range r.since {
+		if now.Sub(t) < drainNowhereAfter {
+			return conn, err
+		}
+	}
+	r.giveUp(fmt.Errorf("%w: no assigner runs: every assigner's address refused connections for %s", ErrNowhereToDrain, drainNowhereAfter))
+	return conn, err
+}
+
 // drainPoll is how often Drain looks whether the participant still holds a slice, by the
 // map and by its own state; a poll keeps Drain out of the owner's loop's way.
 const drainPoll = 100 * time.Millisecond
@@ -359,9 +426,14 @@ const drainPoll = 100 * time.Millisecond
 // nothing, also after a restart); it may go on, take slices again, or go (call Leave, or its
 // slices move when its lease lapses). The assigner refuses to drain the last node, and ends a drain when every node is
 // draining (FAILED_PRECONDITION, as when a whole cluster stops): then Drain returns that
-// error at once.
+// error at once. So it does when no assigner runs (every assigner's address refuses
+// connections, for drainNowhereAfter), rather than wait for one until ctx ends; both
+// errors are ErrNowhereToDrain.
 func (p *participant) Drain(ctx context.Context) error {
-	conn, err := dial.Leader(p.cfg.Assigners, p.tls.DialOption("assigner"))
+	ctx, giveUp := context.WithCancelCause(ctx)
+	defer giveUp(nil)
+	refused := newRefusals(p.cfg.Assigners, giveUp)
+	conn, err := dial.Leader(p.cfg.Assigners, p.tls.DialOption("assigner"), grpc.WithContextDialer(refused.dial))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -377,8 +449,7 @@ func (p *participant) Drain(ctx context.Context) error {
 	for {
 		held, err := p.askDrain(ctx, nodes)
 		if err != nil && ctx.Err() != nil {
-			p.cancelDrain(nodes)
-			return fmt.Errorf("client: draining %s: %w", p.cfg.ID, ctx.Err())
+			return p.gaveUp(ctx, nodes, "")
 		}
 		if err != nil {
 			return err
@@ -389,15 +460,29 @@ func (p *participant) Drain(ctx context.Context) error {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			p.cancelDrain(nodes)
-			return fmt.Errorf("client: draining %s: %d slices left: %w", p.cfg.ID, max(held, p.holds()), ctx.Err())
+			return p.gaveUp(ctx, nodes, fmt.Sprintf("%d slices left: ", max(held, p.holds())))
 		}
 	}
 	if _, err := nodes.Deregister(ctx, &pb.DeregisterRequest{NodeId: p.cfg.ID}, grpc.WaitForReady(true)); err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrNowhereToDrain) {
+			err = cause
+		}
 		return fmt.Errorf("client: deregistering %s: %w", p.cfg.ID, err)
 	}
 	p.log.Info("drained: no slice held, and left")
 	return nil
+}
+
+// gaveUp ends a drain whose ctx ended: it cancels the drain with the assigner, unless none
+// runs, and returns why, prefixed with left.
+func (p *participant) gaveUp(ctx context.Context, nodes pb.NodeServiceClient, left string) error {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, ErrNowhereToDrain) {
+		// No assigner to tell, nor to wait for.
+		return fmt.Errorf("client: draining %s: %s%w", p.cfg.ID, left, cause)
+	}
+	p.cancelDrain(nodes)
+	return fmt.Errorf("client: draining %s: %s%w", p.cfg.ID, left, ctx.Err())
 }
 
 // cancelDrain tells the assigner that the participant gave its drain up, so that it is not
@@ -431,6 +516,9 @@ func (p *participant) askDrain(ctx context.Context, nodes pb.NodeServiceClient) 
 				sleep(ctx, b.NextBackOff())
 				continue
 			}
+		case codes.FailedPrecondition:
+			// The last node, or every node draining: no other to take the slices.
+			return 0, fmt.Errorf("client: draining %s: %w: %w", p.cfg.ID, ErrNowhereToDrain, err)
 		}
 		return 0, fmt.Errorf("client: draining %s: %w", p.cfg.ID, err)
 	}

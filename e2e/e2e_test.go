@@ -65,7 +65,7 @@ func (s *scenario) slicectl(args ...string) string {
 	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "slicectl"), append(flags, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
+	if err := launch.Run(cmd); err != nil {
 		s.t.Fatalf("slicectl %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
 	}
 	return out.String()

@@ -108,7 +108,7 @@ func serveChild(ctx context.Context, log *slog.Logger, dir string, srv *assigner
 
 // assignerProc is the child process, seen from the benchmark: the passes its log reports.
 type assignerProc struct {
-	cmd     *exec.Cmd
+	child   *launch.Child
 	dir     string
 	logDone chan struct{}
 
@@ -121,16 +121,25 @@ type assignerProc struct {
 // startAssigner starts the child in dir with the extra environment env; stop ends it.
 func startAssigner(b *testing.B, dir string, env []string) *assignerProc {
 	p := &assignerProc{dir: dir, logDone: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	p.cmd.Env = append(append(os.Environ(), childEnv+"="+dir), env...)
-	stderr, err := p.cmd.StderrPipe()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childEnv+"="+dir), env...)
+	// A pipe of our own, not StderrPipe: the child's wait (launch's) must not close it
+	// before its last lines are read.
+	r, w, err := os.Pipe()
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
+	cmd.Stderr = w
+	p.child, err = launch.StartChild(cmd)
+	w.Close()
+	if err != nil {
+		r.Close()
 		b.Fatal(err)
 	}
-	go p.readLog(b, stderr)
+	go func() {
+		defer r.Close()
+		p.readLog(b, r)
+	}()
 	return p
 }
 
@@ -166,8 +175,8 @@ func (p *assignerProc) readLog(b *testing.B, r io.Reader) {
 }
 
 func (p *assignerProc) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	p.cmd.Wait()
+	p.child.Signal(syscall.SIGTERM)
+	p.child.Wait()
 	<-p.logDone
 }
 
@@ -186,7 +195,7 @@ func (p *assignerProc) file(b *testing.B, name string, deadline time.Time) strin
 
 // cpu returns the CPU time the child has used, in seconds.
 func (p *assignerProc) cpu(b *testing.B) float64 {
-	s, err := launch.CPUSeconds(p.cmd.Process.Pid)
+	s, err := launch.CPUSeconds(p.child.Pid())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package launch starts and stops the processes of a multi-process Sliceplane on one
 // machine: the demo and the end-to-end tests build the real binaries and run them, each
 // with its own log file, in its own process group (so that a Ctrl-C in the terminal reaches
-// only the launcher, which then stops them in order).
+// only the launcher, which then stops them in order), and killed by the kernel if the
+// launcher dies without stopping them (StartChild).
 package launch
 
 import (
@@ -26,10 +27,7 @@ type Proc struct {
 	// LogPath is the file holding the process's stdout and stderr.
 	LogPath string
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // set before done is closed
-	log  *os.File
+	child *Child
 
 	mu      sync.Mutex
 	stopped bool // Stop or Kill asked for the exit
@@ -47,30 +45,26 @@ func Start(name, bin string, args []string, logDir string) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
+	child, err := startChild(cmd)
+	// The child has its own copy of the log's descriptor.
+	f.Close()
+	if err != nil {
 		return nil, fmt.Errorf("launch: starting %s (%s): %w", name, bin, err)
 	}
-	p := &Proc{Name: name, LogPath: path, cmd: cmd, done: make(chan struct{}), log: f}
-	go func() {
-		p.err = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
-	return p, nil
+	return &Proc{Name: name, LogPath: path, child: child}, nil
 }
 
 // Pid returns the process ID.
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+func (p *Proc) Pid() int { return p.child.Pid() }
 
 // Done is closed when the process has exited.
-func (p *Proc) Done() <-chan struct{} { return p.done }
+func (p *Proc) Done() <-chan struct{} { return p.child.Done() }
 
 // Exited reports whether the process has exited, and how, if it did by itself: an exit that
 // Stop or Kill asked for is not an error.
 func (p *Proc) Exited() (bool, error) {
 	select {
-	case <-p.done:
+	case <-p.child.Done():
 	default:
 		return false, nil
 	}
@@ -79,7 +73,7 @@ func (p *Proc) Exited() (bool, error) {
 	if p.stopped {
 		return true, nil
 	}
-	return true, fmt.Errorf("launch: %s exited: %v (log: %s)", p.Name, p.err, p.LogPath)
+	return true, fmt.Errorf("launch: %s exited: %v (log: %s)", p.Name, p.child.Wait(), p.LogPath)
 }
 
 // Kill kills the process at once (SIGKILL) and waits for it.
@@ -87,8 +81,8 @@ func (p *Proc) Kill() {
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
-	p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck // it may have exited already
-	<-p.done
+	p.child.Signal(syscall.SIGKILL) //nolint:errcheck // it may have exited already
+	p.child.Wait()                  //nolint:errcheck // killed: its exit says nothing
 }
 
 // Stop asks the process to stop (SIGTERM) and waits up to grace for it, then kills it. It
@@ -97,12 +91,12 @@ func (p *Proc) Stop(grace time.Duration) error {
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
-	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited already
+	p.child.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited already
 	select {
-	case <-p.done:
+	case <-p.child.Done():
 		var exit *exec.ExitError
-		if errors.As(p.err, &exit) && !exit.Success() {
-			return fmt.Errorf("launch: %s stopped with %v (log: %s)", p.Name, p.err, p.LogPath)
+		if err := p.child.Wait(); errors.As(err, &exit) && !exit.Success() {
+			return fmt.Errorf("launch: %s stopped with %v (log: %s)", p.Name, err, p.LogPath)
 		}
 		return nil
 	case <-time.After(grace):
@@ -153,7 +147,7 @@ func Build(ctx context.Context, dir, outDir string, race bool, pkgs ...string) e
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
+	out, err := CombinedOutput(cmd)
 	if err != nil {
 		return fmt.Errorf("launch: go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
@@ -197,4 +191,15 @@ func CPUSeconds(pid int) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("launch: the CPU time of process %d: %w", pid, err)
+}
+
+// Running reports whether process pid runs (Linux): false once it has exited, its zombie
+// awaiting a wait or not (an orphan's new parent, PID 1 in a container, may never wait).
+func Running(pid int) bool {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return false
+	}
+	st, err := p.Stat()
+	return err == nil && st.State != "Z" && st.State != "X"
 }

@@ -15,7 +15,10 @@ import (
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	helper()
+	goleak.VerifyTestMain(m)
+}
 
 // A shell that exits cleanly on SIGTERM, as Sliceplane's binaries do.
 var polite = []string{"-c", `trap 'echo bye; exit 0' TERM; echo hello; while :; do sleep 0.05; done`}

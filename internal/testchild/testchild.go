@@ -11,7 +11,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
+
+	"github.com/sliceplane/sliceplane/internal/launch"
 )
 
 // ready is the line a child prints once its job is set up.
@@ -24,14 +27,15 @@ type failure struct {
 
 // Child is the parent's side of a child process.
 type Child struct {
-	cmd   *exec.Cmd
+	proc  *launch.Child
 	in    *json.Encoder
 	close func() error // the child's input
 	out   *bufio.Scanner
 }
 
-// Start runs this test binary again with env set to spec's JSON, and stops it when t ends.
-// The child's TestMain must call Main with the same env.
+// Start runs this test binary again with env set to spec's JSON, and stops it when t ends;
+// the kernel kills it if the test binary dies first (launch.StartChild). The child's
+// TestMain must call Main with the same env.
 func Start(t testing.TB, env string, spec any) *Child {
 	t.Helper()
 	data, err := json.Marshal(spec)
@@ -45,15 +49,26 @@ func Start(t testing.TB, env string, spec any) *Child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
+	// A pipe of our own rather than StdoutPipe, which the wait on the child closes as it
+	// exits: the last line it wrote, its failure, would be lost.
+	out, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("testchild: starting %s: %v", os.Args[0], err)
+	cmd.Stdout = w
+	proc, err := launch.StartChild(cmd)
+	w.Close()
+	if err != nil {
+		out.Close()
+		t.Fatalf("testchild: %v", err)
 	}
-	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
-	c := &Child{cmd: cmd, in: json.NewEncoder(in), close: in.Close, out: bufio.NewScanner(out)}
+	t.Cleanup(func() {
+		in.Close()
+		proc.Signal(syscall.SIGKILL) //nolint:errcheck // it may have exited already
+		proc.Wait()                  //nolint:errcheck // killed, or stopped and checked
+		out.Close()
+	})
+	c := &Child{proc: proc, in: json.NewEncoder(in), close: in.Close, out: bufio.NewScanner(out)}
 	c.out.Buffer(make([]byte, 64<<10), 64<<20)
 	return c
 }
@@ -94,7 +109,7 @@ func (c *Child) Recv(t testing.TB, v any) {
 func (c *Child) Stop(t testing.TB) {
 	t.Helper()
 	c.close()
-	if err := c.cmd.Wait(); err != nil {
+	if err := c.proc.Wait(); err != nil {
 		t.Fatalf("testchild: the child's exit: %v", err)
 	}
 }

@@ -98,7 +98,9 @@ type Drainer interface {
 
 // DrainFor returns the drain of Drained for d: it drains for at most timeout, logging to
 // log, and stops all the same if the drain does not finish. A timeout of 0 drains nothing:
-// the process stops at once, as a crash would, its slices moving once its lease lapses.
+// the process stops at once, as a crash would, its slices moving once its lease lapses. A
+// drain with nowhere to go (client.ErrNowhereToDrain: no assigner runs, or no other node or
+// member may take the slices) ends at once, and says so.
 func DrainFor(d Drainer, timeout time.Duration, log *slog.Logger) func(context.Context) {
 	return func(ctx context.Context) {
 		if timeout <= 0 {
@@ -106,8 +108,14 @@ func DrainFor(d Drainer, timeout time.Duration, log *slog.Logger) func(context.C
 		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		log.Info("stopping: draining", "slices", len(d.Slices()), "timeout", timeout)
-		if err := d.Drain(ctx); err != nil {
+		held := len(d.Slices())
+		log.Info("stopping: draining", "slices", held, "timeout", timeout)
+		err := d.Drain(ctx)
+		switch {
+		case errors.Is(err, client.ErrNowhereToDrain):
+			log.Warn("stopping without a drain: nowhere to hand the slices to; they move once the lease lapses",
+				"slices", held, "err", err)
+		case err != nil:
 			log.Warn("the drain did not finish; stopping all the same", "err", err)
 		}
 	}

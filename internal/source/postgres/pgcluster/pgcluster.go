@@ -1,8 +1,12 @@
 // Package pgcluster runs a throwaway PostgreSQL server in a directory, on a free loopback
 // port, set up for logical replication: for the tests, the end-to-end run and the demo of
-// the PostgreSQL source. It needs the server's binaries (initdb, pg_ctl; Debian's
+// the PostgreSQL source. It needs the server's binaries (initdb, postgres; Debian's
 // postgresql package) and, when run as root, the postgres OS user, since PostgreSQL refuses
 // to run as root.
+//
+// The server runs in the foreground, a child of this process, not daemonized by pg_ctl:
+// the kernel kills it when this process dies (launch.StartChild), and its own processes
+// exit once it has. A test killed from outside leaves no server behind.
 package pgcluster
 
 import (
@@ -18,11 +22,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
+
+	"github.com/sliceplane/sliceplane/internal/launch"
 )
 
 // ErrNoServer says that no PostgreSQL binaries were found.
-var ErrNoServer = errors.New("pgcluster: no PostgreSQL server binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin; install Debian's postgresql package")
+var ErrNoServer = errors.New("pgcluster: no PostgreSQL server binaries (initdb, postgres) on PATH or in /usr/lib/postgresql/*/bin; install Debian's postgresql package")
 
 // Cluster is a running throwaway server.
 type Cluster struct {
@@ -34,8 +42,12 @@ type Cluster struct {
 	Port int
 
 	bin  string
-	as   []string // the command prefix that runs a binary as the server's OS user
+	as   *syscall.Credential // the server's OS user, when this process runs as root
 	data string
+	args []string // the server's command line, but its binary
+
+	mu     sync.Mutex
+	server *launch.Child // nil once stopped
 }
 
 // Options shape a cluster.
@@ -119,16 +131,10 @@ func (c *Cluster) tls(opts Options) (map[string]string, error) {
 
 // own gives path to the server's OS user, when the cluster runs as one.
 func (c *Cluster) own(path string) error {
-	if len(c.as) == 0 {
+	if c.as == nil {
 		return nil
 	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return fmt.Errorf("pgcluster: %w", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(path, uid, gid); err != nil {
+	if err := os.Chown(path, int(c.as.Uid), int(c.as.Gid)); err != nil {
 		return fmt.Errorf("pgcluster: %w", err)
 	}
 	return nil
@@ -137,7 +143,7 @@ func (c *Cluster) own(path string) error {
 // start starts the server on c.Port with settings, and waits until it accepts connections.
 func (c *Cluster) start(ctx context.Context, extra map[string]string) error {
 	settings := map[string]string{
-		"listen_addresses": "127.0.0.1", "port": strconv.Itoa(c.Port), "unix_socket_directories": "''",
+		"listen_addresses": "127.0.0.1", "port": strconv.Itoa(c.Port), "unix_socket_directories": "",
 		"wal_level": "logical", "max_replication_slots": "32", "max_wal_senders": "32",
 		// A throwaway server: speed over durability.
 		"fsync": "off", "full_page_writes": "off",
@@ -145,26 +151,119 @@ func (c *Cluster) start(ctx context.Context, extra map[string]string) error {
 	for k, v := range extra {
 		settings[k] = v
 	}
-	var opts []string
+	c.args = []string{"-D", c.data}
 	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		opts = append(opts, "-c "+k+"="+settings[k])
+		c.args = append(c.args, "-c", k+"="+settings[k])
 	}
-	return c.run(ctx, "pg_ctl", "-D", c.data, "-l", filepath.Join(c.Dir, "postgres.log"), "-w", "-t", "60",
-		"-o", strings.Join(opts, " "), "start")
+	return c.serve(ctx)
 }
 
-// Stop stops the server at once (its data is throwaway) and waits for it.
-func (c *Cluster) Stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// serve starts the server, in the foreground, and waits until it accepts connections.
+func (c *Cluster) serve(ctx context.Context) error {
+	log, err := os.OpenFile(filepath.Join(c.Dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), c.args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = c.Dir, log, log
+	// A group of its own, as pg_ctl's server had: a Ctrl-C in a demo's terminal reaches
+	// the demo, which stops the server last.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.as}
+	server, err := launch.StartChild(cmd)
+	log.Close() // the server has its own copy
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	c.mu.Lock()
+	c.server = server
+	c.mu.Unlock()
+	if err := c.waitReady(ctx, server); err != nil {
+		c.shutdown(syscall.SIGKILL) //nolint:errcheck // the error is the wait's
+		return err
+	}
+	return nil
+}
+
+// readyTimeout bounds a start, as pg_ctl's -t 60 did.
+const readyTimeout = time.Minute
+
+// waitReady waits until the server says it accepts connections, as pg_ctl -w does: the
+// eighth line of postmaster.pid, once the file is the server's own (its first line, its
+// process ID), reads "ready".
+func (c *Cluster) waitReady(ctx context.Context, server *launch.Child) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	return c.run(ctx, "pg_ctl", "-D", c.data, "-m", "immediate", "-w", "stop")
+	pidFile := filepath.Join(c.data, "postmaster.pid")
+	err := launch.WaitFor(ctx, "PostgreSQL to accept connections", 20*time.Millisecond, func(context.Context) error {
+		select {
+		case <-server.Done():
+			return launch.Permanent(fmt.Errorf("the server exited: %v", server.Wait()))
+		default:
+		}
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(string(b), "\n")
+		if len(lines) < 8 || strings.TrimSpace(lines[0]) != strconv.Itoa(server.Pid()) {
+			return errors.New("postmaster.pid is not the server's yet")
+		}
+		if st := strings.TrimSpace(lines[7]); st != "ready" {
+			return fmt.Errorf("the server is %q", st)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w\n%s", err, c.Log())
+	}
+	return nil
 }
 
-// Restart restarts the server with pg_ctl's shutdown mode ("fast", as a minor-version
-// upgrade does; "immediate", as a crash does; "smart") and waits until it accepts
-// connections again, on the same port and with the same settings.
+// stopTimeout bounds a shutdown, as pg_ctl's did.
+const stopTimeout = time.Minute
+
+// shutdown sends the server sig (SIGTERM: smart, SIGINT: fast, SIGQUIT: immediate, SIGKILL)
+// and waits for it to exit; a server that has not after stopTimeout is killed.
+func (c *Cluster) shutdown(sig syscall.Signal) error {
+	c.mu.Lock()
+	server := c.server
+	c.server = nil
+	c.mu.Unlock()
+	if server == nil {
+		return nil
+	}
+	server.Signal(sig) //nolint:errcheck // it may have exited already
+	select {
+	case <-server.Done():
+		return nil
+	case <-time.After(stopTimeout):
+		server.Signal(syscall.SIGKILL) //nolint:errcheck // it may have exited meanwhile
+		server.Wait()                  //nolint:errcheck // killed
+		return fmt.Errorf("pgcluster: the server did not stop within %s on %v; killed\n%s", stopTimeout, sig, c.Log())
+	}
+}
+
+// Stop stops the server at once (its data is throwaway) and waits for it; stopping a
+// stopped server does nothing.
+func (c *Cluster) Stop() error {
+	return c.shutdown(syscall.SIGQUIT)
+}
+
+// shutdownSignals are the signals of pg_ctl's shutdown modes.
+var shutdownSignals = map[string]syscall.Signal{"smart": syscall.SIGTERM, "fast": syscall.SIGINT, "immediate": syscall.SIGQUIT}
+
+// Restart restarts the server with one of pg_ctl's shutdown modes ("fast", as a
+// minor-version upgrade does; "immediate", as a crash does; "smart") and waits until it
+// accepts connections again, on the same port and with the same settings.
 func (c *Cluster) Restart(ctx context.Context, mode string) error {
-	return c.run(ctx, "pg_ctl", "-D", c.data, "-l", filepath.Join(c.Dir, "postgres.log"), "-m", mode, "-w", "-t", "60", "restart")
+	sig, ok := shutdownSignals[mode]
+	if !ok {
+		return fmt.Errorf("pgcluster: shutdown mode %q: want smart, fast or immediate", mode)
+	}
+	if err := c.shutdown(sig); err != nil {
+		return err
+	}
+	return c.serve(ctx)
 }
 
 // Log returns the last lines of the server's log, for error messages.
@@ -179,17 +278,17 @@ func (c *Cluster) Log() string {
 
 // run runs one of the server's binaries as the server's OS user.
 func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
-	argv := append(append(slices.Clone(c.as), filepath.Join(c.bin, name)), args...)
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
 	cmd.Dir = c.Dir
-	out, err := cmd.CombinedOutput()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.as}
+	out, err := launch.CombinedOutput(cmd)
 	if err != nil {
 		return fmt.Errorf("pgcluster: %s: %w\n%s%s", name, err, out, c.Log())
 	}
 	return nil
 }
 
-// binDir finds the directory of initdb and pg_ctl: PATH first (Debian puts only psql
+// binDir finds the directory of initdb and postgres: PATH first (Debian puts only psql
 // there), then the newest /usr/lib/postgresql/N/bin.
 func binDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
@@ -197,7 +296,7 @@ func binDir() (string, error) {
 			p = real
 		}
 		dir := filepath.Dir(p)
-		if _, err := os.Stat(filepath.Join(dir, "pg_ctl")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
 			return dir, nil
 		}
 	}
@@ -215,9 +314,11 @@ func version(p string) int {
 	return n
 }
 
-// runAs returns the prefix that runs the server's binaries: none for an ordinary user;
-// for root, runuser as the postgres OS user, who is then given dir.
-func runAs(dir string) ([]string, error) {
+// runAs returns the OS user the server's binaries run as: nil, this process's, for an
+// ordinary user; for root, the postgres OS user, who is then given dir. The child takes it
+// as it starts (SysProcAttr.Credential), before the parent-death signal is set: a command
+// that switched users itself, as runuser does, would clear that signal.
+func runAs(dir string) (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
@@ -236,11 +337,7 @@ func runAs(dir string) ([]string, error) {
 	if err := os.Chown(dir, uid, gid); err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
-	runuser, err := exec.LookPath("runuser")
-	if err != nil {
-		return nil, fmt.Errorf("pgcluster: running as root needs runuser: %w", err)
-	}
-	return []string{runuser, "-u", "postgres", "--"}, nil
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 // traversable gives everyone search permission on directory d, if it lacks it, keeping its
