@@ -67,7 +67,7 @@ type queue struct {
 	// not counted: they cannot leave before the scan ends, so counting them could keep it
 	// from ever reading on.
 	ahead int
-	wake             chan struct{}
+	wake  chan struct{}
 	// acked, if set, hears (without waiting) of every acknowledgement: a scan waiting for
 	// the node to take what it read may read on.
 	acked  chan<- struct{}
