@@ -30,7 +30,6 @@ import (
 	"github.com/sliceplane/sliceplane/examples/counter/counterproxy"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
-	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/source/postgres/pgcluster"
 )
@@ -115,12 +114,7 @@ func (d *demo) start(ctx context.Context) error {
 	if d.pki, err = launch.NewPKI(filepath.Join(d.cfg.Dir, "pki"), 0); err != nil {
 		return err
 	}
-	etcdTLS, err := d.pki.Issue("etcd", "demo")
-	if err != nil {
-		return err
-	}
-	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(d.cfg.Dir, "etcd"), Fast: true, TLS: etcdTLS,
-		LogLevel: "fatal", Logger: d.cfg.Log})
+	etcd, err := kvcluster.StartEtcd(ctx, d.pki, d.cfg.Dir, d.cfg.Log)
 	if err != nil {
 		return err
 	}

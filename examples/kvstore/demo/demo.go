@@ -253,15 +253,7 @@ func (d *demo) startRouter(ctx context.Context) error {
 
 // startEtcd starts the embedded etcd, the data source, and the demo's client of it.
 func (d *demo) startEtcd(ctx context.Context) error {
-	// With a PKI, etcd serves https and requires a client certificate of the CA, which every
-	// process has.
-	etcdTLS, err := d.pki.Issue("etcd", "demo")
-	if err != nil {
-		return err
-	}
-	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(d.cfg.Dir, "etcd"), Fast: true, TLS: etcdTLS,
-		// etcd reports a single-member loopback setup as errors; the demo has nothing to fix.
-		LogLevel: "fatal", Logger: d.cfg.Log})
+	etcd, err := kvcluster.StartEtcd(ctx, d.pki, d.cfg.Dir, d.cfg.Log)
 	if err != nil {
 		return err
 	}
