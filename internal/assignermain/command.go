@@ -124,6 +124,8 @@ on the command line win.`,
 			return o.run(cmd.Context())
 		},
 		SilenceUsage: true,
+		// main prints the error once, with the binary's name.
+		SilenceErrors: true,
 	}
 	f := cmd.Flags()
 	o.addServingFlags(f)
