@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -44,22 +43,6 @@ func helper() {
 	os.Exit(2)
 }
 
-// waitGone waits until process pid has exited, failing t after deadline.
-func waitGone(t *testing.T, pid int, deadline time.Duration) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	err := WaitFor(ctx, fmt.Sprintf("process %d to exit", pid), 10*time.Millisecond, func(context.Context) error {
-		if Running(pid) {
-			return errors.New("it runs")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestAChildDiesWithItsKilledParent kills a process (SIGKILL, as a CI job's timeout does to
 // a test binary) that started a child with Start: the kernel kills the child too, though
 // it runs in its own process group and no code of its parent's ran.
@@ -67,35 +50,15 @@ func TestAChildDiesWithItsKilledParent(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the parent-death signal is Linux's")
 	}
-	out, w, err := os.Pipe()
+	parent, line, err := StartHelper([]string{helperEnv + "=parent", "LAUNCH_TEST_LOGS=" + t.TempDir()}, time.Minute)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	in, hold, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=parent", "LAUNCH_TEST_LOGS="+t.TempDir())
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, w, os.Stderr
-	parent, err := StartChild(cmd)
-	in.Close()
-	w.Close()
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the parent said no child: %v", err)
 	}
 	defer func() {
 		parent.Signal(syscall.SIGKILL) //nolint:errcheck // the test failed early, or it is dead
 		parent.Wait()                  //nolint:errcheck // killed
 	}()
-	out.SetReadDeadline(time.Now().Add(time.Minute)) //nolint:errcheck // a pipe takes deadlines
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("the parent said no child: %v", err)
-	}
-	child, err := strconv.Atoi(line[:len(line)-1])
+	child, err := strconv.Atoi(line)
 	if err != nil {
 		t.Fatalf("the parent's child %q: %v", line, err)
 	}
@@ -112,5 +75,9 @@ func TestAChildDiesWithItsKilledParent(t *testing.T) {
 	if err := parent.Wait(); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("the parent's exit: %v; want killed", err)
 	}
-	waitGone(t, child, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := WaitExited(ctx, child); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,12 +1,10 @@
 package pgcluster_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -51,33 +49,14 @@ func TestAKilledParentLeavesNoServer(t *testing.T) {
 		t.Skip(err)
 	}
 	dir := t.TempDir()
-	out, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	in, hold, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, w, os.Stderr
-	parent, err := launch.StartChild(cmd)
-	in.Close()
-	w.Close()
-	if err != nil {
-		t.Fatal(err)
+	parent, line, err := launch.StartHelper([]string{helperEnv + "=" + dir}, 2*time.Minute)
+	if err != nil || line != "ready" {
+		t.Fatalf("the parent did not start a cluster: %q, %v", line, err)
 	}
 	defer func() {
 		parent.Signal(syscall.SIGKILL) //nolint:errcheck // the test failed early, or it is dead
 		parent.Wait()                  //nolint:errcheck // killed
 	}()
-	out.SetReadDeadline(time.Now().Add(2 * time.Minute)) //nolint:errcheck // a pipe takes deadlines
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("the parent did not start a cluster: %q, %v", line, err)
-	}
 	server := serverProcesses(t, filepath.Join(dir, "data", "postmaster.pid"))
 	// Whatever happens below, the server must not outlive the test.
 	defer func() {
@@ -92,18 +71,7 @@ func TestAKilledParentLeavesNoServer(t *testing.T) {
 	parent.Wait() //nolint:errcheck // killed
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err = launch.WaitFor(ctx, "the server's processes to exit", 20*time.Millisecond, func(context.Context) error {
-		var left []int
-		for _, pid := range server {
-			if launch.Running(pid) {
-				left = append(left, pid)
-			}
-		}
-		if len(left) > 0 {
-			return fmt.Errorf("%d of %d run: %v", len(left), len(server), left)
-		}
-		return nil
-	})
+	err = launch.WaitExited(ctx, server...)
 	if err != nil {
 		t.Fatal(err)
 	}
