@@ -1,7 +1,6 @@
 package kvnode_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -21,25 +20,8 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvnode"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/launch"
+	"github.com/sliceplane/sliceplane/internal/logging/logtest"
 )
-
-// lockedBuffer is a log the node and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // leader is a stand-in for a leading assigner: it takes registrations and heartbeats, and
 // counts them.
@@ -130,7 +112,7 @@ func TestADrainWithNowhereToGoEndsPromptly(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr, gone := tc.assigner(t)
-			var log lockedBuffer
+			var log logtest.Buffer
 			srv, err := kvnode.New(kvnode.Config{ID: "k1", Listen: "127.0.0.1:0", Assigners: []string{addr}, DataDir: t.TempDir(),
 				DrainTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 			if err != nil {
