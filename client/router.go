@@ -536,9 +536,6 @@ func (r *Router) apply(q quantum.Quantum) error {
 	if cur != nil {
 		f.Pos, f.Started, prev = cur.pos, true, cur.a
 	}
-	if cur == nil && q.Snapshot == nil {
-		return fmt.Errorf("quantum %s changes a map the router never had", q.Position)
-	}
 	a, err := f.Follow(prev, q)
 	if err != nil {
 		return err

@@ -69,4 +69,6 @@ func TestFollowChecksTheGeneration(t *testing.T) {
 	assert.Equal(t, q.Generation, next.Generation())
 	_, err = (Follower{Holder: "the follower"}).Follow(nil, q)
 	assert.ErrorContains(t, err, "changes a map the follower never had", "the first quantum must carry a map")
+	_, err = (Follower{Holder: "the follower"}).Follow(nil, Quantum{Position: Position{Term: 1, Seq: 2}})
+	assert.ErrorContains(t, err, "changes a map the follower never had", "a clock tick first, too")
 }

@@ -62,16 +62,17 @@ func (q Quantum) Reinitializing() bool { return q.Snapshot != nil }
 
 // Next returns the map q leads to from cur, the map of the quantum before it: q's own for a
 // reinitializing quantum, cur for a clock-only one, else cur with q's operations applied,
-// which must reach q's generation (a watcher that missed a change finds out here). holder
-// names cur's holder in the errors: "the router".
+// which must reach q's generation (a watcher that missed a change finds out here). Only a
+// reinitializing quantum may come first (cur nil). holder names cur's holder in the errors:
+// "the router".
 func (q Quantum) Next(cur *assignment.Assignment, holder string) (*assignment.Assignment, error) {
 	switch {
 	case q.Snapshot != nil:
 		return q.Snapshot, nil
-	case len(q.Ops) == 0:
-		return cur, nil
 	case cur == nil:
 		return nil, fmt.Errorf("quantum %s changes a map %s never had", q.Position, holder)
+	case len(q.Ops) == 0:
+		return cur, nil
 	}
 	next, err := cur.Apply(q.Ops)
 	if err != nil {
