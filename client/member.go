@@ -58,6 +58,11 @@ type MemberConfig struct {
 	Labels  map[string]string
 	// Assigners are the addresses of the assigners (leader and standbys). Required.
 	Assigners []string
+	// Target names the sharded service this member belongs to, one of the control plane's
+	// targets (slicectl targets); "" is the default target. Its certificate, if it names a
+	// target, must name this one.
+	Target string
+
 	// TLS is the member's mutual TLS with the assigners; zero for plaintext. Its certificate
 	// must name the member as a node, spiffe://sliceplane/node/<ID>: the assigners let it
 	// act only as itself. The files are re-read when they change.
@@ -95,8 +100,8 @@ const DefaultConcurrentCalls = 16
 // Validate fills in the defaults of c and rejects a configuration no member can run with; it
 // does no I/O.
 func (c *MemberConfig) Validate() error {
-	if err := assignment.NodeID(c.ID).Validate(); err != nil {
-		return fmt.Errorf("client: %w", err)
+	if err := checkIDs(c.ID, c.Target); err != nil {
+		return err
 	}
 	switch {
 	case c.App == nil:
@@ -162,7 +167,7 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 		return nil, err
 	}
 	p := newParticipant(participantConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Address, Labels: cfg.Labels,
-		Assigners: cfg.Assigners, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Roles: cfg.Roles, LeaseMargin: cfg.LeaseMargin, Logger: cfg.Logger}, src)
+		Assigners: cfg.Assigners, Target: cfg.Target, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Roles: cfg.Roles, LeaseMargin: cfg.LeaseMargin, Logger: cfg.Logger}, src)
 	roles, _ := assignment.ParseRoleModel(cfg.Roles) // Validate checked it
 	m := &Member{participant: p, cfg: cfg, roles: roles, router: router, guards: newGuards()}
 	p.holds = func() int { return int(m.held.Load()) }

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
-	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
@@ -31,6 +30,11 @@ type NodeConfig struct {
 	Labels  map[string]string
 	// Assigners are the addresses of the assigners (leader and standbys).
 	Assigners []string
+	// Target names the sharded service this node belongs to, one of the control plane's
+	// targets (slicectl targets); "" is the default target. Its certificate, if it names a
+	// target, must name this one.
+	Target string
+
 	// TLS is the node's mutual TLS with the assigners and its distributor; zero for
 	// plaintext. Its certificate must name the node, spiffe://sliceplane/node/<ID>: the
 	// servers let a node act only as itself, so NewNode refuses another identity at once.
@@ -111,8 +115,8 @@ func (n *Node) Health() Health {
 // Validate fills in the defaults of c and rejects a configuration no node can run with; it
 // does no I/O (NewNode then reads the TLS files).
 func (c *NodeConfig) Validate() error {
-	if err := assignment.NodeID(c.ID).Validate(); err != nil {
-		return fmt.Errorf("client: %w", err)
+	if err := checkIDs(c.ID, c.Target); err != nil {
+		return err
 	}
 	switch {
 	case c.Store == nil:
@@ -157,7 +161,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, err
 	}
 	p := newParticipant(participantConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Address, Labels: cfg.Labels,
-		Assigners: cfg.Assigners, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Logger: cfg.Logger}, src)
+		Assigners: cfg.Assigners, Target: cfg.Target, ReportInterval: cfg.ReportInterval, HotKeys: cfg.HotKeys, Logger: cfg.Logger}, src)
 	n := &Node{participant: p, cfg: cfg, changed: make(chan struct{})}
 	p.beat, p.answered = n.beat, n.setDistributor
 	n.cursor.Store(&Cursor{})
@@ -327,7 +331,7 @@ func (n *Node) pullFrom(ctx context.Context, d *pb.Distributor, changed <-chan s
 		case <-pullCtx.Done():
 		}
 	}()
-	conn, err := dial.Peer(d.GetAddress(), n.tls.DialOption("distributor"))
+	conn, err := dial.Peer(d.GetAddress(), append(dial.Target(n.cfg.Target), n.tls.DialOption("distributor"))...)
 	if err != nil {
 		return false, fmt.Errorf("client: distributor %s: %w", d.GetId(), err)
 	}

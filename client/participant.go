@@ -24,6 +24,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/target"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
@@ -34,6 +35,7 @@ type participantConfig struct {
 	Address        string
 	Labels         map[string]string
 	Assigners      []string
+	Target         string
 	ReportInterval time.Duration
 	HotKeys        int
 	// Roles is the role model the participant acts on, as it registers; "" for none (a
@@ -97,7 +99,7 @@ func (p *participant) run(ctx context.Context, what string, own func(context.Con
 	if !p.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("client: %s.Run called twice", what)
 	}
-	assigner, err := dial.Follow(p.cfg.Assigners, p.tls.DialOption("assigner"))
+	assigner, err := dial.FollowTarget(p.cfg.Target, p.cfg.Assigners, p.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -163,7 +165,7 @@ func (p *participant) Generation() uint64 { return p.pending.Load().gen }
 // waiting for its lease to lapse. Call it after Run returned, before it goes away for good;
 // Drain leaves without a failed read, LeaveFor keeps the slices through a restart.
 func (p *participant) Leave(ctx context.Context) error {
-	conn, err := dial.Leader(p.cfg.Assigners, p.tls.DialOption("assigner"))
+	conn, err := dial.TargetLeader(p.cfg.Target, p.cfg.Assigners, p.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -433,7 +435,7 @@ func (p *participant) Drain(ctx context.Context) error {
 	ctx, giveUp := context.WithCancelCause(ctx)
 	defer giveUp(nil)
 	refused := newRefusals(p.cfg.Assigners, giveUp)
-	conn, err := dial.Leader(p.cfg.Assigners, p.tls.DialOption("assigner"), grpc.WithContextDialer(refused.dial))
+	conn, err := dial.TargetLeader(p.cfg.Target, p.cfg.Assigners, p.tls.DialOption("assigner"), grpc.WithContextDialer(refused.dial))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -533,7 +535,7 @@ func (p *participant) LeaveFor(ctx context.Context, grace time.Duration) error {
 	if grace <= 0 {
 		return fmt.Errorf("client: grace %s: want > 0 (Leave leaves for good)", grace)
 	}
-	conn, err := dial.Leader(p.cfg.Assigners, p.tls.DialOption("assigner"))
+	conn, err := dial.TargetLeader(p.cfg.Target, p.cfg.Assigners, p.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -541,6 +543,19 @@ func (p *participant) LeaveFor(ctx context.Context, grace time.Duration) error {
 	req := &pb.DeregisterRequest{NodeId: p.cfg.ID, Grace: durationpb.New(grace)}
 	if _, err := pb.NewNodeServiceClient(conn).Deregister(ctx, req, grpc.WaitForReady(true)); err != nil {
 		return fmt.Errorf("client: leaving %s for %s: %w", p.cfg.ID, grace, err)
+	}
+	return nil
+}
+
+// checkIDs checks a participant's node ID and target name.
+func checkIDs(id, name string) error {
+	if err := assignment.NodeID(id).Validate(); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if name != "" {
+		if err := target.CheckName(name); err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
 	}
 	return nil
 }

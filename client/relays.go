@@ -154,5 +154,5 @@ func (rs *relays) close() {
 
 // relayDialer dials relays with the router's TLS: their certificates name distributors.
 func (r *Router) relayDialer(addr string) (*grpc.ClientConn, error) {
-	return dial.Peer(addr, r.tls.DialOption("distributor"))
+	return dial.Peer(addr, append(dial.Target(r.cfg.Target), r.tls.DialOption("distributor"))...)
 }

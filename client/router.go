@@ -24,6 +24,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/quantum"
+	"github.com/sliceplane/sliceplane/internal/target"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
@@ -44,6 +45,11 @@ var ErrQuarantined = errors.New("client: the key is quarantined: no node serves 
 type RouterConfig struct {
 	// Assigners are the gRPC addresses of the assigners (leader and standbys). Required.
 	Assigners []string
+	// Target names the sharded service this router belongs to, one of the control plane's
+	// targets (slicectl targets); "" is the default target. Its certificate, if it names a
+	// target, must name this one.
+	Target string
+
 	// TLS is the router's mutual TLS with the assigners; zero for plaintext. Its
 	// certificate must name an identity with the router role, which reads the map and the
 	// node list: a router, viewer, admin, node or distributor identity, or one the
@@ -205,6 +211,11 @@ func (c *RouterConfig) Validate() error {
 			addrs = append(addrs, a)
 		}
 	}
+	if c.Target != "" {
+		if err := target.CheckName(c.Target); err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+	}
 	switch {
 	case len(addrs) == 0:
 		return errors.New("client: a router needs the assigners' addresses")
@@ -249,7 +260,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	close(r.started)
 	defer close(r.stopped)
-	leader, err := dial.Follow(r.cfg.Assigners, r.tls.DialOption("assigner"))
+	leader, err := dial.FollowTarget(r.cfg.Target, r.cfg.Assigners, r.tls.DialOption("assigner"))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -284,7 +295,7 @@ func (r *Router) WaitReady(ctx context.Context) error {
 // reachAssigners makes one call to the assigners that does not wait for a connection, and
 // returns what stopped it (a refused certificate, none listening), nil if it went through.
 func (r *Router) reachAssigners() error {
-	conn, err := dial.Leader(r.cfg.Assigners, r.tls.DialOption("assigner"))
+	conn, err := dial.TargetLeader(r.cfg.Target, r.cfg.Assigners, r.tls.DialOption("assigner"))
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -186,15 +185,6 @@ func withAddresses(t *testing.T, ctx context.Context, c *clustertest.Cluster, r 
 	})
 }
 
-// freeAddress returns a loopback address nothing listens on, to start an assigner at.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer lis.Close()
-	return lis.Addr().String()
-}
-
 // TestRouterInCluster follows a router through the life of a cluster: it agrees with the
 // assigner, learns the nodes' addresses, follows admin changes, and survives the leader
 // losing etcd (a standby takes over) and the next leader being stopped and replaced by a
@@ -247,7 +237,7 @@ func startRouterCluster(t *testing.T) *routerCluster {
 	require.NoError(t, first.Close())
 	require.NoError(t, err)
 	require.True(t, st.GetLeader())
-	listen = freeAddress(t)
+	listen = clustertest.StandbyAddress(t, c.Assigners()...)
 	s.standby = c.StartAssigner() // before the nodes and the connection, which then know it
 	require.Equal(t, listen, s.standby.Addr)
 	c.StartDistributor("d1") // nodes load the slices they gain, so that moves end

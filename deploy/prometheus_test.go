@@ -141,7 +141,7 @@ func TestPromtoolCheckDashboardQueries(t *testing.T) {
 	require.NotEmpty(t, exprs)
 	var b strings.Builder
 	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")
-	r := strings.NewReplacer("$__rate_interval", "1m", "$__interval", "1m", "$__range", "1h", "$distributor", ".*")
+	r := strings.NewReplacer("$__rate_interval", "1m", "$__interval", "1m", "$__range", "1h", "$distributor", ".*", "$target", "default")
 	for i, e := range exprs {
 		q, _ := json.Marshal(r.Replace(e.expr))
 		fmt.Fprintf(&b, "      - record: dashboard:expr_%d:check\n        expr: %s\n", i, q)

@@ -31,13 +31,9 @@ import (
 // beside it, as "claims".
 const UserMetadata = "x-sliceplane-user"
 
-// api implements the gRPC services on a Server.
+// api implements the gRPC services of one target (dispatch finds it).
 type api struct {
-	pb.UnimplementedAssignmentServiceServer
-	pb.UnimplementedQuantaServiceServer
-	pb.UnimplementedNodeServiceServer
-	pb.UnimplementedAdminServiceServer
-	s     *Server
+	s     *served
 	maps  *mapserve.Server // the leader's map, from the hub of its term
 	fresh *freshness
 }

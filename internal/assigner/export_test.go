@@ -21,3 +21,12 @@ func Methods(s *Server) []string {
 func inLoop(ctx context.Context, l *leadership, fn func(c *core.Core)) error {
 	return l.send(ctx, request{hook: fn, reply: make(chan result, 1)}).err
 }
+
+// def returns the default target's runtime, which tests of one target drive.
+func (s *Server) def() *served {
+	t, err := s.named("")
+	if err != nil {
+		panic(err)
+	}
+	return t
+}

@@ -28,7 +28,7 @@ const (
 // where the source answers. from is the clock to watch from, 0 if unknown (it is read first).
 //
 // Only the source's errors reach the core: leadership does not depend on the source.
-func (s *Server) followSource(ctx context.Context, log *slog.Logger, from uint64, out chan<- core.Event) {
+func (s *served) followSource(ctx context.Context, log *slog.Logger, from uint64, out chan<- core.Event) {
 	f := &follower{s: s, log: log, out: out, backoff: minSourceBackoff}
 	for ctx.Err() == nil {
 		if from == 0 {
@@ -53,7 +53,7 @@ func (s *Server) followSource(ctx context.Context, log *slog.Logger, from uint64
 
 // follower is the state of followSource between its steps.
 type follower struct {
-	s       *Server
+	s       *served
 	log     *slog.Logger
 	out     chan<- core.Event
 	backoff time.Duration
@@ -62,7 +62,7 @@ type follower struct {
 }
 
 // readClock reads the source's clock, bounded by sourceReadTimeout.
-func (s *Server) readClock(ctx context.Context) (uint64, error) {
+func (s *served) readClock(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, sourceReadTimeout)
 	defer cancel()
 	return s.source.Clock(ctx)

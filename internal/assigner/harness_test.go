@@ -6,11 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sliceplane/sliceplane/internal/assigner/core"
+	"github.com/sliceplane/sliceplane/internal/target"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -35,6 +38,10 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		runChild() // the assigner process of BenchmarkAssignerScale
+		return
+	}
+	if os.Getenv(targetsChildEnv) != "" {
+		runTargetsChild() // an assigner process of BenchmarkAssignerTargets
 		return
 	}
 	goleak.VerifyTestMain(m, etcdtest.ClusterLeaks()...)
@@ -150,6 +157,20 @@ func (n *node) leading(t *testing.T) *pb.StatusResponse {
 		return err == nil && st.GetLeader()
 	})
 	return st
+}
+
+// owner waits until the owner of the default target among nodes (target.Rank) leads it, as
+// it does once every one of them is up, and returns it and the others.
+func owner(t *testing.T, nodes ...*node) (*node, []*node) {
+	t.Helper()
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.srv.Addr()
+	}
+	first := target.Rank(target.Default, addrs)[0]
+	i := slices.Index(addrs, first)
+	nodes[i].leading(t)
+	return nodes[i], slices.Delete(slices.Clone(nodes), i, i+1)
 }
 
 func (n *node) hasMap() bool {
@@ -349,4 +370,9 @@ func recv[T interface{ GetHeartbeat() bool }](w interface{ Recv() (T, error) }) 
 			return m, err
 		}
 	}
+}
+
+// metadataWithTarget makes ctx's calls name target name.
+func metadataWithTarget(ctx context.Context, name string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, target.MetadataKey, name)
 }

@@ -114,8 +114,8 @@ func startSuspendable(t *testing.T, cut *atomic.Bool) (*Server, *offsetClock, *l
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	clock := &offsetClock{}
-	srv.now = clock.Now
-	srv.keepAlive = func(c *clientv3.Client, id clientv3.LeaseID) func(context.Context) (time.Duration, error) {
+	srv.def().now = clock.Now
+	srv.def().keepAlive = func(c *clientv3.Client, id clientv3.LeaseID) func(context.Context) (time.Duration, error) {
 		real := etcdKeepAlive(c, id)
 		return func(ctx context.Context) (time.Duration, error) {
 			if cut.Load() {
@@ -132,7 +132,7 @@ func startSuspendable(t *testing.T, cut *atomic.Bool) (*Server, *offsetClock, *l
 		require.NoError(t, <-done)
 	})
 	var l *leadership
-	require.Eventually(t, func() bool { l = srv.leading.Load(); return l != nil }, 15*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { l = srv.def().leading.Load(); return l != nil }, 15*time.Second, 10*time.Millisecond)
 	for _, id := range []assignment.NodeID{"a", "b"} {
 		rep, err := l.do(t.Context(), core.Register{Caller: core.Caller{Who: "test"}, Node: core.Node{Node: assignment.Node{ID: id, Capacity: 1}, Address: "127.0.0.1:1"}})
 		require.NoError(t, err)
@@ -143,7 +143,7 @@ func startSuspendable(t *testing.T, cut *atomic.Bool) (*Server, *offsetClock, *l
 
 // storedNodes returns the nodes in etcd.
 func storedNodes(t *testing.T, srv *Server) int {
-	st, _, err := srv.store.Load(t.Context())
+	st, _, err := srv.def().store.Load(t.Context())
 	require.NoError(t, err)
 	return len(st.Nodes)
 }
@@ -165,7 +165,7 @@ func TestALeaderResumingWithinItsLeaseKeepsTheNodes(t *testing.T) {
 		return st.Nodes < 2 || st.LastPass.After(resumed.Add(5*20*time.Millisecond))
 	}, 10*time.Second, 10*time.Millisecond, "passes run after the suspension")
 	assert.Equal(t, 2, st.Nodes, "no node expired")
-	assert.Same(t, l, srv.leading.Load(), "the same term goes on")
+	assert.Same(t, l, srv.def().leading.Load(), "the same term goes on")
 	assert.Equal(t, 2, storedNodes(t, srv), "no node expired")
 }
 
@@ -186,7 +186,7 @@ func TestALeaderResumingAfterItsLeaseEmitsAndWritesNothing(t *testing.T) {
 	for err := inLoop(t.Context(), l, suspend); err != nil; err = inLoop(t.Context(), l, suspend) {
 		require.ErrorIs(t, err, core.ErrNotLeader)
 		require.Eventually(t, func() bool {
-			if n := srv.leading.Load(); n != nil && n != l {
+			if n := srv.def().leading.Load(); n != nil && n != l {
 				l = n
 				return true
 			}

@@ -48,9 +48,8 @@ func leaderAndStandby(t *testing.T) (src *sourcetest.Outage, a, b *node, term ui
 	c := newCluster(t)
 	src = sourcetest.NewOutage(source.NewEtcd(c.cli, "/sliceplane/data/"))
 	withSource := func(cfg *assigner.Config) { cfg.Source = src }
-	a = c.start(small, withSource)
-	term = a.leading(t).GetPosition().GetTerm()
-	return src, a, c.start(small, withSource), term
+	a, others := owner(t, c.start(small, withSource), c.start(small, withSource))
+	return src, a, others[0], a.leading(t).GetPosition().GetTerm()
 }
 
 // TestASourceOutageKeepsTheTerm cuts the source off for twice the leader's lease: the leader

@@ -44,7 +44,7 @@ const minAttempt = 2 * time.Second
 // a leader rides out an etcd election instead of giving up its term over it. op must be safe
 // to run again after an attempt whose outcome is unknown (a timed-out request may have been
 // applied); the store's writes are (see the store package).
-func (s *Server) retry(ctx context.Context, lease *leaderLease, what string, op func(context.Context) error) error {
+func (s *served) retry(ctx context.Context, lease *leaderLease, what string, op func(context.Context) error) error {
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		if !lease.confirm(ctx) {

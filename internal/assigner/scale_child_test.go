@@ -121,8 +121,15 @@ type assignerProc struct {
 // startAssigner starts the child in dir with the extra environment env; stop ends it.
 func startAssigner(b *testing.B, dir string, env []string) *assignerProc {
 	p := &assignerProc{dir: dir, logDone: make(chan struct{})}
+	p.child = startChild(b, append([]string{childEnv + "=" + dir}, env...), func(r io.Reader) { p.readLog(b, r) })
+	return p
+}
+
+// startChild runs this test binary again as a child with the extra environment env, and
+// read on its standard error until it ends.
+func startChild(b *testing.B, env []string, read func(io.Reader)) *launch.Child {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), childEnv+"="+dir), env...)
+	cmd.Env = append(os.Environ(), env...)
 	// A pipe of our own, not StderrPipe: the child's wait (launch's) must not close it
 	// before its last lines are read.
 	r, w, err := os.Pipe()
@@ -130,7 +137,7 @@ func startAssigner(b *testing.B, dir string, env []string) *assignerProc {
 		b.Fatal(err)
 	}
 	cmd.Stderr = w
-	p.child, err = launch.StartChild(cmd)
+	child, err := launch.StartChild(cmd)
 	w.Close()
 	if err != nil {
 		r.Close()
@@ -138,9 +145,9 @@ func startAssigner(b *testing.B, dir string, env []string) *assignerProc {
 	}
 	go func() {
 		defer r.Close()
-		p.readLog(b, r)
+		read(r)
 	}()
-	return p
+	return child
 }
 
 // readLog collects the passes' durations and passes on warnings, errors and leadership.

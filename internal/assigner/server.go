@@ -2,160 +2,51 @@ package assigner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
+	"maps"
+	"net/http"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/sliceplane/sliceplane/internal/assigner/core"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
-	"github.com/sliceplane/sliceplane/internal/assigner/etcdstate"
-	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/authz"
-	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/grpcserver"
-	"github.com/sliceplane/sliceplane/internal/heatmap"
-	"github.com/sliceplane/sliceplane/internal/mapserve"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/mtls"
-	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/target"
+	"github.com/sliceplane/sliceplane/internal/target/registry"
 	"github.com/sliceplane/sliceplane/internal/webview"
 )
 
-// LeaderHealthService is the gRPC health service name that reports SERVING only on the
-// leader, for load balancers and readiness checks that must reach it (and for dial.Leader).
-const LeaderHealthService = dial.LeaderHealthService
-
-// Config configures a Server.
-type Config struct {
-	// Listen is the gRPC address, "127.0.0.1:0" for a free port. Advertise is the address
-	// others should dial, told to clients by standbys; default the bound address.
-	Listen, Advertise string
-	// MetricsListen serves Prometheus metrics at /metrics; "" serves none.
-	MetricsListen string
-	// Client reaches the etcd cluster that holds the state and the data source. Required.
-	Client *clientv3.Client
-	// Prefix roots the assigner's keys in etcd: state under Prefix+"assigner/", the
-	// election under Prefix+"election/". Default "/sliceplane/".
-	Prefix string
-	// SourcePrefix is where the data source keeps its items; default Prefix+"data/".
-	SourcePrefix string
-	// Source is the data source whose clock stamps the quanta; default the etcd prefix
-	// SourcePrefix. The leader follows only its clock (Watch's progress marks).
-	Source source.Source
-	// PassInterval is the time between balancing passes; default 1 s.
-	PassInterval time.Duration
-	// ClockInterval is the shortest time between clock-only quanta; default 20 ms.
-	ClockInterval time.Duration
-	// SessionTTL is the leader's etcd lease: how long a standby waits for a dead leader.
-	// Default 5 s.
-	SessionTTL time.Duration
-	// MaxRequestBytes caps a request; default 16 MiB.
-	MaxRequestBytes int
-	// Core configures the balancing state.
-	Core core.Config
-	// Logger receives structured logs; default slog.Default().
-	Logger *slog.Logger
-	// Registry receives the metrics; default a new registry.
-	Registry *prometheus.Registry
-	// TLS secures the gRPC and metrics endpoints with mutual TLS; nil serves plaintext, which
-	// only loopback addresses accept unless Insecure is set (closed by default).
-	TLS *mtls.Source
-	// Policy grants identities roles beyond their kind's; nil grants none.
-	Policy *authz.Policy
-	// Insecure lets the server listen without TLS on a non-loopback address.
-	Insecure bool
-	// History bounds the web view's heatmap (package heatmap): by default an hour of passes
-	// at PassInterval. HistoryFlush is how often the leader persists it; default 10 s.
-	History      heatmap.Config
-	HistoryFlush time.Duration
-}
-
-// Validate fills in the defaults of c and rejects a configuration no assigner can run with,
-// plaintext off loopback included (closed by default); New calls it. It leaves Client to New,
-// so that a command can check its settings before it starts or reaches etcd.
-func (c *Config) Validate() error {
-	if c.Listen == "" {
-		c.Listen = "127.0.0.1:0"
-	}
-	if c.Prefix == "" {
-		c.Prefix = "/sliceplane/"
-	}
-	if c.SourcePrefix == "" {
-		c.SourcePrefix = c.Prefix + "data/"
-	}
-	if err := grpcserver.FillDefaults("assigner",
-		grpcserver.Default("--pass-interval", &c.PassInterval, time.Second),
-		grpcserver.Default("--clock-interval", &c.ClockInterval, 20*time.Millisecond),
-		grpcserver.Default("--session-ttl", &c.SessionTTL, 5*time.Second),
-		grpcserver.Default("HistoryFlush", &c.HistoryFlush, 10*time.Second),
-	); err != nil {
-		return err
-	}
-	if c.SessionTTL < time.Second {
-		return fmt.Errorf("assigner: --session-ttl %s: etcd leases last whole seconds, at least 1 s", c.SessionTTL)
-	}
-	if err := grpcserver.FillDefaults("assigner", grpcserver.Default("MaxRequestBytes", &c.MaxRequestBytes, 16<<20)); err != nil {
-		return err
-	}
-	if c.Core.Algorithm == "" {
-		c.Core.Algorithm = "weighted-move"
-	}
-	if c.Core.LoadWarmUp == 0 {
-		c.Core.LoadWarmUp = 2 * time.Second // nodes report every second by default
-	}
-	if err := c.Core.Fill(); err != nil {
-		return err
-	}
-	if _, err := core.NewAlgorithm(c.Core.Algorithm, c.Core.Params); err != nil {
-		return err
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Registry == nil {
-		c.Registry = prometheus.NewRegistry()
-	}
-	if c.History.Columns == 0 {
-		c.History.Columns = max(int(time.Hour/c.PassInterval), 2)
-	}
-	return grpcserver.CheckListen("assigner", c.TLS, c.Insecure, c.Listen, c.MetricsListen)
-}
-
-// Server is the assigner: it serves the API, campaigns for leadership and, while it leads,
-// runs the core.
+// Server is the assigner: it serves the API of every target, and leads the targets it owns
+// among the live assigners (package target), each on its own election.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	store  *etcdstate.Store
-	source source.Source
-	// clockOnly says the source's watch is a source.ClockWatcher's: every batch is a clock.
-	clockOnly bool
-	metrics   *metrics
-	grpc      *grpcserver.Server
-	view      *webview.View
-	health    *health.Server // grpc's
+	cfg      Config
+	log      *slog.Logger
+	grpc     *grpcserver.Server
+	health   *health.Server // grpc's
+	registry *registry.Registry
 
-	leading    atomic.Pointer[leadership] // nil unless this server leads
-	leaderAddr atomic.Value               // string: the leader's advertised address, if known
+	mu      sync.Mutex
+	targets map[string]*running // by name; the default target always
+}
 
-	// now is the leader's clock (monotonic), and keepAlive makes one keep-alive round trip of
-	// a lease: tests replace them to suspend the process or cut it from etcd.
-	now       func() time.Time
-	keepAlive func(c *clientv3.Client, id clientv3.LeaseID) func(context.Context) (time.Duration, error)
+// running is a target and what stops it.
+type running struct {
+	*served
+	record registry.Record
+	places chan placement // the latest placement only
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 // New returns a server listening on cfg.Listen (and cfg.MetricsListen); Run serves.
@@ -166,42 +57,29 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("assigner: no etcd client")
 	}
-	api := &api{fresh: newFreshness(cfg.Registry)}
-	view, err := webview.New(cfg.History, api, cfg.Core.ZoneLabel)
-	if err != nil {
-		return nil, fmt.Errorf("assigner: the web view's history: %w", err)
-	}
+	s := &Server{cfg: cfg, log: cfg.Logger, registry: registry.New(cfg.Client, cfg.Prefix), targets: map[string]*running{}}
 	srv, err := grpcserver.New(grpcserver.Config{
 		Name: "assigner", Listen: cfg.Listen, Advertise: cfg.Advertise, MetricsListen: cfg.MetricsListen,
 		MaxRecvBytes: cfg.MaxRequestBytes, Rules: authz.AssignerRules(), Policy: cfg.Policy, TLS: cfg.TLS,
 		Registry: cfg.Registry, Logger: cfg.Logger, Grace: 10 * time.Second,
-		Pages: []grpcserver.Page{{Path: webview.Path, Role: authz.RoleViewer, Handler: view.Handler(cfg.Logger)}},
+		Pages: []grpcserver.Page{{Path: webview.Path, Role: authz.RoleViewer, Handler: http.HandlerFunc(s.servePage)}},
 	})
 	if err != nil {
 		return nil, err
 	}
-	cfg.Advertise = srv.Advertise()
-	if cfg.Source == nil {
-		cfg.Source = source.NewEtcd(cfg.Client, cfg.SourcePrefix)
+	s.grpc, s.health = srv, srv.Health()
+	s.cfg.Advertise = srv.Advertise()
+	def, err := newTarget(target.Default, s.cfg, cfg.Registry, s.health)
+	if err != nil {
+		return nil, err
 	}
-	s := &Server{
-		cfg: cfg, log: cfg.Logger, grpc: srv, health: srv.Health(), view: view,
-		store:   etcdstate.New(cfg.Client, cfg.Prefix+"assigner/"),
-		source:  cfg.Source,
-		metrics: newMetrics(cfg.Registry),
-		now:     time.Now, keepAlive: etcdKeepAlive,
-	}
-	_, s.clockOnly = cfg.Source.(source.ClockWatcher)
-	s.leaderAddr.Store("")
-	s.store.Observe = func(op string, d time.Duration) { s.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
-	api.s = s
-	api.maps = &mapserve.Server{Name: "assigner", Feed: api.feed, Watchers: s.metrics.watchers,
-		Closed: "assigner: this assigner stopped leading; reconnect to the leader", NoMap: api.toStatus(core.ErrNoMap)}
-	pb.RegisterAssignmentServiceServer(srv, api)
-	pb.RegisterQuantaServiceServer(srv, api)
-	pb.RegisterNodeServiceServer(srv, nodeAPI{api})
-	pb.RegisterAdminServiceServer(srv, api)
-	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.targets[target.Default] = &running{served: def, record: registry.Record{Name: target.Default}, places: make(chan placement, 1)}
+	d := dispatch{s: s}
+	pb.RegisterAssignmentServiceServer(srv, d)
+	pb.RegisterQuantaServiceServer(srv, d)
+	pb.RegisterNodeServiceServer(srv, nodeDispatch{s: s})
+	pb.RegisterAdminServiceServer(srv, d)
+	pb.RegisterTargetServiceServer(srv, targetAPI{s: s})
 	return s, nil
 }
 
@@ -211,635 +89,336 @@ func (s *Server) Addr() string { return s.grpc.Addr() }
 // MetricsAddr returns the address of the metrics endpoint, or "".
 func (s *Server) MetricsAddr() string { return s.grpc.MetricsAddr() }
 
-// Run serves until ctx ends, then stops gracefully: it gives up leadership at once (so a
-// standby takes over without waiting for the lease), which ends the streams, and lets calls
-// in flight finish for up to 10 s.
+// Run serves until ctx ends, then stops gracefully: it gives up every leadership at once (so
+// another assigner takes over without waiting for the lease), which ends the streams, and
+// lets calls in flight finish for up to 10 s.
 func (s *Server) Run(ctx context.Context) error {
-	return s.grpc.Run(ctx, grpcserver.Task{Name: "campaigning", Run: func(ctx context.Context) error {
-		s.campaign(ctx)
-		return nil
-	}})
+	return s.grpc.Run(ctx, grpcserver.Task{Name: "targets", Run: s.place})
 }
 
-// campaign runs for leadership again and again until ctx ends, and leads when elected.
-func (s *Server) campaign(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+// lookup returns the target a call names in its metadata (target.MetadataKey), the default
+// one if it names none.
+func (s *Server) lookup(ctx context.Context) (*served, error) {
+	name := target.Default
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(target.MetadataKey)) > 0 {
+		name = md.Get(target.MetadataKey)[0]
+	}
+	return s.named(name)
+}
+
+func (s *Server) named(name string) (*served, error) {
+	s.mu.Lock()
+	r, ok := s.targets[target.Name(name)]
+	s.mu.Unlock()
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "assigner: no target %q (slicectl targets lists them)", name)
+	}
+	return r.served, nil
+}
+
+// servePage serves the web view of the target the page's ?target= names, and at api/targets
+// the targets the caller may see, with their leaders, for the page's picker.
+func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == webview.Path+"api/targets" {
+		s.serveTargets(w, r)
+		return
+	}
+	t, err := s.named(r.URL.Query().Get("target"))
+	if err != nil {
+		http.Error(w, status.Convert(err).Message(), http.StatusNotFound)
+		return
+	}
+	t.page.ServeHTTP(w, r)
+}
+
+// serveTargets lists the targets and their leaders: all of them, or only its own to a caller
+// whose identity is confined to one.
+func (s *Server) serveTargets(w http.ResponseWriter, r *http.Request) {
+	confinedTo := ""
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		if id, err := mtls.IdentityOf(r.TLS.PeerCertificates[0]); err == nil {
+			confinedTo = id.Target
+		}
+	}
+	type entry struct {
+		Name   string `json:"name"`
+		Leader string `json:"leader"`
+	}
+	out := struct {
+		Targets []entry `json:"targets"`
+	}{Targets: []entry{}}
+	for _, name := range s.Targets() {
+		if confinedTo != "" && name != confinedTo {
+			continue
+		}
+		t, err := s.named(name)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		leader, _ := t.leaderAddr.Load().(string)
+		out.Targets = append(out.Targets, entry{Name: name, Leader: leader})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out) // the client may be gone
+}
+
+// place runs every target this assigner should run, until ctx ends: it declares the
+// targets of Config.Targets, keeps this assigner among the live ones, follows the registry
+// and the live assigners, and tells each target what this assigner is to it.
+func (s *Server) place(ctx context.Context) error {
+	defer s.stopAll()
+	observer, err := s.session(ctx)
+	if err != nil {
+		return nil // ctx ended
+	}
+	defer observer.Orphan()
+	s.declare(ctx)
 	for ctx.Err() == nil {
-		err := s.electAndLead(ctx)
+		err := s.follow(ctx, observer)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
-		s.log.Warn("leadership ended; campaigning again", "err", err, "retry_in", backoff)
+		s.log.Warn("following the targets and assigners failed; starting over", "err", err)
 		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-func (s *Server) electAndLead(ctx context.Context) error {
-	// The lease is granted here, not by the session, to know when it was asked for: that is
-	// where the leader's own count of its validity starts.
-	asked := s.now()
-	grant, err := s.cfg.Client.Grant(ctx, int64(s.cfg.SessionTTL/time.Second))
-	if err != nil {
-		return fmt.Errorf("granting the leader lease: %w", err)
-	}
-	session, err := concurrency.NewSession(s.cfg.Client, concurrency.WithLease(grant.ID), concurrency.WithContext(ctx))
-	if err != nil {
-		return fmt.Errorf("opening an etcd session: %w", err)
-	}
-	lease := newLeaderLease(s.now, asked, time.Duration(grant.TTL)*time.Second, s.keepAlive(s.cfg.Client, grant.ID))
-	keepCtx, stopKeeping := context.WithCancel(ctx)
-	keeping := make(chan struct{})
-	go func() {
-		defer close(keeping)
-		lease.keep(keepCtx)
-	}()
-	defer func() {
-		stopKeeping()
-		<-keeping
-	}()
-	defer func() {
-		// Revoke the lease ourselves: Close would use the session's context, which is already
-		// cancelled on shutdown, and a standby would then wait out the whole TTL.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if _, err := s.cfg.Client.Revoke(rctx, session.Lease()); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.log.Warn("could not revoke the leader lease; standbys wait for it to expire", "err", err)
-		}
-		session.Orphan()
-	}()
-	election := concurrency.NewElection(session, s.cfg.Prefix+"election/")
-
-	observeCtx, stopObserving := context.WithCancel(ctx)
-	defer stopObserving()
-	go s.observe(observeCtx, election)
-
-	campaignCtx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-session.Done():
-		case <-campaignCtx.Done():
-		}
-		cancel()
-	}()
-	err = election.Campaign(campaignCtx, s.cfg.Advertise)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("campaigning: %w", err)
-	}
-	select {
-	case <-session.Done():
-		return errors.New("the etcd session expired while campaigning")
-	default:
-	}
-	return s.lead(ctx, session, election, lease)
-}
-
-// observe follows who leads, so that standbys can say where to go.
-func (s *Server) observe(ctx context.Context, e *concurrency.Election) {
-	for resp := range e.Observe(ctx) {
-		if len(resp.Kvs) > 0 {
-			s.leaderAddr.Store(string(resp.Kvs[0].Value))
-		}
-	}
-}
-
-// leadership is the state of this server while it leads.
-type leadership struct {
-	term  uint64
-	lease *leaderLease
-	feed  *mapserve.Feed // the hub of the term, with its quanta's encodings
-	core  *core.Core     // owned by the leader loop
-	log   *slog.Logger
-	reqs  chan request
-	done  chan struct{} // closed when the leadership ends
-	fence etcdstate.Fence
-	wake  time.Time // when the core wants its next Tick
-
-	snapshotting atomic.Bool
-	background   sync.WaitGroup // snapshots and history being written
-
-	// historyFlushed is the last column of the web view's history persisted, historyAt when
-	// its last flush began; flushing is set while one runs (see webview.go).
-	historyFlushed uint64
-	historyAt      time.Time
-	flushing       atomic.Bool
-}
-
-// request is an event for the core, stepped in the leader's loop; or, for tests only, a
-// function run there instead (a suspension of the process, a broken algorithm).
-type request struct {
-	ev    core.Event
-	hook  func(c *core.Core)
-	reply chan result
-}
-
-// result is the core's reply to a request, or err if the leader could not step it.
-type result struct {
-	core.Reply
-	err error
-}
-
-// do steps ev in the leader's loop and returns the core's reply once whatever it changed is
-// persisted. The error says the request could not be stepped (no leader, ctx ended); the
-// core's verdict is the reply's Err.
-func (l *leadership) do(ctx context.Context, ev core.Event) (core.Reply, error) {
-	res := l.send(ctx, request{ev: ev, reply: make(chan result, 1)})
-	return res.Reply, res.err
-}
-
-func (l *leadership) send(ctx context.Context, r request) result {
-	select {
-	case l.reqs <- r:
-	case <-l.done:
-		return result{err: core.ErrNotLeader}
-	case <-ctx.Done():
-		return result{err: ctx.Err()}
-	}
-	select {
-	case res := <-r.reply:
-		return res
-	case <-l.done:
-		return result{err: core.ErrNotLeader}
-	case <-ctx.Done():
-		return result{err: ctx.Err()}
-	}
-}
-
-// boot is what a new leader reads before it serves: the stored state, the source's clock
-// (0 if the source did not answer: sourceErr says why) and the live distributors.
-type boot struct {
-	st        core.State
-	found     bool
-	clock     uint64
-	sourceErr error
-	dists     quantum.Distributors
-	distRev   int64
-}
-
-// lead runs the leader's loop until the session ends, ctx ends or a write is fenced off.
-func (s *Server) lead(ctx context.Context, session *concurrency.Session, e *concurrency.Election, lease *leaderLease) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-session.Done():
-			cancel() // the lease is gone: stop at once, never emit under a stale term
-		case <-lease.done():
-			cancel()
+		case <-time.After(time.Second):
 		case <-ctx.Done():
 		}
-	}()
-	l, b, err := s.begin(ctx, e, lease)
-	if err != nil {
-		return err
-	}
-	s.takeOffice(l, b)
-	defer s.leaveOffice(l, cancel)
-	lease.step(s.now()) // the loop starts: campaigning is no gap
-	if err := s.loop(ctx, l, b); err != nil {
-		return err
-	}
-	switch { // ctx ended
-	case isDone(session):
-		return errors.New("the etcd session expired")
-	case !lease.valid():
-		return errLeaseLapsed
 	}
 	return nil
 }
 
-// takeOffice makes l this server's leadership: the API serves from it from now on.
-func (s *Server) takeOffice(l *leadership, b boot) {
-	s.leading.Store(l)
-	s.metrics.leader.Set(1)
-	s.metrics.term.Set(float64(l.term))
-	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_SERVING)
-	switch {
-	case b.found && b.st.Assignment != nil:
-		l.log.Info("leading", "generation", b.st.Assignment.Generation(), "slices", b.st.Assignment.Len(), "nodes", len(b.st.Nodes), "clock", b.clock)
-	case b.found:
-		l.log.Info("leading, before the first map", "nodes", len(b.st.Nodes), "clock", b.clock)
-	default:
-		l.log.Info("leading a new cluster", "clock", b.clock)
-	}
-	s.observeCore(l.core)
-}
-
-// leaveOffice ends l: the snapshots in flight finish, then the API and the watchers are told.
-func (s *Server) leaveOffice(l *leadership, cancel context.CancelFunc) {
-	cancel()
-	l.background.Wait()
-	l.core.Step(s.now(), core.LeadershipLost{})
-	s.leading.Store(nil)
-	s.view.Reset()                    // a standby shows no history: the leader's is the one that goes on
-	s.metrics.source.Available.Set(1) // a standby follows no source: it knows of no outage
-	close(l.done)
-	l.feed.Hub().Close()
-	s.metrics.leader.Set(0)
-	s.health.SetServingStatus(LeaderHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
-	l.log.Info("no longer leading")
-}
-
-// begin loads the state, starts the core's term and claims it in etcd, and steps in the
-// live distributors: they are known before anything is served, as a reinitializing quantum
-// without them would tell every distributor that it serves no node.
-func (s *Server) begin(ctx context.Context, e *concurrency.Election, lease *leaderLease) (*leadership, boot, error) {
-	var b boot
-	err := s.retry(ctx, lease, "load", func(ctx context.Context) (err error) {
-		if b.st, b.found, err = s.store.Load(ctx); err != nil {
-			return fmt.Errorf("loading the state: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, b, err
-	}
-	// The source's clock once, bounded, never retried: a source that does not answer says
-	// nothing of leadership, which only the etcd lease decides. The new term then starts
-	// from the stored clock, with balancing held until the source answers (sourceLost).
-	b.clock, b.sourceErr = s.readClock(ctx)
-	cfg := s.cfg.Core
-	cfg.PassInterval, cfg.ClockInterval = s.cfg.PassInterval, s.cfg.ClockInterval
-	c, err := core.New(cfg)
-	if err != nil {
-		return nil, b, err
-	}
-	term := uint64(e.Rev())
-	l := &leadership{term: term, fence: etcdstate.Fence{Key: e.Key(), Rev: e.Rev()}, lease: lease, core: c,
-		log: s.log.With("term", term), reqs: make(chan request), done: make(chan struct{})}
-	// Before the first step: a step that changes the map records a column and may persist the
-	// history, which must go on from the persisted one, not replace its first chunk.
-	s.restoreHistory(ctx, l)
-	if !lease.confirm(ctx) {
-		return nil, b, errLeaseLapsed
-	}
-	rep, err := s.run(ctx, l, s.now(), core.LeadershipGained{Term: term, State: b.st, Found: b.found, Clock: b.clock})
-	if err == nil {
-		err = rep.Err
-	}
-	if err != nil {
-		return nil, b, fmt.Errorf("claiming term %d: %w", term, err)
-	}
-	a, _, published := c.Assignment()
-	l.feed = mapserve.NewFeed(quantum.NewHub(quantum.HubConfig{}, term, a, published))
-	err = s.retry(ctx, lease, "load_distributors", func(ctx context.Context) (err error) {
-		b.dists, b.distRev, err = membership.Load(ctx, s.cfg.Client, s.cfg.Prefix)
-		return err
-	})
-	if err != nil {
-		return nil, b, err
-	}
-	if _, err := s.run(ctx, l, s.now(), core.DistributorsChanged{Distributors: b.dists}); err != nil {
-		return nil, b, err
-	}
-	return l, b, nil
-}
-
-// loop steps the core with what arrives: requests, its timer, the distributors and the
-// source's clock. It returns when ctx ends (nil) or leadership is lost.
-func (s *Server) loop(ctx context.Context, l *leadership, b boot) error {
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	var following sync.WaitGroup
-	defer following.Wait()
-	defer stopWatch()
-	sourceEvents := make(chan core.Event)
-	following.Go(func() { s.followSource(watchCtx, l.log, b.clock, sourceEvents) })
-	distributors := membership.Watch(watchCtx, s.cfg.Client, s.cfg.Prefix, b.dists, b.distRev)
-	if b.sourceErr != nil { // in office now: the metric may say so
-		if err := s.sourceEvent(ctx, l, s.sourceLost(b.sourceErr)); err != nil {
-			return err
-		}
-	}
-	timer := time.NewTimer(l.untilWake(s.now()))
-	defer timer.Stop()
+// session opens the etcd session the targets observe their elections with, retrying until
+// etcd answers or ctx ends.
+func (s *Server) session(ctx context.Context) (*concurrency.Session, error) {
 	for {
-		var err error
+		observer, err := concurrency.NewSession(s.cfg.Client, concurrency.WithTTL(int(s.cfg.SessionTTL/time.Second)), concurrency.WithContext(ctx))
+		if err == nil || ctx.Err() != nil {
+			return observer, err
+		}
+		s.log.Warn("could not open an etcd session; retrying", "err", err)
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// declare writes the targets of Config.Targets into the registry, creating those that are
+// not there and updating those that differ; targets it does not name are left as they are.
+// It tries a few times, a second apart, then leaves them undeclared (and says so): a
+// registry it cannot read must not keep the other targets from running.
+func (s *Server) declare(ctx context.Context) {
+	if len(s.cfg.Targets) == 0 {
+		return
+	}
+	for try := 1; ; try++ {
+		err := s.declareOnce(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if try == 5 {
+			s.log.Error("could not declare the targets of --targets; they are left as the registry has them", "err", err)
+			return
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) declareOnce(ctx context.Context) error {
+	have, _, err := s.registry.List(ctx)
+	if err != nil {
+		return err
+	}
+	current := map[string]registry.Record{}
+	for _, r := range have {
+		current[r.Name] = r
+	}
+	for _, want := range s.cfg.Targets {
+		old, exists := current[want.Name]
+		if exists && slices.Equal(old.Config.Marshal(), want.Config.Marshal()) {
+			continue
+		}
+		action := map[bool]string{true: "update", false: "create"}[exists]
+		want.Changed = registry.Change{Action: action, By: "assigner:" + s.cfg.Advertise + " (--targets)", At: time.Now()}
+		switch err := s.registry.Put(ctx, want, !exists); {
+		case errors.Is(err, registry.ErrExists): // another assigner declared it meanwhile
+		case err != nil:
+			return err
+		default:
+			s.log.Info("audit: declared a target of --targets", "target", want.Name, "action", action)
+		}
+	}
+	return nil
+}
+
+// follow registers this assigner among the live ones and, until that registration or a
+// watch ends, runs the registered targets and places them.
+func (s *Server) follow(ctx context.Context, observer *concurrency.Session) error {
+	reg, err := membership.RegisterAssigner(ctx, s.cfg.Client, s.cfg.Prefix, s.cfg.Advertise, s.cfg.SessionTTL)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	live, liveRev, err := membership.LoadSet(ctx, s.cfg.Client, s.cfg.Prefix+membership.AssignersDir)
+	if err != nil {
+		return err
+	}
+	regs, regRev, err := s.registry.Raw(ctx)
+	if err != nil {
+		return err
+	}
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	lives := membership.WatchSet(watchCtx, s.cfg.Client, s.cfg.Prefix+membership.AssignersDir, live, liveRev)
+	registered := s.registry.Watch(watchCtx, regs, regRev)
+	for {
+		if err := s.reconcile(ctx, observer, regs); err != nil {
+			s.log.Error("the registry of targets cannot be read; the targets run as they were", "err", err)
+		}
+		s.spread(slices.Sorted(maps.Keys(live)))
+		var ok bool
 		select {
 		case <-ctx.Done():
 			return nil
-		case r := <-l.reqs:
-			err = s.handle(ctx, l, r)
-		case <-timer.C:
-			err = s.observed(ctx, l, core.Tick{})
-		case d, ok := <-distributors:
-			if !ok {
-				return errors.New("the watch of the distributors ended")
+		case <-reg.Done():
+			return errors.New("this assigner's lease among the live ones was lost")
+		case live, ok = <-lives:
+		case regs, ok = <-registered:
+		}
+		if !ok {
+			return errors.New("a watch ended")
+		}
+	}
+}
+
+// spread tells every target what this assigner is to it among the live assigners.
+func (s *Server) spread(live []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, r := range s.targets {
+		ranked := target.Rank(name, live)
+		p := placement{role: target.Of(name, s.cfg.Advertise, live)}
+		if len(ranked) > 0 {
+			p.owner = ranked[0]
+		}
+		select { // the latest placement replaces one not yet taken
+		case <-r.places:
+		default:
+		}
+		r.places <- p
+	}
+}
+
+// reconcile runs the targets the registry holds (and the default one), stops those it no
+// longer holds, and restarts those whose config changed: a target's new config takes
+// effect in its next term.
+func (s *Server) reconcile(ctx context.Context, observer *concurrency.Session, set map[string]string) error {
+	recs, err := registry.Decode(set)
+	if err != nil {
+		return err
+	}
+	want := map[string]registry.Record{target.Default: {Name: target.Default}}
+	for _, r := range recs {
+		want[r.Name] = r
+	}
+	// The stale targets stop outside the lock, each still in the map meanwhile, so that the
+	// calls of every other target go on, and calls of a stopping one are told it has no
+	// leader here (Unavailable: clients try again) rather than that it does not exist.
+	var stale []*running
+	s.mu.Lock()
+	for name, r := range s.targets {
+		if w, ok := want[name]; !ok || !slices.Equal(w.Config.Marshal(), r.record.Config.Marshal()) {
+			stale = append(stale, r)
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range stale {
+		s.stop(r)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range stale {
+		delete(s.targets, r.name)
+	}
+	for name, rec := range want {
+		r, ok := s.targets[name]
+		if !ok {
+			if r, err = s.start(rec); err != nil {
+				s.log.Error("cannot run a target; it is left unserved", "target", name, "err", err)
+				continue
 			}
-			err = s.observed(ctx, l, core.DistributorsChanged{Distributors: d})
-		case ev := <-sourceEvents:
-			err = s.sourceEvent(ctx, l, ev)
+			s.targets[name] = r
+		}
+		if r.done == nil {
+			s.run(ctx, observer, r)
+		}
+	}
+	return nil
+}
+
+// start builds the runtime of target rec.
+func (s *Server) start(rec registry.Record) (*running, error) {
+	cfg := s.cfg
+	if rec.Name != target.Default {
+		cc, err := rec.Config.Apply(*s.cfg.rawCore)
+		if err == nil {
+			err = fillCore(&cc)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		timer.Reset(l.untilWake(s.now()))
+		cfg.Core = cc
 	}
-}
-
-// untilWake returns how long the loop may wait for the core's next Tick: until its wake, but
-// never long on the lease's scale, so that a long gap between iterations (steady) means the
-// process was away, not that the core had nothing to do.
-func (l *leadership) untilWake(now time.Time) time.Duration {
-	if l.wake.IsZero() { // the core wants no tick
-		return l.lease.ttl / 4
-	}
-	return min(l.wake.Sub(now), l.lease.ttl/4)
-}
-
-// observed steps an event of the leader's own (time passed, the distributors changed) once
-// the lease is certainly valid.
-func (s *Server) observed(ctx context.Context, l *leadership, ev core.Event) error {
-	// Clock quanta are not written to etcd, so no fence guards them: steady checks the lease
-	// on this process's clock, and publishing does again.
-	start, err := s.steady(ctx, l)
+	t, err := newTarget(rec.Name, cfg, s.cfg.Registry, s.health)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = s.run(ctx, l, start, ev)
-	return err
+	return &running{served: t, record: rec, places: make(chan placement, 1)}, nil
 }
 
-// sourceEvent steps what the follower learned of the source (ClockObserved, SourceLost),
-// and says it in the metrics. It changes nothing durable, so it needs no lease.
-func (s *Server) sourceEvent(ctx context.Context, l *leadership, ev core.Event) error {
-	available := 1.0
-	if _, lost := ev.(core.SourceLost); lost {
-		available = 0
-	}
-	s.metrics.source.Available.Set(available)
-	_, err := s.run(ctx, l, s.now(), ev)
-	return err
-}
-
-// sourceLost is the event of a source that did not answer, for err.
-func (s *Server) sourceLost(err error) core.SourceLost {
-	return core.SourceLost{Err: err.Error(), Misconfigured: source.ClassOf(err) == source.Misconfigured}
-}
-
-// watchClock follows the source's clock: by source.ClockWatcher if the source is one, else
-// by the changes it watches.
-func (s *Server) watchClock(ctx context.Context, from uint64) <-chan source.Batch {
-	if cw, ok := s.source.(source.ClockWatcher); ok {
-		return cw.WatchClock(ctx, from)
-	}
-	return s.source.Watch(ctx, from)
-}
-
-// handle steps a request in the leader's loop and replies to it. It returns an error only
-// when leadership is lost.
-func (s *Server) handle(ctx context.Context, l *leadership, r request) error {
-	start, err := s.steady(ctx, l)
-	if err != nil {
-		r.reply <- result{err: core.ErrNotLeader}
-		return err
-	}
-	if r.hook != nil {
-		r.hook(l.core)
-		r.reply <- result{}
-		return nil
-	}
-	rep, err := s.run(ctx, l, start, r.ev)
-	if err != nil && rep.Err == nil {
-		rep.Err = err // persisted but not published: the leader is stepping down
-	}
-	r.reply <- result{Reply: rep}
-	if errors.Is(err, etcdstate.ErrFenced) {
-		return err
-	}
-	return nil
-}
-
-// run steps ev at now and carries out the output: each write persisted with the fence and
-// its outcome stepped in turn, quanta published, logs and metrics. It returns the reply to
-// ev, and an error if a write or a publication failed (the change is dropped or, once
-// persisted, unpublished: leadership is lost either way).
-func (s *Server) run(ctx context.Context, l *leadership, now time.Time, ev core.Event) (core.Reply, error) {
-	var reply *core.Reply
-	var failure error
-	begun := time.Now()
-	out := l.core.Step(now, ev)
-	times := phases{computed: time.Since(begun)} // the pass's decision, before persistence
-	changed := false                             // the map changed, or a pass ran: the web view records it
-	for {
-		if reply == nil {
-			reply = out.Reply
-		}
-		changed = changed || out.Pass != nil || slices.ContainsFunc(out.Publish, func(p core.Publication) bool { return !p.Quantum.ClockOnly() })
-		if err := s.emit(ctx, l, out, now, times); err != nil && failure == nil {
-			failure = err
-		}
-		if out.Write == nil || failure != nil {
-			break
-		}
-		err := errLeaseLapsed
-		wrote := time.Now()
-		if l.lease.confirm(ctx) {
-			err = s.persist(ctx, l.lease, l.fence, out.Write)
-		}
-		times.wrote += time.Since(wrote)
-		if err != nil {
-			failure, out = err, l.core.Step(s.now(), core.WriteFailed{Err: err})
-			continue
-		}
-		committed := time.Now()
-		out = l.core.Step(s.now(), core.WriteCommitted{})
-		times.committed += time.Since(committed)
-	}
-	if reply == nil {
-		reply = &core.Reply{}
-	}
-	if changed && failure == nil {
-		s.recordHistory(ctx, l, now)
-	}
-	return *reply, failure
-}
-
-// phases are where a step's time went, for the pass log: its decision (the core's step),
-// the writes (the lease's confirmation and the etcd transactions) and the commit steps. The
-// rest of a pass is its publication and its records.
-type phases struct{ computed, wrote, committed time.Duration }
-
-// emit does what an output asks besides writing: logs, publications, a snapshot, metrics.
-func (s *Server) emit(ctx context.Context, l *leadership, out core.Output, start time.Time, times phases) error {
-	l.wake = out.Wake
-	for _, r := range out.Log {
-		l.log.Log(ctx, r.Level, r.Msg, r.Attrs...)
-	}
-	if out.PassFailed {
-		s.metrics.passFailures.Inc()
-	}
-	if s.metrics.observeQuarantine(out) {
-		s.observeCore(l.core)
-	}
-	for _, p := range out.Publish {
-		if err := s.publish(ctx, l, p); err != nil {
-			return err
-		}
-	}
-	if sn := out.Snapshot; sn != nil {
-		l.snapshot(ctx, s, sn.Index, sn.Map)
-	}
-	if p := out.Pass; p != nil {
-		took := s.now().Sub(start)
-		s.metrics.passDuration.Observe(took.Seconds())
-		l.log.Debug("pass", "took", took, "computed", times.computed, "wrote", times.wrote, "committed", times.committed,
-			"summary", p.Summary)
-		if p.Changed && p.Explanation != nil {
-			s.metrics.passChurn.Observe(p.Explanation.Churn.Total())
-		}
-	}
-	if out.Pass != nil || out.PassFailed {
-		s.observeCore(l.core)
-		s.view.Pass(start, ExplainToProto(l.core.Explain()))
-	}
-	s.observeHandoffs(l.core, out.Handoffs)
-	return nil
-}
-
-// observeHandoffs counts the handoffs that a step began and ended.
-func (s *Server) observeHandoffs(c *core.Core, ho core.HandoffStats) {
-	if ho.Started+ho.Completed+ho.RolledBack+ho.Promoted+ho.Forced == 0 {
-		return
-	}
-	s.metrics.primaryHandovers.WithLabelValues("demoted").Add(float64(ho.Promoted))
-	s.metrics.primaryHandovers.WithLabelValues("forced").Add(float64(ho.Forced))
-	s.metrics.handoffsStarted.Add(float64(ho.Started))
-	s.metrics.handoffsCompleted.Add(float64(ho.Completed))
-	s.metrics.handoffsRolledBack.Add(float64(ho.RolledBack))
-	for _, d := range ho.Durations {
-		s.metrics.handoffDuration.Observe(d.Seconds())
-	}
-	s.metrics.handoffsInProgress.Set(float64(c.Handoffs()))
-}
-
-// publish sends a committed quantum to the watchers, encoded once for all of them.
-func (s *Server) publish(ctx context.Context, l *leadership, p core.Publication) error {
-	if !l.lease.confirm(ctx) {
-		return errLeaseLapsed // persisting took the rest of the lease
-	}
-	q := p.Quantum
-	q.Time = time.Now() // when it is emitted, which watchers can measure their lag from
-	if err := l.feed.Publish(q, p.Map); err != nil {
-		return fmt.Errorf("assigner: publishing %s: %w", q.Position, err)
-	}
-	s.view.Publish(q, p.Map)
-	s.metrics.quanta.WithLabelValues(quantumCause(q.Cause)).Inc()
-	s.metrics.clock.Set(float64(q.Clock))
-	return nil
-}
-
-// steady is called before the leader loop acts on anything: it returns the time to act at if
-// the lease is certainly still valid. After a long gap since the last iteration (the process
-// was suspended or starved) it renews the lease first, and gives every node a fresh lease, as
-// a new leader does: their heartbeats may have been waiting unread, and expiring them for
-// this process's absence would move every slice.
-func (s *Server) steady(ctx context.Context, l *leadership) (time.Time, error) {
-	now := s.now()
-	gap, long := l.lease.step(now)
-	if long {
-		_ = l.lease.renew(ctx) // whatever the lease's count says now, renew it before acting
-	}
-	if !l.lease.confirm(ctx) {
-		l.log.Warn("the leader lease lapsed; stepping down", "gap", gap)
-		return now, errLeaseLapsed
-	}
-	if long {
-		l.wake = l.core.Step(now, core.LoopStalled{Gap: gap}).Wake
-		l.log.Warn("the leader loop stalled; every node gets a fresh lease", "gap", gap)
-	}
-	return now, nil
-}
-
-func isDone(s *concurrency.Session) bool {
-	select {
-	case <-s.Done():
-		return true
-	default:
-		return false
-	}
-}
-
-// snapshot writes a snapshot in the background, one at a time: it is compaction, not needed
-// for correctness (the log has it all), and writing a large map takes longer than a pass.
-// One asked for while another is being written is skipped; the next will cover it.
-func (l *leadership) snapshot(ctx context.Context, s *Server, index uint64, a *assignment.Assignment) {
-	if !l.snapshotting.CompareAndSwap(false, true) {
-		return
-	}
-	l.background.Add(1)
+func (s *Server) run(ctx context.Context, observer *concurrency.Session, r *running) {
+	ctx, r.stop = context.WithCancel(ctx)
+	r.done = make(chan struct{})
 	go func() {
-		defer l.background.Done()
-		defer l.snapshotting.Store(false)
-		start := time.Now()
-		if err := s.store.Snapshot(ctx, l.fence, index, a); err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("snapshot failed; the log keeps everything", "index", index, "err", err)
-			}
-			return
-		}
-		s.log.Debug("snapshot", "index", index, "slices", a.Len(), "took", time.Since(start))
+		defer close(r.done)
+		r.supervise(ctx, observer, r.places)
 	}()
 }
 
-// quantumCause folds the causes of admin and node calls, and of the quarantine's own
-// changes, which name their ranges, into one label value each, keeping the label bounded.
-func quantumCause(cause string) string {
-	for _, prefix := range []string{"admin", "node", "quarantine"} {
-		if strings.HasPrefix(cause, prefix+":") {
-			return prefix
-		}
+// stop ends r: its campaign, its leadership if it leads, its metrics and health status.
+func (s *Server) stop(r *running) {
+	if r.done != nil {
+		r.stop()
+		<-r.done
 	}
-	return cause
+	if r.name != target.Default {
+		r.collectors.unregisterAll()
+	}
+	r.health.SetServingStatus(r.healthName, 0) // UNKNOWN: no such service any more
+	r.log.Info("stopped the target")
 }
 
-// persist writes what a write asks, in order, each write retried through an etcd
-// election while the lease lasts (the store's writes may run again: see the store package).
-func (s *Server) persist(ctx context.Context, lease *leaderLease, f etcdstate.Fence, p *core.Write) error {
-	if p.PutNode != nil {
-		if err := s.retry(ctx, lease, "put_node", func(ctx context.Context) error { return s.store.PutNode(ctx, f, *p.PutNode) }); err != nil {
-			return err
+// stopAll stops every target, as the server stops: their leaderships end, their leases are
+// revoked.
+func (s *Server) stopAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.targets {
+		if r.done != nil {
+			r.stop()
+			<-r.done
+			r.done = nil
 		}
 	}
-	for _, id := range p.DeleteNodes {
-		if err := s.retry(ctx, lease, "delete_node", func(ctx context.Context) error { return s.store.DeleteNode(ctx, f, id) }); err != nil {
-			return err
-		}
-	}
-	var what string
-	var write func(context.Context) error
-	switch {
-	case p.Init:
-		what, write = "init", func(ctx context.Context) error { return s.store.Init(ctx, f, p.Meta, p.Map) }
-	case p.Entry != nil:
-		what, write = "append", func(ctx context.Context) error { return s.store.Append(ctx, f, p.Meta, *p.Entry) }
-	case p.SaveMeta:
-		what, write = "meta", func(ctx context.Context) error { return s.store.SaveMeta(ctx, f, p.Meta) }
-	default:
-		return nil
-	}
-	return s.retry(ctx, lease, what, write)
 }
 
-// observeCore updates the gauges that describe the core.
-func (s *Server) observeCore(c *core.Core) {
-	st := c.Status()
-	s.metrics.nodes.Set(float64(st.Nodes))
-	s.metrics.slices.Set(float64(st.Slices))
-	s.metrics.imbalance.Set(st.Imbalance)
-	s.metrics.handoffsInProgress.Set(float64(st.Handoffs))
-	s.metrics.quarantined.Set(float64(len(st.Quarantined)))
-	share := 0.0
-	for _, q := range st.Quarantined {
-		share += q.Range.Fraction()
-	}
-	s.metrics.quarantinedShare.Set(share)
-	s.metrics.nodeLoad.Reset()
-	for _, n := range c.Nodes() {
-		s.metrics.nodeLoad.WithLabelValues(string(n.ID)).Set(n.Load)
-	}
+// Targets returns the names of the targets this assigner runs.
+func (s *Server) Targets() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.targets))
 }

@@ -16,7 +16,7 @@ import (
 const historyRestoreTimeout = 2 * time.Second
 
 // restoreHistory empties the web view and fills it from the persisted chunks.
-func (s *Server) restoreHistory(ctx context.Context, l *leadership) {
+func (s *served) restoreHistory(ctx context.Context, l *leadership) {
 	s.view.Reset()
 	ctx, cancel := context.WithTimeout(ctx, historyRestoreTimeout)
 	defer cancel()
@@ -38,7 +38,7 @@ func (s *Server) restoreHistory(ctx context.Context, l *leadership) {
 
 // recordHistory adds a column of the map as it is to the web view, and persists what was
 // added since the last flush once Config.HistoryFlush has passed, in the background.
-func (s *Server) recordHistory(ctx context.Context, l *leadership, now time.Time) {
+func (s *served) recordHistory(ctx context.Context, l *leadership, now time.Time) {
 	a, loads := l.core.Loads()
 	if a == nil {
 		return
@@ -64,7 +64,7 @@ func (s *Server) recordHistory(ctx context.Context, l *leadership, now time.Time
 
 // flushHistory writes the chunks that hold columns from..b.Last, and deletes those older
 // than the ring's oldest column.
-func (s *Server) flushHistory(ctx context.Context, l *leadership, from uint64, b heatmap.Bounds) error {
+func (s *served) flushHistory(ctx context.Context, l *leadership, from uint64, b heatmap.Bounds) error {
 	if b.Last < from || b.Columns == 0 {
 		return nil
 	}

@@ -199,6 +199,8 @@ func TestTheHistorySurvivesAFailover(t *testing.T) {
 	a := c.start(small, fast)
 	a.leading(t)
 	b := c.start(small, fast)
+	a, others := owner(t, a, b)
+	b = others[0]
 	startFleet(t, hot, 3, a, b)
 	pa, pb := newPage(t, a.srv.MetricsAddr(), nil), newPage(t, b.srv.MetricsAddr(), nil)
 	eventually(t, 20*time.Second, "a's history holds a few flushes", func() bool { return pa.state().History.Last > 30 })

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assigner/core"
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/target/registry"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -43,6 +44,7 @@ type options struct {
 	dataDir       string
 	embeddedEtcd  string
 	prefix        string
+	targets       string
 	passInterval  time.Duration
 	clockInterval time.Duration
 	nodeTTL       time.Duration
@@ -151,6 +153,7 @@ func (o *options) addServingFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.dataDir, "data-dir", "sliceplane-data", "directory of the embedded etcd")
 	f.StringVar(&o.embeddedEtcd, "embedded-etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd, for other processes")
 	f.StringVar(&o.prefix, "prefix", "/sliceplane/", "etcd key prefix of the cluster's state, election and data")
+	f.StringVar(&o.targets, "targets", "", "YAML file of targets (sharded services) to create or update at start, each with its config (docs/OPERATIONS.md)")
 	f.DurationVar(&o.passInterval, "pass-interval", time.Second, "time between balancing passes")
 	f.DurationVar(&o.clockInterval, "clock-interval", 20*time.Millisecond, "shortest time between clock-only quanta while the source changes")
 	f.DurationVar(&o.nodeTTL, "node-ttl", 10*time.Second, "time a node stays in the map without a heartbeat or load report")
@@ -255,6 +258,9 @@ func (o *options) run(ctx context.Context) error {
 	if err := (heatmap.Config{Cells: o.historyCells}).Validate(); err != nil || o.historyCells == 0 {
 		return fmt.Errorf("assigner: --history-cells %d: want a power of two from 1 to 65536", o.historyCells)
 	}
+	if cfg.Targets, err = o.declaredTargets(); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil { // before starting anything
 		return err
 	}
@@ -289,6 +295,21 @@ func (o *options) run(ctx context.Context) error {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// declaredTargets reads the --targets file, if any.
+func (o *options) declaredTargets() ([]registry.Record, error) {
+	if o.targets == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(o.targets)
+	if err == nil {
+		var recs []registry.Record
+		if recs, err = registry.ParseFile(data); err == nil {
+			return recs, nil
+		}
+	}
+	return nil, fmt.Errorf("assigner: --targets %s: %w", o.targets, err)
 }
 
 // coreConfig returns the core's settings from the flags.

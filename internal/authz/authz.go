@@ -25,10 +25,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // Refusal reasons, the values of the denied counter's reason label.
@@ -37,6 +39,7 @@ const (
 	ReasonRole            = "role"
 	ReasonImpersonation   = "impersonation"
 	ReasonNoRule          = "no_rule"
+	ReasonTarget          = "target"
 )
 
 // Authorizer is the interceptor of one server.
@@ -136,6 +139,13 @@ func (a *Authorizer) authorize(ctx context.Context, method string) (context.Cont
 	if rule.Public {
 		return withCaller(ctx, id), grant{id: id}, nil
 	}
+	in := CallTarget(ctx)
+	if why := confined(id, rule, in); why != "" {
+		if rule.Unconfined {
+			return ctx, grant{}, a.refuse(method, ReasonTarget, codes.PermissionDenied, "%s may not call %s: %s", id, method, why)
+		}
+		return ctx, grant{}, a.refuse(method, ReasonTarget, codes.PermissionDenied, "%s may not call %s in target %q: %s", id, method, in, why)
+	}
 	roles := a.policy.Roles(id)
 	g := grant{id: id}
 	switch {
@@ -144,9 +154,37 @@ func (a *Authorizer) authorize(ctx context.Context, method string) (context.Cont
 		g.self = rule.Self
 	default:
 		return ctx, grant{}, a.refuse(method, ReasonRole, codes.PermissionDenied,
-			"%s (roles %s) may not call %s: it needs one of the roles %s", id, roles, method, joinRoles(rule.Roles))
+			"%s (roles %s) may not call %s in target %q: it needs one of the roles %s", id, roles, method, in, joinRoles(rule.Roles))
 	}
 	return withCaller(ctx, id), g, nil
+}
+
+// CallTarget returns the target a call names in its metadata (target.MetadataKey), or the
+// default target.
+func CallTarget(ctx context.Context) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(target.MetadataKey); len(v) > 0 && v[0] != "" {
+			return v[0]
+		}
+	}
+	return target.Default
+}
+
+// confined says why id may not act in target in under rule, or "" if it may. An identity
+// that names a target acts only in it, and never on the registry of targets; one that names
+// none acts in every target, except members and routers: theirs is the default target, so
+// that certificates from before targets reach no other.
+func confined(id mtls.Identity, rule Rule, in string) string {
+	switch {
+	case id.Target != "" && rule.Unconfined:
+		return fmt.Sprintf("its identity is confined to target %q, and this method acts on every target", id.Target)
+	case id.Target != "" && id.Target != in:
+		return fmt.Sprintf("its identity is confined to target %q", id.Target)
+	case id.Target == "" && in != target.Default && (id.Kind == string(RoleNode) || id.Kind == string(RoleRouter)):
+		return fmt.Sprintf("a %s identity that names no target acts only in target %q; give it spiffe://%s/target/%s/%s/%s",
+			id.Kind, target.Default, mtls.TrustDomain, in, id.Kind, id.Name)
+	}
+	return ""
 }
 
 func withCaller(ctx context.Context, id mtls.Identity) context.Context {

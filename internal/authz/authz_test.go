@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -34,6 +36,7 @@ type fake struct {
 	pb.UnimplementedAdminServiceServer
 	pb.UnimplementedNodeServiceServer
 	pb.UnimplementedDistributorServiceServer
+	pb.UnimplementedTargetServiceServer
 	callers chan string
 }
 
@@ -95,6 +98,7 @@ func serve(t *testing.T, src *mtls.Source, policy *authz.Policy) *server {
 	pb.RegisterAdminServiceServer(g, f)
 	pb.RegisterNodeServiceServer(g, fakeNode{f})
 	pb.RegisterDistributorServiceServer(g, f)
+	pb.RegisterTargetServiceServer(g, f)
 	healthpb.RegisterHealthServer(g, health.NewServer())
 	reflection.Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -151,7 +155,7 @@ func TestTheRoleMatrix(t *testing.T) {
 
 	_, err = viewer.Drain(ctx, &pb.DrainRequest{NodeId: "n1"})
 	require.Equal(t, codes.PermissionDenied, code(err))
-	require.ErrorContains(t, err, "spiffe://sliceplane/viewer/vic (roles router, viewer) may not call /sliceplane.v1.AdminService/Drain: it needs one of the roles admin")
+	require.ErrorContains(t, err, "spiffe://sliceplane/viewer/vic (roles router, viewer) may not call /sliceplane.v1.AdminService/Drain in target \"default\": it needs one of the roles admin")
 	_, err = pb.NewAdminServiceClient(nodeConn).Drain(ctx, &pb.DrainRequest{NodeId: "n2"})
 	require.Equal(t, codes.PermissionDenied, code(err), "a node is no admin")
 	_, err = pb.NewNodeServiceClient(nodeConn).Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "n2"})
@@ -285,4 +289,56 @@ func TestEveryMethodHasARule(t *testing.T) {
 	}
 	require.True(t, authz.HasRule(authz.DistributorRules(), "/sliceplane.v1.DistributorService/Pull"))
 	require.False(t, authz.HasRule(authz.DistributorRules(), "/sliceplane.v1.AdminService/Drain"), "a distributor serves no admin calls")
+}
+
+// TestIdentitiesAreConfinedToTheirTarget: an identity that names a target acts only in it,
+// and the refusal names both targets; members and routers that name none act only in the
+// default target; admins that name none act in every target, but a confined admin may not
+// change the registry of targets.
+func TestIdentitiesAreConfinedToTheirTarget(t *testing.T) {
+	p := mtlstest.New(t)
+	s := serve(t, p.Source("assigner", "a1"), nil)
+	issue := func(r certs.Request) *mtls.Source {
+		src, err := p.Issue(r).Load()
+		require.NoError(t, err)
+		return src
+	}
+	in := func(name string) context.Context {
+		return metadata.AppendToOutgoingContext(ctxT(t), target.MetadataKey, name)
+	}
+	memberA := pb.NewNodeServiceClient(dialAs(t, s, issue(certs.Request{Kind: "node", Name: "n1", Target: "a"})))
+	_, err := memberA.Heartbeat(in("a"), &pb.HeartbeatRequest{NodeId: "n1"})
+	require.NoError(t, err, "a member of target a acts in a")
+	require.Equal(t, "spiffe://sliceplane/target/a/node/n1", <-s.fake.callers)
+	_, err = memberA.Heartbeat(in("b"), &pb.HeartbeatRequest{NodeId: "n1"})
+	require.Equal(t, codes.PermissionDenied, code(err), "a member of target a is refused by target b")
+	require.ErrorContains(t, err, `spiffe://sliceplane/target/a/node/n1 may not call /sliceplane.v1.NodeService/Heartbeat in target "b": its identity is confined to target "a"`)
+	_, err = memberA.Heartbeat(ctxT(t), &pb.HeartbeatRequest{NodeId: "n1"})
+	require.Equal(t, codes.PermissionDenied, code(err), "nor may it act in the default target")
+
+	plain := pb.NewNodeServiceClient(dialAs(t, s, p.Source("node", "n2")))
+	_, err = plain.Heartbeat(ctxT(t), &pb.HeartbeatRequest{NodeId: "n2"})
+	require.NoError(t, err, "a member that names no target acts in the default one, as before targets")
+	<-s.fake.callers
+	_, err = plain.Heartbeat(in("a"), &pb.HeartbeatRequest{NodeId: "n2"})
+	require.Equal(t, codes.PermissionDenied, code(err))
+	require.ErrorContains(t, err, "give it spiffe://sliceplane/target/a/node/n2")
+
+	admin := pb.NewAdminServiceClient(dialAs(t, s, p.Source("admin", "alice")))
+	_, err = admin.Drain(in("b"), &pb.DrainRequest{NodeId: "n1"})
+	require.NoError(t, err, "an admin that names no target acts in every target")
+	<-s.fake.callers
+	adminA := dialAs(t, s, issue(certs.Request{Kind: "admin", Name: "bob", Target: "a"}))
+	_, err = pb.NewAdminServiceClient(adminA).Drain(in("a"), &pb.DrainRequest{NodeId: "n1"})
+	require.NoError(t, err, "an admin of target a acts in a")
+	<-s.fake.callers
+	_, err = pb.NewAdminServiceClient(adminA).Drain(in("b"), &pb.DrainRequest{NodeId: "n1"})
+	require.Equal(t, codes.PermissionDenied, code(err))
+	_, err = pb.NewTargetServiceClient(adminA).CreateTarget(in("a"), &pb.CreateTargetRequest{Name: "c"})
+	require.Equal(t, codes.PermissionDenied, code(err), "a confined admin does not change the registry")
+	require.ErrorContains(t, err, "this method acts on every target")
+
+	require.Equal(t, 3.0, denied(t, s, "/sliceplane.v1.NodeService/Heartbeat", authz.ReasonTarget))
+	require.Equal(t, 1.0, denied(t, s, "/sliceplane.v1.AdminService/Drain", authz.ReasonTarget))
+	require.Equal(t, 1.0, denied(t, s, "/sliceplane.v1.TargetService/CreateTarget", authz.ReasonTarget))
 }

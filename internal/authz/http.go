@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // HTTP guards next, served under path, as the gRPC interceptors guard a method: the caller's
@@ -24,6 +26,11 @@ func (a *Authorizer) HTTP(path string, role Role, next http.Handler) http.Handle
 		id, err := a.tls.VerifyClient(r.TLS.PeerCertificates)
 		if err != nil {
 			a.refuseHTTP(w, path, ReasonUnauthenticated, http.StatusUnauthorized, fmt.Sprintf("authz: %v", err))
+			return
+		}
+		in := target.Name(r.URL.Query().Get("target"))
+		if why := confined(id, Rule{}, in); why != "" {
+			a.refuseHTTP(w, path, ReasonTarget, http.StatusForbidden, fmt.Sprintf("authz: %s may not open %s of target %q: %s", id, path, in, why))
 			return
 		}
 		if roles := a.policy.Roles(id); !roles.has(role) {

@@ -55,6 +55,7 @@ var ErrPolicy = errors.New("authz: bad policy")
 //	grants:
 //	  spiffe://sliceplane/node/n1: [viewer]       # one identity
 //	  spiffe://sliceplane/router/*: [viewer]      # every identity of a kind
+//	  spiffe://sliceplane/target/kv/node/*: [viewer]  # every one of a kind in target kv
 //
 // A nil Policy grants nothing beyond the kinds.
 type Policy struct {
@@ -74,8 +75,9 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
 	}
 	for id, roles := range f.Grants {
-		if !strings.HasPrefix(id, "spiffe://"+mtls.TrustDomain+"/") || strings.Count(id, "/") != 4 {
-			return nil, fmt.Errorf("%w: %q is not spiffe://%s/<kind>/<name> (or <kind>/*)", ErrPolicy, id, mtls.TrustDomain)
+		if _, err := mtls.ParseID(id); err != nil {
+			return nil, fmt.Errorf("%w: %q is not spiffe://%s/<kind>/<name> (or <kind>/*), nor spiffe://%s/target/<target>/<kind>/<name>",
+				ErrPolicy, id, mtls.TrustDomain, mtls.TrustDomain)
 		}
 		for _, r := range roles {
 			if !slices.Contains(known, r) {
@@ -110,7 +112,7 @@ func (p *Policy) Roles(id mtls.Identity) RoleSet {
 		for _, r := range p.grants[id.ID] {
 			set.add(r)
 		}
-		for _, r := range p.grants["spiffe://"+mtls.TrustDomain+"/"+id.Kind+"/*"] {
+		for _, r := range p.grants[id.ID[:strings.LastIndex(id.ID, "/")+1]+"*"] {
 			set.add(r)
 		}
 	}

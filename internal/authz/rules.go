@@ -18,6 +18,9 @@ type Rule struct {
 	// names (false for a message that names none); a caller allowed only by its node role
 	// must be that node.
 	Self func(msg any) (string, bool)
+	// Unconfined refuses identities confined to a target: the method acts on every target
+	// (the registry of targets).
+	Unconfined bool
 }
 
 // Rules maps full method names (/package.Service/Method) to their rules; a name ending in
@@ -80,6 +83,9 @@ func AssignerRules() Rules {
 	methods(pb.AdminService_ServiceDesc.ServiceName,
 		[]string{"Move", "Split", "Merge", "Pin", "Unpin", "Unquarantine", "Drain", "Freeze", "Unfreeze", "SetAlgorithm"},
 		Rule{Roles: []Role{RoleAdmin}}, r)
+	methods(pb.TargetService_ServiceDesc.ServiceName, []string{"ListTargets"}, Rule{Roles: []Role{RoleViewer}, Unconfined: true}, r)
+	methods(pb.TargetService_ServiceDesc.ServiceName, []string{"CreateTarget", "UpdateTarget", "DeleteTarget"},
+		Rule{Roles: []Role{RoleAdmin}, Unconfined: true}, r)
 	return public(r)
 }
 

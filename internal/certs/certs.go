@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"software.sslmate.com/src/go-pkcs12"
@@ -62,6 +63,9 @@ type Request struct {
 	Kind string
 	// Name is the identity's name within its kind: a node's id, a person's login.
 	Name string
+	// Target, if set, confines the identity to one target:
+	// spiffe://<trust domain>/target/<target>/<kind>/<name>.
+	Target string
 	// Hosts are extra DNS names or IP addresses the certificate is valid for as a server.
 	Hosts []string
 	// NotBefore and NotAfter bound its validity; zero means now-1h and now+DefaultValidity.
@@ -110,12 +114,25 @@ func (ca *CA) KeyPEM() ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
-// ID returns the SPIFFE ID of kind/name in trustDomain.
-func ID(trustDomain, kind, name string) string {
-	if trustDomain == "" {
-		trustDomain = DefaultTrustDomain
+// ID returns the SPIFFE ID of the identity r asks for.
+func (r Request) ID() string {
+	domain, path := r.TrustDomain, "/"+r.Kind+"/"+r.Name
+	if domain == "" {
+		domain = DefaultTrustDomain
 	}
-	return (&url.URL{Scheme: "spiffe", Host: trustDomain, Path: "/" + kind + "/" + name}).String()
+	if r.Target != "" {
+		path = "/target/" + r.Target + path
+	}
+	return (&url.URL{Scheme: "spiffe", Host: domain, Path: path}).String()
+}
+
+// base is the name of the files of r's certificate: <kind>-<name>, or
+// target-<target>-<kind>-<name> for an identity confined to a target.
+func (r Request) base() string {
+	if r.Target != "" {
+		return "target-" + r.Target + "-" + r.Kind + "-" + r.Name
+	}
+	return r.Kind + "-" + r.Name
 }
 
 // Issue signs a certificate for r, usable by a client and a server alike.
@@ -126,7 +143,12 @@ func (ca *CA) Issue(r Request) (*Leaf, error) {
 	if err := checkName("name", r.Name); err != nil {
 		return nil, err
 	}
-	id, err := url.Parse(ID(r.TrustDomain, r.Kind, r.Name))
+	if r.Target != "" {
+		if err := checkName("target", r.Target); err != nil {
+			return nil, err
+		}
+	}
+	id, err := url.Parse(r.ID())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s/%s: %v", ErrInvalid, r.Kind, r.Name, err)
 	}
@@ -137,7 +159,7 @@ func (ca *CA) Issue(r Request) (*Leaf, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: r.Kind + "/" + r.Name},
+		Subject:      pkix.Name{CommonName: strings.TrimPrefix(id.Path, "/")},
 		NotBefore:    orTime(r.NotBefore, now.Add(-time.Hour)),
 		NotAfter:     orTime(r.NotAfter, now.Add(DefaultValidity)),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -227,7 +249,7 @@ func LoadCA(dir string) (*CA, error) {
 // three paths. Existing files are replaced (atomically), which is how a rotation looks to a
 // running process.
 func WriteLeaf(dir string, r Request, l *Leaf) (Files, error) {
-	base := filepath.Join(dir, r.Kind+"-"+r.Name)
+	base := filepath.Join(dir, r.base())
 	f := Files{Cert: base + ".crt", Key: base + ".key", CA: filepath.Join(dir, "ca.crt")}
 	if err := WriteAtomic(f.Key, l.KeyPEM, 0o600); err != nil {
 		return Files{}, err
@@ -274,7 +296,7 @@ func WritePKCS12(dir string, r Request, l *Leaf, ca *x509.Certificate) (string, 
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, r.Kind+"-"+r.Name+".p12")
+	path := filepath.Join(dir, r.base()+".p12")
 	if err := WriteAtomic(path, data, 0o600); err != nil {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sliceplane/sliceplane/internal/assigner/core"
+	"github.com/sliceplane/sliceplane/internal/target"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -485,4 +487,25 @@ func (s *standalone) close() error {
 		s.mu.Unlock()
 		fn() // unlocked: stopping a part reports its error
 	}
+}
+
+// StandbyAddress returns a free loopback address at which an assigner started beside the
+// assigners at addrs does not own the default target (target.Rank): it stands by, as an
+// assigner added to a cluster of one target did before targets, instead of taking the
+// target over once it is queued in the election.
+func StandbyAddress(t testing.TB, addrs ...string) string {
+	t.Helper()
+	for range 100 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("clustertest: %v", err)
+		}
+		addr := lis.Addr().String()
+		lis.Close()
+		if target.Rank(target.Default, append(slices.Clone(addrs), addr))[0] != addr {
+			return addr
+		}
+	}
+	t.Fatal("clustertest: no free address ranks below the assigners")
+	return ""
 }

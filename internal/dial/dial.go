@@ -9,21 +9,25 @@
 package dial
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/sliceplane/sliceplane/internal/target"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/health" // client-side health checking, which finds the leader
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 )
 
-// LeaderHealthService is the health service name that only the leading assigner serves.
+// LeaderHealthService is the health service name that only the default target's leading
+// assigner serves; another target's is target.LeaderHealthService(name).
 const LeaderHealthService = "sliceplane.leader"
 
 // Liveness parameters. A peer that hangs (SIGSTOP, a stalled link) keeps its TCP connection
@@ -131,6 +135,12 @@ func Peer(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 // transport; callers that notice it sooner (a silent stream, a call that timed out) replace
 // the connection: see Follower.
 func Leader(addrs []string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return TargetLeader("", addrs, opts...)
+}
+
+// TargetLeader is Leader for target name ("" the default target): its connection reaches
+// the assigner that leads the target, and every call on it names the target.
+func TargetLeader(name string, addrs []string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	var clean []resolver.Address
 	for _, a := range addrs {
 		if a = strings.TrimSpace(a); a != "" {
@@ -142,8 +152,8 @@ func Leader(addrs []string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	}
 	r := manual.NewBuilderWithScheme("sliceplane-assigners")
 	r.InitialState(resolver.State{Addresses: clean})
-	config := fmt.Sprintf(`{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":%q}}`, LeaderHealthService)
-	opts = append(append(Options(),
+	config := fmt.Sprintf(`{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":%q}}`, target.LeaderHealthService(name))
+	opts = append(append(append(Options(), Target(name)...),
 		grpc.WithResolvers(r),
 		grpc.WithDefaultServiceConfig(config),
 		grpc.WithIdleTimeout(LeaderIdleTimeout),
@@ -153,4 +163,24 @@ func Leader(addrs []string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("dial: the assigners at %v: %w", addrs, err)
 	}
 	return conn, nil
+}
+
+// Target returns the options of a connection whose calls all name target name in their
+// metadata (target.MetadataKey); none for the default target, whose calls name none, as
+// before targets.
+func Target(name string) []grpc.DialOption {
+	if target.Name(name) == target.Default {
+		return nil
+	}
+	named := func(ctx context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, target.MetadataKey, name)
+	}
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(named(ctx), method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return streamer(named(ctx), desc, cc, method, opts...)
+		}),
+	}
 }

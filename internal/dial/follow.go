@@ -16,21 +16,27 @@ import (
 // standby took over; a new connection only becomes ready with peers that complete the
 // HTTP/2 handshake, which a hung process never does, and so finds the new leader.
 type Follower struct {
-	addrs []string
-	opts  []grpc.DialOption
+	target string
+	addrs  []string
+	opts   []grpc.DialOption
 
 	mu     sync.Mutex
 	conn   *grpc.ClientConn
 	closed bool
 }
 
-// Follow returns a Follower of the assigners at addrs.
+// Follow returns a Follower of the assigners at addrs, leading the default target.
 func Follow(addrs []string, opts ...grpc.DialOption) (*Follower, error) {
-	conn, err := Leader(addrs, opts...)
+	return FollowTarget("", addrs, opts...)
+}
+
+// FollowTarget returns a Follower of the assigner that leads target name among addrs.
+func FollowTarget(name string, addrs []string, opts ...grpc.DialOption) (*Follower, error) {
+	conn, err := TargetLeader(name, addrs, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Follower{addrs: addrs, opts: opts, conn: conn}, nil
+	return &Follower{target: name, addrs: addrs, opts: opts, conn: conn}, nil
 }
 
 // Conn returns the current connection. Calls on it fail with CANCELED once it is replaced.
@@ -51,7 +57,7 @@ func (f *Follower) Renew(conn *grpc.ClientConn) {
 	if f.closed || conn != f.conn || conn.GetState() != connectivity.Ready {
 		return
 	}
-	next, err := Leader(f.addrs, f.opts...)
+	next, err := TargetLeader(f.target, f.addrs, f.opts...)
 	if err != nil {
 		return // the addresses were good once: this cannot happen
 	}

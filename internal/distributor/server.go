@@ -33,6 +33,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/relay"
 	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/target"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
@@ -52,6 +53,10 @@ type Config struct {
 	Client *clientv3.Client
 	// Prefix roots Sliceplane's keys in etcd; default "/sliceplane/".
 	Prefix string
+	// Target is the target the distributor serves ("" the default one): it registers among
+	// that target's distributors, follows that target's quanta, and its source's default
+	// prefix is the target's; calls naming another target are refused.
+	Target string
 	// Source is the data source; default the etcd source under Prefix+"data/". The keys an
 	// etcd source skips are counted in sliceplane_distributor_source_rejected_total.
 	Source source.Source
@@ -124,6 +129,11 @@ func (c *Config) Validate() error {
 	if c.Prefix == "" {
 		c.Prefix = "/sliceplane/"
 	}
+	if c.Target != "" {
+		if err := target.CheckName(c.Target); err != nil {
+			return fmt.Errorf("distributor: --target: %w", err)
+		}
+	}
 	if err := grpcserver.FillDefaults("distributor",
 		grpcserver.Default("--session-ttl", &c.SessionTTL, 5*time.Second),
 		grpcserver.Default("--clock-interval", &c.ClockInterval, 50*time.Millisecond),
@@ -184,14 +194,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("distributor: no etcd client")
 	}
+	root := target.Root(cfg.Prefix, cfg.Target)
 	if cfg.Source == nil {
-		cfg.Source = source.NewEtcd(cfg.Client, cfg.Prefix+"data/")
+		cfg.Source = source.NewEtcd(cfg.Client, root+"data/")
 	}
 	log := cfg.Logger.With("distributor", cfg.ID)
 	// Stopped without grace: Pull streams end only when their nodes go.
 	srv, err := grpcserver.New(grpcserver.Config{
 		Name: "distributor", Listen: cfg.Listen, Advertise: cfg.Advertise, MetricsListen: cfg.MetricsListen,
-		Rules: authz.DistributorRules(), Policy: cfg.Policy, TLS: cfg.TLS, Registry: cfg.Registry, Logger: log,
+		Target: target.Name(cfg.Target), Rules: authz.DistributorRules(), Policy: cfg.Policy, TLS: cfg.TLS, Registry: cfg.Registry, Logger: log,
 	})
 	if err != nil {
 		return nil, err
@@ -232,7 +243,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // relayNodes keeps the node list the relay serves, read from the leader, until ctx ends.
 func (s *Server) relayNodes(ctx context.Context) error {
-	leader, err := dial.Follow(s.cfg.Assigners, s.cfg.TLS.DialOption("assigner"))
+	leader, err := dial.FollowTarget(s.cfg.Target, s.cfg.Assigners, s.cfg.TLS.DialOption("assigner"))
 	if err != nil {
 		return err
 	}
@@ -257,7 +268,7 @@ func (s *Server) relayQuantum(q quantum.Quantum) {
 func (s *Server) register(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		reg, err := membership.Register(ctx, s.cfg.Client, s.cfg.Prefix, s.cfg.ID, s.cfg.Advertise, s.cfg.SessionTTL)
+		reg, err := membership.Register(ctx, s.cfg.Client, target.Root(s.cfg.Prefix, s.cfg.Target), s.cfg.ID, s.cfg.Advertise, s.cfg.SessionTTL)
 		if err == nil {
 			backoff = 100 * time.Millisecond
 			select {
@@ -528,7 +539,7 @@ func (f *quantaFeed) restart(ctx context.Context, wg *sync.WaitGroup, wait time.
 // sends heartbeats when idle) means a hung leader: the connection, which would keep choosing
 // it, is replaced, and the new one finds whoever leads now.
 func (s *Server) followQuanta(ctx context.Context, from *quantum.Position, out chan<- quantum.Quantum) {
-	leader, err := dial.Follow(s.cfg.Assigners, s.cfg.TLS.DialOption("assigner"))
+	leader, err := dial.FollowTarget(s.cfg.Target, s.cfg.Assigners, s.cfg.TLS.DialOption("assigner"))
 	if err != nil {
 		s.log.Error("cannot follow quanta", "err", err)
 		return

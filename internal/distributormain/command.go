@@ -53,6 +53,7 @@ type options struct {
 	assigners        []string
 	endpoints        []string
 	prefix           string
+	target           string
 	sessionTTL       time.Duration
 	maxDeltaOps      int
 	maxDeltaBytes    byteSize
@@ -130,6 +131,7 @@ on the command line win.`,
 	f.StringSliceVar(&o.assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners, leader and standbys")
 	f.StringSliceVar(&o.endpoints, "etcd-endpoints", []string{"http://127.0.0.1:2379"}, "endpoints of the etcd cluster the assigner uses; a zero-setup assigner's embedded etcd listens on the default (https:// with TLS)")
 	f.StringVar(&o.prefix, "prefix", "/sliceplane/", "etcd key prefix of the cluster's state and data, as given to the assigner")
+	f.StringVar(&o.target, "target", "", "the target (sharded service) this distributor serves (default: the default target); its etcd source is the target's data/ prefix")
 	f.DurationVar(&o.sessionTTL, "session-ttl", 5*time.Second, "registration lease: how long nodes wait for a dead distributor before they move (whole seconds)")
 	f.IntVar(&o.maxDeltaOps, "max-delta-ops", 1024, "most operations in one delta sent to a node")
 	f.Var(&o.maxDeltaBytes, "max-delta-bytes", "most bytes of operations in one delta (nodes accept gRPC messages of up to 4MiB)")
@@ -213,7 +215,7 @@ func (o *options) run(ctx context.Context) error {
 	}
 	cfg := distributor.Config{
 		ID: o.id, Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics,
-		Assigners: o.assigners, Prefix: o.prefix, SessionTTL: o.sessionTTL,
+		Assigners: o.assigners, Prefix: o.prefix, Target: o.target, SessionTTL: o.sessionTTL,
 		MaxDeltaOps: o.maxDeltaOps, MaxDeltaBytes: int(o.maxDeltaBytes), MaxInFlightBytes: int(o.maxInFlightBytes),
 		MaxQueueBytes: int(o.maxQueueBytes),
 		ScanWorkers:   o.scanWorkers, MaxScanAheadBytes: int(o.maxScanAhead), ClockInterval: o.clockInterval,

@@ -20,15 +20,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/metricsserver"
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // Config configures a Server. Its owner validates and defaults it (CheckListen, a logger, a
@@ -46,6 +49,9 @@ type Config struct {
 	Pages []Page
 	// MaxRecvBytes caps a request; 0 keeps gRPC's default (4 MiB).
 	MaxRecvBytes int
+	// Target, if set, is the one target the server serves (a distributor's): a call that
+	// names another is refused with NotFound. An assigner serves every target.
+	Target string
 	// Rules and Policy decide who may call what (package authz).
 	Rules  authz.Rules
 	Policy *authz.Policy
@@ -126,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 	az := authz.New(cfg.Name, cfg.TLS, cfg.Policy, cfg.Rules, cfg.Registry, cfg.Logger)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, lis: countConnections(lis, cfg.Name, cfg.Registry),
-		grpc:   grpc.NewServer(append(opts, az.ServerOptions()...)...),
+		grpc:   grpc.NewServer(append(append(opts, az.ServerOptions()...), onlyTarget(cfg.Name, cfg.Target)...)...),
 		health: health.NewServer(),
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -230,5 +236,33 @@ func (s *Server) stop() {
 	case <-t.C:
 		s.grpc.Stop()
 		<-stopped
+	}
+}
+
+// onlyTarget refuses the calls that name another target than name, which the server of
+// what serves alone; nothing for "" (a server of every target).
+func onlyTarget(what, name string) []grpc.ServerOption {
+	if name == "" {
+		return nil
+	}
+	check := func(ctx context.Context) error {
+		if in := authz.CallTarget(ctx); in != target.Name(name) {
+			return status.Errorf(codes.NotFound, "%s: this %s serves target %q, not target %q", what, what, target.Name(name), in)
+		}
+		return nil
+	}
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+			if err := check(ctx); err != nil {
+				return nil, err
+			}
+			return next(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+			if err := check(ss.Context()); err != nil {
+				return err
+			}
+			return next(srv, ss)
+		}),
 	}
 }

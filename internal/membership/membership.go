@@ -1,6 +1,8 @@
-// Package membership keeps the set of live distributors in etcd. A distributor registers
-// under a lease, so that one that dies leaves the set when its lease lapses; the assigner
-// watches the set and tells every node which distributor serves it.
+// Package membership keeps sets of live processes in etcd: the distributors of a target,
+// which the assigner watches to tell every node which distributor serves it, and the live
+// assigners, among which targets are spread. A process registers under a lease, so that one
+// that dies leaves the set when its lease lapses. LoadSet and WatchSet read and follow any
+// such set of keys under one etcd prefix, the registry of targets included.
 package membership
 
 import (
@@ -17,8 +19,12 @@ import (
 	"github.com/sliceplane/sliceplane/internal/quantum"
 )
 
-// dir is where distributors register, under the cluster's prefix.
-const dir = "distributors/"
+// dir is where distributors register, under the cluster's prefix; AssignersDir is where
+// assigners do.
+const (
+	dir          = "distributors/"
+	AssignersDir = "assigners/"
+)
 
 // ValidateID checks a distributor ID: 1-128 letters, digits and . _ - : (it is part of an
 // etcd key and of metric labels).
@@ -47,8 +53,18 @@ func Register(ctx context.Context, cli *clientv3.Client, prefix, id, addr string
 	if err := ValidateID(id); err != nil {
 		return nil, err
 	}
+	return register(ctx, cli, "distributor", prefix+dir, id, addr, ttl)
+}
+
+// RegisterAssigner adds the assigner advertised at addr to the live assigners under prefix,
+// as Register adds a distributor.
+func RegisterAssigner(ctx context.Context, cli *clientv3.Client, prefix, addr string, ttl time.Duration) (*Registration, error) {
+	return register(ctx, cli, "assigner", prefix+AssignersDir, addr, addr, ttl)
+}
+
+func register(ctx context.Context, cli *clientv3.Client, kind, key, id, addr string, ttl time.Duration) (*Registration, error) {
 	if addr == "" {
-		return nil, fmt.Errorf("membership: distributor %s has no address", id)
+		return nil, fmt.Errorf("membership: %s %s has no address", kind, id)
 	}
 	secs := int(ttl / time.Second)
 	if secs < 1 {
@@ -56,12 +72,12 @@ func Register(ctx context.Context, cli *clientv3.Client, prefix, id, addr string
 	}
 	session, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithContext(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("membership: opening a lease for distributor %s: %w", id, err)
+		return nil, fmt.Errorf("membership: opening a lease for %s %s: %w", kind, id, err)
 	}
-	if _, err := cli.Put(ctx, prefix+dir+id, addr, clientv3.WithLease(session.Lease())); err != nil {
+	if _, err := cli.Put(ctx, key+id, addr, clientv3.WithLease(session.Lease())); err != nil {
 		session.Orphan()
 		revoke(cli, session)
-		return nil, fmt.Errorf("membership: registering distributor %s: %w", id, err)
+		return nil, fmt.Errorf("membership: registering %s %s: %w", kind, id, err)
 	}
 	return &Registration{cli: cli, session: session}, nil
 }
@@ -87,13 +103,19 @@ func revoke(cli *clientv3.Client, s *concurrency.Session) error {
 
 // Load reads the set of distributors under prefix and the etcd revision it was read at.
 func Load(ctx context.Context, cli *clientv3.Client, prefix string) (quantum.Distributors, int64, error) {
-	resp, err := cli.Get(ctx, prefix+dir, clientv3.WithPrefix())
+	return LoadSet(ctx, cli, prefix+dir)
+}
+
+// LoadSet reads the keys under key, each by its name after key, and the etcd revision they
+// were read at.
+func LoadSet(ctx context.Context, cli *clientv3.Client, key string) (map[string]string, int64, error) {
+	resp, err := cli.Get(ctx, key, clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, fmt.Errorf("membership: reading the distributors: %w", err)
+		return nil, 0, fmt.Errorf("membership: reading %s: %w", key, err)
 	}
-	set := quantum.Distributors{}
+	set := map[string]string{}
 	for _, kv := range resp.Kvs {
-		set[strings.TrimPrefix(string(kv.Key), prefix+dir)] = string(kv.Value)
+		set[strings.TrimPrefix(string(kv.Key), key)] = string(kv.Value)
 	}
 	return set, resp.Header.Revision, nil
 }
@@ -105,10 +127,27 @@ func Watch(ctx context.Context, cli *clientv3.Client, prefix string, set quantum
 	out := make(chan quantum.Distributors)
 	go func() {
 		defer close(out)
+		for s := range WatchSet(ctx, cli, prefix+dir, set, rev) {
+			if !send(ctx, out, s) {
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// WatchSet delivers the whole set of keys under key (as LoadSet reads it) after every change
+// following revision rev, until ctx ends; then it closes the channel. A watch that fails is
+// restarted from a fresh LoadSet, so no change is missed, though changes that cancel out may
+// not be seen.
+func WatchSet(ctx context.Context, cli *clientv3.Client, key string, set map[string]string, rev int64) <-chan map[string]string {
+	out := make(chan map[string]string)
+	go func() {
+		defer close(out)
 		set = maps.Clone(set)
 		backoff := 50 * time.Millisecond
 		for ctx.Err() == nil {
-			err := watch(ctx, cli, prefix, set, rev, out)
+			err := watch(ctx, cli, key, set, rev, out)
 			if ctx.Err() != nil {
 				return
 			}
@@ -118,12 +157,12 @@ func Watch(ctx context.Context, cli *clientv3.Client, prefix string, set quantum
 				return
 			}
 			backoff = min(2*backoff, 2*time.Second)
-			fresh, at, lerr := Load(ctx, cli, prefix)
+			fresh, at, lerr := LoadSet(ctx, cli, key)
 			if lerr != nil {
 				continue
 			}
-			_ = err // the failure is recovered from; Load's result says what changed meanwhile
-			if !fresh.Equal(set) && !send(ctx, out, fresh) {
+			_ = err // the failure is recovered from; LoadSet's result says what changed meanwhile
+			if !maps.Equal(fresh, set) && !send(ctx, out, fresh) {
 				return
 			}
 			set, rev = fresh, at
@@ -133,13 +172,13 @@ func Watch(ctx context.Context, cli *clientv3.Client, prefix string, set quantum
 }
 
 // watch follows the set from rev until the watch fails or ctx ends, keeping set current.
-func watch(ctx context.Context, cli *clientv3.Client, prefix string, set quantum.Distributors, rev int64, out chan<- quantum.Distributors) error {
-	for resp := range cli.Watch(clientv3.WithRequireLeader(ctx), prefix+dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+func watch(ctx context.Context, cli *clientv3.Client, key string, set map[string]string, rev int64, out chan<- map[string]string) error {
+	for resp := range cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if err := resp.Err(); err != nil {
 			return err
 		}
 		for _, ev := range resp.Events {
-			id := strings.TrimPrefix(string(ev.Kv.Key), prefix+dir)
+			id := strings.TrimPrefix(string(ev.Kv.Key), key)
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(set, id)
 			} else {
@@ -153,7 +192,7 @@ func watch(ctx context.Context, cli *clientv3.Client, prefix string, set quantum
 	return errors.New("membership: watch ended")
 }
 
-func send(ctx context.Context, out chan<- quantum.Distributors, set quantum.Distributors) bool {
+func send[S ~map[string]string](ctx context.Context, out chan<- S, set S) bool {
 	select {
 	case out <- set:
 		return true

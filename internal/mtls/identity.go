@@ -4,6 +4,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -14,12 +16,15 @@ const TrustDomain = "sliceplane"
 var ErrNoIdentity = errors.New("mtls: no sliceplane identity")
 
 // Identity is who a certificate says its holder is: the URI SAN
-// spiffe://sliceplane/<kind>/<name>, e.g. spiffe://sliceplane/node/n2. The kind is the role
-// the identity has by default (package authz); the name is a node's id or a person's login.
+// spiffe://sliceplane/<kind>/<name>, e.g. spiffe://sliceplane/node/n2, or, for an identity
+// confined to one target (one sharded service of the control plane),
+// spiffe://sliceplane/target/<target>/<kind>/<name>. The kind is the role the identity has
+// by default (package authz); the name is a node's id or a person's login.
 type Identity struct {
-	ID   string
-	Kind string
-	Name string
+	ID     string
+	Kind   string
+	Name   string
+	Target string // "" for an identity no target confines
 }
 
 // String returns the SPIFFE ID.
@@ -36,11 +41,13 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 		if u.Scheme != "spiffe" || u.Host != TrustDomain {
 			continue
 		}
-		parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
-		if len(parts) != 2 || parts[0] == "" || parts[1] == "" || u.RawQuery != "" || u.Fragment != "" {
-			return Identity{}, fmt.Errorf("%w: %s is not spiffe://%s/<kind>/<name>", ErrNoIdentity, u, TrustDomain)
+		id, ok := parseIdentity(u.Path)
+		if !ok || u.RawQuery != "" || u.Fragment != "" {
+			return Identity{}, fmt.Errorf("%w: %s is not spiffe://%s/<kind>/<name> nor spiffe://%s/target/<target>/<kind>/<name>",
+				ErrNoIdentity, u, TrustDomain, TrustDomain)
 		}
-		found = append(found, Identity{ID: u.String(), Kind: parts[0], Name: parts[1]})
+		id.ID = u.String()
+		found = append(found, id)
 	}
 	switch len(found) {
 	case 1:
@@ -49,4 +56,34 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 		return Identity{}, fmt.Errorf("%w: the certificate of %q has no spiffe://%s/ URI SAN", ErrNoIdentity, cert.Subject.CommonName, TrustDomain)
 	}
 	return Identity{}, fmt.Errorf("%w: the certificate of %q names %d identities; it must name one", ErrNoIdentity, cert.Subject.CommonName, len(found))
+}
+
+// parseIdentity reads the path of a SPIFFE ID: /<kind>/<name> or /target/<t>/<kind>/<name>.
+func parseIdentity(path string) (Identity, bool) {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	if slices.Contains(parts, "") {
+		return Identity{}, false
+	}
+	switch {
+	case len(parts) == 2:
+		return Identity{Kind: parts[0], Name: parts[1]}, true
+	case len(parts) == 4 && parts[0] == "target":
+		return Identity{Target: parts[1], Kind: parts[2], Name: parts[3]}, true
+	}
+	return Identity{}, false
+}
+
+// ParseID reads a SPIFFE ID of the sliceplane trust domain.
+func ParseID(s string) (Identity, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: %w", ErrNoIdentity, err)
+	}
+	id, ok := parseIdentity(u.Path)
+	if u.Scheme != "spiffe" || u.Host != TrustDomain || !ok || u.RawQuery != "" || u.Fragment != "" {
+		return Identity{}, fmt.Errorf("%w: %s is not spiffe://%s/<kind>/<name> nor spiffe://%s/target/<target>/<kind>/<name>",
+			ErrNoIdentity, s, TrustDomain, TrustDomain)
+	}
+	id.ID = s
+	return id, nil
 }

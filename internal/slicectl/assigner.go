@@ -37,12 +37,13 @@ const userMetadata = "x-sliceplane-user"
 
 // session is a connection to the leading assigner, for one command.
 type session struct {
-	g      *globalOptions
-	admin  pb.AdminServiceClient
-	assign pb.AssignmentServiceClient
-	quanta pb.QuantaServiceClient
-	out    *printer
-	errOut io.Writer
+	g       *globalOptions
+	admin   pb.AdminServiceClient
+	assign  pb.AssignmentServiceClient
+	quanta  pb.QuantaServiceClient
+	targets pb.TargetServiceClient
+	out     *printer
+	errOut  io.Writer
 	// parent is the command's context: unlike the ctx a command runs with, it is not bounded
 	// by --timeout, for the parts that wait longer (drain, quanta --follow).
 	parent context.Context
@@ -70,7 +71,7 @@ func (g *globalOptions) withAssigner(cmd *cobra.Command, fn func(ctx context.Con
 	defer conn.Close()
 	s := &session{
 		g: g, admin: pb.NewAdminServiceClient(conn), assign: pb.NewAssignmentServiceClient(conn),
-		quanta: pb.NewQuantaServiceClient(conn), out: newPrinter(cmd.OutOrStdout(), g.output),
+		quanta: pb.NewQuantaServiceClient(conn), targets: pb.NewTargetServiceClient(conn), out: newPrinter(cmd.OutOrStdout(), g.output),
 		errOut: cmd.ErrOrStderr(), parent: parent,
 	}
 	return commandRefused(cmd, g.explain(parent, fn(ctx, s)))
@@ -97,7 +98,7 @@ func (g *globalOptions) dial() (*grpc.ClientConn, error) {
 	withUser := func(ctx context.Context) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, userMetadata, who)
 	}
-	conn, err := dial.Leader(g.assigners,
+	conn, err := dial.TargetLeader(g.target, g.assigners,
 		src.DialOption("assigner"),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 		grpc.WithUserAgent("slicectl"),

@@ -58,7 +58,10 @@ its key and ca.crt in the PKCS#12 form a browser imports, with an empty password
 A CA already in DIR is reused, so that a rerun adds identities (or renews their
 certificates, replacing the files, .p12 included) and every certificate stays
 trusted. A name may hold letters, digits, '-', '_' and '.'; a bad one is refused
-before anything is written.
+before anything is written. With --target T the identities made are confined to
+target T (spiffe://sliceplane/target/T/<kind>/<name>, files
+target-T-<kind>-<name>.*): a member, router or admin of one sharded service that
+no other target accepts; assigners, distributors and etcd are confined to none.
 
 The certificates of the servers (assigner, distributor, node, etcd) are valid for
 localhost and the loopback addresses, plus --host, for the tools that check host
@@ -70,7 +73,10 @@ names (curl, etcdctl, Prometheus); Sliceplane itself checks identities.`,
   slicectl certs init certs --node n1,n2 --host n1.example.com,10.0.0.5 --validity 720h
 
   # Add an admin later: the CA in certs is reused.
-  slicectl certs init certs --admin bob`,
+  slicectl certs init certs --admin bob
+
+  # The members, router and admin of target kv, which no other target accepts.
+  slicectl --target kv certs init certs --node m1,m2 --router kvproxy --admin kvops`,
 		Args: positional("DIR")(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.OutOrStdout(), args[0])
@@ -154,7 +160,7 @@ func writeIdentity(dir string, ca *certs.CA, l issued) (certIdentity, error) {
 	if err != nil {
 		return certIdentity{}, err
 	}
-	id := certIdentity{ID: certs.ID("", l.req.Kind, l.req.Name), Cert: files.Cert, Key: files.Key, NotAfter: l.leaf.Cert.NotAfter}
+	id := certIdentity{ID: l.req.ID(), Cert: files.Cert, Key: files.Key, NotAfter: l.leaf.Cert.NotAfter}
 	if l.browser {
 		if id.P12, err = certs.WritePKCS12(dir, l.req, l.leaf, ca.Cert); err != nil {
 			return certIdentity{}, err
@@ -200,7 +206,10 @@ func (o *certsInitOptions) issueAll(ca *certs.CA) ([]issued, error) {
 				return nil, usageError(fmt.Errorf("--%s %q is named twice", k.kind, name))
 			}
 			seen[k.kind+"/"+name] = true
-			req := certs.Request{Kind: k.kind, Name: name, NotAfter: notAfter}
+			if o.globalOptions.target != "" && (k.kind == "assigner" || k.kind == "distributor" || k.kind == "etcd") {
+				return nil, usageError(fmt.Errorf("--%s with --target: assigners and distributors are the control plane's, confined to no target", k.kind))
+			}
+			req := certs.Request{Kind: k.kind, Name: name, Target: o.globalOptions.target, NotAfter: notAfter}
 			if k.serves {
 				req.Hosts = o.hosts
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/cli"
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // ErrUsage is wrapped by errors about how a command was called (bad flags or arguments):
@@ -32,7 +33,9 @@ const (
 type globalOptions struct {
 	// assigners are the addresses of the assigners: the leader and its standbys, in any order.
 	assigners []string
-	output    string
+	// target is the target (sharded service) the command acts on; "" the default one.
+	target string
+	output string
 	// timeout bounds a whole command, connecting included (drain's wait and quanta --follow
 	// aside, which have their own limits).
 	timeout time.Duration
@@ -93,6 +96,10 @@ status: 0 done, 1 failed or refused, 2 bad usage, 130 interrupted.`,
   slicectl drain n3
   slicectl drain n3 --cancel
 
+  # The targets (sharded services) of the control plane, and one target's nodes.
+  slicectl targets
+  slicectl --target kv nodes
+
   # Against a cluster with mutual TLS, as its admin.
   export SLICEPLANE_TLS_CERT=certs/admin-alice.crt SLICEPLANE_TLS_KEY=certs/admin-alice.key SLICEPLANE_TLS_CA=certs/ca.crt
   slicectl status
@@ -109,6 +116,7 @@ status: 0 done, 1 failed or refused, 2 bad usage, 130 interrupted.`,
 	f := root.PersistentFlags()
 	f.StringSliceVar(&g.assigners, "assigner", []string{defaultAssigner},
 		"assigner addresses, comma-separated: the leader and its standbys (slicectl follows the leader)")
+	f.StringVar(&g.target, "target", "", "the target (sharded service) to act on: slicectl targets lists them (default: the default target)")
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "time limit of the whole command, connecting included")
 	g.addTLSFlags(f)
@@ -130,7 +138,7 @@ func addCommands(root *cobra.Command, g *globalOptions) {
 	)
 	for _, c := range []*cobra.Command{
 		newStatusCommand(g), newNodesCommand(g), newSlicesCommand(g), newLookupCommand(g),
-		newQuantaCommand(g), newExplainCommand(g),
+		newQuantaCommand(g), newExplainCommand(g), newTargetsCommand(g),
 	} {
 		c.GroupID = groupInspect
 		root.AddCommand(c)
@@ -197,6 +205,10 @@ func (g *globalOptions) check(allowed []string) error {
 		return fmt.Errorf("--output %q: want %s", g.output, orList(allowed))
 	case g.timeout <= 0:
 		return fmt.Errorf("--timeout %s: want a positive duration", g.timeout)
+	case g.target != "":
+		if err := target.CheckName(g.target); err != nil {
+			return fmt.Errorf("--target: %w", err)
+		}
 	}
 	return nil
 }

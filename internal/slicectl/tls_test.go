@@ -80,7 +80,7 @@ func TestTLSFlagsRolesAndRefusals(t *testing.T) {
 	t.Log(err)
 	require.ErrorIs(t, err, ErrPermission)
 	assert.NotErrorIs(t, err, ErrUsage)
-	assert.Regexp(t, `^freeze: permission denied: spiffe://sliceplane/viewer/v .*may not call /sliceplane.v1.AdminService/Freeze: it needs one of the roles admin$`, err.Error())
+	assert.Regexp(t, `^freeze: permission denied: spiffe://sliceplane/viewer/v .*may not call /sliceplane.v1.AdminService/Freeze in target "default": it needs one of the roles admin$`, err.Error())
 	assert.Zero(t, admin.freezes.Load())
 
 	out, errOut, err = run(t, append(append(base, tlsFlags(alice)...), "freeze")...)

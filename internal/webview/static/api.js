@@ -11,10 +11,20 @@ export function setError(key, msg) {
   b.textContent = [...errors.entries()].map(([k, m]) => `${k}: ${m}`).join(' · ');
 }
 
+// The target the page shows: ?target= of its address, the default target without it. Every
+// call to the API names it, as the assigner serves one view per target.
+export const target = new URLSearchParams(location.search).get('target') || '';
+
+// api returns the address of an API path for the page's target.
+export function api(path) {
+  if (!target) return path;
+  return path + (path.includes('?') ? '&' : '?') + 'target=' + encodeURIComponent(target);
+}
+
 export async function getJSON(url) {
   let res;
   try {
-    res = await fetch(url, { cache: 'no-store', headers: { Accept: 'application/json' } });
+    res = await fetch(api(url), { cache: 'no-store', headers: { Accept: 'application/json' } });
   } catch (e) {
     throw new Error('cannot reach the assigner; retrying');
   }
@@ -30,7 +40,7 @@ export async function getJSON(url) {
 export async function getGrid(url) {
   let res;
   try {
-    res = await fetch(url, { cache: 'no-store' });
+    res = await fetch(api(url), { cache: 'no-store' });
   } catch (e) {
     throw new Error('cannot reach the assigner; retrying');
   }

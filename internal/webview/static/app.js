@@ -4,6 +4,8 @@
 import './zoom.js';
 import { initControls } from './controls.js';
 import { start } from './live.js';
+import { initTargets } from './targets.js';
 
 initControls();
+initTargets();
 start();

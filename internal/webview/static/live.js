@@ -2,7 +2,7 @@
 // and a slow poll for when the stream is down. A standby assigner has no history to show,
 // so the state decides whether the heatmap and the stream run at all.
 import { $ } from './dom.js';
-import { coalesced, getJSON, setError } from './api.js';
+import { api, coalesced, getJSON, setError } from './api.js';
 import { num } from './format.js';
 import { sp, view, seen, debugOut } from './state.js';
 import { heatLoader, heatMessage, clearHeatmap } from './heatmap.js';
@@ -63,7 +63,7 @@ function setLive(up) {
   c.className = 'conn ' + (up ? 'up' : 'down');
 }
 function connect() {
-  const src = new EventSource('api/events');
+  const src = new EventSource(api('api/events'));
   es = src;
   src.addEventListener('open', () => {
     setLive(true);

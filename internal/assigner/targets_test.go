@@ -1,0 +1,159 @@
+package assigner_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/dial"
+	"github.com/sliceplane/sliceplane/internal/target"
+)
+
+// addrsOf returns the addresses of nodes.
+func addrsOf(nodes ...*node) []string {
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.srv.Addr()
+	}
+	return out
+}
+
+// leaders returns the leader each assigner of nodes reports for every target, once they all
+// agree and each leader is the one Rank prefers among live: name -> address.
+func leaders(t *testing.T, names []string, live []*node, within time.Duration) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	eventually(t, within, "every target led by its owner", func() bool {
+		for _, name := range names {
+			want := target.Rank(name, addrsOf(live...))[0]
+			st, err := live[0].admin.Status(named(ctxT(t, time.Second), name), &pb.StatusRequest{})
+			if err != nil || st.GetLeaderAddress() != want {
+				return false
+			}
+			out[name] = want
+		}
+		return true
+	})
+	return out
+}
+
+func named(ctx context.Context, name string) context.Context {
+	return metadataWithTarget(ctx, name)
+}
+
+// TestTargetsSpreadAndFailOverAlone: targets created through the registry are led by their
+// owners among the live assigners; killing one assigner moves only its targets, each to a
+// new leader within the session TTL and a second, and the others keep their leaders.
+func TestTargetsSpreadAndFailOverAlone(t *testing.T) {
+	c := newCluster(t)
+	nodes := []*node{c.start(), c.start(), c.start()}
+	owner(t, nodes...) // the default target is led: the cluster is up
+	admin := pb.NewTargetServiceClient(nodes[0].conn)
+	var names []string
+	for i := range 6 {
+		name := fmt.Sprintf("svc-%d", i)
+		_, err := admin.CreateTarget(ctxT(t, 5*time.Second), &pb.CreateTargetRequest{Name: name, Config: "min_replicas: 1\n"})
+		require.NoError(t, err)
+		names = append(names, name)
+	}
+	before := leaders(t, names, nodes, 15*time.Second)
+	byLeader := map[string]int{}
+	for _, l := range before {
+		byLeader[l]++
+	}
+	assert.Greater(t, len(byLeader), 1, "the targets are spread: %v", before)
+
+	victim := nodes[0]
+	for _, n := range nodes {
+		if byLeader[n.srv.Addr()] > 0 {
+			victim = n
+			break
+		}
+	}
+	live := slices.DeleteFunc(slices.Clone(nodes), func(n *node) bool { return n == victim })
+	killed := time.Now()
+	victim.stop()
+	after := leaders(t, names, live, 5*time.Second)
+	took := time.Since(killed)
+	for _, name := range names {
+		if before[name] != victim.srv.Addr() {
+			assert.Equal(t, before[name], after[name], "%s was not the victim's: it keeps its leader", name)
+		}
+	}
+	assert.Less(t, took, 2*time.Second, "the victim's targets are led again within the session TTL (1 s) + 1 s")
+	t.Logf("the victim's targets were led again %s after it stopped", took)
+}
+
+// TestTheRegistryChecksAndRefuses: a config is checked field by field, names are checked,
+// the default target is fixed, and a target with registered members is deleted only by force.
+func TestTheRegistryChecksAndRefuses(t *testing.T) {
+	c := newCluster(t)
+	a := c.start()
+	a.leading(t)
+	reg := pb.NewTargetServiceClient(a.conn)
+	ctx := ctxT(t, 20*time.Second)
+	for _, bad := range []struct{ name, config, says string }{
+		{"kv", "churn_budget: 2\n", "churn_budget 2"},
+		{"kv", "imbalance_tolerance: snug\n", "imbalance_tolerance"},
+		{"kv", "roles: leader-follower\n", "roles"},
+		{"kv", "node_tll: 10s\n", "node_tll"},
+		{"kv", "exclusive: true\n", "exclusive"},
+		{"KV", "", "name \"KV\""},
+		{"default", "", "default target"},
+	} {
+		_, err := reg.CreateTarget(ctx, &pb.CreateTargetRequest{Name: bad.name, Config: bad.config})
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s %q", bad.name, bad.config)
+		assert.ErrorContains(t, err, bad.says)
+	}
+	list, err := reg.ListTargets(ctx, &pb.ListTargetsRequest{})
+	require.NoError(t, err)
+	require.Len(t, list.GetTargets(), 1, "nothing refused was created")
+
+	_, err = reg.CreateTarget(ctx, &pb.CreateTargetRequest{Name: "kv", Config: "min_replicas: 2\nimbalance_tolerance: tight\n"})
+	require.NoError(t, err)
+	_, err = reg.CreateTarget(ctx, &pb.CreateTargetRequest{Name: "kv"})
+	assert.Equal(t, codes.AlreadyExists, status.Code(err))
+	_, err = reg.UpdateTarget(ctx, &pb.UpdateTargetRequest{Name: "nope"})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+
+	kv := dialTarget(t, "kv", a)
+	eventually(t, 10*time.Second, "kv is led", func() bool {
+		st, err := pb.NewAdminServiceClient(kv).Status(ctxT(t, time.Second), &pb.StatusRequest{})
+		return err == nil && st.GetLeader() && st.GetMinReplicas() == 2 && st.GetParams()["dead_band"] == "0.025"
+	})
+	_, err = pb.NewNodeServiceClient(kv).Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: "m1", Capacity: 1}, Address: "127.0.0.1:1"})
+	require.NoError(t, err)
+	nodes, err := a.admin.ListNodes(ctx, &pb.ListNodesRequest{})
+	require.NoError(t, err)
+	assert.Empty(t, nodes.GetNodes(), "a member of kv is not one of the default target")
+
+	_, err = reg.DeleteTarget(ctx, &pb.DeleteTargetRequest{Name: "kv"})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+	assert.ErrorContains(t, err, "kv has 1 registered members")
+	_, err = reg.DeleteTarget(ctx, &pb.DeleteTargetRequest{Name: "kv", Force: true})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "kv is gone", func() bool {
+		_, err := a.admin.Status(named(ctxT(t, time.Second), "kv"), &pb.StatusRequest{})
+		return status.Code(err) == codes.NotFound
+	})
+}
+
+// dialTarget connects to the leader of target name among nodes.
+func dialTarget(t *testing.T, name string, nodes ...*node) *grpc.ClientConn {
+	t.Helper()
+	conn, err := dial.TargetLeader(name, addrsOf(nodes...), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}

@@ -1,0 +1,88 @@
+package registry_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
+	"github.com/sliceplane/sliceplane/internal/target"
+	"github.com/sliceplane/sliceplane/internal/target/registry"
+)
+
+// base is a flags' core config before its defaults are filled.
+func base() core.Config {
+	return core.Config{NodeTTL: 10 * time.Second, Algorithm: "weighted-move", Params: map[string]string{"hold_passes": "5"}}
+}
+
+func TestAConfigAppliesOverTheFlags(t *testing.T) {
+	c, err := registry.Parse([]byte("roles: primary-secondary\nexclusive: true\nnode_ttl: 20s\nmin_replicas: 2\n" +
+		"max_replicas: 3\nzone_label: zone\nchurn_budget: 0.05\nimbalance_tolerance: loose\n"))
+	require.NoError(t, err)
+	got, err := c.Apply(base())
+	require.NoError(t, err)
+	assert.Equal(t, "primary-secondary", got.Roles)
+	assert.True(t, got.Exclusive)
+	assert.Equal(t, 20*time.Second, got.NodeTTL)
+	assert.Equal(t, 60*time.Second, got.QuarantineWindow, "defaults follow the target's node TTL, not the flags'")
+	assert.Equal(t, 2, got.MinReplicas)
+	assert.Equal(t, "zone", got.ZoneLabel)
+	assert.Equal(t, map[string]string{"hold_passes": "5", "max_replicas": "3", "max_churn": "0.05", "dead_band": "0.4"}, got.Params)
+
+	empty, err := registry.Parse(nil)
+	require.NoError(t, err)
+	got, err = empty.Apply(base())
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Second, got.NodeTTL, "an empty config is the flags")
+	assert.Equal(t, "5", got.Params["hold_passes"])
+
+	other, err := registry.Parse([]byte("algorithm: consistent-hash\n"))
+	require.NoError(t, err)
+	got, err = other.Apply(base())
+	require.NoError(t, err)
+	assert.Empty(t, got.Params, "another algorithm does not take the flags' params")
+	assert.Equal(t, "weighted-move", base().Algorithm, "the flags are left as they were")
+}
+
+func TestABadConfigNamesItsField(t *testing.T) {
+	for config, field := range map[string]string{
+		"churn_budget: 0\n":                  "churn_budget",
+		"imbalance_tolerance: medium\n":      "imbalance_tolerance",
+		"node_ttl: 10\n":                     "node_ttl",
+		"node_ttl: 500ms\n":                  "node_ttl",
+		"min_replicas: -1\n":                 "min_replicas",
+		"min_replicas: 3\nmax_replicas: 2\n": "max_replicas",
+		"roles: masters\n":                   "roles",
+		"exclusive: true\n":                  "exclusive",
+		"algorithm: nope\n":                  "nope",
+		"params: {max_churn: lots}\n":        "max_churn",
+		"node_tll: 10s\n":                    "node_tll",
+	} {
+		c, err := registry.Parse([]byte(config))
+		if err == nil {
+			_, err = c.Apply(base())
+		}
+		assert.ErrorIs(t, err, target.ErrInvalid, config)
+		assert.ErrorContains(t, err, field, config)
+	}
+}
+
+func TestATargetsFile(t *testing.T) {
+	recs, err := registry.ParseFile([]byte("targets:\n  kv: {min_replicas: 2}\n  counter:\n    roles: primary-secondary\n  empty: {}\n"))
+	require.NoError(t, err)
+	require.Len(t, recs, 3)
+	assert.Equal(t, []string{"counter", "empty", "kv"}, []string{recs[0].Name, recs[1].Name, recs[2].Name})
+	assert.Equal(t, "primary-secondary", recs[0].Config.Roles)
+	assert.Equal(t, 2, *recs[2].Config.MinReplicas)
+	for file, says := range map[string]string{
+		"targets:\n  Kv: {}\n":               `name "Kv"`,
+		"targets:\n  default: {}\n":          "default target",
+		"targets:\n  kv: {min_replica: 2}\n": "target kv",
+		"target:\n  kv: {}\n":                "target",
+	} {
+		_, err := registry.ParseFile([]byte(file))
+		assert.ErrorContains(t, err, says, file)
+	}
+}

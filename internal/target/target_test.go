@@ -1,0 +1,64 @@
+package target_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sliceplane/sliceplane/internal/target"
+)
+
+func TestNames(t *testing.T) {
+	for _, ok := range []string{"a", "kv", "ads-index-2", "x1"} {
+		assert.NoError(t, target.CheckName(ok), ok)
+	}
+	for _, bad := range []string{"", "KV", "-kv", "kv-", "k/v", "k.v", string(make([]byte, 64))} {
+		assert.ErrorIs(t, target.CheckName(bad), target.ErrInvalid, "%q", bad)
+	}
+	assert.Equal(t, "/sp/", target.Root("/sp/", ""), "the default target's keys are where they were")
+	assert.Equal(t, "/sp/", target.Root("/sp/", target.Default))
+	assert.Equal(t, "/sp/t/kv/", target.Root("/sp/", "kv"))
+	assert.Equal(t, "sliceplane.leader", target.LeaderHealthService(""))
+	assert.Equal(t, "sliceplane.leader/kv", target.LeaderHealthService("kv"))
+}
+
+// TestRankMovesOnlyWhatItMust: every assigner ranks alike whatever the order it lists the
+// others in; targets spread over the assigners; an assigner that leaves moves only the
+// targets it owned, and one that joins takes only targets, never moves them between others.
+func TestRankMovesOnlyWhatItMust(t *testing.T) {
+	three := []string{"10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070"}
+	owners := map[string]string{}
+	count := map[string]int{}
+	for i := range 300 {
+		name := fmt.Sprintf("svc-%d", i)
+		r := target.Rank(name, three)
+		require.Equal(t, r, target.Rank(name, []string{three[2], three[0], three[1]}), "the order given does not matter")
+		owners[name] = r[0]
+		count[r[0]]++
+		assert.Equal(t, target.Owner, target.Of(name, r[0], three))
+		assert.Equal(t, target.Backup, target.Of(name, r[1], three))
+		assert.Equal(t, target.Neither, target.Of(name, r[2], three))
+	}
+	for _, a := range three {
+		assert.InDelta(t, 100, count[a], 30, "targets spread: %v", count)
+	}
+	two := three[:2]
+	for name, was := range owners {
+		now := target.Rank(name, two)[0]
+		if was != three[2] {
+			assert.Equal(t, was, now, "%s was not the leaver's: it stays", name)
+		} else {
+			assert.Equal(t, target.Rank(name, three)[1], now, "%s goes to its backup", name)
+		}
+	}
+	four := append(slices.Clone(three), "10.0.0.4:7070")
+	for name, was := range owners {
+		if now := target.Rank(name, four)[0]; now != was {
+			assert.Equal(t, four[3], now, "%s moves only to the newcomer", name)
+		}
+	}
+	assert.Equal(t, target.Neither, target.Of("kv", "x", nil))
+}
