@@ -158,11 +158,11 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	src, err := nodeTLS(cfg.ID, cfg.TLS)
+	src, err := nodeTLS(cfg.ID, cfg.Target, cfg.TLS)
 	if err != nil {
 		return nil, err
 	}
-	router, err := NewRouter(RouterConfig{ID: cfg.ID, Assigners: cfg.Assigners, TLS: cfg.TLS, Logger: cfg.Logger})
+	router, err := NewRouter(RouterConfig{ID: cfg.ID, Assigners: cfg.Assigners, Target: cfg.Target, TLS: cfg.TLS, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

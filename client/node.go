@@ -16,6 +16,7 @@ import (
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // NodeConfig configures a Node.
@@ -156,7 +157,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	src, err := nodeTLS(cfg.ID, cfg.TLS)
+	src, err := nodeTLS(cfg.ID, cfg.Target, cfg.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -169,16 +170,21 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
-// nodeTLS loads t and checks that its certificate names node id: a certificate of another
-// identity would have every call refused, as a node acting as another.
-func nodeTLS(id string, t TLS) (*mtls.Source, error) {
+// nodeTLS loads t and checks that its certificate names node id of target name: a
+// certificate of another identity would have every call refused, as a node acting as another
+// or in another target. The default target also takes a certificate that names no target.
+func nodeTLS(id, name string, t TLS) (*mtls.Source, error) {
 	src, err := t.load()
 	if err != nil || src == nil {
 		return nil, err
 	}
-	want := "spiffe://" + mtls.TrustDomain + "/node/" + id
-	if got := src.Identity(); got.ID != want {
-		return nil, fmt.Errorf("client: %w: node %q: the certificate %s names %s, not %s", ErrTLS, id, t.Cert, got.ID, want)
+	got := src.Identity()
+	want := "spiffe://" + mtls.TrustDomain + "/target/" + target.Name(name) + "/node/" + id
+	if target.Name(name) == target.Default && got.Target != target.Default {
+		want = "spiffe://" + mtls.TrustDomain + "/node/" + id
+	}
+	if got.ID != want {
+		return nil, fmt.Errorf("client: %w: node %q of target %q: the certificate %s names %s, not %s", ErrTLS, id, target.Name(name), t.Cert, got.ID, want)
 	}
 	return src, nil
 }

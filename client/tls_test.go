@@ -10,6 +10,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/memstore"
+	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
@@ -27,12 +28,23 @@ func TestNewNodeChecksItsCertificate(t *testing.T) {
 	}
 	require.NoError(t, node("n2", n2), "its own certificate")
 	require.NoError(t, node("n2", client.TLS{}), "no TLS: plaintext")
+	kv := tlsOf(pki.Issue(certs.Request{Kind: "node", Name: "m1", Target: "kv"}))
+	member := func(name string, tls client.TLS) error {
+		_, err := client.NewNode(client.NodeConfig{ID: "m1", Target: name, Assigners: []string{"127.0.0.1:1"}, Address: "127.0.0.1:2",
+			Store: memstore.New(), TLS: tls, Logger: quiet()})
+		return err
+	}
+	require.NoError(t, member("kv", kv), "a certificate of its target")
+	assert.ErrorContains(t, member("ads", kv), "node \"m1\" of target \"ads\": the certificate")
+	assert.ErrorContains(t, member("kv", tlsOf(pki.Config("node", "m1"))), "not spiffe://sliceplane/target/kv/node/m1")
 	for _, c := range []struct {
 		id   string
 		tls  client.TLS
 		want string
 	}{
 		{"n1", n2, "names spiffe://sliceplane/node/n2, not spiffe://sliceplane/node/n1"},
+		{"n2", tlsOf(pki.Issue(certs.Request{Kind: "node", Name: "n2", Target: "kv"})),
+			"names spiffe://sliceplane/target/kv/node/n2, not spiffe://sliceplane/node/n2"},
 		{"n1", tlsOf(pki.Config("router", "n1")), "names spiffe://sliceplane/router/n1, not spiffe://sliceplane/node/n1"},
 		{"n2", client.TLS{Cert: n2.Cert, Key: n2.Key}, "--tls-ca missing"},
 		{"n2", client.TLS{Cert: n2.Cert, Key: n2.Cert, CA: n2.CA}, "loading"},
