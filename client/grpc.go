@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sliceplane/sliceplane/internal/target"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/attributes"
@@ -26,8 +27,11 @@ import (
 // NotOwner (the range moved), by the rule of retry.go. The picker records in the try's
 // context the route and the replica it chose, which the rule compares the map with.
 
-// GRPCScheme is the target scheme of the resolver GRPCDialOptions installs: any target
-// "sliceplane:///NAME" (NAME names the service for logs; the router's map is the same).
+// GRPCScheme is the target scheme of the resolver GRPCDialOptions installs:
+// "sliceplane:///NAME", where NAME is the router's target (RouterConfig.Target). A router of
+// the default target takes any NAME, as before targets, when NAME named the service for logs
+// only; a router of another target refuses a NAME that is not its target, as a ClientConn
+// meant for one service would otherwise send its calls to another's members.
 const GRPCScheme = "sliceplane"
 
 const grpcBalancerName = "sliceplane_key"
@@ -234,7 +238,10 @@ type nodeResolverBuilder struct{ r *Router }
 
 func (b *nodeResolverBuilder) Scheme() string { return GRPCScheme }
 
-func (b *nodeResolverBuilder) Build(_ resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
+func (b *nodeResolverBuilder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
+	if err := b.r.names(t.Endpoint()); err != nil {
+		return nil, err
+	}
 	views, stop := b.r.watchViews()
 	res := &nodeResolver{stop: make(chan struct{})}
 	res.wg.Go(func() {
@@ -393,4 +400,13 @@ func (p *keyPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	}
 	l.n.Add(1)
 	return balancer.PickResult{SubConn: sc, Done: l.finished}, nil
+}
+
+// names checks that the endpoint of a ClientConn's "sliceplane:///NAME" may be r's: its
+// target, or anything for a router of the default target.
+func (r *Router) names(name string) error {
+	if mine := target.Name(r.cfg.Target); mine != target.Default && name != mine {
+		return fmt.Errorf("client: the ClientConn names target %q (sliceplane:///%s), but its router routes target %q", name, name, mine)
+	}
+	return nil
 }

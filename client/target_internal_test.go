@@ -25,3 +25,16 @@ func TestAMemberActsInItsTarget(t *testing.T) {
 	_, err = NewMember(MemberConfig{ID: "m1", Target: "KV", App: idleApp{}, Assigners: []string{"127.0.0.1:1"}, Address: "127.0.0.1:2"})
 	assert.ErrorContains(t, err, `name "KV"`)
 }
+
+// TestAClientConnNamesItsRoutersTarget: a ClientConn of "sliceplane:///NAME" through the
+// router of target kv sends nothing when NAME is another target; the default target's
+// router takes any NAME, as before targets.
+func TestAClientConnNamesItsRoutersTarget(t *testing.T) {
+	kv, err := NewRouter(RouterConfig{Target: "kv", Assigners: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	assert.NoError(t, kv.names("kv"))
+	assert.ErrorContains(t, kv.names("ads"), `the ClientConn names target "ads" (sliceplane:///ads), but its router routes target "kv"`)
+	def, err := NewRouter(RouterConfig{Assigners: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	assert.NoError(t, def.names("counter"))
+}
