@@ -3,6 +3,7 @@ package assigner_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assigner"
+	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/target"
 )
@@ -156,4 +159,38 @@ func dialTarget(t *testing.T, name string, nodes ...*node) *grpc.ClientConn {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// TestTheWebViewOfATarget: the page's picker lists every target with its leader to an
+// unconfined viewer and only its own to a viewer confined to one, which may open its
+// target's view and not another's.
+func TestTheWebViewOfATarget(t *testing.T) {
+	s := startSecured(t, func(cfg *assigner.Config) { cfg.MetricsListen = "127.0.0.1:0" })
+	s.leading(t)
+	_, err := pb.NewTargetServiceClient(s.as(t, "admin", "alice")).CreateTarget(ctxT(t, 10*time.Second), &pb.CreateTargetRequest{Name: "kv"})
+	require.NoError(t, err)
+	type listed struct {
+		Targets []struct{ Name, Leader string }
+	}
+	viewer := newPage(t, s.srv.MetricsAddr(), s.pki.Source("viewer", "vera").ClientTLS("assigner"))
+	eventually(t, 10*time.Second, "both targets listed, each with its leader", func() bool {
+		var l listed
+		code, err := viewer.get("api/targets", &l)
+		return err == nil && code == http.StatusOK && len(l.Targets) == 2 && l.Targets[1].Name == "kv" && l.Targets[1].Leader == s.srv.Addr()
+	})
+	src, err := s.pki.Issue(certs.Request{Kind: "viewer", Name: "kim", Target: "kv"}).Load()
+	require.NoError(t, err)
+	kim := newPage(t, s.srv.MetricsAddr(), src.ClientTLS("assigner"))
+	var l listed
+	code, err := kim.get("api/targets?target=kv", &l)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, l.Targets, 1)
+	assert.Equal(t, "kv", l.Targets[0].Name)
+	code, err = kim.get("api/state?target=kv", nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code, "its target's view")
+	code, err = kim.get("api/state", nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusForbidden, code, "not the default target's")
 }
