@@ -18,7 +18,8 @@ holding the item's slice.
 
 An item has a key, an optional value of its own and optional fragments, each
 with an ID; it is placed by the xxhash64 of its key. --prefix must be the data
-prefix the assigner reads: its --prefix plus "data/", by default ` + writer.DefaultPrefix + `.
+prefix the assigner reads: its --prefix plus "data/", by default ` + writer.DefaultPrefix + `;
+with --target T and no --prefix, target T's: /sliceplane/t/T/data/.
 
 KEY and VALUE are taken as text, or as hex with --hex (for binary keys); the
 table output then shows keys and values in hex too. Values read from a file or

@@ -13,7 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/internal/source"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // dataOptions are the flags shared by the data commands; --output and --timeout are the
@@ -103,6 +105,15 @@ func (o *dataOptions) showBytes(b []byte) string {
 	return strconv.Quote(string(b))
 }
 
+// dataPrefix is --prefix, or with --target and no --prefix the target's data prefix in the
+// default layout (/sliceplane/t/<target>/data/).
+func (o *dataOptions) dataPrefix(cmd *cobra.Command) string {
+	if o.globalOptions.target == "" || cmd.Flags().Changed("prefix") {
+		return o.prefix
+	}
+	return target.Root(strings.TrimSuffix(writer.DefaultPrefix, "data/"), o.globalOptions.target) + "data/"
+}
+
 // withSource runs fn against the source, within --timeout.
 func (o *dataOptions) withSource(cmd *cobra.Command, fn func(ctx context.Context, s *source.Etcd) error) error {
 	parent := cmd.Context()
@@ -126,7 +137,7 @@ func (o *dataOptions) withSource(cmd *cobra.Command, fn func(ctx context.Context
 		return fmt.Errorf("connecting to etcd at %s: %w", endpoints, err)
 	}
 	defer cli.Close()
-	err = fn(ctx, source.NewEtcd(cli, o.prefix))
+	err = fn(ctx, source.NewEtcd(cli, o.dataPrefix(cmd)))
 	switch {
 	case err == nil:
 		return nil

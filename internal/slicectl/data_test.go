@@ -448,3 +448,20 @@ func TestDataHelp(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, root, "data")
 }
+
+// TestDataOfATarget: with --target and no --prefix, items go to the target's data prefix;
+// --prefix still wins.
+func TestDataOfATarget(t *testing.T) {
+	e := newDataEnv(t)
+	_, _, err := run(t, "--target", "kv", "data", "put", "user:1", "alice", "--etcd-endpoints", e.ep)
+	require.NoError(t, err)
+	resp, err := e.cli.Get(t.Context(), "/sliceplane/t/kv/data/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), resp.Count, "the item is kv's")
+	_, ok := e.item("user:1")
+	assert.False(t, ok, "not the default target's")
+	_, _, err = run(t, "--target", "kv", "data", "put", "user:2", "bob", "--etcd-endpoints", e.ep, "--prefix", writer.DefaultPrefix)
+	require.NoError(t, err)
+	_, ok = e.item("user:2")
+	assert.True(t, ok, "--prefix wins")
+}
