@@ -19,6 +19,7 @@ import (
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/keyspace"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // Errors of the commands that talk to an assigner.
@@ -47,6 +48,14 @@ type session struct {
 	// parent is the command's context: unlike the ctx a command runs with, it is not bounded
 	// by --timeout, for the parts that wait longer (drain, quanta --follow).
 	parent context.Context
+}
+
+// target names the target the session acts on.
+func (s *session) target() string {
+	if s.g == nil {
+		return target.Default
+	}
+	return target.Name(s.g.target)
 }
 
 // withAssigner connects to the leading assigner and runs fn within --timeout, then turns the

@@ -11,6 +11,7 @@ import (
 )
 
 type jsonStatus struct {
+	Target        string            `json:"target"`
 	Leader        bool              `json:"leader"`
 	LeaderAddress string            `json:"leader_address"`
 	Position      jsonPosition      `json:"position"`
@@ -95,7 +96,9 @@ why, and balancing passes are held (the leader keeps its term and serves).`,
 					return err
 				}
 				if !s.out.table() {
-					return s.out.print(statusJSON(st))
+					out := statusJSON(st)
+					out.Target = s.target()
+					return s.out.print(out)
 				}
 				return printStatus(s, st)
 			})
@@ -132,6 +135,7 @@ func printStatus(s *session, st *pb.StatusResponse) error {
 	case f != "":
 		balancing = f
 	}
+	row(w, "target", s.target())
 	row(w, "leader", leader)
 	row(w, "term", fmt.Sprint(st.GetPosition().GetTerm()))
 	row(w, "position", showPosition(st.GetPosition()))
