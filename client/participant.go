@@ -552,10 +552,8 @@ func checkIDs(id, name string) error {
 	if err := assignment.NodeID(id).Validate(); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	if name != "" {
-		if err := target.CheckName(name); err != nil {
-			return fmt.Errorf("client: %w", err)
-		}
+	if err := target.CheckRef(name); err != nil {
+		return fmt.Errorf("client: %w", err)
 	}
 	return nil
 }

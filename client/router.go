@@ -211,10 +211,8 @@ func (c *RouterConfig) Validate() error {
 			addrs = append(addrs, a)
 		}
 	}
-	if c.Target != "" {
-		if err := target.CheckName(c.Target); err != nil {
-			return fmt.Errorf("client: %w", err)
-		}
+	if err := target.CheckRef(c.Target); err != nil {
+		return fmt.Errorf("client: %w", err)
 	}
 	switch {
 	case len(addrs) == 0:

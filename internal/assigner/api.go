@@ -56,7 +56,7 @@ func (a *api) feed() (*mapserve.Feed, error) {
 }
 
 func (a *api) notLeader() error {
-	if addr, _ := a.s.leaderAddr.Load().(string); addr != "" {
+	if addr := a.s.leader(); addr != "" {
 		return status.Errorf(codes.Unavailable, "assigner: not the leader; the leader is at %s", addr)
 	}
 	return status.Error(codes.Unavailable, "assigner: not the leader, and no leader is known yet")
@@ -299,7 +299,7 @@ func rejectReason(err error) string {
 // AdminService
 
 func (a *api) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	leaderAddr, _ := a.s.leaderAddr.Load().(string)
+	leaderAddr := a.s.leader()
 	if a.s.leading.Load() == nil {
 		return &pb.StatusResponse{Leader: false, LeaderAddress: leaderAddr}, nil
 	}

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -370,9 +369,4 @@ func recv[T interface{ GetHeartbeat() bool }](w interface{ Recv() (T, error) }) 
 			return m, err
 		}
 	}
-}
-
-// metadataWithTarget makes ctx's calls name target name.
-func metadataWithTarget(ctx context.Context, name string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, target.MetadataKey, name)
 }

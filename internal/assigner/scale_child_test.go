@@ -189,8 +189,14 @@ func (p *assignerProc) stop() {
 
 // file waits until the child has written the file name in its directory, and returns it.
 func (p *assignerProc) file(b *testing.B, name string, deadline time.Time) string {
+	return childFile(b, p.dir, name, deadline)
+}
+
+// childFile waits until a child has written the file name in its directory dir, and
+// returns it.
+func childFile(b *testing.B, dir, name string, deadline time.Time) string {
 	for {
-		if data, _ := os.ReadFile(filepath.Join(p.dir, name)); len(data) > 0 {
+		if data, _ := os.ReadFile(filepath.Join(dir, name)); len(data) > 0 {
 			return string(data)
 		}
 		if time.Now().After(deadline) {

@@ -14,7 +14,6 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -45,7 +44,7 @@ type running struct {
 	*served
 	record registry.Record
 	places chan placement // the latest placement only
-	stop   context.CancelFunc
+	cancel context.CancelFunc
 	done   chan struct{}
 }
 
@@ -98,13 +97,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // lookup returns the target a call names in its metadata (target.MetadataKey), the default
 // one if it names none.
-func (s *Server) lookup(ctx context.Context) (*served, error) {
-	name := target.Default
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(target.MetadataKey)) > 0 {
-		name = md.Get(target.MetadataKey)[0]
-	}
-	return s.named(name)
-}
+func (s *Server) lookup(ctx context.Context) (*served, error) { return s.named(authz.CallTarget(ctx)) }
 
 func (s *Server) named(name string) (*served, error) {
 	s.mu.Lock()
@@ -155,8 +148,7 @@ func (s *Server) serveTargets(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			continue // deleted meanwhile
 		}
-		leader, _ := t.leaderAddr.Load().(string)
-		out.Targets = append(out.Targets, entry{Name: name, Leader: leader})
+		out.Targets = append(out.Targets, entry{Name: name, Leader: t.leader()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out) // the client may be gone
@@ -239,7 +231,7 @@ func (s *Server) declareOnce(ctx context.Context) error {
 	}
 	for _, want := range s.cfg.Targets {
 		old, exists := current[want.Name]
-		if exists && slices.Equal(old.Config.Marshal(), want.Config.Marshal()) {
+		if exists && old.Config.Equal(want.Config) {
 			continue
 		}
 		action := map[bool]string{true: "update", false: "create"}[exists]
@@ -301,7 +293,7 @@ func (s *Server) spread(live []string) {
 	defer s.mu.Unlock()
 	for name, r := range s.targets {
 		ranked := target.Rank(name, live)
-		p := placement{role: target.Of(name, s.cfg.Advertise, live)}
+		p := placement{role: target.Of(ranked, s.cfg.Advertise)}
 		if len(ranked) > 0 {
 			p.owner = ranked[0]
 		}
@@ -331,7 +323,7 @@ func (s *Server) reconcile(ctx context.Context, observer *concurrency.Session, s
 	var stale []*running
 	s.mu.Lock()
 	for name, r := range s.targets {
-		if w, ok := want[name]; !ok || !slices.Equal(w.Config.Marshal(), r.record.Config.Marshal()) {
+		if w, ok := want[name]; !ok || !w.Config.Equal(r.record.Config) {
 			stale = append(stale, r)
 		}
 	}
@@ -354,7 +346,7 @@ func (s *Server) reconcile(ctx context.Context, observer *concurrency.Session, s
 			s.targets[name] = r
 		}
 		if r.done == nil {
-			s.run(ctx, observer, r)
+			r.run(ctx, observer)
 		}
 	}
 	return nil
@@ -380,8 +372,9 @@ func (s *Server) start(rec registry.Record) (*running, error) {
 	return &running{served: t, record: rec, places: make(chan placement, 1)}, nil
 }
 
-func (s *Server) run(ctx context.Context, observer *concurrency.Session, r *running) {
-	ctx, r.stop = context.WithCancel(ctx)
+// run supervises r on a goroutine of its own, until halt.
+func (r *running) run(ctx context.Context, observer *concurrency.Session) {
+	ctx, r.cancel = context.WithCancel(ctx)
 	r.done = make(chan struct{})
 	go func() {
 		defer close(r.done)
@@ -389,12 +382,20 @@ func (s *Server) run(ctx context.Context, observer *concurrency.Session, r *runn
 	}()
 }
 
+// halt ends r's supervision, if it runs, and waits for it: its campaign and its leadership
+// end, its lease is revoked.
+func (r *running) halt() {
+	if r.done == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	r.done = nil
+}
+
 // stop ends r: its campaign, its leadership if it leads, its metrics and health status.
 func (s *Server) stop(r *running) {
-	if r.done != nil {
-		r.stop()
-		<-r.done
-	}
+	r.halt()
 	if r.name != target.Default {
 		r.collectors.unregisterAll()
 	}
@@ -408,11 +409,7 @@ func (s *Server) stopAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.targets {
-		if r.done != nil {
-			r.stop()
-			<-r.done
-			r.done = nil
-		}
+		r.halt()
 	}
 }
 

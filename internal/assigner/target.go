@@ -86,6 +86,12 @@ func newTarget(name string, cfg Config, reg prometheus.Registerer, h *health.Ser
 	return t, nil
 }
 
+// leader returns the advertised address of the target's leader, "" if none is known.
+func (s *served) leader() string {
+	addr, _ := s.leaderAddr.Load().(string)
+	return addr
+}
+
 // placement is what this assigner is to a target (target.Of), and the target's owner.
 type placement struct {
 	role  target.Role

@@ -52,10 +52,7 @@ func (a targetAPI) UpdateTarget(ctx context.Context, req *pb.UpdateTargetRequest
 // target applies it, and writes it.
 func (a targetAPI) put(ctx context.Context, name, config string, create bool) (*pb.Target, error) {
 	c, err := registry.Parse([]byte(config))
-	if err == nil {
-		err = target.CheckName(name)
-	}
-	if err == nil {
+	if err == nil { // the name is the registry's to check (Put)
 		_, err = c.Apply(*a.s.cfg.rawCore)
 	}
 	if err != nil {
@@ -92,7 +89,7 @@ func (a targetAPI) toProto(r registry.Record) *pb.Target {
 		out.ChangedAt = timestamppb.New(r.Changed.At)
 	}
 	if t, err := a.s.named(r.Name); err == nil {
-		out.Leader, _ = t.leaderAddr.Load().(string)
+		out.Leader = t.leader()
 	}
 	return out
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -86,7 +85,7 @@ type targetProc struct {
 func startTargetProc(b *testing.B, dir, etcd string) *targetProc {
 	p := &targetProc{dir: dir, logDone: make(chan struct{}), passes: map[string][]time.Time{}, led: map[string]time.Time{}}
 	p.child = startChild(b, []string{targetsChildEnv + "=" + dir, targetsEtcdEnv + "=" + etcd}, p.readLog)
-	p.addr = (&assignerProc{dir: dir}).file(b, "addr.txt", time.Now().Add(time.Minute))
+	p.addr = childFile(b, dir, "addr.txt", time.Now().Add(time.Minute))
 	return p
 }
 
@@ -114,13 +113,16 @@ func (p *targetProc) readLog(r io.Reader) {
 	}
 }
 
-// intervals returns the intervals between the passes of every target that this assigner
-// made within [from, to), in seconds.
-func (p *targetProc) intervals(from, to time.Time) []float64 {
+// intervals returns the intervals between the passes that this assigner made within
+// [from, to), in seconds, of every target that keep keeps (nil: every target).
+func (p *targetProc) intervals(from, to time.Time, keep func(name string) bool) []float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []float64
-	for _, ts := range p.passes {
+	for name, ts := range p.passes {
+		if keep != nil && !keep(name) {
+			continue
+		}
 		for i := 1; i < len(ts); i++ {
 			if !ts[i-1].Before(from) && ts[i].Before(to) {
 				out = append(out, ts[i].Sub(ts[i-1]).Seconds())
@@ -220,7 +222,7 @@ func benchTargets(b *testing.B, targets, members int, big bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	procs := []*targetProc{startTargetProc(b, b.TempDir(), "")}
-	etcd := (&assignerProc{dir: procs[0].dir}).file(b, "etcd.txt", time.Now().Add(time.Minute))
+	etcd := childFile(b, procs[0].dir, "etcd.txt", time.Now().Add(time.Minute))
 	procs = append(procs, startTargetProc(b, b.TempDir(), etcd), startTargetProc(b, b.TempDir(), etcd))
 	defer func() {
 		for _, p := range procs {
@@ -243,7 +245,7 @@ func benchTargets(b *testing.B, targets, members int, big bool) {
 	cpu1 := cpus(b, procs)
 	var all []float64
 	for i, p := range procs {
-		iv := p.intervals(from, to)
+		iv := p.intervals(from, to, nil)
 		all = append(all, iv...)
 		led := leads(p, names, from)
 		b.Logf("assigner %d: leads %d targets, %.3f cores (%.1f ms of CPU a second per target), RSS %.0f MiB",
@@ -268,13 +270,8 @@ func reportBeside(b *testing.B, procs []*targetProc, big string, from, to time.T
 		if len(bigPasses) == 0 || bigPasses[len(bigPasses)-1].Before(from) {
 			continue
 		}
-		var small []float64
-		for _, name := range slices.Collect(maps.Keys(p.passes)) {
-			if name != big && name != "default" {
-				small = append(small, (&targetProc{passes: map[string][]time.Time{name: p.passes[name]}}).intervals(from, to)...)
-			}
-		}
-		own := (&targetProc{passes: map[string][]time.Time{big: bigPasses}}).intervals(from, to)
+		small := p.intervals(from, to, func(name string) bool { return name != big && name != "default" })
+		own := p.intervals(from, to, func(name string) bool { return name == big })
 		b.ReportMetric(percentile(small, 0.99)*1000, "beside-big-p99-ms")
 		b.ReportMetric(percentile(own, 0.99)*1000, "big-interval-p99-ms")
 		return
@@ -354,7 +351,7 @@ func killOne(b *testing.B, procs []*targetProc, names []string) {
 	time.Sleep(5 * time.Second)
 	var others []float64
 	for _, p := range survivors {
-		others = append(others, p.intervals(killed, time.Now())...)
+		others = append(others, p.intervals(killed, time.Now(), nil)...)
 	}
 	b.ReportMetric(worst.Seconds()*1000, "kill-releads-max-ms")
 	b.ReportMetric(float64(len(moved)), "kill-moved-targets")

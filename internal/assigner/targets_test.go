@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -50,8 +51,9 @@ func leaders(t *testing.T, names []string, live []*node, within time.Duration) m
 	return out
 }
 
+// named makes ctx's calls name target name.
 func named(ctx context.Context, name string) context.Context {
-	return metadataWithTarget(ctx, name)
+	return metadata.AppendToOutgoingContext(ctx, target.MetadataKey, name)
 }
 
 // TestTargetsSpreadAndFailOverAlone: targets created through the registry are led by their

@@ -28,7 +28,7 @@ import (
 
 // LeaderHealthService is the health service name that only the default target's leading
 // assigner serves; another target's is target.LeaderHealthService(name).
-const LeaderHealthService = "sliceplane.leader"
+const LeaderHealthService = target.DefaultLeaderHealth
 
 // Liveness parameters. A peer that hangs (SIGSTOP, a stalled link) keeps its TCP connection
 // open: without keepalive a stream to it stays "open" forever.
@@ -172,15 +172,21 @@ func Target(name string) []grpc.DialOption {
 	if target.Name(name) == target.Default {
 		return nil
 	}
-	named := func(ctx context.Context) context.Context {
-		return metadata.AppendToOutgoingContext(ctx, target.MetadataKey, name)
+	return WithMetadata(target.MetadataKey, name)
+}
+
+// WithMetadata returns the options of a connection that adds key: value to the outgoing
+// metadata of every call, unary and streaming.
+func WithMetadata(key, value string) []grpc.DialOption {
+	with := func(ctx context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, key, value)
 	}
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			return invoker(named(ctx), method, req, reply, cc, opts...)
+			return invoker(with(ctx), method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			return streamer(named(ctx), desc, cc, method, opts...)
+			return streamer(with(ctx), desc, cc, method, opts...)
 		}),
 	}
 }

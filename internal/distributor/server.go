@@ -129,10 +129,8 @@ func (c *Config) Validate() error {
 	if c.Prefix == "" {
 		c.Prefix = "/sliceplane/"
 	}
-	if c.Target != "" {
-		if err := target.CheckName(c.Target); err != nil {
-			return fmt.Errorf("distributor: --target: %w", err)
-		}
+	if err := target.CheckRef(c.Target); err != nil {
+		return fmt.Errorf("distributor: --target: %w", err)
 	}
 	if err := grpcserver.FillDefaults("distributor",
 		grpcserver.Default("--session-ttl", &c.SessionTTL, 5*time.Second),

@@ -124,24 +124,15 @@ func LoadSet(ctx context.Context, cli *clientv3.Client, key string) (map[string]
 // until ctx ends; then it closes the channel. A watch that fails is restarted from a fresh
 // Load, so no change is missed, though changes that cancel out may not be seen.
 func Watch(ctx context.Context, cli *clientv3.Client, prefix string, set quantum.Distributors, rev int64) <-chan quantum.Distributors {
-	out := make(chan quantum.Distributors)
-	go func() {
-		defer close(out)
-		for s := range WatchSet(ctx, cli, prefix+dir, set, rev) {
-			if !send(ctx, out, s) {
-				return
-			}
-		}
-	}()
-	return out
+	return WatchSet(ctx, cli, prefix+dir, set, rev)
 }
 
 // WatchSet delivers the whole set of keys under key (as LoadSet reads it) after every change
 // following revision rev, until ctx ends; then it closes the channel. A watch that fails is
 // restarted from a fresh LoadSet, so no change is missed, though changes that cancel out may
 // not be seen.
-func WatchSet(ctx context.Context, cli *clientv3.Client, key string, set map[string]string, rev int64) <-chan map[string]string {
-	out := make(chan map[string]string)
+func WatchSet[S ~map[string]string](ctx context.Context, cli *clientv3.Client, key string, set S, rev int64) <-chan S {
+	out := make(chan S)
 	go func() {
 		defer close(out)
 		set = maps.Clone(set)
@@ -162,17 +153,17 @@ func WatchSet(ctx context.Context, cli *clientv3.Client, key string, set map[str
 				continue
 			}
 			_ = err // the failure is recovered from; LoadSet's result says what changed meanwhile
-			if !maps.Equal(fresh, set) && !send(ctx, out, fresh) {
+			if !maps.Equal(S(fresh), set) && !send(ctx, out, S(fresh)) {
 				return
 			}
-			set, rev = fresh, at
+			set, rev = S(fresh), at
 		}
 	}()
 	return out
 }
 
 // watch follows the set from rev until the watch fails or ctx ends, keeping set current.
-func watch(ctx context.Context, cli *clientv3.Client, key string, set map[string]string, rev int64, out chan<- map[string]string) error {
+func watch[S ~map[string]string](ctx context.Context, cli *clientv3.Client, key string, set S, rev int64, out chan<- S) error {
 	for resp := range cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if err := resp.Err(); err != nil {
 			return err

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
@@ -103,20 +102,12 @@ func (g *globalOptions) dial() (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	who := caller()
-	withUser := func(ctx context.Context) context.Context {
-		return metadata.AppendToOutgoingContext(ctx, userMetadata, who)
-	}
-	conn, err := dial.TargetLeader(g.target, g.assigners,
+	opts := append([]grpc.DialOption{
 		src.DialOption("assigner"),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 		grpc.WithUserAgent("slicectl"),
-		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			return invoker(withUser(ctx), method, req, reply, cc, opts...)
-		}),
-		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			return streamer(withUser(ctx), desc, cc, method, opts...)
-		}))
+	}, dial.WithMetadata(userMetadata, caller())...)
+	conn, err := dial.TargetLeader(g.target, g.assigners, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the assigner: %w", err)
 	}

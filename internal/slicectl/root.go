@@ -205,10 +205,9 @@ func (g *globalOptions) check(allowed []string) error {
 		return fmt.Errorf("--output %q: want %s", g.output, orList(allowed))
 	case g.timeout <= 0:
 		return fmt.Errorf("--timeout %s: want a positive duration", g.timeout)
-	case g.target != "":
-		if err := target.CheckName(g.target); err != nil {
-			return fmt.Errorf("--target: %w", err)
-		}
+	}
+	if err := target.CheckRef(g.target); err != nil {
+		return fmt.Errorf("--target: %w", err)
 	}
 	return nil
 }

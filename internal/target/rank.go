@@ -39,10 +39,9 @@ const (
 	Backup
 )
 
-// Of returns what assigner self is to target name among the live assigners: the owner and
-// the backup campaign for it, the others only follow who leads it.
-func Of(name, self string, live []string) Role {
-	ranked := Rank(name, live)
+// Of returns what assigner self is to a target whose live assigners Rank ranked so: the
+// owner and the backup campaign for it, the others only follow who leads it.
+func Of(ranked []string, self string) Role {
 	switch {
 	case len(ranked) > 0 && ranked[0] == self:
 		return Owner

@@ -37,6 +37,15 @@ func CheckName(name string) error {
 	return nil
 }
 
+// CheckRef accepts what names a target in a client's config or a flag: a name CheckName
+// accepts, or "" for the default target.
+func CheckRef(name string) error {
+	if name == "" {
+		return nil
+	}
+	return CheckName(name)
+}
+
 // Name returns name, or Default for "".
 func Name(name string) string {
 	if name == "" {
@@ -54,14 +63,15 @@ func Root(prefix, name string) string {
 	return prefix + "t/" + name + "/"
 }
 
-const defaultLeaderHealth = "sliceplane.leader"
+// DefaultLeaderHealth is the default target's leader health service, as before targets.
+const DefaultLeaderHealth = "sliceplane.leader"
 
 // LeaderHealthService returns the gRPC health service name that an assigner serves while it
 // leads target name: "sliceplane.leader" for the default target, as before targets, and
 // "sliceplane.leader/<name>" for the others.
 func LeaderHealthService(name string) string {
 	if Name(name) == Default {
-		return defaultLeaderHealth
+		return DefaultLeaderHealth
 	}
 	return "sliceplane.leader/" + name
 }

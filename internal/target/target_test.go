@@ -18,6 +18,8 @@ func TestNames(t *testing.T) {
 	for _, bad := range []string{"", "KV", "-kv", "kv-", "k/v", "k.v", string(make([]byte, 64))} {
 		assert.ErrorIs(t, target.CheckName(bad), target.ErrInvalid, "%q", bad)
 	}
+	assert.NoError(t, target.CheckRef(""), "the default target")
+	assert.ErrorIs(t, target.CheckRef("KV"), target.ErrInvalid)
 	assert.Equal(t, "/sp/", target.Root("/sp/", ""), "the default target's keys are where they were")
 	assert.Equal(t, "/sp/", target.Root("/sp/", target.Default))
 	assert.Equal(t, "/sp/t/kv/", target.Root("/sp/", "kv"))
@@ -38,9 +40,9 @@ func TestRankMovesOnlyWhatItMust(t *testing.T) {
 		require.Equal(t, r, target.Rank(name, []string{three[2], three[0], three[1]}), "the order given does not matter")
 		owners[name] = r[0]
 		count[r[0]]++
-		assert.Equal(t, target.Owner, target.Of(name, r[0], three))
-		assert.Equal(t, target.Backup, target.Of(name, r[1], three))
-		assert.Equal(t, target.Neither, target.Of(name, r[2], three))
+		assert.Equal(t, target.Owner, target.Of(r, r[0]))
+		assert.Equal(t, target.Backup, target.Of(r, r[1]))
+		assert.Equal(t, target.Neither, target.Of(r, r[2]))
 	}
 	for _, a := range three {
 		assert.InDelta(t, 100, count[a], 30, "targets spread: %v", count)
@@ -60,5 +62,5 @@ func TestRankMovesOnlyWhatItMust(t *testing.T) {
 			assert.Equal(t, four[3], now, "%s moves only to the newcomer", name)
 		}
 	}
-	assert.Equal(t, target.Neither, target.Of("kv", "x", nil))
+	assert.Equal(t, target.Neither, target.Of(target.Rank("kv", nil), "x"))
 }

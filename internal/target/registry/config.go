@@ -70,6 +70,9 @@ func Parse(data []byte) (Config, error) {
 	return c, nil
 }
 
+// Equal reports whether c and o say the same, as target.yaml.
+func (c Config) Equal(o Config) bool { return bytes.Equal(c.Marshal(), o.Marshal()) }
+
 // Marshal returns c as target.yaml.
 func (c Config) Marshal() []byte {
 	out, err := yaml.Marshal(c)
