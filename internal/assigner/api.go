@@ -186,7 +186,7 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 	if err != nil {
 		return nil, err
 	}
-	a.fresh.record(id, req.GetStale(), silence, a.s.now(), a.s.cfg.Core.NodeTTL)
+	a.fresh.record(id, req.GetStale(), silence, a.s.now(), a.s.coreCfg.Load().NodeTTL)
 	return &pb.HeartbeatResponse{Ttl: durationpb.New(rep.TTL), Draining: rep.Draining, Distributor: distributor(rep.Distributor),
 		Lease: optDuration(rep.Lease), Generation: rep.Generation}, nil
 }
@@ -352,7 +352,7 @@ func (a *api) ListNodes(ctx context.Context, _ *pb.ListNodesRequest) (*pb.ListNo
 		info := &pb.NodeInfo{Node: wire.NodeToProto(n.Node.Node), Address: n.Address, Labels: n.Labels,
 			Draining: n.Draining, Slices: uint32(n.Slices), Load: n.Load, LastSeen: timestamppb.New(n.LastSeen),
 			Loading: uint32(n.Loading), Primaries: uint32(n.Primaries), Roles: n.Roles, Idle: n.Idle}
-		if f, ok := a.fresh.of(n.Node.ID, now, a.s.cfg.Core.NodeTTL); ok {
+		if f, ok := a.fresh.of(n.Node.ID, now, a.s.coreCfg.Load().NodeTTL); ok {
 			info.Stale = f.stale
 			if f.silence > 0 {
 				info.Silence = durationpb.New(f.silence)

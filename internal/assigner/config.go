@@ -81,7 +81,7 @@ func (c *Config) Validate() error {
 		c.Prefix = "/sliceplane/"
 	}
 	if c.SourcePrefix == "" {
-		c.SourcePrefix = c.Prefix + "data/"
+		c.SourcePrefix = target.DataPrefix(c.Prefix, target.Default)
 	}
 	if err := grpcserver.FillDefaults("assigner",
 		grpcserver.Default("--pass-interval", &c.PassInterval, time.Second),

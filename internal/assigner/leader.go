@@ -131,6 +131,8 @@ type leadership struct {
 	done  chan struct{} // closed when the leadership ends
 	fence etcdstate.Fence
 	wake  time.Time // when the core wants its next Tick
+	// configGen is the count of the target's config changes the core has (served.coreConfig).
+	configGen uint64
 
 	snapshotting atomic.Bool
 	background   sync.WaitGroup // snapshots and history being written
@@ -275,15 +277,14 @@ func (s *served) begin(ctx context.Context, e *concurrency.Election, lease *lead
 	// nothing of leadership, which only the etcd lease decides. The new term then starts
 	// from the stored clock, with balancing held until the source answers (sourceLost).
 	b.clock, b.sourceErr = s.readClock(ctx)
-	cfg := s.cfg.Core
-	cfg.PassInterval, cfg.ClockInterval = s.cfg.PassInterval, s.cfg.ClockInterval
+	cfg, gen := s.coreConfig()
 	c, err := core.New(cfg)
 	if err != nil {
 		return nil, b, err
 	}
 	term := uint64(e.Rev())
 	l := &leadership{term: term, fence: etcdstate.Fence{Key: e.Key(), Rev: e.Rev()}, lease: lease, core: c,
-		log: s.log.With("term", term), reqs: make(chan request), done: make(chan struct{})}
+		log: s.log.With("term", term), reqs: make(chan request), done: make(chan struct{}), configGen: gen}
 	// Before the first step: a step that changes the map records a column and may persist the
 	// history, which must go on from the persisted one, not replace its first chunk.
 	s.restoreHistory(ctx, l)
@@ -327,6 +328,9 @@ func (s *served) loop(ctx context.Context, l *leadership, b boot) error {
 			return err
 		}
 	}
+	if err := s.applyConfig(ctx, l); err != nil { // a change while the term began
+		return err
+	}
 	timer := time.NewTimer(l.untilWake(s.now()))
 	defer timer.Stop()
 	for {
@@ -345,12 +349,36 @@ func (s *served) loop(ctx context.Context, l *leadership, b boot) error {
 			err = s.observed(ctx, l, core.DistributorsChanged{Distributors: d})
 		case ev := <-sourceEvents:
 			err = s.sourceEvent(ctx, l, ev)
+		case <-s.reconfigured:
+			err = s.applyConfig(ctx, l)
 		}
 		if err != nil {
 			return err
 		}
 		timer.Reset(l.untilWake(s.now()))
 	}
+}
+
+// applyConfig steps the target's latest config into the core, if the core does not have
+// it yet. A config the term cannot take (a new role model) is logged: it takes effect when
+// the target's runtime restarts (Server.reconcile), not here.
+func (s *served) applyConfig(ctx context.Context, l *leadership) error {
+	cfg, gen := s.coreConfig()
+	if gen == l.configGen {
+		return nil
+	}
+	start, err := s.steady(ctx, l)
+	if err != nil {
+		return err
+	}
+	rep, err := s.run(ctx, l, start, core.Reconfigure{Config: cfg})
+	l.configGen = gen
+	if rep.Err != nil {
+		l.log.Error("the target's new config does not apply in this term", "err", rep.Err)
+	} else if err == nil {
+		l.log.Info("the target's new config applies from the next pass", "algorithm", cfg.Algorithm, "params", cfg.Params, "node_ttl", cfg.NodeTTL)
+	}
+	return err
 }
 
 // untilWake returns how long the loop may wait for the core's next Tick: until its wake, but

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
 	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/grpcserver"
 	"github.com/sliceplane/sliceplane/internal/membership"
@@ -124,13 +125,13 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	t.page.ServeHTTP(w, r)
 }
 
-// serveTargets lists the targets and their leaders: all of them, or only its own to a caller
-// whose identity is confined to one.
+// serveTargets lists the targets and their leaders: all of them, or only those a caller
+// confined to one, or scoped to some by the policy, may act in.
 func (s *Server) serveTargets(w http.ResponseWriter, r *http.Request) {
-	confinedTo := ""
+	admits := func(string) bool { return true }
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		if id, err := mtls.IdentityOf(r.TLS.PeerCertificates[0]); err == nil {
-			confinedTo = id.Target
+			admits = func(name string) bool { return s.cfg.Policy.Admits(id, name) }
 		}
 	}
 	type entry struct {
@@ -141,7 +142,7 @@ func (s *Server) serveTargets(w http.ResponseWriter, r *http.Request) {
 		Targets []entry `json:"targets"`
 	}{Targets: []entry{}}
 	for _, name := range s.Targets() {
-		if confinedTo != "" && name != confinedTo {
+		if !admits(name) {
 			continue
 		}
 		t, err := s.named(name)
@@ -306,8 +307,8 @@ func (s *Server) spread(live []string) {
 }
 
 // reconcile runs the targets the registry holds (and the default one), stops those it no
-// longer holds, and restarts those whose config changed: a target's new config takes
-// effect in its next term.
+// longer holds, and applies the configs that changed: in place where the running term can
+// take them (retune), by a restart, and so a new term, where it cannot.
 func (s *Server) reconcile(ctx context.Context, observer *concurrency.Session, set map[string]string) error {
 	recs, err := registry.Decode(set)
 	if err != nil {
@@ -323,7 +324,7 @@ func (s *Server) reconcile(ctx context.Context, observer *concurrency.Session, s
 	var stale []*running
 	s.mu.Lock()
 	for name, r := range s.targets {
-		if w, ok := want[name]; !ok || !w.Config.Equal(r.record.Config) {
+		if w, ok := want[name]; !ok || !w.Config.Equal(r.record.Config) && !s.retune(r, w) {
 			stale = append(stale, r)
 		}
 	}
@@ -352,19 +353,45 @@ func (s *Server) reconcile(ctx context.Context, observer *concurrency.Session, s
 	return nil
 }
 
+// retune gives running target r its new config rec in place, and reports whether it could:
+// everything but the role model and the exclusive mode, which a term keeps (a primary's
+// lease and fence mean nothing under another model), applies at the leader's next pass.
+func (s *Server) retune(r *running, rec registry.Record) bool {
+	cc, err := s.coreOf(rec)
+	if err != nil { // the registry checks a config before it stores it
+		r.log.Error("the target's new config is invalid; it keeps its config", "err", err)
+		return true
+	}
+	if old := r.coreCfg.Load(); cc.Roles != old.Roles || cc.Exclusive != old.Exclusive {
+		return false
+	}
+	r.reconfigure(cc)
+	r.record = rec
+	r.log.Info("the target's config changed", "config", string(rec.Config.Marshal()))
+	return true
+}
+
+// coreOf returns the core config of target rec: the flags' for the default target, the
+// flags' under its target.yaml for the others.
+func (s *Server) coreOf(rec registry.Record) (core.Config, error) {
+	if rec.Name == target.Default {
+		return s.cfg.Core, nil
+	}
+	cc, err := rec.Config.Apply(*s.cfg.rawCore)
+	if err == nil {
+		err = fillCore(&cc)
+	}
+	return cc, err
+}
+
 // start builds the runtime of target rec.
 func (s *Server) start(rec registry.Record) (*running, error) {
 	cfg := s.cfg
-	if rec.Name != target.Default {
-		cc, err := rec.Config.Apply(*s.cfg.rawCore)
-		if err == nil {
-			err = fillCore(&cc)
-		}
-		if err != nil {
-			return nil, err
-		}
-		cfg.Core = cc
+	cc, err := s.coreOf(rec)
+	if err != nil {
+		return nil, err
 	}
+	cfg.Core = cc
 	t, err := newTarget(rec.Name, cfg, s.cfg.Registry, s.health)
 	if err != nil {
 		return nil, err

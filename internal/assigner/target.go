@@ -48,6 +48,12 @@ type served struct {
 	leading    atomic.Pointer[leadership] // nil unless this assigner leads the target
 	leaderAddr atomic.Value               // string: the leader's advertised address, if known
 
+	// coreCfg is the target's core config, the latest its target.yaml gave (cfg.Core at
+	// first); configGen counts its changes, and reconfigured tells the leader's loop of one.
+	coreCfg      atomic.Pointer[core.Config]
+	configGen    atomic.Uint64
+	reconfigured chan struct{}
+
 	// now is the leader's clock (monotonic), and keepAlive makes one keep-alive round trip of
 	// a lease: tests replace them to suspend the process or cut it from etcd.
 	now       func() time.Time
@@ -59,7 +65,7 @@ type served struct {
 func newTarget(name string, cfg Config, reg prometheus.Registerer, h *health.Server) (*served, error) {
 	root := target.Root(cfg.Prefix, name)
 	if name != target.Default {
-		cfg.Prefix, cfg.SourcePrefix, cfg.Source = root, root+"data/", nil
+		cfg.Prefix, cfg.SourcePrefix, cfg.Source = root, target.DataPrefix(cfg.Prefix, name), nil
 	}
 	if cfg.Source == nil {
 		cfg.Source = source.NewEtcd(cfg.Client, cfg.SourcePrefix)
@@ -75,7 +81,9 @@ func newTarget(name string, cfg Config, reg prometheus.Registerer, h *health.Ser
 		name: name, cfg: cfg, log: log, store: etcdstate.New(cfg.Client, cfg.Prefix+"assigner/"), source: cfg.Source,
 		metrics: newMetrics(col), view: view, page: view.Handler(log), api: a, health: h,
 		healthName: target.LeaderHealthService(name), collectors: col, now: time.Now, keepAlive: etcdKeepAlive,
+		reconfigured: make(chan struct{}, 1),
 	}
+	t.coreCfg.Store(&cfg.Core)
 	_, t.clockOnly = cfg.Source.(source.ClockWatcher)
 	t.leaderAddr.Store("")
 	t.store.Observe = func(op string, d time.Duration) { t.metrics.etcdWrite.WithLabelValues(op).Observe(d.Seconds()) }
@@ -84,6 +92,26 @@ func newTarget(name string, cfg Config, reg prometheus.Registerer, h *health.Ser
 		Closed: "assigner: this assigner stopped leading target " + name + "; reconnect to its leader", NoMap: a.toStatus(core.ErrNoMap)}
 	h.SetServingStatus(t.healthName, healthpb.HealthCheckResponse_NOT_SERVING)
 	return t, nil
+}
+
+// coreConfig returns the target's core config, with the process's intervals, and its count
+// of changes: read in that order, so that a change in between is applied again, not missed.
+func (s *served) coreConfig() (core.Config, uint64) {
+	gen := s.configGen.Load()
+	cfg := *s.coreCfg.Load()
+	cfg.PassInterval, cfg.ClockInterval = s.cfg.PassInterval, s.cfg.ClockInterval
+	return cfg, gen
+}
+
+// reconfigure makes cfg the target's core config: a term begins with it, and the leader's
+// loop, if this assigner leads, steps it (core.Reconfigure) so that its next pass uses it.
+func (s *served) reconfigure(cfg core.Config) {
+	s.coreCfg.Store(&cfg)
+	s.configGen.Add(1)
+	select {
+	case s.reconfigured <- struct{}{}:
+	default: // one is pending: the loop reads the latest
+	}
 }
 
 // leader returns the advertised address of the target's leader, "" if none is known.

@@ -196,3 +196,44 @@ func TestTheWebViewOfATarget(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusForbidden, code, "not the default target's")
 }
+
+// TestATargetsConfigChangesWithoutANewTerm: a target's new constants (its churn budget) are
+// applied by its leader in the term it leads, persisted with the config they came from; a
+// new role model takes a new term.
+func TestATargetsConfigChangesWithoutANewTerm(t *testing.T) {
+	c := newCluster(t)
+	// Make-before-break, which a primary-secondary target needs.
+	n := c.start(func(cfg *assigner.Config) { cfg.Core.BreakBeforeMake = false })
+	owner(t, n)
+	admin := pb.NewTargetServiceClient(n.conn)
+	_, err := admin.CreateTarget(ctxT(t, 5*time.Second), &pb.CreateTargetRequest{Name: "kv", Config: "churn_budget: 0.05\n"})
+	require.NoError(t, err)
+	status := func() *pb.StatusResponse {
+		st, err := n.admin.Status(named(ctxT(t, time.Second), "kv"), &pb.StatusRequest{})
+		if err != nil {
+			return nil
+		}
+		return st
+	}
+	var term uint64
+	eventually(t, 10*time.Second, "kv led with its churn budget", func() bool {
+		st := status()
+		term = st.GetPosition().GetTerm()
+		return st.GetLeader() && st.GetParams()["max_churn"] == "0.05"
+	})
+
+	_, err = admin.UpdateTarget(ctxT(t, 5*time.Second), &pb.UpdateTargetRequest{Name: "kv", Config: "churn_budget: 0.2\n"})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "the new churn budget applied", func() bool {
+		return status().GetParams()["max_churn"] == "0.2"
+	})
+	assert.Equal(t, term, status().GetPosition().GetTerm(), "the same term")
+
+	_, err = admin.UpdateTarget(ctxT(t, 5*time.Second), &pb.UpdateTargetRequest{Name: "kv",
+		Config: "churn_budget: 0.2\nroles: primary-secondary\n"})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "a new term for the new role model", func() bool {
+		st := status()
+		return st.GetLeader() && st.GetPosition().GetTerm() > term
+	})
+}

@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -140,7 +141,7 @@ func (a *Authorizer) authorize(ctx context.Context, method string) (context.Cont
 		return withCaller(ctx, id), grant{id: id}, nil
 	}
 	in := CallTarget(ctx)
-	if why := confined(id, rule, in); why != "" {
+	if why := confined(id, a.policy.Scope(id), rule, in); why != "" {
 		if rule.Unconfined {
 			return ctx, grant{}, a.refuse(method, ReasonTarget, codes.PermissionDenied, "%s may not call %s: %s", id, method, why)
 		}
@@ -171,15 +172,20 @@ func CallTarget(ctx context.Context) string {
 }
 
 // confined says why id may not act in target in under rule, or "" if it may. An identity
-// that names a target acts only in it, and never on the registry of targets; one that names
-// none acts in every target, except members and routers: theirs is the default target, so
-// that certificates from before targets reach no other.
-func confined(id mtls.Identity, rule Rule, in string) string {
+// that names a target acts only in it, and never on the registry of targets; one the policy
+// scopes to some targets (scope), likewise in those; one that names none acts in every
+// target, except members and routers: theirs is the default target, so that certificates
+// from before targets reach no other.
+func confined(id mtls.Identity, scope []string, rule Rule, in string) string {
 	switch {
 	case id.Target != "" && rule.Unconfined:
 		return fmt.Sprintf("its identity is confined to target %q, and this method acts on every target", id.Target)
 	case id.Target != "" && id.Target != in:
 		return fmt.Sprintf("its identity is confined to target %q", id.Target)
+	case scope != nil && rule.Unconfined:
+		return fmt.Sprintf("the policy scopes it to targets %s, and this method acts on every target", strings.Join(scope, ", "))
+	case scope != nil && !slices.Contains(scope, in):
+		return fmt.Sprintf("the policy scopes it to targets %s", strings.Join(scope, ", "))
 	case id.Target == "" && in != target.Default && (id.Kind == string(RoleNode) || id.Kind == string(RoleRouter)):
 		return fmt.Sprintf("a %s identity that names no target acts only in target %q; give it spiffe://%s/target/%s/%s/%s",
 			id.Kind, target.Default, mtls.TrustDomain, in, id.Kind, id.Name)

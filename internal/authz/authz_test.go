@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -261,6 +262,10 @@ func TestBadPoliciesAreRefused(t *testing.T) {
 		"other domain":  "grants:\n  spiffe://example.org/node/n1: [viewer]\n",
 		"not an id":     "grants:\n  alice: [admin]\n",
 		"unknown field": "grant:\n  spiffe://sliceplane/node/n1: [viewer]\n",
+		"scope of none": "scopes:\n  spiffe://sliceplane/admin/alice: []\n",
+		"bad target":    "scopes:\n  spiffe://sliceplane/admin/alice: [Not_A_Name]\n",
+		"confined":      "scopes:\n  spiffe://sliceplane/target/kv/admin/alice: [kv]\n",
+		"scope not id":  "scopes:\n  alice: [kv]\n",
 	} {
 		_, err := authz.ParsePolicy([]byte(doc))
 		require.ErrorIs(t, err, authz.ErrPolicy, name)
@@ -341,4 +346,46 @@ func TestIdentitiesAreConfinedToTheirTarget(t *testing.T) {
 	require.Equal(t, 3.0, denied(t, s, "/sliceplane.v1.NodeService/Heartbeat", authz.ReasonTarget))
 	require.Equal(t, 1.0, denied(t, s, "/sliceplane.v1.AdminService/Drain", authz.ReasonTarget))
 	require.Equal(t, 1.0, denied(t, s, "/sliceplane.v1.TargetService/CreateTarget", authz.ReasonTarget))
+}
+
+// TestAPolicyScopesAnAdminToSomeTargets: an admin the policy scopes to targets acts in those,
+// is refused in the others and on the registry with the reason, and a list of the targets
+// shows it only its own; the kind's pattern scopes every identity of the kind.
+func TestAPolicyScopesAnAdminToSomeTargets(t *testing.T) {
+	p := mtlstest.New(t)
+	policy, err := authz.ParsePolicy([]byte(`
+scopes:
+  spiffe://sliceplane/admin/alice: [kv, counter]
+  spiffe://sliceplane/viewer/*: [default]
+`))
+	require.NoError(t, err)
+	s := serve(t, p.Source("assigner", "a1"), policy)
+	in := func(name string) context.Context {
+		return metadata.AppendToOutgoingContext(ctxT(t), target.MetadataKey, name)
+	}
+	alice := dialAs(t, s, p.Source("admin", "alice"))
+	for _, name := range []string{"kv", "counter"} {
+		_, err := pb.NewAdminServiceClient(alice).Drain(in(name), &pb.DrainRequest{NodeId: "n1"})
+		require.NoError(t, err, "alice acts in %s", name)
+		<-s.fake.callers
+	}
+	_, err = pb.NewAdminServiceClient(alice).Drain(ctxT(t), &pb.DrainRequest{NodeId: "n1"})
+	require.Equal(t, codes.PermissionDenied, code(err), "nor in the default target")
+	require.ErrorContains(t, err, `in target "default": the policy scopes it to targets kv, counter`)
+	_, err = pb.NewTargetServiceClient(alice).DeleteTarget(in("kv"), &pb.DeleteTargetRequest{Name: "kv"})
+	require.Equal(t, codes.PermissionDenied, code(err), "a scoped admin does not change the registry")
+	require.ErrorContains(t, err, "this method acts on every target")
+
+	_, err = pb.NewAdminServiceClient(dialAs(t, s, p.Source("admin", "bob"))).Drain(in("other"), &pb.DrainRequest{NodeId: "n1"})
+	require.NoError(t, err, "an admin the policy does not name acts in every target")
+	<-s.fake.callers
+	_, err = pb.NewAdminServiceClient(dialAs(t, s, p.Source("viewer", "vic"))).Status(in("kv"), &pb.StatusRequest{})
+	require.Equal(t, codes.PermissionDenied, code(err), "every viewer is scoped to the default target")
+
+	aliceID := mtls.Identity{ID: "spiffe://sliceplane/admin/alice", Kind: "admin", Name: "alice"}
+	assert.True(t, policy.Admits(aliceID, "kv"))
+	assert.False(t, policy.Admits(aliceID, ""), "the default target")
+	assert.True(t, policy.Admits(mtls.Identity{ID: "spiffe://sliceplane/admin/bob", Kind: "admin", Name: "bob"}, "anything"))
+	require.Equal(t, 2.0, denied(t, s, "/sliceplane.v1.AdminService/Drain", authz.ReasonTarget)+
+		denied(t, s, "/sliceplane.v1.AdminService/Status", authz.ReasonTarget))
 }

@@ -29,7 +29,7 @@ func (a *Authorizer) HTTP(path string, role Role, next http.Handler) http.Handle
 			return
 		}
 		in := target.Name(r.URL.Query().Get("target"))
-		if why := confined(id, Rule{}, in); why != "" {
+		if why := confined(id, a.policy.Scope(id), Rule{}, in); why != "" {
 			a.refuseHTTP(w, path, ReasonTarget, http.StatusForbidden, fmt.Sprintf("authz: %s may not open %s of target %q: %s", id, path, in, why))
 			return
 		}

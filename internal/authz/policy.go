@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // Role is what an identity may do.
@@ -50,20 +51,26 @@ var implies = map[Role][]Role{
 // ErrPolicy marks a policy file that cannot be used.
 var ErrPolicy = errors.New("authz: bad policy")
 
-// Policy grants identities roles beyond their kind's. The YAML file (--authz-policy):
+// Policy grants identities roles beyond their kind's, and scopes identities that name no
+// target to some targets. The YAML file (--authz-policy):
 //
 //	grants:
 //	  spiffe://sliceplane/node/n1: [viewer]       # one identity
 //	  spiffe://sliceplane/router/*: [viewer]      # every identity of a kind
 //	  spiffe://sliceplane/target/kv/node/*: [viewer]  # every one of a kind in target kv
+//	scopes:
+//	  spiffe://sliceplane/admin/alice: [kv, counter]  # alice acts in these targets only
+//	  spiffe://sliceplane/viewer/*: [default]
 //
-// A nil Policy grants nothing beyond the kinds.
+// A nil Policy grants nothing beyond the kinds and scopes no one.
 type Policy struct {
 	grants map[string][]Role
+	scopes map[string][]string
 }
 
 type policyFile struct {
-	Grants map[string][]Role `yaml:"grants"`
+	Grants map[string][]Role   `yaml:"grants"`
+	Scopes map[string][]string `yaml:"scopes"`
 }
 
 // ParsePolicy reads a policy; unknown fields, roles and malformed identities are errors.
@@ -85,7 +92,32 @@ func ParsePolicy(data []byte) (*Policy, error) {
 			}
 		}
 	}
-	return &Policy{grants: f.Grants}, nil
+	if err := checkScopes(f.Scopes); err != nil {
+		return nil, err
+	}
+	return &Policy{grants: f.Grants, scopes: f.Scopes}, nil
+}
+
+// checkScopes refuses a scope of an identity that is no identity or is confined to a target
+// already (its certificate says where it acts), and one that names no target or a bad name.
+func checkScopes(scopes map[string][]string) error {
+	for id, targets := range scopes {
+		parsed, err := mtls.ParseID(id)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: scopes: %q is not spiffe://%s/<kind>/<name> (or <kind>/*)", ErrPolicy, id, mtls.TrustDomain)
+		case parsed.Target != "":
+			return fmt.Errorf("%w: scopes: %q is confined to target %q by its certificate already", ErrPolicy, id, parsed.Target)
+		case len(targets) == 0:
+			return fmt.Errorf("%w: scopes: %q: want at least one target", ErrPolicy, id)
+		}
+		for _, t := range targets {
+			if err := target.CheckRef(t); err != nil {
+				return fmt.Errorf("%w: scopes: %q: %w", ErrPolicy, id, err)
+			}
+		}
+	}
+	return nil
 }
 
 // LoadPolicy reads the policy file at path; an empty path means no policy.
@@ -117,6 +149,24 @@ func (p *Policy) Roles(id mtls.Identity) RoleSet {
 		}
 	}
 	return set
+}
+
+// Scope returns the targets the policy lets id act in, nil for no scope: its own entry, or
+// else its kind's (<kind>/*).
+func (p *Policy) Scope(id mtls.Identity) []string {
+	if p == nil {
+		return nil
+	}
+	if s, ok := p.scopes[id.ID]; ok {
+		return s
+	}
+	return p.scopes[id.ID[:strings.LastIndex(id.ID, "/")+1]+"*"]
+}
+
+// Admits reports whether id may act in target in, by its certificate and the policy's
+// scopes, whatever its roles: what a list of the targets shows it.
+func (p *Policy) Admits(id mtls.Identity, in string) bool {
+	return confined(id, p.Scope(id), Rule{}, target.Name(in)) == ""
 }
 
 // RoleSet is a set of roles, closed under implication.

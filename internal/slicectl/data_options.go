@@ -111,7 +111,7 @@ func (o *dataOptions) dataPrefix(cmd *cobra.Command) string {
 	if o.globalOptions.target == "" || cmd.Flags().Changed("prefix") {
 		return o.prefix
 	}
-	return target.Root(strings.TrimSuffix(writer.DefaultPrefix, "data/"), o.globalOptions.target) + "data/"
+	return target.DataPrefix(strings.TrimSuffix(writer.DefaultPrefix, "data/"), o.globalOptions.target)
 }
 
 // withSource runs fn against the source, within --timeout.

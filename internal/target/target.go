@@ -63,6 +63,10 @@ func Root(prefix, name string) string {
 	return prefix + "t/" + name + "/"
 }
 
+// DataPrefix returns where the built-in etcd source of target name keeps its items: its
+// root plus "data/".
+func DataPrefix(prefix, name string) string { return Root(prefix, name) + "data/" }
+
 // DefaultLeaderHealth is the default target's leader health service, as before targets.
 const DefaultLeaderHealth = "sliceplane.leader"
 

@@ -52,7 +52,9 @@ type Config struct {
 	ClockInterval time.Duration
 	// SnapshotEvery is how many log entries accumulate before the map is snapshotted.
 	SnapshotEvery uint64
-	// Algorithm and Params are used when nothing is stored yet.
+	// Algorithm and Params are the configured balancing: used when nothing is stored yet,
+	// and over the stored ones when they differ from those the store says were configured
+	// (Meta.Configured): a SetAlgorithm lasts until the config changes.
 	Algorithm string
 	Params    map[string]string
 	// Estimator tunes the folding of load reports.
@@ -348,13 +350,17 @@ func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
 	fresh, _ := New(c.cfg) // the configuration was checked by New
 	*c = *fresh
 	c.term = ev.Term
-	m := Meta{Algorithm: c.cfg.Algorithm, Params: c.cfg.Params}
+	m := Meta{Algorithm: c.cfg.Algorithm, Params: c.cfg.Params, Configured: configured(c.cfg)}
+	summary := fmt.Sprintf("term %d begins", ev.Term)
 	if ev.Found {
 		st := ev.State
 		c.a, m, c.history, c.snapshot = st.Assignment, st.Meta, st.History, st.SnapshotIndex
 		for _, n := range st.Nodes {
 			// Every node gets a full lease to find the new leader.
 			c.nodes[n.ID] = &nodeState{Node: n, lastSeen: now}
+		}
+		if c.configChanged(&m) {
+			summary += fmt.Sprintf("; the config changed: algorithm %s %v", m.Algorithm, m.Params)
 		}
 	}
 	alg, err := c.newAlgorithm(m.Algorithm, m.Params)
@@ -372,8 +378,7 @@ func (c *Core) gain(now time.Time, ev LeadershipGained, out *Output) {
 	c.warmUntil = now.Add(c.cfg.LoadWarmUp)
 	c.firstMapBy = now.Add(c.cfg.FirstMapWait)
 	m.Term = ev.Term
-	c.propose(now, &change{write: Write{SaveMeta: true, Meta: m}, kind: kindTerm,
-		summary: fmt.Sprintf("term %d begins", ev.Term)}, out)
+	c.propose(now, &change{write: Write{SaveMeta: true, Meta: m}, kind: kindTerm, summary: summary}, out)
 }
 
 // NewAlgorithm builds a balancing algorithm, refusing constants that the store cannot honour

@@ -162,6 +162,11 @@ type (
 	// LoopStalled says the driver was away for Gap (suspended or starved): every node gets a
 	// full lease from now, as under a new leader, since heartbeats may have waited unread.
 	LoopStalled struct{ Gap time.Duration }
+	// Reconfigure replaces the core's config (the target's target.yaml changed), leading or
+	// not: a term begins with it, and a leader's next pass uses it. A new algorithm or new
+	// constants are persisted, as SetAlgorithm's are. The role model and the exclusive mode
+	// cannot change within a term (ErrInvalid): the driver starts a new one for them.
+	Reconfigure struct{ Config Config }
 )
 
 func (Register) event()            {}
@@ -191,6 +196,7 @@ func (WriteFailed) event()         {}
 func (LeadershipGained) event()    {}
 func (LeadershipLost) event()      {}
 func (LoopStalled) event()         {}
+func (Reconfigure) event()         {}
 
 // Call names a request as the logs, metrics and audit trail do ("drain"), or returns "" for
 // an event that is no one's call (and for load reports, too frequent to name).

@@ -51,6 +51,8 @@ import (
 //	pin slice=I               unpin slice=I
 //	drain id=N [cancel]       freeze [reason=R]            unfreeze
 //	algorithm name=A [k=v...]
+//	reconfigure [name=A] [node-ttl=D] [min-replicas=N] [roles=R] [exclusive] [k=v...]
+//	                          Reconfigure: the core's config with these settings over it
 //	status | nodes | slices | explain    the read queries
 //	commit | fail [err=E]     the outcome of the write in flight
 //	show                      the core's state: position, meta, map, nodes, and the probes
@@ -192,6 +194,28 @@ func (h *script) configure(d *datadriven.TestData) (string, error) {
 	return out + "\n", nil
 }
 
+// reconfigure builds the Reconfigure event of the command: the script's config with the
+// command's settings over it.
+func (h *script) reconfigure(d *datadriven.TestData) (Event, error) {
+	cfg := h.c.Config()
+	cfg.Roles = take(d, "roles", cfg.Roles)
+	cfg.Exclusive = cfg.Exclusive || flag(d, "exclusive")
+	var err error
+	if cfg.NodeTTL, err = time.ParseDuration(take(d, "node-ttl", cfg.NodeTTL.String())); err != nil {
+		return nil, err
+	}
+	if cfg.MinReplicas, err = strconv.Atoi(take(d, "min-replicas", strconv.Itoa(cfg.MinReplicas))); err != nil {
+		return nil, err
+	}
+	cfg.Algorithm = take(d, "name", cfg.Algorithm)
+	cfg.Params = maps.Clone(cfg.Params)
+	for _, a := range d.CmdArgs {
+		cfg.Params[a.Key] = strings.Join(a.Vals, ",")
+	}
+	d.CmdArgs = nil
+	return Reconfigure{Config: cfg}, nil
+}
+
 // take removes and returns the value of argument key, or def if it is absent.
 func take(d *datadriven.TestData, key, def string) string {
 	for i, a := range d.CmdArgs {
@@ -304,6 +328,8 @@ func (h *script) event(d *datadriven.TestData) (Event, error) {
 		return Freeze{Caller: by, Reason: take(d, "reason", "")}, nil
 	case "unfreeze":
 		return Unfreeze{Caller: by}, nil
+	case "reconfigure":
+		return h.reconfigure(d)
 	case "algorithm":
 		name := take(d, "name", "")
 		params := map[string]string{}
@@ -599,6 +625,12 @@ func printWrite(b *strings.Builder, w *Write) {
 func formatMeta(m Meta) string {
 	s := fmt.Sprintf("term %d seq %d clock %d gen %d index %d pass %d %s", m.Term, m.Seq, m.Clock, m.Generation,
 		m.LastIndex, m.Pass, m.Algorithm)
+	if !maps.Equal(m.Params, smallParams) {
+		s += fmt.Sprintf(" %v", m.Params)
+	}
+	if want := configured(scriptConfig()); m.Configured != want {
+		s += fmt.Sprintf(" configured %q", m.Configured)
+	}
 	if m.Frozen {
 		s += fmt.Sprintf(" frozen %q", m.FreezeReason)
 	}

@@ -28,6 +28,10 @@ type Meta struct {
 	Draining                     []assignment.NodeID
 	// Quarantined ranges are held by assignment.Nobody: their holders crashed on them.
 	Quarantined []Quarantine
+	// Configured is the algorithm and constants of the config a leader last applied
+	// (configured): a term whose config gives others applies theirs over Algorithm and
+	// Params, so that a SetAlgorithm lasts until the config changes and no longer.
+	Configured string
 }
 
 // Quarantine is a range taken off every node, since Since, because the holders Nodes (in

@@ -35,6 +35,8 @@ func (c *Core) Step(now time.Time, ev Event) Output {
 		c.committed(now, &out)
 	case WriteFailed:
 		c.writeFailed(now, ev.Err, &out)
+	case Reconfigure:
+		c.reconfigure(now, ev.Config, &out)
 	default:
 		switch {
 		case c.inflight != nil:

@@ -408,6 +408,7 @@ func metaToProto(m core.Meta) *storev1.Meta {
 		Term: m.Term, Seq: m.Seq, Clock: m.Clock, Generation: m.Generation,
 		LastIndex: m.LastIndex, Pass: m.Pass,
 		Algorithm: m.Algorithm, Params: m.Params, Frozen: m.Frozen, FreezeReason: m.FreezeReason,
+		Configured: m.Configured,
 	}
 	for _, r := range m.Pins {
 		out.Pins = append(out.Pins, wire.RangeToProto(r))
@@ -430,6 +431,7 @@ func metaFromProto(p *storev1.Meta) (core.Meta, error) {
 		Term: p.Term, Seq: p.Seq, Clock: p.Clock, Generation: p.Generation,
 		LastIndex: p.LastIndex, Pass: p.Pass,
 		Algorithm: p.Algorithm, Params: p.Params, Frozen: p.Frozen, FreezeReason: p.FreezeReason,
+		Configured: p.Configured,
 	}
 	for _, r := range p.Pins {
 		rr, err := wire.RangeFromProto(r)

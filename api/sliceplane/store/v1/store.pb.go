@@ -45,7 +45,11 @@ type Meta struct {
 	Pins         []*v1.Range       `protobuf:"bytes,12,rep,name=pins,proto3" json:"pins,omitempty"`
 	Draining     []string          `protobuf:"bytes,13,rep,name=draining,proto3" json:"draining,omitempty"`
 	// quarantined lists the ranges held by no node because their holders crashed on them.
-	Quarantined   []*Quarantine `protobuf:"bytes,14,rep,name=quarantined,proto3" json:"quarantined,omitempty"`
+	Quarantined []*Quarantine `protobuf:"bytes,14,rep,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// configured is the algorithm and constants the target's config (the flags, or its
+	// target.yaml) gave when a leader last applied it: a term that starts with a config that
+	// gives others applies theirs, and a SetAlgorithm lasts until the config changes.
+	Configured    string `protobuf:"bytes,15,opt,name=configured,proto3" json:"configured,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -169,6 +173,13 @@ func (x *Meta) GetQuarantined() []*Quarantine {
 		return x.Quarantined
 	}
 	return nil
+}
+
+func (x *Meta) GetConfigured() string {
+	if x != nil {
+		return x.Configured
+	}
+	return ""
 }
 
 // Quarantine is a range taken off every node: holders crashed shortly after acquiring it.
@@ -612,7 +623,7 @@ var File_sliceplane_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_sliceplane_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1fsliceplane/store/v1/store.proto\x12\x13sliceplane.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1csliceplane/v1/assigner.proto\x1a\x1esliceplane/v1/assignment.proto\"\x89\x04\n" +
+	"\x1fsliceplane/store/v1/store.proto\x12\x13sliceplane.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1csliceplane/v1/assigner.proto\x1a\x1esliceplane/v1/assignment.proto\"\xa9\x04\n" +
 	"\x04Meta\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
@@ -630,7 +641,10 @@ const file_sliceplane_store_v1_store_proto_rawDesc = "" +
 	"\rfreeze_reason\x18\v \x01(\tR\ffreezeReason\x12(\n" +
 	"\x04pins\x18\f \x03(\v2\x14.sliceplane.v1.RangeR\x04pins\x12\x1a\n" +
 	"\bdraining\x18\r \x03(\tR\bdraining\x12A\n" +
-	"\vquarantined\x18\x0e \x03(\v2\x1f.sliceplane.store.v1.QuarantineR\vquarantined\x1a9\n" +
+	"\vquarantined\x18\x0e \x03(\v2\x1f.sliceplane.store.v1.QuarantineR\vquarantined\x12\x1e\n" +
+	"\n" +
+	"configured\x18\x0f \x01(\tR\n" +
+	"configured\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x06\x10\aR\x0esnapshot_index\"\x80\x01\n" +
