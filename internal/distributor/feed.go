@@ -33,11 +33,11 @@ const (
 // fails is started again from the clock the sequencer has seen, after a backoff that grows
 // while the source stays away: an outage is a stall, nothing is rebuilt. Only a source that
 // no longer holds that clock (source.Compacted) makes every node take a snapshot (a
-// rebase). The feed records when the source last answered (Server.sourceHeard), which
+// rebase). The feed records when the source last answered (lane.sourceHeard), which
 // every delta tells the nodes: a node stops answering from its data once its distributor
 // has not heard from the source for longer than the node's freshness bound.
 type sourceFeed struct {
-	s      *Server
+	s      *lane
 	ctx    context.Context
 	cancel context.CancelFunc
 	out    <-chan source.Batch

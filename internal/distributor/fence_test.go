@@ -24,6 +24,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/embedetcd/etcdtest"
 	"github.com/sliceplane/sliceplane/internal/quantum"
 	"github.com/sliceplane/sliceplane/internal/source/memsource"
+	"github.com/sliceplane/sliceplane/internal/target"
 	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
@@ -98,7 +99,7 @@ func TestDistributorRefusesQuantaOfAnOlderTerm(t *testing.T) {
 	froms := fake.streams()
 	assert.Equal(t, uint64(2), froms[1].GetTerm(), "the second stream resumes term 2")
 	assert.Nil(t, froms[2], "after the refusal, the distributor starts over from a whole map")
-	require.Eventually(t, func() bool { return testutil.ToFloat64(s.metrics.quanta) == 2 }, 15*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return testutil.ToFloat64(s.lanes[target.Default].metrics.quanta) == 2 }, 15*time.Second, 10*time.Millisecond,
 		"term 2's and term 3's quanta are applied")
-	assert.Equal(t, 1.0, testutil.ToFloat64(s.metrics.quantaRefused.WithLabelValues("stale_term")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(s.lanes[target.Default].metrics.quantaRefused.WithLabelValues("stale_term")))
 }

@@ -18,7 +18,7 @@ import (
 // puller serves Pull.
 type puller struct {
 	pb.UnimplementedDistributorServiceServer
-	s *Server
+	s *lane
 }
 
 // sent is a delta sent and not yet acknowledged.
@@ -243,7 +243,7 @@ func (p *puller) status(err error) error {
 }
 
 // sourceStamp is what a delta sent now says of the source, the router's clock being clock.
-func (s *Server) sourceStamp(clock uint64) sourceStamp {
+func (s *lane) sourceStamp(clock uint64) sourceStamp {
 	st := sourceStamp{clock: clock}
 	if heard := s.sourceHeard.Load(); heard != 0 {
 		ms := time.Since(time.Unix(0, heard)).Milliseconds()

@@ -9,32 +9,25 @@ package distributor
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
-	"github.com/sliceplane/sliceplane/internal/assignment"
 	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/grpcserver"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/mtls"
-	"github.com/sliceplane/sliceplane/internal/quantum"
-	"github.com/sliceplane/sliceplane/internal/relay"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/target"
-	"github.com/sliceplane/sliceplane/internal/wire"
 )
 
 // Config configures a Server.
@@ -60,6 +53,11 @@ type Config struct {
 	// Source is the data source; default the etcd source under Prefix+"data/". The keys an
 	// etcd source skips are counted in sliceplane_distributor_source_rejected_total.
 	Source source.Source
+	// Lanes are the targets of a distributor that serves several (--target a,b), each with
+	// its source (nil: the target's etcd data prefix): each has its registration, quanta,
+	// nodes, queues and relay, and its metrics carry the label target. Empty: the one
+	// target of Target and Source. Set Lanes or those, not both.
+	Lanes []Lane
 	// SessionTTL is the registration's lease: how long nodes wait for a dead distributor
 	// before they move. Default 5 s.
 	SessionTTL time.Duration
@@ -102,6 +100,39 @@ type Config struct {
 	Registry *prometheus.Registry
 }
 
+// Lane is one target a distributor serves, and where its items are.
+type Lane struct {
+	Target string
+	Source source.Source
+}
+
+// lanes returns the targets c serves: Lanes, or the one of Target and Source.
+func (c *Config) lanes() []Lane {
+	if len(c.Lanes) > 0 {
+		return c.Lanes
+	}
+	return []Lane{{Target: c.Target, Source: c.Source}}
+}
+
+// checkLanes refuses lanes given beside Target or Source, and a target named twice or
+// badly.
+func (c *Config) checkLanes() error {
+	if len(c.Lanes) > 0 && (c.Target != "" || c.Source != nil) {
+		return errors.New("distributor: give the targets as Lanes, or one as Target and Source, not both")
+	}
+	seen := map[string]bool{}
+	for _, l := range c.lanes() {
+		if err := target.CheckRef(l.Target); err != nil {
+			return fmt.Errorf("distributor: --target: %w", err)
+		}
+		if seen[target.Name(l.Target)] {
+			return fmt.Errorf("distributor: --target: target %q given twice", target.Name(l.Target))
+		}
+		seen[target.Name(l.Target)] = true
+	}
+	return nil
+}
+
 // Validate fills in the defaults of c and rejects a configuration no distributor can run
 // with, plaintext off loopback included (closed by default); New calls it. It leaves Client
 // and the Source that defaults to it to New, so that the command can check its flags, which
@@ -129,8 +160,8 @@ func (c *Config) Validate() error {
 	if c.Prefix == "" {
 		c.Prefix = "/sliceplane/"
 	}
-	if err := target.CheckRef(c.Target); err != nil {
-		return fmt.Errorf("distributor: --target: %w", err)
+	if err := c.checkLanes(); err != nil {
+		return err
 	}
 	if err := grpcserver.FillDefaults("distributor",
 		grpcserver.Default("--session-ttl", &c.SessionTTL, 5*time.Second),
@@ -164,24 +195,13 @@ func (c *Config) Validate() error {
 	return grpcserver.CheckListen("distributor", c.TLS, c.Insecure, c.Listen, c.MetricsListen)
 }
 
-// Server is a distributor.
+// Server is a distributor process: one gRPC server, and a lane for each target it serves
+// (Config.Lanes), to which each call goes by the target it names.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	metrics *metrics
-	router  *Router
-	app     *applier // applies the router's actions; route owns it, Pull reads its clock
-	grpc    *grpcserver.Server
-	attach  chan attachRequest
-	done    chan struct{}                          // closed when Run's loop ends
-	counted struct{ snapshots, overflows float64 } // of the router's stats, by the metrics
-	// relay is this distributor's copy of the assigner's stream, which it serves to routers
-	// and members; nodes its copy of the node list.
-	relay *relay.Relay
-	nodes *relay.Nodes
-	// sourceHeard is when the source last answered the route loop's watch (Unix ns; 0
-	// before the first watch): Pull tells every node how long ago (see sourceFeed).
-	sourceHeard atomic.Int64
+	cfg   Config
+	log   *slog.Logger
+	grpc  *grpcserver.Server
+	lanes map[string]*lane // by target.Name
 }
 
 // New returns a distributor listening on cfg.Listen (and cfg.MetricsListen); Run serves.
@@ -192,36 +212,35 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("distributor: no etcd client")
 	}
-	root := target.Root(cfg.Prefix, cfg.Target)
-	if cfg.Source == nil {
-		cfg.Source = source.NewEtcd(cfg.Client, root+"data/")
-	}
 	log := cfg.Logger.With("distributor", cfg.ID)
+	lanes := cfg.lanes()
+	var names []string
+	for _, l := range lanes {
+		names = append(names, target.Name(l.Target))
+	}
 	// Stopped without grace: Pull streams end only when their nodes go.
 	srv, err := grpcserver.New(grpcserver.Config{
 		Name: "distributor", Listen: cfg.Listen, Advertise: cfg.Advertise, MetricsListen: cfg.MetricsListen,
-		Target: target.Name(cfg.Target), Rules: authz.DistributorRules(), Policy: cfg.Policy, TLS: cfg.TLS, Registry: cfg.Registry, Logger: log,
+		Targets: names, Rules: authz.DistributorRules(), Policy: cfg.Policy, TLS: cfg.TLS, Registry: cfg.Registry, Logger: log,
 	})
 	if err != nil {
 		return nil, err
 	}
 	cfg.Advertise = srv.Advertise()
-	s := &Server{
-		cfg: cfg, log: log, grpc: srv,
-		metrics: newMetrics(cfg.Registry),
-		router: NewRouter(RouterConfig{ID: cfg.ID, MaxQueueBytes: cfg.MaxQueueBytes, ScanAheadBytes: cfg.MaxScanAheadBytes,
-			NewEpoch: cfg.NewEpoch}),
-		attach: make(chan attachRequest),
-		done:   make(chan struct{}),
-		relay:  relay.New(),
-		nodes:  &relay.Nodes{},
+	s := &Server{cfg: cfg, log: log, grpc: srv, lanes: map[string]*lane{}}
+	for _, l := range lanes {
+		lc := cfg
+		lc.Target, lc.Source, lc.Lanes = l.Target, l.Source, nil
+		reg, llog := prometheus.Registerer(cfg.Registry), log
+		if len(lanes) > 1 { // one target keeps the metrics and logs of a distributor from before targets
+			reg = prometheus.WrapRegistererWith(prometheus.Labels{"target": target.Name(l.Target)}, cfg.Registry)
+			llog = log.With("target", target.Name(l.Target))
+		}
+		s.lanes[target.Name(l.Target)] = newLane(lc, reg, llog)
 	}
-	s.app = newApplier(s.router)
-	if o, ok := cfg.Source.(source.Observed); ok {
-		o.Observe(s.log, func(r source.RejectReason) { s.metrics.rejected.WithLabelValues(string(r)).Inc() })
-	}
-	pb.RegisterDistributorServiceServer(srv, &puller{s: s})
-	relay.NewService(s.relay, s.nodes, s.metrics.relayWatchers).Register(srv)
+	pb.RegisterDistributorServiceServer(srv, pullDispatch{s: s})
+	pb.RegisterAssignmentServiceServer(srv, relayDispatch{s: s})
+	pb.RegisterAdminServiceServer(srv, relayDispatch{s: s})
 	return s, nil
 }
 
@@ -231,376 +250,77 @@ func (s *Server) Addr() string { return s.grpc.Addr() }
 // MetricsAddr returns the address of the metrics endpoint, or "".
 func (s *Server) MetricsAddr() string { return s.grpc.MetricsAddr() }
 
-// Run serves until ctx ends: it registers the distributor, follows quanta and the source,
-// and serves Pull. On return it has left the distributor set and stopped every goroutine.
+// Run serves until ctx ends: each lane registers the distributor among its target's,
+// follows its quanta and source, and serves Pull. On return it has left every distributor
+// set and stopped every goroutine.
 func (s *Server) Run(ctx context.Context) error {
-	defer s.relay.Close()
-	return s.grpc.Run(ctx, grpcserver.Task{Name: "routing", Run: s.route}, grpcserver.Task{Name: "registering", Run: s.register},
-		grpcserver.Task{Name: "relaying the node list", Run: s.relayNodes})
+	var tasks []grpcserver.Task
+	for _, l := range s.lanes {
+		defer l.relay.Close()
+		tasks = append(tasks, l.tasks(len(s.lanes) > 1)...)
+	}
+	return s.grpc.Run(ctx, tasks...)
 }
 
-// relayNodes keeps the node list the relay serves, read from the leader, until ctx ends.
-func (s *Server) relayNodes(ctx context.Context) error {
-	leader, err := dial.FollowTarget(s.cfg.Target, s.cfg.Assigners, s.cfg.TLS.DialOption("assigner"))
+// lane returns the lane of the target a call names: the gRPC server refused the calls of
+// any other (grpcserver.Config.Targets).
+func (s *Server) lane(ctx context.Context) (*lane, error) {
+	in := authz.CallTarget(ctx)
+	if l, ok := s.lanes[in]; ok {
+		return l, nil
+	}
+	return nil, status.Errorf(codes.NotFound, "distributor: this distributor does not serve target %q", in)
+}
+
+// pullDispatch serves Pull on the lane of the call's target.
+type pullDispatch struct {
+	pb.UnimplementedDistributorServiceServer
+	s *Server
+}
+
+func (d pullDispatch) Pull(stream pb.DistributorService_PullServer) error {
+	l, err := d.s.lane(stream.Context())
 	if err != nil {
 		return err
 	}
-	defer leader.Close()
-	s.nodes.Run(ctx, leader, relay.NodesInterval, s.log)
-	return nil
+	return (&puller{s: l}).Pull(stream)
 }
 
-// relayQuantum hands a quantum received from the assigner to the relay, as it arrives. One
-// it refuses goes on to the router all the same, which refuses it too (an older term's, or
-// one of a broken stream) and starts the stream over from a whole map, which resets the
-// relay; until then the relay, if its map is behind, stops vouching for it.
-func (s *Server) relayQuantum(q quantum.Quantum) {
-	if _, err := s.relay.Take(q); err != nil {
-		s.metrics.relayRefused.Inc()
-		s.log.Debug("the relay refused a quantum", "err", err)
-	}
+// relayDispatch serves the relay's map and node list of the call's target.
+type relayDispatch struct {
+	pb.UnimplementedAssignmentServiceServer
+	pb.UnimplementedAdminServiceServer
+	s *Server
 }
 
-// register keeps the distributor in the set while ctx lasts, registering again whenever its
-// lease is lost (etcd unreachable for longer than the lease).
-func (s *Server) register(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		reg, err := membership.Register(ctx, s.cfg.Client, target.Root(s.cfg.Prefix, s.cfg.Target), s.cfg.ID, s.cfg.Advertise, s.cfg.SessionTTL)
-		if err == nil {
-			backoff = 100 * time.Millisecond
-			select {
-			case <-ctx.Done():
-				if err := reg.Close(); err != nil {
-					s.log.Warn("could not leave the distributor set; nodes wait for the lease to lapse", "err", err)
-				}
-				return nil
-			case <-reg.Done():
-				s.log.Warn("the registration's lease was lost; registering again")
-				continue
-			}
-		}
-		s.log.Warn("registration failed", "err", err, "retry_in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return nil
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-	return nil
-}
-
-// randomEpoch returns a random nonzero epoch. Epochs only need to differ from every other
-// this distributor, and its earlier runs, gave out; 64 random bits do that without storage.
-func randomEpoch() uint64 {
-	var b [8]byte
-	for {
-		rand.Read(b[:])
-		if e := binary.BigEndian.Uint64(b[:]); e != 0 {
-			return e
-		}
-	}
-}
-
-// attachRequest asks the loop to start a Pull stream.
-type attachRequest struct {
-	node         assignment.NodeID
-	epoch, index uint64
-	reply        chan attachReply
-}
-
-type attachReply struct {
-	att Attached
-	err error
-}
-
-// attachNode starts a Pull stream through the loop.
-func (s *Server) attachNode(ctx context.Context, id assignment.NodeID, epoch, index uint64) (Attached, error) {
-	req := attachRequest{node: id, epoch: epoch, index: index, reply: make(chan attachReply, 1)}
-	select {
-	case s.attach <- req:
-	case <-s.done:
-		return Attached{}, errStopped
-	case <-ctx.Done():
-		return Attached{}, ctx.Err()
-	}
-	select {
-	case rep := <-req.reply:
-		return rep.att, rep.err
-	case <-s.done:
-		return Attached{}, errStopped
-	case <-ctx.Done():
-		return Attached{}, ctx.Err()
-	}
-}
-
-var errStopped = errors.New("distributor: stopping")
-
-// route is the loop that owns the sequencer and the router.
-func (s *Server) route(ctx context.Context) error {
-	defer close(s.done)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	scans := newScanner(s.cfg.Source, s.app, s.cfg.ScanWorkers, s.log, s.metrics)
-	quanta := &quantaFeed{s: s}
-	quanta.start(ctx, &wg, nil, 0)
-	defer quanta.stop()
-
-	var (
-		seq      *Sequencer
-		feed     sourceFeed
-		progress <-chan time.Time
-		latest   uint64 // the latest clock known, for the lag metric
-	)
-	feed.s = s
-	defer feed.stop()
-	stats := time.NewTicker(time.Second)
-	defer stats.Stop()
-	liveness := time.NewTicker(livenessAsk)
-	defer liveness.Stop()
-
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case q := <-quanta.out:
-			s.relayQuantum(q)
-			latest = max(latest, q.Clock)
-			if seq == nil {
-				// The first quantum is reinitializing, as every fresh stream begins: the source
-				// is followed from its clock, and the map in it was made at that clock.
-				seq = NewSequencer(q.Clock)
-				feed.start(ctx, q.Clock)
-			}
-			seq.AddQuantum(q)
-		case b, ok := <-feed.out:
-			if !feed.take(b, ok, seq) {
-				continue
-			}
-			latest = max(latest, b.Clock)
-		case <-feed.retry:
-			feed.restart(ctx, seq)
-			continue
-		case now := <-liveness.C:
-			feed.live(now)
-			continue
-		case p := <-scans.pieces:
-			scans.finish(p)
-		case <-s.app.Acked():
-			// A node took what a scan read: the scan may read on.
-			scans.dispatch(ctx, &wg)
-			continue
-		case req := <-s.attach:
-			att, err := s.app.attach(req.node, req.epoch, req.index)
-			req.reply <- attachReply{att: att, err: err}
-		case now := <-progress:
-			// A quantum waits for the source to say it has delivered everything up to the
-			// quantum's clock; ask it to say how far it got.
-			progress = nil
-			feed.ask(now)
-		case <-stats.C:
-			s.observe(latest)
-			continue
-		}
-		scans.add(s.app.takeScans())
-		scans.dispatch(ctx, &wg)
-		if seq == nil {
-			continue
-		}
-		s.deliver(ctx, &wg, seq, quanta)
-		scans.add(s.app.takeScans())
-		scans.dispatch(ctx, &wg)
-		progress = progressTimer(seq, s.router, progress)
-	}
-}
-
-// deliver hands the router, in order, what the sequencer has released: quanta and batches of
-// changes, then how far the source has delivered. A refused quantum ends it: the quanta are
-// resubscribed to, from a reinit.
-func (s *Server) deliver(ctx context.Context, wg *sync.WaitGroup, seq *Sequencer, quanta *quantaFeed) {
-	for {
-		ev, ok := seq.Next()
-		if !ok {
-			if clock, settled := seq.Settled(); settled {
-				s.app.progress(clock)
-			}
-			return
-		}
-		if ev.Quantum != nil {
-			if err := s.app.quantum(*ev.Quantum); err != nil {
-				// The stream is broken (a quantum was lost) or comes from a deposed
-				// leader: start over from a reinit, from whoever leads now.
-				reason, wait := "does_not_apply", time.Duration(0)
-				if refused, ok := errors.AsType[*quantum.RefusedError](err); ok {
-					reason = refused.Reason
-					wait = 100 * time.Millisecond // a deposed leader may still answer at first
-				}
-				s.metrics.quantaRefused.WithLabelValues(reason).Inc()
-				s.log.Warn("quantum refused; resubscribing", "reason", reason, "err", err)
-				seq.DropQuanta()
-				quanta.restart(ctx, wg, wait)
-				return
-			}
-			s.metrics.quanta.Inc()
-		} else {
-			s.app.changes(*ev.Batch, time.Now())
-			s.metrics.changes.Add(float64(len(ev.Batch.Changes)))
-		}
-	}
-}
-
-// progressTimer returns when route asks the source for progress: soon while the sequencer
-// waits for the source to reach a quantum's clock, or the router for it to reach a scan's
-// (a timer already running is kept), never otherwise.
-func progressTimer(seq *Sequencer, r *Router, progress <-chan time.Time) <-chan time.Time {
-	_, quantum := seq.Waiting()
-	_, scan := r.Waiting()
-	if !quantum && !scan {
-		return nil
-	}
-	if progress == nil {
-		return time.After(5 * time.Millisecond)
-	}
-	return progress
-}
-
-// observe updates the gauges.
-func (s *Server) observe(latest uint64) {
-	clock := s.router.Clock()
-	s.metrics.clock.Set(float64(clock))
-	if latest > clock {
-		s.metrics.lag.Set(float64(latest - clock))
-	} else {
-		s.metrics.lag.Set(0)
-	}
-	st := s.router.Stats()
-	s.metrics.snapshots.Add(float64(st.Snapshots) - s.counted.snapshots)
-	s.metrics.overflows.Add(float64(st.Overflows) - s.counted.overflows)
-	s.counted.snapshots, s.counted.overflows = float64(st.Snapshots), float64(st.Overflows)
-	s.metrics.queueOps.Reset()
-	s.metrics.queueBytes.Reset()
-	served := 0
-	for id, q := range s.app.queues {
-		ops, bytes := q.depth()
-		s.metrics.queueOps.WithLabelValues(string(id)).Set(float64(ops))
-		s.metrics.queueBytes.WithLabelValues(string(id)).Set(float64(bytes))
-		served++
-	}
-	s.metrics.served.Set(float64(served))
-}
-
-// quantaFeed follows the assigner's quanta, reconnecting as needed.
-type quantaFeed struct {
-	s      *Server
-	cancel context.CancelFunc
-	out    chan quantum.Quantum
-}
-
-// start follows quanta after position from (nil: from a reinitializing quantum), after
-// waiting for wait.
-func (f *quantaFeed) start(ctx context.Context, wg *sync.WaitGroup, from *quantum.Position, wait time.Duration) {
-	ctx, f.cancel = context.WithCancel(ctx)
-	out := make(chan quantum.Quantum)
-	f.out = out
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if wait > 0 {
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return
-			}
-		}
-		f.s.followQuanta(ctx, from, out)
-	}()
-}
-
-func (f *quantaFeed) stop() {
-	if f.cancel != nil {
-		f.cancel()
-	}
-}
-
-// restart starts over from a reinitializing quantum, after wait.
-func (f *quantaFeed) restart(ctx context.Context, wg *sync.WaitGroup, wait time.Duration) {
-	f.stop()
-	f.start(ctx, wg, nil, wait)
-}
-
-// followQuanta streams quanta into out until ctx ends, reconnecting after failures from the
-// last position received. A stream silent for longer than dial.StreamIdleTimeout (the leader
-// sends heartbeats when idle) means a hung leader: the connection, which would keep choosing
-// it, is replaced, and the new one finds whoever leads now.
-func (s *Server) followQuanta(ctx context.Context, from *quantum.Position, out chan<- quantum.Quantum) {
-	leader, err := dial.FollowTarget(s.cfg.Target, s.cfg.Assigners, s.cfg.TLS.DialOption("assigner"))
-	if err != nil {
-		s.log.Error("cannot follow quanta", "err", err)
-		return
-	}
-	defer leader.Close()
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		conn := leader.Conn()
-		err := s.watchQuanta(ctx, pb.NewQuantaServiceClient(conn), &from, out, &backoff)
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, dial.ErrSilent) {
-			s.metrics.quantaSilent.Inc()
-			s.log.Warn("the quanta stream went silent; reconnecting to whoever leads now", "timeout", s.cfg.QuantaIdleTimeout)
-			leader.Renew(conn)
-		}
-		s.log.Info("the quanta stream ended; reconnecting", "err", err, "retry_in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// watchQuanta runs one quanta stream until it fails; it keeps *from at the last position
-// received, and resets *backoff whenever a quantum arrives.
-func (s *Server) watchQuanta(ctx context.Context, client pb.QuantaServiceClient, from **quantum.Position, out chan<- quantum.Quantum, backoff *time.Duration) error {
-	ctx, watchdog := dial.NewWatchdog(ctx, s.cfg.QuantaIdleTimeout)
-	defer watchdog.Stop()
-	// A whole map of 150k slices is ~4.5 MB, over gRPC's default 4 MB receive limit.
-	stream, err := client.WatchQuanta(ctx, &pb.WatchQuantaRequest{From: positionOrNil(*from)}, grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(256<<20))
+func (d relayDispatch) WatchAssignment(req *pb.WatchAssignmentRequest, stream pb.AssignmentService_WatchAssignmentServer) error {
+	l, err := d.s.lane(stream.Context())
 	if err != nil {
 		return err
 	}
-	for {
-		resp, err := dial.Receive(watchdog, stream.Recv)
-		if err != nil {
-			return err
-		}
-		s.relay.Heard(time.Now())
-		if resp.GetHeartbeat() {
-			continue
-		}
-		q, err := wire.QuantumFromProto(resp.GetQuantum())
-		if err != nil {
-			*from = nil // start over from the whole map
-			return err
-		}
-		select {
-		case out <- q:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		*from, *backoff = &q.Position, 50*time.Millisecond
-	}
+	return l.service.WatchAssignment(req, stream)
 }
 
-func positionOrNil(p *quantum.Position) *pb.Position {
-	if p == nil {
-		return nil
+func (d relayDispatch) GetAssignment(ctx context.Context, req *pb.GetAssignmentRequest) (*pb.GetAssignmentResponse, error) {
+	l, err := d.s.lane(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return wire.PositionToProto(*p)
+	return l.service.GetAssignment(ctx, req)
+}
+
+func (d relayDispatch) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
+	l, err := d.s.lane(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.service.Lookup(ctx, req)
+}
+
+func (d relayDispatch) ListNodes(ctx context.Context, req *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
+	l, err := d.s.lane(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.service.ListNodes(ctx, req)
 }

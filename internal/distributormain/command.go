@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/source/postgres"
 	"github.com/sliceplane/sliceplane/internal/sourceflag"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // ErrUsage is wrapped by errors about how the command was called (bad flags, arguments or
@@ -53,7 +56,8 @@ type options struct {
 	assigners        []string
 	endpoints        []string
 	prefix           string
-	target           string
+	targets          []string
+	sources          string
 	sessionTTL       time.Duration
 	maxDeltaOps      int
 	maxDeltaBytes    byteSize
@@ -90,6 +94,11 @@ in memory, so the restarted distributor's nodes catch up by taking a snapshot.
 A distributor also relays the map and the node list to routers and members, on the same
 address: they watch it rather than the assigner, which streams to the distributors only.
 
+With --target it serves those targets (sharded services of the control plane), each with
+its own registration, quanta, nodes and relay, on the one address; a call goes to the
+target it names. A target's items are under its etcd data prefix unless --sources gives
+its source.
+
 Flags can also come from a YAML file (--config), one flag name per key; flags given
 on the command line win.`,
 		Example: `  # Next to a zero-setup assigner on the same machine (its embedded etcd and gRPC port).
@@ -102,7 +111,10 @@ on the command line win.`,
   # Against an etcd cluster and two assigners, with mutual TLS on every link.
   distributor --etcd-endpoints https://10.0.0.1:2379,https://10.0.0.2:2379 \
     --assigners 10.0.0.5:7070,10.0.0.6:7070 --listen :7080 --advertise 10.0.0.7:7080 \
-    --tls-cert distributor-d1.crt --tls-key distributor-d1.key --tls-ca ca.crt`,
+    --tls-cert distributor-d1.crt --tls-key distributor-d1.key --tls-ca ca.crt
+
+  # Three targets, one of them on a PostgreSQL table (sources.yaml: counter: {source: postgres, pg-dsn: ...}).
+  distributor --id d1 --target default,kv,counter --sources sources.yaml`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.NoArgs(cmd, args); err != nil {
 				return usageError(err)
@@ -131,7 +143,8 @@ on the command line win.`,
 	f.StringSliceVar(&o.assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners, leader and standbys")
 	f.StringSliceVar(&o.endpoints, "etcd-endpoints", []string{"http://127.0.0.1:2379"}, "endpoints of the etcd cluster the assigner uses; a zero-setup assigner's embedded etcd listens on the default (https:// with TLS)")
 	f.StringVar(&o.prefix, "prefix", "/sliceplane/", "etcd key prefix of the cluster's state and data, as given to the assigner")
-	f.StringVar(&o.target, "target", "", "the target (sharded service) this distributor serves (default: the default target); its etcd source is the target's data/ prefix")
+	f.StringSliceVar(&o.targets, "target", nil, "the targets (sharded services) this distributor serves, comma-separated or repeated (default: the default target); a target's source is its etcd data/ prefix unless --sources gives another")
+	f.StringVar(&o.sources, "sources", "", "YAML file of the sources of several targets: each target's name with the source flags below it (source, pg-dsn, pg-table, ...); the flags --source and --pg-* serve one target only")
 	f.DurationVar(&o.sessionTTL, "session-ttl", 5*time.Second, "registration lease: how long nodes wait for a dead distributor before they move (whole seconds)")
 	f.IntVar(&o.maxDeltaOps, "max-delta-ops", 1024, "most operations in one delta sent to a node")
 	f.Var(&o.maxDeltaBytes, "max-delta-bytes", "most bytes of operations in one delta (nodes accept gRPC messages of up to 4MiB)")
@@ -215,23 +228,19 @@ func (o *options) run(ctx context.Context) error {
 	}
 	cfg := distributor.Config{
 		ID: o.id, Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics,
-		Assigners: o.assigners, Prefix: o.prefix, Target: o.target, SessionTTL: o.sessionTTL,
+		Assigners: o.assigners, Prefix: o.prefix, SessionTTL: o.sessionTTL,
 		MaxDeltaOps: o.maxDeltaOps, MaxDeltaBytes: int(o.maxDeltaBytes), MaxInFlightBytes: int(o.maxInFlightBytes),
 		MaxQueueBytes: int(o.maxQueueBytes),
 		ScanWorkers:   o.scanWorkers, MaxScanAheadBytes: int(o.maxScanAhead), ClockInterval: o.clockInterval,
 		TLS: src, Policy: policy, Insecure: o.tls.Insecure, Logger: log,
 	}
+	closeSources, err := o.lanes(ctx, &cfg, log)
+	defer closeSources()
+	if err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
-	}
-	// A slot of its own: a slot is confirmed by its one reader.
-	pg, err := o.source.Open(ctx, postgres.SlotName(o.id), log, nil)
-	if err != nil {
-		return fmt.Errorf("distributor: %w", err)
-	}
-	if pg != nil {
-		defer pg.Close()
-		cfg.Source = pg
 	}
 	cfg.Client, err = clientv3.New(clientv3.Config{Endpoints: o.endpoints, DialTimeout: 5 * time.Second, Context: ctx,
 		Logger: etcdlog.New(log, zapcore.WarnLevel, nil), TLS: src.ClientTLS()})
@@ -245,6 +254,74 @@ func (o *options) run(ctx context.Context) error {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// lanes sets the targets of cfg and opens their sources: one target with the source flags,
+// as before targets; several with --sources. It returns what closes the sources opened.
+func (o *options) lanes(ctx context.Context, cfg *distributor.Config, log *slog.Logger) (func(), error) {
+	var opened []*postgres.Source
+	closeAll := func() {
+		for _, pg := range opened {
+			pg.Close()
+		}
+	}
+	if o.sources == "" && len(o.targets) <= 1 {
+		if len(o.targets) == 1 {
+			cfg.Target = o.targets[0]
+		}
+		// A slot of its own: a slot is confirmed by its one reader.
+		pg, err := o.source.Open(ctx, postgres.SlotName(o.id), log, nil)
+		if err != nil {
+			return closeAll, fmt.Errorf("distributor: %w", err)
+		}
+		if pg != nil {
+			opened, cfg.Source = append(opened, pg), pg
+		}
+		return closeAll, nil
+	}
+	names, sources, err := o.targetSources()
+	if err != nil {
+		return closeAll, err
+	}
+	for _, name := range names {
+		opts := sources[target.Name(name)]
+		pg, err := opts.Open(ctx, postgres.SlotName(o.id+"_"+target.Name(name)), log.With("target", target.Name(name)), nil)
+		if err != nil {
+			return closeAll, fmt.Errorf("distributor: target %s: %w", target.Name(name), err)
+		}
+		l := distributor.Lane{Target: name}
+		if pg != nil {
+			opened, l.Source = append(opened, pg), pg
+		}
+		cfg.Lanes = append(cfg.Lanes, l)
+	}
+	return closeAll, nil
+}
+
+// targetSources returns the targets of --target (or, without it, of --sources) and the
+// sources --sources gives them, refusing a source for a target not served and the source
+// flags beside several targets.
+func (o *options) targetSources() ([]string, map[string]sourceflag.Options, error) {
+	if o.source.Kind != "" && o.source.Kind != sourceflag.Etcd {
+		return nil, nil, usagef("--source %s serves one target; give the sources of several in --sources", o.source.Kind)
+	}
+	sources := map[string]sourceflag.Options{}
+	if o.sources != "" {
+		var err error
+		if sources, err = sourceflag.LoadTargets(o.sources); err != nil {
+			return nil, nil, usagef("--sources: %w", err)
+		}
+	}
+	names := o.targets
+	if len(names) == 0 {
+		names = slices.Sorted(maps.Keys(sources))
+	}
+	for name := range sources {
+		if !slices.ContainsFunc(names, func(n string) bool { return target.Name(n) == name }) {
+			return nil, nil, usagef("--sources %s: target %q is not among --target %s", o.sources, name, strings.Join(o.targets, ","))
+		}
+	}
+	return names, sources, nil
 }
 
 // security loads the TLS files and the policy: a partial set of TLS flags, a file that does

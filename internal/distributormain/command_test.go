@@ -65,6 +65,18 @@ func startAssigner(t *testing.T, etcd *embedetcd.Server) string {
 }
 
 func TestRunRegistersAndLeavesOnStop(t *testing.T) {
+	t.Run("one target", func(t *testing.T) { registersAndLeaves(t, nil, "/sliceplane/") })
+	// Blue is no target of the assigner's: its lane follows no quanta, and registers all the same.
+	sources := filepath.Join(t.TempDir(), "sources.yaml")
+	require.NoError(t, os.WriteFile(sources, []byte("blue: {source: etcd}\n"), 0o644))
+	t.Run("two targets", func(t *testing.T) {
+		registersAndLeaves(t, []string{"--target", "default,blue", "--sources", sources}, "/sliceplane/", "/sliceplane/t/blue/")
+	})
+}
+
+// registersAndLeaves runs a distributor with args and checks that it registers under every
+// root of roots, serves, and leaves them all on stop.
+func registersAndLeaves(t *testing.T, args []string, roots ...string) {
 	etcd := etcdtest.Start(t)
 	cli := etcdtest.Client(t, etcd)
 	assignerAddr := startAssigner(t, etcd)
@@ -79,17 +91,25 @@ func TestRunRegistersAndLeavesOnStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cmd := NewCommand()
-	cmd.SetArgs([]string{"--config", config, "--etcd-endpoints", etcd.Endpoint(), "--assigners", assignerAddr,
-		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"})
+	cmd.SetArgs(append([]string{"--config", config, "--etcd-endpoints", etcd.Endpoint(), "--assigners", assignerAddr,
+		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, args...))
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 
 	var addr string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		set, _, err := membership.Load(ctx, cli, "/sliceplane/")
-		require.NoError(t, err)
-		if addr = set["d1"]; addr != "" {
+		var addrs []string
+		for _, root := range roots {
+			set, _, err := membership.Load(ctx, cli, root)
+			require.NoError(t, err)
+			if set["d1"] != "" {
+				addrs = append(addrs, set["d1"])
+			}
+		}
+		if len(addrs) == len(roots) {
+			addr = addrs[0]
+			require.Equal(t, addrs[0], addrs[len(addrs)-1], "one address for every target")
 			break
 		}
 		select {
@@ -119,9 +139,11 @@ func TestRunRegistersAndLeavesOnStop(t *testing.T) {
 		t.Fatal("did not stop")
 	}
 	// At once, not after the 5 s lease: a stopping distributor revokes it.
-	set, _, err := membership.Load(context.Background(), cli, "/sliceplane/")
-	require.NoError(t, err)
-	assert.NotContains(t, set, "d1", "the distributor left the set when it stopped")
+	for _, root := range roots {
+		set, _, err := membership.Load(context.Background(), cli, root)
+		require.NoError(t, err)
+		assert.NotContains(t, set, "d1", "the distributor left the set of %s when it stopped", root)
+	}
 }
 
 func TestBadSettingsAreUsageErrors(t *testing.T) {
@@ -130,6 +152,14 @@ func TestBadSettingsAreUsageErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(badKey, []byte("lisen: 127.0.0.1:1\n"), 0o644))
 	badValue := filepath.Join(dir, "bad-value.yaml")
 	require.NoError(t, os.WriteFile(badValue, []byte("max-delta-bytes: lots\n"), 0o644))
+	file := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+		return path
+	}
+	sourceTypo := file("typo.yaml", "kv: {pg-tabel: t}\n")
+	sourceIncomplete := file("incomplete.yaml", "counter: {source: postgres}\n")
+	sourceElsewhere := file("elsewhere.yaml", "counter: {}\n")
 	for _, c := range []struct {
 		args []string
 		want string
@@ -162,6 +192,12 @@ func TestBadSettingsAreUsageErrors(t *testing.T) {
 		{[]string{"--source", "postgres"}, "--source postgres needs --pg-dsn"},
 		{[]string{"--source", "postgres", "--pg-dsn", "host=x", "--pg-table", "a;b"}, "plain identifiers"},
 		{[]string{"--max-scan-ahead-bytes", "0"}, "--max-scan-ahead-bytes 0: want at least 1"},
+		{[]string{"--target", "kv,kv"}, `--target: target "kv" given twice`},
+		{[]string{"--target", "Not_A_Name"}, "--target: "},
+		{[]string{"--target", "kv,counter", "--source", "postgres", "--pg-dsn", "host=x"}, "--source postgres serves one target"},
+		{[]string{"--target", "kv", "--sources", sourceTypo}, `target kv: "pg-tabel" is not a flag`},
+		{[]string{"--target", "counter", "--sources", sourceIncomplete}, "target counter: --source postgres needs --pg-dsn"},
+		{[]string{"--target", "kv", "--sources", sourceElsewhere}, `target "counter" is not among --target kv`},
 	} {
 		args := c.args
 		if !strings.HasPrefix(c.want, "--id") {

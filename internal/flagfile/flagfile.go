@@ -32,6 +32,13 @@ func apply(fs *pflag.FlagSet, path string, data []byte) error {
 	if err := yaml.Unmarshal(data, &values); err != nil {
 		return fmt.Errorf("flagfile: %s: %w", path, err)
 	}
+	return Apply(fs, path, values)
+}
+
+// Apply sets every flag of fs that the command line left unset from values, keys being
+// flag names, as read from the YAML of where (named in the errors).
+func Apply(fs *pflag.FlagSet, where string, values map[string]any) error {
+	path := where
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(values)) {
 		v := values[key]

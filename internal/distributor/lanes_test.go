@@ -1,0 +1,107 @@
+package distributor_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/sliceplane/sliceplane/client"
+	"github.com/sliceplane/sliceplane/client/memstore"
+	"github.com/sliceplane/sliceplane/client/writer"
+	"github.com/sliceplane/sliceplane/internal/assigner"
+	"github.com/sliceplane/sliceplane/internal/clustertest"
+	"github.com/sliceplane/sliceplane/internal/distributor"
+	"github.com/sliceplane/sliceplane/internal/target"
+	"github.com/sliceplane/sliceplane/internal/target/registry"
+)
+
+// TestOneDistributorServesTwoTargets: a distributor of two targets (Config.Lanes) serves
+// the nodes of each from its target's source alone, on one address, and labels each
+// target's metrics.
+func TestOneDistributorServesTwoTargets(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := clustertest.New(t, clustertest.Options{
+		Assigner: func(cfg *assigner.Config) { cfg.Targets = []registry.Record{{Name: "blue"}} },
+		Distributor: func(cfg *distributor.Config) {
+			cfg.Lanes, cfg.Registry = []distributor.Lane{{Target: target.Default}, {Target: "blue"}}, reg
+		},
+	})
+	c.StartDistributor("d1")
+	plain := c.StartNode("n1", nil)
+	blue, blueStore := startNode(t, c, "b1", "blue")
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Etcd.Endpoint()}, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	blueWriter := writer.New(cli, target.DataPrefix("/sliceplane/", "blue"))
+	var want, wantBlue []string
+	for i := range 50 {
+		k := fmt.Sprintf("k%02d", i)
+		_, err := c.Source.Put(ctx, []byte(k), []byte("plain"))
+		require.NoError(t, err)
+		want = append(want, k)
+		if i%2 == 0 {
+			_, err := blueWriter.Put(ctx, []byte(k), []byte("blue"))
+			require.NoError(t, err)
+			wantBlue = append(wantBlue, k)
+		}
+	}
+	require.Eventually(t, func() bool { return slices.Equal(held(ctx, t, plain.Store, "plain"), want) }, 30*time.Second, 20*time.Millisecond,
+		"the default target's node holds the default target's items")
+	require.Eventually(t, func() bool { return slices.Equal(held(ctx, t, blueStore, "blue"), wantBlue) }, 30*time.Second, 20*time.Millisecond,
+		"blue's node holds blue's items alone, from the same distributor")
+	_, addr, _ := blue.Distributor()
+	require.Equal(t, c.Distributors()["d1"].Addr, addr, "one distributor serves both")
+	want1 := `
+# HELP sliceplane_distributor_nodes Nodes this distributor serves.
+# TYPE sliceplane_distributor_nodes gauge
+sliceplane_distributor_nodes{target="blue"} 1
+sliceplane_distributor_nodes{target="default"} 1
+`
+	require.Eventually(t, func() bool {
+		return testutil.GatherAndCompare(reg, strings.NewReader(want1), "sliceplane_distributor_nodes") == nil
+	}, 10*time.Second, 20*time.Millisecond, "each target's metrics carry its name")
+}
+
+// startNode runs node id of target tgt on a store of its own until the test ends.
+func startNode(t *testing.T, c *clustertest.Cluster, id, tgt string) (*client.Node, *memstore.Store) {
+	store := memstore.New()
+	n, err := client.NewNode(client.NodeConfig{ID: id, Target: tgt, Assigners: c.Assigners(), Store: store,
+		ReportInterval: 100 * time.Millisecond, Address: "127.0.0.1:1"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return n, store
+}
+
+// held returns the keys r holds, sorted; nil, logged, when an item's value is not value
+// (another target's): a condition of Eventually may not fail the test itself.
+func held(ctx context.Context, t *testing.T, r client.Reader, value string) []string {
+	var keys []string
+	err := r.Items(ctx, func(it client.Item) error {
+		if string(it.Value) != value {
+			return fmt.Errorf("item %q holds %q, not %q: another target's", it.Key, it.Value, value)
+		}
+		keys = append(keys, string(it.Key))
+		return nil
+	})
+	if err != nil {
+		t.Log(err)
+		return nil
+	}
+	slices.Sort(keys)
+	return keys
+}
