@@ -13,7 +13,11 @@
 // assigners fail over, so a node's staleness stays within it; default 1s),
 // CHAOS_MAX_STALENESS (link faults; default 10s), CHAOS_PATIENCE (each wait; default 90s),
 // CHAOS_STRICT_CLOCK=1 (fail when a node's clock goes back; by default only counted),
-// CHAOS_SESSION_TTL (the assigners' leader lease; default 5s). make chaos runs every fault, once with plain and once with race builds.
+// CHAOS_SESSION_TTL (the assigners' leader lease; default 5s), CHAOS_TARGETS (the targets
+// kept beside the default one, each with its own distributor, two nodes, writer and reader,
+// whose items are checked after every fault as the default target's are; an assigner fault
+// strikes the leader of a target the seed picks; default "second", "none" for none). make
+// chaos runs every fault, once with plain and once with race builds.
 //
 // TestChaosPostgres runs the suite with the items in PostgreSQL (CHAOS_PG_FAULTS);
 // TestChaosCounter runs the example counter under faults of its primaries, assigners and etcd,
@@ -47,6 +51,7 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcheck"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
+	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/source"
@@ -88,6 +93,8 @@ type config struct {
 	// strictClock fails a fault after which a node's clock went back (CHAOS_STRICT_CLOCK=1);
 	// otherwise the table only counts it.
 	strictClock bool
+	// tenants are the targets the run keeps beside the default one (CHAOS_TARGETS).
+	tenants []string
 }
 
 func envDuration(name string, def time.Duration) (time.Duration, error) {
@@ -110,6 +117,9 @@ func loadConfig(src string) (config, error) {
 		return cfg, err
 	}
 	cfg.source = src
+	if cfg.tenants, err = tenantsOf(os.Getenv("CHAOS_TARGETS")); err != nil {
+		return cfg, err
+	}
 	cfg.faults, err = faultsOf(src)
 	return cfg, err
 }
@@ -220,7 +230,9 @@ type run struct {
 	w      itemWriter
 	pg     *postgresSource // the run on PostgreSQL's server and its proxy; nil on etcd
 	probes *probes
-	rows   []row
+	// tenants are the run's other targets, each with its own nodes, writer and probes.
+	tenants []*tenant
+	rows    []row
 }
 
 // itemWriter writes items as the application does: into etcd (client/writer) or into a
@@ -241,6 +253,8 @@ type row struct {
 	// write made after it (source faults only).
 	recovered time.Duration
 	failures  []string
+	// tenants are what the other targets' probes saw, in the order of run.tenants.
+	tenants []window
 }
 
 func TestChaos(t *testing.T) { runChaos(t, sourceEtcd) }
@@ -259,18 +273,21 @@ func runChaos(t *testing.T, src string) {
 	for _, f := range cfg.faults {
 		names = append(names, f.name)
 	}
-	t.Logf("source=%s CHAOS_SEED=%d faults=%s CHAOS_ROUNDS=%d CHAOS_RACE=%v CHAOS_SESSION_TTL=%s",
-		cfg.source, cfg.seed, strings.Join(names, ","), cfg.rounds, cfg.race, cfg.sessionTTL)
+	t.Logf("source=%s CHAOS_SEED=%d faults=%s CHAOS_ROUNDS=%d CHAOS_RACE=%v CHAOS_SESSION_TTL=%s CHAOS_TARGETS=%s",
+		cfg.source, cfg.seed, strings.Join(names, ","), cfg.rounds, cfg.race, cfg.sessionTTL, strings.Join(cfg.tenants, ","))
 	r.setUp()
 	var wg sync.WaitGroup
 	pctx, stopProbes := context.WithCancel(ctx)
 	defer wg.Wait()
 	defer stopProbes()
 	r.probes.run(pctx, &wg)
+	for _, tn := range r.tenants {
+		tn.probes.run(pctx, &wg)
+	}
 	for i, f := range cfg.schedule(r.rng) {
 		r.inject(i+1, f)
 	}
-	r.probes.window()
+	r.windows()
 	stopProbes()
 	wg.Wait()
 	if _, err := r.check("the end"); err != nil {
@@ -346,14 +363,16 @@ func (r *run) setUp() {
 	if r.cfg.source == sourcePostgres {
 		r.startPostgres(dir) // before the processes that read it
 	}
+	r.declareTenants(dir)
 	r.startAll()
 	if r.pg == nil {
 		r.w = writer.New(r.c.etcdCli, writer.DefaultPrefix)
 		r.src = source.NewEtcd(r.c.etcdCli, writer.DefaultPrefix)
 	}
-	r.fill()
-	r.startRouter()
-	r.spread()
+	r.fill(r.w)
+	r.probes = r.newProbes("", r.w, r.c.nodes)
+	r.spread("", r.probes, r.c.nodes)
+	r.setUpTenants()
 	if _, err := r.check("the fill"); err != nil {
 		t.Fatal(err)
 	}
@@ -370,23 +389,25 @@ func (r *run) startAll() {
 		}
 	}
 	for _, id := range []string{"d1", "d2"} {
-		if err := r.c.startDistributor(r.ctx, id); err != nil {
+		if err := r.c.startDistributor(r.ctx, "", id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, id := range []string{"n1", "n2", "n3", "n4"} {
-		if err := r.c.startNode(r.ctx, id); err != nil {
+		if err := r.c.startNode(r.ctx, "", id); err != nil {
 			t.Fatal(err)
 		}
 	}
+	r.startTenants()
 }
 
-func (r *run) fill() {
+// fill writes the keys of the fill with w.
+func (r *run) fill(w itemWriter) {
 	var items []client.Item
 	for i := range r.cfg.fillItems {
 		items = append(items, client.Item{Key: loadgen.Key(i), Value: fmt.Appendf(nil, "v%d", i), HasValue: true})
 		if len(items) == 100 || i == r.cfg.fillItems-1 {
-			if _, err := r.w.PutMany(r.ctx, items); err != nil {
+			if _, err := w.PutMany(r.ctx, items); err != nil {
 				r.t.Fatalf("filling: %v", err)
 			}
 			items = items[:0]
@@ -394,14 +415,15 @@ func (r *run) fill() {
 	}
 }
 
-// startRouter starts the reader's router, owned by the test's cleanup.
-func (r *run) startRouter() {
+// newProbes starts the router of target tgt's reader ("" the default target), owned by the
+// test's cleanup, and returns the probes that write with w and sample nodes.
+func (r *run) newProbes(tgt string, w itemWriter, nodes []*member) *probes {
 	// A router's identity: it reads the map and lists the nodes for their addresses.
-	rt, err := r.c.pki.Issue("router", "chaos")
+	rt, err := r.c.pki.IssueOf(certs.Request{Target: tgt, Kind: "router", Name: "chaos"})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	router, err := client.NewRouter(client.RouterConfig{Assigners: r.c.assignerAddrs(),
+	router, err := client.NewRouter(client.RouterConfig{Assigners: r.c.assignerAddrs(), Target: tgt,
 		TLS: client.TLS{Cert: rt.Cert, Key: rt.Key, CA: rt.CA}})
 	if err != nil {
 		r.t.Fatal(err)
@@ -418,20 +440,24 @@ func (r *run) startRouter() {
 	if err := router.WaitReady(wctx); err != nil {
 		r.t.Fatal(err)
 	}
-	r.probes = &probes{w: r.w, router: router, pool: kvclient.NewPool(r.c.http), nodes: r.c.nodes, logf: r.t.Logf,
+	logf := r.t.Logf
+	if tgt != "" {
+		logf = func(format string, args ...any) { r.t.Logf(tgt+": "+format, args...) }
+	}
+	return &probes{w: w, router: router, pool: kvclient.NewPool(r.c.http), nodes: nodes, logf: logf,
 		initial: r.cfg.fillItems, next: r.cfg.fillItems}
 }
 
-// spread waits until every node holds slices, making load with reads, and then freezes
-// the map.
-func (r *run) spread() {
+// spread waits until every node of target tgt holds slices, making load with reads through
+// p, and then freezes the target's map.
+func (r *run) spread(tgt string, p *probes, nodes []*member) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.patience)
 	defer cancel()
 	err := launch.WaitFor(ctx, "every node to hold slices", 100*time.Millisecond, func(ctx context.Context) error {
 		for i := range 300 {
-			r.probes.pool.Read(ctx, r.probes.router, loadgen.Key(i)) //nolint:errcheck // only the load counts here
+			p.pool.Read(ctx, p.router, loadgen.Key(i)) //nolint:errcheck // only the load counts here
 		}
-		for _, n := range r.c.nodes {
+		for _, n := range nodes {
 			st, err := kvclient.New(n.addr, r.c.http).State(ctx)
 			if err != nil {
 				return err
@@ -445,7 +471,7 @@ func (r *run) spread() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	conn, err := dial.Leader(r.c.assignerAddrs(), r.c.tls.DialOption("assigner"))
+	conn, err := dial.TargetLeader(tgt, r.c.assignerAddrs(), r.c.tls.DialOption("assigner"))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -458,26 +484,16 @@ func (r *run) spread() {
 // check pauses the writer and waits until the nodes hold exactly what they must, then checks
 // that every process runs and no log holds a panic or a race report.
 func (r *run) check(after string) (time.Duration, error) {
-	resume := r.probes.pause()
-	defer resume()
 	start := time.Now()
-	conn, err := dial.Leader(r.c.assignerAddrs(), r.c.tls.DialOption("assigner"))
-	if err != nil {
-		return 0, err
+	if err := r.converged(after, "", r.probes, r.src, r.c.nodes); err != nil {
+		return time.Since(start), err
 	}
-	defer conn.Close()
-	var nodes []*kvclient.Node
-	for _, n := range r.c.nodes {
-		nodes = append(nodes, kvclient.New(n.addr, r.c.http))
-	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.patience)
-	defer cancel()
-	rep, err := (&kvcheck.Checker{Source: r.src, Assigner: conn, Nodes: nodes}).Wait(ctx)
 	took := time.Since(start)
-	if err != nil {
-		return took, fmt.Errorf("after %s: %w", after, err)
+	for _, tn := range r.tenants {
+		if err := r.converged(after, tn.name, tn.probes, tn.src, tn.nodes()); err != nil {
+			return took, err
+		}
 	}
-	r.t.Logf("after %s: %s (in %s)", after, rep, took.Round(time.Millisecond))
 	var dead []string
 	for _, m := range r.c.all() {
 		if !m.alive() {
@@ -493,9 +509,37 @@ func (r *run) check(after string) (time.Duration, error) {
 	return took, nil
 }
 
+// converged pauses p's writer and waits until the nodes of target tgt ("" the default
+// target) hold exactly what src holds by the target's map.
+func (r *run) converged(after, tgt string, p *probes, src source.Writer, members []*member) error {
+	resume := p.pause()
+	defer resume()
+	start := time.Now()
+	conn, err := dial.TargetLeader(tgt, r.c.assignerAddrs(), r.c.tls.DialOption("assigner"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var nodes []*kvclient.Node
+	for _, n := range members {
+		nodes = append(nodes, kvclient.New(n.addr, r.c.http))
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.patience)
+	defer cancel()
+	rep, err := (&kvcheck.Checker{Source: src, Assigner: conn, Nodes: nodes}).Wait(ctx)
+	if tgt != "" {
+		after += " (target " + tgt + ")"
+	}
+	if err != nil {
+		return fmt.Errorf("after %s: %w", after, err)
+	}
+	r.t.Logf("after %s: %s (in %s)", after, rep, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
 // term returns the leading assigner's term, 0 if none answers.
 func (r *run) term() uint64 {
-	_, term, err := r.leader(nil)
+	_, term, err := r.leader("", nil)
 	if err != nil {
 		return 0
 	}
@@ -505,7 +549,7 @@ func (r *run) term() uint64 {
 // inject runs one fault, checks the cluster after it, and records and asserts its figures.
 func (r *run) inject(i int, f fault) {
 	r.t.Logf("=== fault %d: %s", i, f.name)
-	r.probes.window()
+	r.windows()
 	row := row{fault: f.name, termBefore: r.term()}
 	o, err := f.run(r)
 	row.target, row.takeover, row.recovered = o.target, o.takeover, o.recovered
@@ -516,7 +560,7 @@ func (r *run) inject(i int, f fault) {
 	if err != nil {
 		row.failures = append(row.failures, err.Error())
 	}
-	row.win = r.probes.window()
+	row.win, row.tenants = r.windows()
 	row.termAt = r.term()
 	row.failures = append(row.failures, r.assess(f, row)...)
 	for _, msg := range row.failures {
@@ -526,31 +570,43 @@ func (r *run) inject(i int, f fault) {
 	r.t.Logf("fault %d: %s", i, row.line())
 }
 
-// assess returns the bounds a fault's figures break.
+// assess returns the bounds a fault's figures break, in every target.
 func (r *run) assess(f fault, row row) []string {
-	var out []string
-	if row.win.readMisses > 0 {
-		// The reader reads keys of the fill, which always exist: a "not found" is data
-		// a node lost or served before it had it (I7).
-		out = append(out, fmt.Sprintf("%d reads of existing keys were answered \"not found\"", row.win.readMisses))
-	}
-	if r.cfg.strictClock && row.win.regressions > 0 {
-		out = append(out, fmt.Sprintf("a node's clock went back %d times", row.win.regressions))
-	}
-	switch f.class {
-	case "assigner":
-		if row.win.staleness > r.cfg.assignerStale {
-			out = append(out, fmt.Sprintf("node %s was %s stale during a takeover of %s, over %s",
-				row.win.stalest, row.win.staleness.Round(time.Millisecond), row.takeover.Round(time.Millisecond), r.cfg.assignerStale))
+	out := r.assessWindow(f, row.win, row.takeover)
+	for i, w := range row.tenants {
+		for _, msg := range r.assessWindow(f, w, row.takeover) {
+			out = append(out, "target "+r.tenants[i].name+": "+msg)
 		}
-	case "link":
-		if row.win.staleness > r.cfg.maxStale {
-			out = append(out, fmt.Sprintf("node %s was %s stale, over %s", row.win.stalest, row.win.staleness.Round(time.Millisecond), r.cfg.maxStale))
-		}
-	case "etcd", "source":
+	}
+	if f.class == "etcd" || f.class == "source" {
 		// Leadership is etcd's: an etcd election or the source away must not cost a term.
 		if row.termAt != row.termBefore {
 			out = append(out, fmt.Sprintf("the assigner's term went from %d to %d", row.termBefore, row.termAt))
+		}
+	}
+	return out
+}
+
+// assessWindow returns the bounds one target's probes broke during fault f.
+func (r *run) assessWindow(f fault, win window, takeover time.Duration) []string {
+	var out []string
+	if win.readMisses > 0 {
+		// The reader reads keys of the fill, which always exist: a "not found" is data
+		// a node lost or served before it had it (I7).
+		out = append(out, fmt.Sprintf("%d reads of existing keys were answered \"not found\"", win.readMisses))
+	}
+	if r.cfg.strictClock && win.regressions > 0 {
+		out = append(out, fmt.Sprintf("a node's clock went back %d times", win.regressions))
+	}
+	switch f.class {
+	case "assigner":
+		if win.staleness > r.cfg.assignerStale {
+			out = append(out, fmt.Sprintf("node %s was %s stale during a takeover of %s, over %s",
+				win.stalest, win.staleness.Round(time.Millisecond), takeover.Round(time.Millisecond), r.cfg.assignerStale))
+		}
+	case "link":
+		if win.staleness > r.cfg.maxStale {
+			out = append(out, fmt.Sprintf("node %s was %s stale, over %s", win.stalest, win.staleness.Round(time.Millisecond), r.cfg.maxStale))
 		}
 	}
 	return out
@@ -568,16 +624,24 @@ func (row row) line() string {
 	if len(row.failures) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("| %s | %s | %s | %s (%s) | %d | %d/%d | %d/%d | %d/%d | %d→%d | %s | %s | %s |", row.fault, row.target, takeover,
+	others := "-"
+	if len(row.tenants) > 0 {
+		var parts []string
+		for _, w := range row.tenants {
+			parts = append(parts, fmt.Sprintf("%s/%d/%d/%d", w.staleness.Round(10*time.Millisecond), w.readFails, w.readMisses, w.writeFails))
+		}
+		others = strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("| %s | %s | %s | %s (%s) | %d | %d/%d | %d/%d | %d/%d | %s | %d→%d | %s | %s | %s |", row.fault, row.target, takeover,
 		row.win.staleness.Round(10*time.Millisecond), row.win.stalest, row.win.regressions, row.win.readFails, row.win.reads,
-		row.win.readMisses, row.win.reads, row.win.writeFails, row.win.writes, row.termBefore, row.termAt, recovered,
+		row.win.readMisses, row.win.reads, row.win.writeFails, row.win.writes, others, row.termBefore, row.termAt, recovered,
 		row.converge.Round(10*time.Millisecond), verdict)
 }
 
 func (r *run) table() string {
 	var b strings.Builder
-	b.WriteString("| fault | target | takeover | max staleness (node) | clock went back | reads failed | reads missed | writes failed | term | recovered in | converged in | verdict |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | target | takeover | max staleness (node) | clock went back | reads failed | reads missed | writes failed | other targets: staleness/reads failed/missed/writes failed | term | recovered in | converged in | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	recovered := map[string][]time.Duration{}
 	terms := map[uint64]bool{}
 	for _, row := range r.rows {

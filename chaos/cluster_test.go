@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/faultproxy"
 	"github.com/sliceplane/sliceplane/internal/healthcheck"
 	"github.com/sliceplane/sliceplane/internal/launch"
@@ -31,6 +34,8 @@ import (
 // or a member of the example counter.
 type member struct {
 	kind, id string
+	// target is the target a distributor or node serves: "" for the default target.
+	target string
 	// addr is where it serves, unproxied: etcd's client URL host, gRPC, or a node's HTTP;
 	// metrics, an assigner's or distributor's /metrics.
 	addr    string
@@ -118,6 +123,8 @@ type cluster struct {
 	assigners    []*member
 	distributors []*member
 	nodes        []*member
+	// tenants are the distributors and nodes of the targets beside the default one, by target.
+	tenants map[string][]*member
 	// counters are the members of the example counter (TestChaosCounter).
 	counters []*member
 
@@ -148,16 +155,22 @@ func newCluster(dir, bin string, assignerTTL time.Duration) (*cluster, error) {
 	metrics := toxiproxy.NewMetricsContainer(prometheus.NewRegistry())
 	return &cluster{dir: dir, logs: logs, bin: bin, ready: 60 * time.Second, assignerTTL: assignerTTL,
 		toxi: toxiproxy.NewServer(metrics, zerolog.Nop()), proxies: map[string]*toxiproxy.Proxy{},
-		holds: map[string]*faultproxy.Proxy{}, pki: pki, tls: src, http: kvclient.HTTPClient(src, 10*time.Second)}, nil
+		holds: map[string]*faultproxy.Proxy{}, tenants: map[string][]*member{}, pki: pki, tls: src, http: kvclient.HTTPClient(src, 10*time.Second)}, nil
 }
 
-// tlsArgs returns the TLS flags of member kind/id.
-func (c *cluster) tlsArgs(kind, id string) ([]string, error) { return c.pki.Args(kind, id) }
+// tlsArgs returns the TLS flags of member kind/id of target tgt ("" the default target,
+// whose identities name none).
+func (c *cluster) tlsArgs(tgt, kind, id string) ([]string, error) {
+	return c.pki.ArgsOf(certs.Request{Target: tgt, Kind: kind, Name: id})
+}
 
 func (c *cluster) all() []*member {
 	var out []*member
 	for _, ms := range [][]*member{c.etcd, c.assigners, c.distributors, c.nodes, c.counters} {
 		out = append(out, ms...)
+	}
+	for _, t := range slices.Sorted(maps.Keys(c.tenants)) {
+		out = append(out, c.tenants[t]...)
 	}
 	return out
 }
@@ -262,7 +275,7 @@ func (c *cluster) startAssigner(ctx context.Context, id string) error {
 		return err
 	}
 	m := &member{kind: "assigner", id: id, addr: addrs[0], metrics: addrs[1], bin: filepath.Join(c.bin, "assigner")}
-	tls, err := c.tlsArgs("assigner", id)
+	tls, err := c.tlsArgs("", "assigner", id)
 	if err != nil {
 		return err
 	}
@@ -281,8 +294,10 @@ func (c *cluster) assignerAddrs() []string {
 	return out
 }
 
-// startDistributor starts a distributor that advertises its proxy to nodes.
-func (c *cluster) startDistributor(ctx context.Context, id string) error {
+// startDistributor starts a distributor of target tgt ("" the default target) that
+// advertises its proxy to nodes. A distributor of another target reads that target's etcd
+// data prefix whatever the run's source.
+func (c *cluster) startDistributor(ctx context.Context, tgt, id string) error {
 	addrs, err := launch.FreeAddrs(2)
 	if err != nil {
 		return err
@@ -304,22 +319,39 @@ func (c *cluster) startDistributor(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	m := &member{kind: "distributor", id: id, addr: addrs[0], metrics: addrs[1], bin: filepath.Join(c.bin, "distributor")}
-	tls, err := c.tlsArgs("distributor", id)
+	m := &member{kind: "distributor", id: id, target: tgt, addr: addrs[0], metrics: addrs[1], bin: filepath.Join(c.bin, "distributor")}
+	tls, err := c.tlsArgs("", "distributor", id)
 	if err != nil {
 		return err
 	}
 	m.args = append([]string{"--id", id, "--etcd-endpoints", strings.Join(endpoints, ","),
 		"--assigners", strings.Join(c.assignerAddrs(), ","), "--listen", m.addr, "--advertise", adv,
 		"--metrics-listen", addrs[1]}, tls...)
-	m.args = append(append(m.args, distributorFlags...), c.sourceArgs...)
-	c.distributors = append(c.distributors, m)
+	m.args = append(m.args, distributorFlags...)
+	if tgt == "" {
+		m.args = append(m.args, c.sourceArgs...)
+	} else {
+		m.args = append(m.args, "--target", tgt)
+	}
+	c.add(m)
 	return c.start(ctx, m)
 }
 
-// startNode starts a kvnode that reaches the assigners through their proxies (one per
-// assigner, shared by the nodes).
-func (c *cluster) startNode(ctx context.Context, id string) error {
+// add counts m among the cluster's distributors or nodes, or its target's tenants.
+func (c *cluster) add(m *member) {
+	switch {
+	case m.target != "":
+		c.tenants[m.target] = append(c.tenants[m.target], m)
+	case m.kind == "distributor":
+		c.distributors = append(c.distributors, m)
+	default:
+		c.nodes = append(c.nodes, m)
+	}
+}
+
+// startNode starts a kvnode of target tgt ("" the default target) that reaches the
+// assigners through their proxies (one per assigner, shared by the nodes).
+func (c *cluster) startNode(ctx context.Context, tgt, id string) error {
 	addrs, err := launch.FreeAddrs(1)
 	if err != nil {
 		return err
@@ -328,16 +360,16 @@ func (c *cluster) startNode(ctx context.Context, id string) error {
 	for _, a := range c.assigners {
 		assigners = append(assigners, c.proxies["assigner-"+a.id].Listen)
 	}
-	m := &member{kind: "node", id: id, addr: addrs[0], bin: filepath.Join(c.bin, "kvnode"),
-		dataDir: filepath.Join(c.dir, "nodes", id)}
-	tls, err := c.tlsArgs("node", id)
+	m := &member{kind: "node", id: id, target: tgt, addr: addrs[0], bin: filepath.Join(c.bin, "kvnode"),
+		dataDir: filepath.Join(c.dir, "nodes", tgt, id)}
+	tls, err := c.tlsArgs(tgt, "node", id)
 	if err != nil {
 		return err
 	}
 	m.args = append([]string{"--id", id, "--listen", m.addr, "--assigners", strings.Join(assigners, ","),
-		"--data-dir", m.dataDir}, tls...)
+		"--data-dir", m.dataDir, "--target", tgt}, tls...)
 	m.args = append(m.args, nodeFlags...)
-	c.nodes = append(c.nodes, m)
+	c.add(m)
 	return c.start(ctx, m)
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
+	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/launch"
 )
 
@@ -71,9 +72,9 @@ func (r *run) hold(d time.Duration) error {
 	}
 }
 
-// status asks one assigner for its status.
-func (c *cluster) status(ctx context.Context, addr string) (*pb.StatusResponse, error) {
-	conn, err := grpc.NewClient(addr, c.tls.DialOption("assigner"))
+// status asks one assigner for its status in target tgt ("" the default target).
+func (c *cluster) status(ctx context.Context, tgt, addr string) (*pb.StatusResponse, error) {
+	conn, err := grpc.NewClient(addr, append(dial.Target(tgt), c.tls.DialOption("assigner"))...)
 	if err != nil {
 		return nil, err
 	}
@@ -83,8 +84,19 @@ func (c *cluster) status(ctx context.Context, addr string) (*pb.StatusResponse, 
 	return pb.NewAdminServiceClient(conn).Status(ctx, &pb.StatusRequest{})
 }
 
-// leader waits for an assigner other than not to lead, and returns it and its term.
-func (r *run) leader(not *member) (*member, uint64, error) {
+// aim picks, by the run's seed, the target whose leader an assigner fault strikes: the
+// default one ("") or a tenant.
+func (r *run) aim() string {
+	i := r.rng.IntN(len(r.tenants) + 1)
+	if i == 0 {
+		return ""
+	}
+	return r.tenants[i-1].name
+}
+
+// leader waits for an assigner other than not to lead target tgt ("" the default target),
+// and returns it and its term.
+func (r *run) leader(tgt string, not *member) (*member, uint64, error) {
 	var lead *member
 	var term uint64
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.patience)
@@ -94,7 +106,7 @@ func (r *run) leader(not *member) (*member, uint64, error) {
 			if m == not || !m.alive() || m.isFrozen() {
 				continue
 			}
-			st, err := r.c.status(ctx, m.addr)
+			st, err := r.c.status(ctx, tgt, m.addr)
 			if err == nil && st.GetLeader() {
 				lead, term = m, st.GetPosition().GetTerm()
 				return nil
@@ -105,22 +117,27 @@ func (r *run) leader(not *member) (*member, uint64, error) {
 	return lead, term, err
 }
 
-// takeover measures the time from start until an assigner other than old leads.
-func (r *run) takeover(old *member, start time.Time) (outcome, error) {
-	lead, _, err := r.leader(old)
-	if err != nil {
-		return outcome{target: old.id}, err
+// takeover measures the time from start until an assigner other than old leads target tgt.
+func (r *run) takeover(tgt string, old *member, start time.Time) (outcome, error) {
+	name := old.id
+	if tgt != "" {
+		name = tgt + ": " + name
 	}
-	return outcome{target: old.id + "→" + lead.id, takeover: time.Since(start)}, nil
+	lead, _, err := r.leader(tgt, old)
+	if err != nil {
+		return outcome{target: name}, err
+	}
+	return outcome{target: name + "→" + lead.id, takeover: time.Since(start)}, nil
 }
 
 func killAssigner(r *run) (outcome, error) {
-	old, _, err := r.leader(nil)
+	tgt := r.aim()
+	old, _, err := r.leader(tgt, nil)
 	if err != nil {
 		return outcome{}, err
 	}
 	old.kill()
-	o, err := r.takeover(old, time.Now())
+	o, err := r.takeover(tgt, old, time.Now())
 	if err != nil {
 		return o, err
 	}
@@ -128,7 +145,8 @@ func killAssigner(r *run) (outcome, error) {
 }
 
 func stopAssigner(r *run) (outcome, error) {
-	old, _, err := r.leader(nil)
+	tgt := r.aim()
+	old, _, err := r.leader(tgt, nil)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -137,7 +155,7 @@ func stopAssigner(r *run) (outcome, error) {
 	}
 	start := time.Now()
 	defer old.cont()
-	o, err := r.takeover(old, start)
+	o, err := r.takeover(tgt, old, start)
 	if err != nil {
 		return o, err
 	}
@@ -152,7 +170,7 @@ func stopAssigner(r *run) (outcome, error) {
 		if !old.alive() {
 			return launch.Permanent(fmt.Errorf("%s exited after SIGCONT", old.id))
 		}
-		st, err := r.c.status(ctx, old.addr)
+		st, err := r.c.status(ctx, tgt, old.addr)
 		if err != nil {
 			return err
 		}
@@ -275,7 +293,8 @@ func linkStall(r *run) (outcome, error) {
 
 // etcdCut cuts the leading assigner off etcd, beyond its lease.
 func etcdCut(r *run) (outcome, error) {
-	old, _, err := r.leader(nil)
+	tgt := r.aim()
+	old, _, err := r.leader(tgt, nil)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -286,7 +305,7 @@ func etcdCut(r *run) (outcome, error) {
 	start := time.Now()
 	errc := make(chan error, 1)
 	go func() { errc <- r.cut(ps, etcdCutLeases*r.cfg.sessionTTL) }()
-	o, err := r.takeover(old, start)
+	o, err := r.takeover(tgt, old, start)
 	return o, errors.Join(err, <-errc)
 }
 

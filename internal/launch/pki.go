@@ -45,21 +45,25 @@ func NewPKI(dir string, validity time.Duration) (*PKI, error) {
 // Issue returns the TLS files of identity kind/name, issuing its certificate at first use
 // (a restarted process keeps its files). A nil PKI returns the zero Config: plaintext.
 func (p *PKI) Issue(kind, name string) (mtls.Config, error) {
+	return p.IssueOf(certs.Request{Kind: kind, Name: name})
+}
+
+// IssueOf is Issue for the identity req names, confined to a target when req.Target is set.
+func (p *PKI) IssueOf(req certs.Request) (mtls.Config, error) {
 	if p == nil {
 		return mtls.Config{}, nil
 	}
-	is, err := p.issue(kind, name)
+	is, err := p.issue(req)
 	return is.files, err
 }
 
-func (p *PKI) issue(kind, name string) (issued, error) {
+func (p *PKI) issue(req certs.Request) (issued, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	key := kind + "/" + name
+	key := req.ID()
 	if is, ok := p.issued[key]; ok {
 		return is, nil
 	}
-	req := certs.Request{Kind: kind, Name: name}
 	leaf, err := p.ca.Issue(req)
 	if err != nil {
 		return issued{}, fmt.Errorf("launch: %w", err)
@@ -80,7 +84,7 @@ func (p *PKI) PKCS12(kind, name string) (string, error) {
 	if p == nil {
 		return "", nil
 	}
-	is, err := p.issue(kind, name)
+	is, err := p.issue(certs.Request{Kind: kind, Name: name})
 	if err != nil {
 		return "", err
 	}
@@ -125,7 +129,12 @@ func (p *PKI) Source(kind, name string) (*mtls.Source, error) {
 // Args issues the certificate of kind/name and returns the flags that give it to a process:
 // --tls-cert, --tls-key and --tls-ca, or none for a nil PKI.
 func (p *PKI) Args(kind, name string) ([]string, error) {
-	c, err := p.Issue(kind, name)
+	return p.ArgsOf(certs.Request{Kind: kind, Name: name})
+}
+
+// ArgsOf is Args for the identity req names.
+func (p *PKI) ArgsOf(req certs.Request) ([]string, error) {
+	c, err := p.IssueOf(req)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,9 @@ type Config struct {
 	// requests (default: the bound address).
 	Listen, Advertise string
 	Assigners         []string
+	// Target is the sharded service the member belongs to (client.MemberConfig.Target);
+	// empty for the control plane's default target.
+	Target string
 	// DSN is the PostgreSQL connection string of the counters table (Schema).
 	DSN string
 	// TLS gives the member its certificate (spiffe://sliceplane/node/<ID>): it serves over
@@ -102,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Advertise = lis.Addr().String()
 	}
 	counts := NewCounts(pool, cfg.WriteDelay, !cfg.Plain, cfg.Logger.With("member", cfg.ID))
-	member, err := client.NewMember(client.MemberConfig{ID: cfg.ID, Address: cfg.Advertise, Assigners: cfg.Assigners,
+	member, err := client.NewMember(client.MemberConfig{ID: cfg.ID, Address: cfg.Advertise, Assigners: cfg.Assigners, Target: cfg.Target,
 		TLS: client.TLS{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}, App: counts, Roles: client.RolesPrimarySecondary,
 		ReportInterval: cfg.ReportInterval, Logger: cfg.Logger})
 	if err != nil {

@@ -42,6 +42,10 @@ type Config struct {
 	Listen, Advertise string
 	// Assigners are the assigners' gRPC addresses.
 	Assigners []string
+	// Target is the sharded service the node belongs to (client.NodeConfig.Target); empty
+	// for the control plane's default target. A node of another target needs a certificate
+	// confined to it (spiffe://sliceplane/target/<T>/node/<ID>).
+	Target string
 	// DataDir holds the node's store, DataDir/ID.db.
 	DataDir string
 	// Capacity weighs the node's share of the load; 0 means 1.
@@ -104,7 +108,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
 	ctls := client.TLS{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}
-	router, err := client.NewRouter(client.RouterConfig{ID: cfg.ID, Assigners: cfg.Assigners, TLS: ctls, Logger: cfg.Logger.With("part", "router")})
+	router, err := client.NewRouter(client.RouterConfig{ID: cfg.ID, Assigners: cfg.Assigners, Target: cfg.Target, TLS: ctls, Logger: cfg.Logger.With("part", "router")})
 	if err != nil {
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
@@ -121,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("kvnode: %w", err)
 	}
 	node, err := client.NewNode(client.NodeConfig{ID: cfg.ID, Capacity: cfg.Capacity, Address: cfg.Advertise,
-		Assigners: cfg.Assigners, Store: store, ReportInterval: cfg.ReportInterval,
+		Assigners: cfg.Assigners, Target: cfg.Target, Store: store, ReportInterval: cfg.ReportInterval,
 		StallTimeout: cfg.StallTimeout, FreshnessBound: cfg.FreshnessBound, TLS: ctls, Logger: cfg.Logger})
 	if err != nil {
 		lis.Close()

@@ -39,7 +39,8 @@ SIGTERM it drains: its primaries demote and its ranges move make-before-break wh
 it serves, for at most --drain-timeout.
 
 With --tls-cert, --tls-key and --tls-ca (a certificate naming
-spiffe://sliceplane/node/ID) it dials the assigners with mutual TLS and serves its
+spiffe://sliceplane/node/ID, or with --target spiffe://sliceplane/target/TARGET/node/ID)
+it dials the assigners with mutual TLS and serves its
 API over TLS, requiring a client certificate from the same CA.`,
 		Example: `  countermember --id c1 --listen 127.0.0.1:7095 --pg-dsn postgres://localhost/counter
   curl -X POST http://127.0.0.1:7095/v1/incr/visits`,
@@ -63,6 +64,7 @@ API over TLS, requiring a client certificate from the same CA.`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7095", "HTTP address to serve on")
 	f.StringVar(&cfg.Advertise, "advertise", "", "address the proxy should use (default: the bound address)")
 	f.StringSliceVar(&cfg.Assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners")
+	f.StringVar(&cfg.Target, "target", "", "the sharded service the member belongs to (default: the control plane's default target); its certificate must name it, spiffe://sliceplane/target/TARGET/node/ID")
 	f.StringVar(&cfg.DSN, "pg-dsn", "", "PostgreSQL connection string of the database holding the counters table (created if missing; required)")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "time between load reports")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long the member may take to hand its ranges over before it stops; 0: stop at once")

@@ -40,7 +40,8 @@ slices move to other nodes make-before-break while it serves them, for at most
 --drain-timeout, and then it stops.
 
 With --tls-cert, --tls-key and --tls-ca (a certificate naming
-spiffe://sliceplane/node/ID), the node dials the assigners and its distributor with
+spiffe://sliceplane/node/ID, or with --target spiffe://sliceplane/target/TARGET/node/ID),
+the node dials the assigners and its distributor with
 mutual TLS and serves its HTTP API over TLS, requiring a client certificate from the
 same CA. Without them it serves plaintext, on loopback only unless --insecure.`,
 		Example: `  kvnode --id n1 --listen 127.0.0.1:7090 --data-dir /tmp/kv/n1
@@ -67,6 +68,7 @@ same CA. Without them it serves plaintext, on loopback only unless --insecure.`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7090", "HTTP address to serve on")
 	f.StringVar(&cfg.Advertise, "advertise", "", "address routers should use (default: the bound address)")
 	f.StringSliceVar(&cfg.Assigners, "assigners", []string{"127.0.0.1:7070"}, "gRPC addresses of the assigners")
+	f.StringVar(&cfg.Target, "target", "", "the sharded service the node belongs to (default: the control plane's default target); its certificate must name it, spiffe://sliceplane/target/TARGET/node/ID")
 	f.StringVar(&cfg.DataDir, "data-dir", "kvnode-data", "directory of the node's store")
 	f.Float64Var(&cfg.Capacity, "capacity", 1, "the node's capacity relative to others")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", time.Second, "time between load reports")
