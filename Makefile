@@ -34,6 +34,8 @@ FUZZTIME_SHORT ?= 1s
 # The binaries of the demo and the end-to-end tests.
 DEMO_BINARIES := ./cmd/assigner ./cmd/distributor ./cmd/slicectl ./examples/kvstore/cmd/kvnode ./examples/kvstore/cmd/kvdemo
 COUNTER_BINARIES := ./cmd/assigner ./cmd/slicectl ./examples/counter/cmd/countermember ./examples/counter/cmd/counterdemo
+TARGETS_BINARIES := ./cmd/assigner ./cmd/distributor ./cmd/slicectl ./examples/kvstore/cmd/kvnode \
+	./examples/counter/cmd/countermember ./examples/targets/cmd/targetsdemo
 
 # The chaos suite (chaos/): make test runs a short seeded run of a few quick faults, on etcd
 # and on PostgreSQL (one restart, one outage), and the example counter under a stopped and
@@ -110,10 +112,15 @@ build:
 ## DEMO_ROLL=1 restarts every node in turn, SOURCE=postgres keeps the items in a throwaway
 ## PostgreSQL table (when PostgreSQL is installed)
 ## DEMO_APP=counter runs the example sharded counter instead (examples/counter; needs PostgreSQL)
+## DEMO_APP=both runs both on one control plane (etcd, 2 assigners) as two targets: the
+## key-value store the default one, the counter target "counter" (examples/targets; needs PostgreSQL)
 demo:
 ifeq ($(DEMO_APP),counter)
 	$(GO) build -o $(BIN)/ $(COUNTER_BINARIES)
 	$(BIN)/counterdemo --bin $(BIN)
+else ifeq ($(DEMO_APP),both)
+	$(GO) build -o $(BIN)/ $(TARGETS_BINARIES)
+	$(BIN)/targetsdemo --bin $(BIN)
 else
 	$(GO) build -o $(BIN)/ $(DEMO_BINARIES)
 	$(BIN)/kvdemo --bin $(BIN) $(if $(SOURCE),--source $(SOURCE))

@@ -30,8 +30,12 @@ import (
 	"github.com/sliceplane/sliceplane/examples/counter/counterproxy"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
+	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/source/postgres/pgcluster"
+	"github.com/sliceplane/sliceplane/internal/target"
+	"github.com/sliceplane/sliceplane/internal/target/registry"
 )
 
 // Config shapes the demo.
@@ -52,32 +56,78 @@ type Config struct {
 	// writes (no fence): what a stale primary does without them. Pause stops a member for
 	// twice its lease (3 s) a quarter of the way in, then lets it go on.
 	Inclusive, Pause bool
-	Out              io.Writer
-	Log              *slog.Logger
+	// Plane, when set, is a control plane started elsewhere (the two-target demo), which the
+	// members join: the demo then starts no etcd and no assigner. Its assigners must carry
+	// PlaneArgs, and Target's config TargetConfig.
+	Plane *kvcluster.Plane
+	// Target is the target the members, the proxy's router and the demo's calls belong to;
+	// "" for the default target.
+	Target string
+	Out    io.Writer
+	Log    *slog.Logger
 }
 
 // Summary is the demo's outcome.
 type Summary struct {
 	Imbalance float64
 	Check     countercheck.Result
+	// paused is Config.Pause, which excuses failed increments.
+	paused bool
 }
 
 func (s Summary) String() string { return fmt.Sprintf("final imbalance=%.2f %s", s.Imbalance, s.Check) }
 
+// Err returns ErrCheck when the counts are not a counter's or an increment failed.
+func (s Summary) Err() error {
+	// A paused member's increments in flight get no answer: failed counts them then.
+	if !s.Check.OK() || s.Check.Failed > 0 && !s.paused {
+		return fmt.Errorf("%w (excused=%d lost=%d)", ErrCheck, s.Check.Excused, s.Check.Lost)
+	}
+	return nil
+}
+
 // drain bounds a member's drain on SIGTERM.
 const drain = 20 * time.Second
+
+// PlaneArgs are the assigner flags a control plane needs to serve the counter, beside its
+// target's config: a handoff waits as long as a drain.
+func PlaneArgs() []string { return []string{"--handoff-timeout", drain.String()} }
+
+// TargetConfig is the counter's config as a target: primaries and secondaries, exclusive
+// primaries (unless Inclusive) and, to Pause a member past it, a short lease. A control plane
+// of the counter's own takes the same as the default target's flags (flagsOf).
+func TargetConfig(cfg Config) registry.Config {
+	tc := registry.Config{Roles: assignment.PrimarySecondary.Name, Exclusive: new(!cfg.Inclusive)}
+	if cfg.Pause {
+		tc.NodeTTL = pauseTTL.String()
+	}
+	return tc
+}
+
+// flagsOf returns tc as the assigner's flags, the default target's config.
+func flagsOf(tc registry.Config) []string {
+	args := []string{"--roles", tc.Roles}
+	if *tc.Exclusive {
+		args = append(args, "--exclusive")
+	}
+	if tc.NodeTTL != "" {
+		args = append(args, "--node-ttl", tc.NodeTTL)
+	}
+	return args
+}
 
 type demo struct {
 	cfg     Config
 	pki     *launch.PKI
+	plane   *kvcluster.Plane
 	stopAll []func()
 	dsn     string
 	cluster *kvcluster.Cluster
-	// assigner is the cluster's one assigner; its metrics address serves the web view too.
-	assigner *kvcluster.Member
-	admin    pb.AdminServiceClient
-	router   *client.Router
-	proxy    string // the proxy's URL
+	// assigners are the plane's; the first one's metrics address serves the web view too.
+	assigners []*kvcluster.Member
+	admin     pb.AdminServiceClient
+	router    *client.Router
+	proxy     string // the proxy's URL
 }
 
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.cfg.Out, format+"\n", args...) }
@@ -85,20 +135,47 @@ func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.cfg.Out, format+"
 // Run runs the demo until its Duration passes or Stop is closed, then checks the counts; it
 // stops every process on the way out. The summary is valid when err is nil.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
+	d, err := Start(ctx, cfg)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer d.Stop()
+	return d.Run(ctx)
+}
+
+// Started is a demo whose processes serve: a launcher that runs several demos side by side
+// starts them one after the other, so that their intros do not mix, and then runs them.
+type Started struct{ d *demo }
+
+// Start starts the demo's processes and says where they run; on error it stops them.
+func Start(ctx context.Context, cfg Config) (*Started, error) {
 	cfg.Members, cfg.Keys, cfg.Rate = orDefault(cfg.Members, 3), orDefault(cfg.Keys, 100), max(cfg.Rate, 1)
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	d := &demo{cfg: cfg}
-	defer func() {
-		for i := len(d.stopAll) - 1; i >= 0; i-- {
-			d.stopAll[i]()
-		}
-	}()
-	if err := d.start(ctx); err != nil {
-		return Summary{}, err
+	if target.Name(cfg.Target) == target.Default {
+		cfg.Target = "" // a default target's identities name none, as before targets
 	}
-	return d.run(ctx)
+	d := &demo{cfg: cfg}
+	if err := d.start(ctx); err != nil {
+		d.stop()
+		return nil, err
+	}
+	return &Started{d: d}, nil
+}
+
+// Run runs the load until Config.Duration passes or Config.Stop is closed, then checks the
+// counts, as Run does; the processes go on until Stop.
+func (s *Started) Run(ctx context.Context) (Summary, error) { return s.d.run(ctx) }
+
+// Stop stops every process Start started.
+func (s *Started) Stop() { s.d.stop() }
+
+// stop stops everything start started, in reverse order.
+func (d *demo) stop() {
+	for i := len(d.stopAll) - 1; i >= 0; i-- {
+		d.stopAll[i]()
+	}
 }
 
 func orDefault(n, def int) int {
@@ -108,47 +185,36 @@ func orDefault(n, def int) int {
 	return n
 }
 
-// start starts etcd, PostgreSQL, the assigner, the members, the router and the proxy.
+// start starts PostgreSQL, the control plane (unless Config.Plane gives one), the members,
+// the router and the proxy.
 func (d *demo) start(ctx context.Context) error {
-	var err error
-	if d.pki, err = launch.NewPKI(filepath.Join(d.cfg.Dir, "pki"), 0); err != nil {
-		return err
-	}
-	etcd, err := kvcluster.StartEtcd(ctx, d.pki, d.cfg.Dir, d.cfg.Log)
-	if err != nil {
-		return err
-	}
-	d.stopAll = append(d.stopAll, etcd.Close)
 	pg, err := pgcluster.Start(ctx, filepath.Join(d.cfg.Dir, "postgres"), pgcluster.Options{})
 	if err != nil {
 		return fmt.Errorf("demo: the counter keeps its counts in PostgreSQL: %w", err)
 	}
 	d.stopAll = append(d.stopAll, func() { pg.Stop() }) //nolint:errcheck // throwaway
 	d.dsn = pg.DSN
-	assignerArgs := []string{"--roles", "primary-secondary", "--pass-interval", "1s",
-		"--load-half-life", "2s", "--handoff-timeout", drain.String(), "--log-format", "json"}
+	if err := d.startPlane(ctx); err != nil {
+		return err
+	}
 	memberArgs := []string{"--report-interval", "500ms", "--write-delay", d.cfg.WriteDelay.String(), "--log-format", "json"}
 	if d.cfg.Inclusive {
 		memberArgs = append(memberArgs, "--plain-writes")
-	} else {
-		assignerArgs = append(assignerArgs, "--exclusive")
 	}
-	if d.cfg.Pause {
-		assignerArgs = append(assignerArgs, "--node-ttl", pauseTTL.String())
-	}
-	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{etcd.Endpoint()}, PKI: d.pki,
-		DrainTimeout: drain, AssignerArgs: assignerArgs})
+	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Plane: d.plane, Target: d.cfg.Target,
+		DrainTimeout: drain})
 	if err != nil {
 		return err
 	}
 	d.stopAll = append(d.stopAll, func() {
-		if err := d.cluster.Stop(10 * time.Second); err != nil {
+		err := d.cluster.Stop(10 * time.Second)
+		if d.cfg.Plane == nil { // the demo's own plane goes after what runs against it
+			err = errors.Join(err, d.plane.Stop(10*time.Second))
+		}
+		if err != nil {
 			d.say("demo: %v", err)
 		}
 	})
-	if d.assigner, err = d.cluster.StartAssigner(ctx, "a1"); err != nil {
-		return err
-	}
 	for i := 1; i <= d.cfg.Members; i++ {
 		if _, err := d.cluster.StartCounter(ctx, fmt.Sprintf("c%d", i), d.dsn, memberArgs...); err != nil {
 			return err
@@ -163,10 +229,43 @@ func (d *demo) start(ctx context.Context) error {
 	return d.startProxy(ctx)
 }
 
+// startPlane starts the demo's own control plane, an etcd and an assigner serving the
+// counter's config (TargetConfig) as the default target's or as Config.Target's, unless
+// Config.Plane gives one.
+func (d *demo) startPlane(ctx context.Context) error {
+	if d.plane = d.cfg.Plane; d.plane != nil {
+		d.pki, d.assigners = d.plane.PKI, d.plane.Assigners()
+		return nil
+	}
+	var err error
+	if d.pki, err = launch.NewPKI(filepath.Join(d.cfg.Dir, "pki"), 0); err != nil {
+		return err
+	}
+	opts := kvcluster.PlaneOptions{Bin: d.cfg.Bin, Dir: d.cfg.Dir, PKI: d.pki,
+		AssignerArgs: append(slices.Clone(kvcluster.QuickAssignerArgs), PlaneArgs()...), Log: d.cfg.Log}
+	if tc := TargetConfig(d.cfg); d.cfg.Target == "" {
+		opts.AssignerArgs = append(opts.AssignerArgs, flagsOf(tc)...)
+	} else {
+		opts.Targets = map[string]registry.Config{d.cfg.Target: tc}
+	}
+	if d.plane, err = kvcluster.StartPlane(ctx, opts); err != nil {
+		return err
+	}
+	d.assigners = d.plane.Assigners()
+	plane := d.plane
+	// Stops the plane when start fails before the cluster's stop, which stops it too, is set.
+	d.stopAll = append(d.stopAll, func() {
+		if err := plane.Stop(10 * time.Second); err != nil {
+			d.say("demo: %v", err)
+		}
+	})
+	return nil
+}
+
 // startProxy starts the router (with a router's certificate) and the proxy, on loopback,
 // and waits for the router's first map.
 func (d *demo) startProxy(ctx context.Context) error {
-	files, err := d.pki.Issue("router", "counter-proxy")
+	files, err := d.pki.IssueOf(certs.Request{Target: d.cfg.Target, Kind: "router", Name: "counter-proxy"})
 	if err != nil {
 		return err
 	}
@@ -174,7 +273,7 @@ func (d *demo) startProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.router, err = client.NewRouter(client.RouterConfig{Assigners: d.cluster.Assigners(), Policy: client.LeastOutstanding,
+	d.router, err = client.NewRouter(client.RouterConfig{Assigners: d.cluster.Assigners(), Target: d.cfg.Target, Policy: client.LeastOutstanding,
 		TLS: client.TLS{Cert: files.Cert, Key: files.Key, CA: files.CA}, Logger: d.cfg.Log})
 	if err != nil {
 		return err
@@ -202,7 +301,11 @@ func (d *demo) startProxy(ctx context.Context) error {
 
 // intro says what runs where, and how to look at it.
 func (d *demo) intro() error {
-	d.say("counter demo: %d members (mutual TLS), primary-secondary roles, counts in PostgreSQL; proxy at %s", d.cfg.Members, d.proxy)
+	of := ""
+	if d.cfg.Target != "" {
+		of = " of target " + d.cfg.Target
+	}
+	d.say("counter demo: %d members%s (mutual TLS), primary-secondary roles, counts in PostgreSQL; proxy at %s", d.cfg.Members, of, d.proxy)
 	if d.cfg.Inclusive {
 		d.say("  not exclusive (DEMO_EXCLUSIVE=0): no leases, no fence; a stale primary's increments land")
 	} else {
@@ -213,10 +316,13 @@ func (d *demo) intro() error {
 	if err != nil {
 		return err
 	}
-	slicectl := filepath.Join(d.cfg.Bin, "slicectl") + " --assigner " + d.assigner.Addr + " " + strings.Join(launch.TLSArgs(admin), " ")
+	slicectl := filepath.Join(d.cfg.Bin, "slicectl") + " --assigner " + strings.Join(kvcluster.Addrs(d.assigners), ",") + " " + strings.Join(launch.TLSArgs(admin), " ")
+	if d.cfg.Target != "" {
+		slicectl += " --target " + d.cfg.Target
+	}
 	d.say("  inspect:   %s slices --sort load --limit 5   (also: nodes, lookup visits)", slicectl)
 	// Flush left, unlike its neighbours: the line is looked for by its first word.
-	web, err := d.pki.WebLine(d.assigner.Metrics, "demo")
+	web, err := d.pki.WebLine(d.assigners[0].Metrics, "demo")
 	if err != nil {
 		return err
 	}
@@ -253,7 +359,7 @@ func (d *demo) run(ctx context.Context) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	return Summary{Imbalance: imbalance, Check: history.Check(stored)}, nil
+	return Summary{Imbalance: imbalance, Check: history.Check(stored), paused: d.cfg.Pause}, nil
 }
 
 // watch prints, every second, the increments answered and failed and each member's load,

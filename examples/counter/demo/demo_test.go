@@ -6,10 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
+	"github.com/sliceplane/sliceplane/internal/assigner/core"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 )
@@ -25,7 +27,7 @@ func TestIntroNamesTheWebViewAndTheAdminsPKCS12(t *testing.T) {
 	}
 	var out bytes.Buffer
 	d := &demo{cfg: Config{Dir: dir, Members: 3, Out: &out}, pki: pki, proxy: "http://127.0.0.1:8080",
-		assigner: &kvcluster.Member{Kind: "assigner", ID: "a1", Addr: "127.0.0.1:7070", Metrics: "127.0.0.1:7071"}}
+		assigners: []*kvcluster.Member{{Kind: "assigner", ID: "a1", Addr: "127.0.0.1:7070", Metrics: "127.0.0.1:7071"}}}
 	if err := d.intro(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,5 +55,33 @@ func TestIntroNamesTheWebViewAndTheAdminsPKCS12(t *testing.T) {
 	}
 	if id, err := mtls.IdentityOf(cert); err != nil || id.Kind != "admin" || id.Name != "demo" || len(chain) != 1 {
 		t.Errorf("%s holds %v (%v) and %d CA certificates; want admin/demo and the CA", p12, id, err, len(chain))
+	}
+}
+
+// The counter's settings are one config: the flags of a control plane of its own, the same
+// as before targets, and the config of its target in a shared one, which the assigners
+// apply over their flags.
+func TestTheCountersSettingsAsFlagsAndAsATarget(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		flags string
+		ttl   time.Duration
+	}{
+		{Config{}, "--roles primary-secondary --exclusive", 10 * time.Second},
+		{Config{Pause: true}, "--roles primary-secondary --exclusive --node-ttl 3s", pauseTTL},
+		{Config{Inclusive: true, Pause: true}, "--roles primary-secondary --node-ttl 3s", pauseTTL},
+	} {
+		target := TargetConfig(tc.cfg)
+		if got := strings.Join(flagsOf(target), " "); got != tc.flags {
+			t.Errorf("%+v: flags %q, want %q", tc.cfg, got, tc.flags)
+		}
+		applied, err := target.Apply(core.Config{})
+		if err != nil {
+			t.Fatalf("%+v: %v", tc.cfg, err)
+		}
+		if applied.Roles != "primary-secondary" || applied.Exclusive != !tc.cfg.Inclusive || applied.NodeTTL != tc.ttl {
+			t.Errorf("%+v: the target's config applies as roles %s, exclusive %v, node TTL %s", tc.cfg, applied.Roles,
+				applied.Exclusive, applied.NodeTTL)
+		}
 	}
 }

@@ -30,7 +30,6 @@ import (
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvcluster"
 	"github.com/sliceplane/sliceplane/examples/kvstore/loadgen"
-	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/load"
 	"github.com/sliceplane/sliceplane/internal/source"
@@ -64,6 +63,10 @@ type Config struct {
 	// way through a timed demo (half the hot keys' period otherwise).
 	Roll      bool
 	RollAfter time.Duration
+	// Plane, when set, is a control plane started elsewhere, which the demo's distributors
+	// and nodes join as its default target (the two-target demo): the demo then starts no
+	// etcd and no assigner, and its items are in the plane's etcd. Plaintext is the plane's.
+	Plane *kvcluster.Plane
 	// Out receives the live view; Log, diagnostics.
 	Out io.Writer
 	Log *slog.Logger
@@ -92,6 +95,17 @@ func (s Summary) String() string {
 	return line
 }
 
+// ErrNotHeld is returned when the nodes do not hold what they must.
+var ErrNotHeld = errors.New("the nodes do not hold what they must")
+
+// Err returns ErrNotHeld when the convergence check found items lost, leaked or stale.
+func (s Summary) Err() error {
+	if s.Lost+s.Leaked+s.Stale > 0 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
 // window is how many seconds of reads the imbalance is measured over.
 const window = 5
 
@@ -99,6 +113,20 @@ const window = 5
 // cluster; it stops every process on the way out, also when ctx ends first. The summary is
 // valid when err is nil.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
+	d, err := Start(ctx, cfg)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer d.Stop()
+	return d.Run(ctx)
+}
+
+// Started is a demo whose processes serve: a launcher that runs several demos side by side
+// starts them one after the other, so that their intros do not mix, and then runs them.
+type Started struct{ d *demo }
+
+// Start starts the demo's processes and says where they run; on error it stops them.
+func Start(ctx context.Context, cfg Config) (*Started, error) {
 	if cfg.Keys == 0 {
 		cfg.Keys = 10000
 	}
@@ -112,19 +140,26 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	d := &demo{cfg: cfg, out: cfg.Out}
-	defer d.stop()
 	if err := d.start(ctx); err != nil {
-		return Summary{}, err
+		d.stop()
+		return nil, err
 	}
-	return d.run(ctx)
+	return &Started{d: d}, nil
 }
 
+// Run runs the load until Config.Duration passes or Config.Stop is closed, then checks the
+// cluster, as Run does; the processes go on until Stop.
+func (s *Started) Run(ctx context.Context) (Summary, error) { return s.d.run(ctx) }
+
+// Stop stops every process Start started.
+func (s *Started) Stop() { s.d.stop() }
+
 type demo struct {
-	cfg  Config
-	out  io.Writer
-	pki  *launch.PKI
-	etcd *embedetcd.Server
-	cli  *clientv3.Client
+	cfg   Config
+	out   io.Writer
+	pki   *launch.PKI
+	plane *kvcluster.Plane
+	cli   *clientv3.Client
 	// writer writes the items; sourceArgs tell the assigner and distributors where they are.
 	writer     loadgen.Writer
 	sourceArgs []string
@@ -150,16 +185,10 @@ func (d *demo) stop() {
 
 func (d *demo) start(ctx context.Context) error {
 	started := time.Now()
-	if !d.cfg.Plaintext {
-		var err error
-		if d.pki, err = launch.NewPKI(filepath.Join(d.cfg.Dir, "pki"), 0); err != nil {
-			return err
-		}
-	}
-	if err := d.startEtcd(ctx); err != nil {
+	if err := d.startPlane(ctx); err != nil {
 		return err
 	}
-	if err := d.startPostgres(ctx); err != nil {
+	if err := d.connectEtcd(); err != nil {
 		return err
 	}
 	var err error
@@ -167,26 +196,23 @@ func (d *demo) start(ctx context.Context) error {
 	if d.cfg.Roll {
 		drain = rollDrain
 	}
-	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Etcd: []string{d.etcd.Endpoint()}, PKI: d.pki,
-		DrainTimeout: drain,
-		// Quick passes and a short memory of load, so that the demo settles in seconds.
-		AssignerArgs:    append([]string{"--pass-interval", "1s", "--load-half-life", "2s", "--log-format", "json"}, d.sourceArgs...),
+	d.cluster, err = kvcluster.New(kvcluster.Options{Bin: d.cfg.Bin, Dir: d.cfg.Dir, Plane: d.plane, DrainTimeout: drain,
 		DistributorArgs: append([]string{"--log-format", "json"}, d.sourceArgs...),
 		NodeArgs:        []string{"--report-interval", "500ms", "--log-format", "json"}})
 	if err != nil {
 		return err
 	}
 	d.stopAll = append(d.stopAll, func() {
-		if err := d.cluster.Stop(10 * time.Second); err != nil {
+		err := d.cluster.Stop(10 * time.Second)
+		if d.cfg.Plane == nil { // the demo's own plane goes after what runs against it
+			err = errors.Join(err, d.plane.Stop(10*time.Second))
+		}
+		if err != nil {
 			d.say("demo: %v", err)
 		} else {
 			d.say("every process stopped cleanly")
 		}
 	})
-	assigner, err := d.cluster.StartAssigner(ctx, "a1")
-	if err != nil {
-		return err
-	}
 	for _, id := range []string{"d1", "d2"} {
 		if _, err := d.cluster.StartDistributor(ctx, id); err != nil {
 			return err
@@ -220,7 +246,41 @@ func (d *demo) start(ctx context.Context) error {
 	if err := d.startRouter(wctx); err != nil {
 		return err
 	}
-	return d.intro(assigner, started)
+	return d.intro(started)
+}
+
+// startPlane starts the demo's own control plane, an etcd and an assigner that reads the
+// items from the source (Config.Source), unless Config.Plane gives one.
+func (d *demo) startPlane(ctx context.Context) error {
+	if d.cfg.Plane != nil {
+		if d.cfg.Source != "" && d.cfg.Source != "etcd" {
+			return fmt.Errorf("demo: source %q: a shared control plane's items are in its etcd", d.cfg.Source)
+		}
+		d.plane, d.pki = d.cfg.Plane, d.cfg.Plane.PKI
+		return nil
+	}
+	if !d.cfg.Plaintext {
+		var err error
+		if d.pki, err = launch.NewPKI(filepath.Join(d.cfg.Dir, "pki"), 0); err != nil {
+			return err
+		}
+	}
+	if err := d.startPostgres(ctx); err != nil {
+		return err
+	}
+	plane, err := kvcluster.StartPlane(ctx, kvcluster.PlaneOptions{Bin: d.cfg.Bin, Dir: d.cfg.Dir, PKI: d.pki,
+		AssignerArgs: append(slices.Clone(kvcluster.QuickAssignerArgs), d.sourceArgs...), Log: d.cfg.Log})
+	if err != nil {
+		return err
+	}
+	d.plane = plane
+	// Stops the plane when start fails before the cluster's stop, which stops it too, is set.
+	d.stopAll = append(d.stopAll, func() {
+		if err := plane.Stop(10 * time.Second); err != nil {
+			d.say("demo: %v", err)
+		}
+	})
+	return nil
 }
 
 // startRouter starts the load generator's router and waits for its first map; ctx bounds
@@ -251,25 +311,22 @@ func (d *demo) startRouter(ctx context.Context) error {
 	return nil
 }
 
-// startEtcd starts the embedded etcd, the data source, and the demo's client of it.
-func (d *demo) startEtcd(ctx context.Context) error {
-	etcd, err := kvcluster.StartEtcd(ctx, d.pki, d.cfg.Dir, d.cfg.Log)
-	if err != nil {
-		return err
-	}
-	d.etcd = etcd
-	d.stopAll = append(d.stopAll, etcd.Close)
+// connectEtcd connects the demo's client to the plane's etcd, which is the data source
+// unless PostgreSQL is.
+func (d *demo) connectEtcd() error {
 	tls, err := d.pki.Source("admin", "demo-writer")
 	if err != nil {
 		return err
 	}
-	d.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second,
+	d.cli, err = clientv3.New(clientv3.Config{Endpoints: d.plane.Etcd(), DialTimeout: 5 * time.Second,
 		TLS: tls.ClientTLS(), Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("demo: connecting to etcd: %w", err)
 	}
 	d.stopAll = append(d.stopAll, func() { d.cli.Close() })
-	d.src, d.writer = source.NewEtcd(d.cli, writer.DefaultPrefix), writer.New(d.cli, writer.DefaultPrefix)
+	if d.src == nil {
+		d.src, d.writer = source.NewEtcd(d.cli, writer.DefaultPrefix), writer.New(d.cli, writer.DefaultPrefix)
+	}
 	return nil
 }
 
@@ -307,13 +364,14 @@ func (d *demo) startPostgres(ctx context.Context) error {
 }
 
 // intro says what runs where, and how to look at it.
-func (d *demo) intro(assigner *kvcluster.Member, started time.Time) error {
-	d.say("Sliceplane demo: etcd, 1 assigner, 2 distributors, %d kvstore nodes on loopback, %s (up in %s)", d.cfg.Nodes,
-		d.security(), time.Since(started).Round(100*time.Millisecond))
-	if err := d.endpoints(assigner); err != nil {
+func (d *demo) intro(started time.Time) error {
+	assigners := d.plane.Assigners()
+	d.say("Sliceplane demo: etcd, %s, 2 distributors, %d kvstore nodes on loopback, %s (up in %s)", count(len(assigners), "assigner"),
+		d.cfg.Nodes, d.security(), time.Since(started).Round(100*time.Millisecond))
+	if err := d.endpoints(assigners); err != nil {
 		return err
 	}
-	slicectl := filepath.Join(d.cfg.Bin, "slicectl") + " --assigner " + assigner.Addr
+	slicectl := filepath.Join(d.cfg.Bin, "slicectl") + " --assigner " + strings.Join(d.cluster.Assigners(), ",")
 	if d.pki != nil {
 		env, err := d.slicectlEnv()
 		if err != nil {
@@ -340,16 +398,16 @@ func (d *demo) intro(assigner *kvcluster.Member, started time.Time) error {
 
 // endpoints says where the metrics and the web view are; the web view's line comes with the
 // admin's PKCS#12 file, which it names.
-func (d *demo) endpoints(assigner *kvcluster.Member) error {
+func (d *demo) endpoints(assigners []*kvcluster.Member) error {
 	scheme := "http"
 	if d.pki != nil {
 		scheme = "https"
 	}
-	d.say("  metrics:   assigner %s, distributors %s, nodes %s", metricsOf(scheme, []*kvcluster.Member{assigner}),
+	d.say("  metrics:   %s %s, distributors %s, nodes %s", plural(len(assigners), "assigner"), metricsOf(scheme, assigners),
 		metricsOf(scheme, d.cluster.Members("distributor")), metricsOf(scheme, d.cluster.Members("node")))
 	d.say("  dashboard: deploy/grafana/sliceplane.json (import into Grafana; Prometheus scrapes the endpoints above)")
 	// Flush left, unlike its neighbours: the line is looked for by its first word.
-	web, err := d.pki.WebLine(assigner.Metrics, "demo")
+	web, err := d.pki.WebLine(assigners[0].Metrics, "demo")
 	if err != nil {
 		return err
 	}
@@ -387,6 +445,17 @@ func (d *demo) slicectlEnv() (string, error) {
 		return "", fmt.Errorf("demo: %w", err)
 	}
 	return path, nil
+}
+
+// count returns "1 thing" or "n things".
+func count(n int, thing string) string { return fmt.Sprintf("%d %s", n, plural(n, thing)) }
+
+// plural returns thing, with an s unless n is 1.
+func plural(n int, thing string) string {
+	if n == 1 {
+		return thing
+	}
+	return thing + "s"
 }
 
 func metricsOf(scheme string, ms []*kvcluster.Member) string {
@@ -493,7 +562,7 @@ func (d *demo) watch(ctx, load context.Context, g *loadgen.Generator, period tim
 			return history, restarted, nil
 		case <-tick.C:
 			history = append(history, g.Stats())
-			if exited := d.cluster.Exited(); exited != nil {
+			if exited := errors.Join(d.plane.Exited(), d.cluster.Exited()); exited != nil {
 				return nil, restarted, fmt.Errorf("demo: a process died: %w", exited)
 			}
 			elapsed := time.Since(start)

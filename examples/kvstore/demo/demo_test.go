@@ -118,7 +118,7 @@ func TestIntroNamesTheWebViewAndTheAdminsPKCS12(t *testing.T) {
 		}
 		var out bytes.Buffer
 		d := &demo{cfg: Config{Dir: dir}, out: &out, pki: pki, cluster: cluster}
-		if err := d.endpoints(assigner); err != nil {
+		if err := d.endpoints([]*kvcluster.Member{assigner}); err != nil {
 			t.Fatal(err)
 		}
 		web := webLine(t, out.String())

@@ -1,5 +1,6 @@
 // Package kvcluster runs a whole Sliceplane with the example key-value store as separate
 // processes on loopback: assigners, distributors and kvnode nodes, built from this module.
+// A Plane (etcd and assigners) may be shared by the clusters of several targets.
 // The demo and the end-to-end tests drive it, through the public APIs only.
 package kvcluster
 
@@ -21,10 +22,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sliceplane/sliceplane/examples/kvstore/kvclient"
+	"github.com/sliceplane/sliceplane/internal/certs"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/healthcheck"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // Binaries are the main packages a cluster runs, by binary name.
@@ -59,6 +62,12 @@ type Options struct {
 	// distributor/ID, node/ID) and the cluster's own clients an admin's (admin/kvcluster):
 	// every link is mutual TLS. Nil runs everything plaintext on loopback.
 	PKI *launch.PKI
+	// Plane, when set, is a control plane started elsewhere that the cluster's processes
+	// use, beside any assigner it starts: its etcd and PKI replace Etcd and PKI.
+	Plane *Plane
+	// Target is the target the cluster's distributors, nodes and counter members belong to,
+	// each with a certificate confined to it; "" for the default target.
+	Target string
 }
 
 // Member is one process of the cluster.
@@ -98,6 +107,12 @@ type Cluster struct {
 func New(opts Options) (*Cluster, error) {
 	if opts.Ready == 0 {
 		opts.Ready = 30 * time.Second
+	}
+	if opts.Plane != nil {
+		opts.Etcd, opts.PKI = opts.Plane.Etcd(), opts.Plane.PKI
+	}
+	if target.Name(opts.Target) == target.Default {
+		opts.Target = "" // a default target's identities name none, as before targets
 	}
 	logs := filepath.Join(opts.Dir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
@@ -151,10 +166,19 @@ func (c *Cluster) Member(kind, id string) (*Member, bool) {
 	return nil, false
 }
 
-// Assigners returns the gRPC addresses of the assigners.
+// Assigners returns the gRPC addresses of the assigners: the plane's, then the cluster's.
 func (c *Cluster) Assigners() []string {
+	var plane []*Member
+	if c.opts.Plane != nil {
+		plane = c.opts.Plane.Assigners()
+	}
+	return Addrs(append(plane, c.Members("assigner")...))
+}
+
+// Addrs returns the addresses of ms.
+func Addrs(ms []*Member) []string {
 	var out []string
-	for _, m := range c.Members("assigner") {
+	for _, m := range ms {
 		out = append(out, m.Addr)
 	}
 	return out
@@ -179,10 +203,23 @@ func (c *Cluster) Nodes() []*kvclient.Node {
 	return out
 }
 
-// Dial returns a connection that follows the leading assigner, as the cluster's admin; the
-// caller closes it.
+// Dial returns a connection that follows the assigner leading the cluster's target, as the
+// cluster's admin; the caller closes it.
 func (c *Cluster) Dial() (*grpc.ClientConn, error) {
-	return dial.Leader(c.Assigners(), c.tls.DialOption("assigner"))
+	return dial.TargetLeader(c.opts.Target, c.Assigners(), c.tls.DialOption("assigner"))
+}
+
+// memberArgs issues the certificate of kind/id, confined to the cluster's target, and
+// returns its flags and the target's.
+func (c *Cluster) memberArgs(kind, id string) ([]string, error) {
+	args, err := c.opts.PKI.ArgsOf(certs.Request{Target: c.opts.Target, Kind: kind, Name: id})
+	if err != nil {
+		return nil, err
+	}
+	if c.opts.Target != "" {
+		args = append(args, "--target", c.opts.Target)
+	}
+	return args, nil
 }
 
 func (c *Cluster) bin(name string) string { return filepath.Join(c.opts.Bin, name) }
@@ -216,7 +253,7 @@ func (c *Cluster) StartDistributor(ctx context.Context, id string) (*Member, err
 		return nil, err
 	}
 	m := &Member{Kind: "distributor", ID: id, Addr: addrs[0], Metrics: addrs[1]}
-	tls, err := c.opts.PKI.Args("distributor", id)
+	tls, err := c.memberArgs("distributor", id)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +274,7 @@ func (c *Cluster) StartNode(ctx context.Context, id string) (*Member, error) {
 		return nil, err
 	}
 	m := &Member{Kind: "node", ID: id, Addr: addrs[0], Metrics: addrs[0]}
-	tls, err := c.opts.PKI.Args("node", id)
+	tls, err := c.memberArgs("node", id)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +297,7 @@ func (c *Cluster) StartCounter(ctx context.Context, id, dsn string, extra ...str
 		return nil, err
 	}
 	m := &Member{Kind: "counter", ID: id, Addr: addrs[0], Metrics: addrs[0]}
-	tls, err := c.opts.PKI.Args("node", id) // a member's identity is a node's
+	tls, err := c.memberArgs("node", id) // a member's identity is a node's
 	if err != nil {
 		return nil, err
 	}
@@ -279,6 +316,9 @@ func (c *Cluster) StartCounter(ctx context.Context, id, dsn string, extra ...str
 // SIGTERM for Options.DrainTimeout, as a node does. The assigners must run with the role
 // model it is given (--roles, primary-secondary by default).
 func (c *Cluster) StartRateLimiter(ctx context.Context, id string, extra ...string) (*Member, error) {
+	if c.opts.Target != "" {
+		return nil, fmt.Errorf("kvcluster: a rate limiter member serves the default target only, not %q", c.opts.Target)
+	}
 	addrs, err := launch.FreeAddrs(1)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sliceplane/sliceplane/examples/counter/demo"
+	"github.com/sliceplane/sliceplane/examples/internal/democli"
 	"github.com/sliceplane/sliceplane/internal/logging"
 )
 
@@ -64,12 +64,8 @@ func command() *cobra.Command {
 				return err
 			}
 			cfg.Log = log
-			if s := os.Getenv("DEMO_SECONDS"); s != "" && !cmd.Flags().Changed("duration") {
-				n, err := strconv.Atoi(s)
-				if err != nil || n < 1 {
-					return fmt.Errorf("DEMO_SECONDS=%q: want a whole number of seconds >= 1", s)
-				}
-				cfg.Duration = time.Duration(n) * time.Second
+			if err := democli.DurationFromEnv(cmd, &cfg.Duration); err != nil {
+				return err
 			}
 			dir, err := os.MkdirTemp("", "sliceplane-counter-")
 			if err != nil {
@@ -100,11 +96,7 @@ func command() *cobra.Command {
 				return err
 			}
 			fmt.Println(s)
-			// A paused member's increments in flight get no answer: failed counts them then.
-			if !s.Check.OK() || s.Check.Failed > 0 && !cfg.Pause {
-				return fmt.Errorf("%w (excused=%d lost=%d)", demo.ErrCheck, s.Check.Excused, s.Check.Lost)
-			}
-			return nil
+			return s.Err()
 		},
 	}
 	f := cmd.Flags()

@@ -8,14 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/sliceplane/sliceplane/internal/cli"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sliceplane/sliceplane/examples/internal/democli"
 	"github.com/sliceplane/sliceplane/examples/kvstore/demo"
 	"github.com/sliceplane/sliceplane/internal/logging"
 )
@@ -66,7 +65,7 @@ func command() *cobra.Command {
 				return err
 			}
 			cfg.Log = log
-			if err := durationFromEnv(cmd, &cfg.Duration); err != nil {
+			if err := democli.DurationFromEnv(cmd, &cfg.Duration); err != nil {
 				return err
 			}
 			if cfg.Dir == "" {
@@ -86,7 +85,7 @@ func command() *cobra.Command {
 			defer signal.Stop(signals)
 			ctx, abandon := context.WithCancel(cmd.Context())
 			defer abandon()
-			cfg.Stop = twoStages(ctx, signals, abandon)
+			cfg.Stop = democli.TwoStages(ctx, signals, abandon)
 			s, err := demo.Run(ctx, cfg)
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
@@ -95,10 +94,7 @@ func command() *cobra.Command {
 				return err
 			}
 			fmt.Println(s)
-			if s.Lost+s.Leaked+s.Stale > 0 {
-				return errors.New("the nodes do not hold what they must")
-			}
-			return nil
+			return s.Err()
 		},
 	}
 	f := cmd.Flags()
@@ -123,41 +119,4 @@ func sourceDefault() string {
 		return s
 	}
 	return "etcd"
-}
-
-// durationFromEnv sets *d from $DEMO_SECONDS, which make demo passes on, unless --duration
-// was given: the flag wins.
-func durationFromEnv(cmd *cobra.Command, d *time.Duration) error {
-	if cmd.Flags().Changed("duration") {
-		return nil
-	}
-	if s := os.Getenv("DEMO_SECONDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return fmt.Errorf("DEMO_SECONDS=%q: want a whole number of seconds >= 1", s)
-		}
-		*d = time.Duration(n) * time.Second
-	}
-	return nil
-}
-
-// twoStages gives the two signals on signals their meaning: the first closes the returned
-// channel, which ends the load and starts the final check; the second calls abandon. Its
-// goroutine ends with ctx.
-func twoStages(ctx context.Context, signals <-chan os.Signal, abandon context.CancelFunc) <-chan struct{} {
-	stop := make(chan struct{})
-	go func() {
-		select {
-		case <-signals:
-			close(stop)
-		case <-ctx.Done():
-			return
-		}
-		select {
-		case <-signals:
-			abandon()
-		case <-ctx.Done():
-		}
-	}()
-	return stop
 }
