@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/internal/assigner"
@@ -37,6 +40,10 @@ const (
 	targetsChildEnv = "SLICEPLANE_TARGETS_ASSIGNER"
 	targetsEtcdEnv  = "SLICEPLANE_TARGETS_ETCD"
 	targetsTTL      = 2 * time.Second // the session TTL: a killed assigner's targets move within it
+	// targetsProfileEnv, set to a directory (children inherit it), has each assigner write a
+	// CPU profile of its life there, cpu-<pid>.pprof; the benchmark logs which process led
+	// the first target.
+	targetsProfileEnv = "SLICEPLANE_TARGETS_PROFILE"
 )
 
 // runTargetsChild runs one assigner of the targets benchmark until SIGTERM, logging JSON at
@@ -46,6 +53,13 @@ func runTargetsChild() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	if prof := os.Getenv(targetsProfileEnv); prof != "" {
+		f, err := os.Create(filepath.Join(prof, fmt.Sprintf("cpu-%d.pprof", os.Getpid())))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+	}
 	endpoint := os.Getenv(targetsEtcdEnv)
 	if endpoint == "" {
 		etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(dir, "etcd"), Logger: log})
@@ -208,17 +222,45 @@ func membersOf(ctx context.Context, b *testing.B, name string, n int, addrs []st
 func BenchmarkAssignerTargets(b *testing.B) {
 	for _, big := range []bool{false, true} {
 		b.Run(fmt.Sprintf("big=%v", map[bool]string{false: "off", true: "on"}[big]), func(b *testing.B) {
+			kind := plainFirst
+			if big {
+				kind = bigFirst
+			}
 			for b.Loop() {
-				benchTargets(b, 100, 20, big)
+				benchTargets(b, 100, 20, kind)
 			}
 		})
 	}
 }
 
+// BenchmarkAssignerTargetsHostile is BenchmarkAssignerTargets with a hostile first target:
+// hostile=flood, whose 20 members send 5,000 load reports a second beside their heartbeats; hostile=crashloop, whose 20 members each register as a new process, beat for a
+// second and vanish, over and over. It reports the pass intervals of the other targets its
+// assigner leads (target: within 100 ms of the pass interval).
+func BenchmarkAssignerTargetsHostile(b *testing.B) {
+	for _, kind := range []firstKind{floodFirst, crashFirst} {
+		b.Run("hostile="+string(kind), func(b *testing.B) {
+			for b.Loop() {
+				benchTargets(b, 100, 20, kind)
+			}
+		})
+	}
+}
+
+// firstKind is what the benchmark's first target is: like the others, or big, or hostile.
+type firstKind string
+
+const (
+	plainFirst firstKind = ""
+	bigFirst   firstKind = "big"
+	floodFirst firstKind = "flood"
+	crashFirst firstKind = "crashloop"
+)
+
 // bigTarget is the config of a target of 150k slices over 20 members.
 const bigTarget = "params: {initial_slices_per_node: \"7500\", min_slices_per_node: \"50\", max_slices_per_node: \"8000\"}\n"
 
-func benchTargets(b *testing.B, targets, members int, big bool) {
+func benchTargets(b *testing.B, targets, members int, kind firstKind) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	procs := []*targetProc{startTargetProc(b, b.TempDir(), "")}
@@ -230,12 +272,20 @@ func benchTargets(b *testing.B, targets, members int, big bool) {
 		}
 	}()
 	addrs := []string{procs[0].addr, procs[1].addr, procs[2].addr}
-	names := createTargets(ctx, b, addrs, targets, big)
+	names := createTargets(ctx, b, addrs, targets, kind == bigFirst)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	for _, name := range names {
+	for i, name := range names {
+		if i == 0 && kind == crashFirst {
+			crashLoop(ctx, b, name, members, addrs, &wg)
+			continue
+		}
 		membersOf(ctx, b, name, members, addrs, &wg)
+	}
+	var flooded atomic.Int64
+	if kind == floodFirst {
+		flood(ctx, b, names[0], members, addrs, &wg, &flooded)
 	}
 	time.Sleep(15 * time.Second) // registrations, first maps, warm-up
 	from := time.Now()
@@ -253,30 +303,118 @@ func benchTargets(b *testing.B, targets, members int, big bool) {
 	}
 	b.ReportMetric(percentile(all, 0.99)*1000, "pass-interval-p99-ms")
 	b.ReportMetric(slices.Max(all)*1000, "pass-interval-max-ms")
-	if big {
-		reportBeside(b, procs, names[0], from, to)
+	if kind != plainFirst {
+		reportBeside(b, procs, names[0], string(kind), from, to)
+	}
+	switch kind {
+	case bigFirst:
 		b.ReportMetric(float64(slicesOf(ctx, b, names[0], addrs)), "big-slices")
+	case floodFirst:
+		b.ReportMetric(float64(flooded.Load())/time.Since(from.Add(-15*time.Second)).Seconds(), "flood-reports/s")
 	}
 	killOne(b, procs, names)
 }
 
-// reportBeside reports the pass intervals of the small targets led by the assigner that leads
-// the big one, and the big one's own.
-func reportBeside(b *testing.B, procs []*targetProc, big string, from, to time.Time) {
+// reportBeside reports the pass intervals of the other targets led by the assigner that leads
+// the first one (of kind), and the first one's own.
+func reportBeside(b *testing.B, procs []*targetProc, first, kind string, from, to time.Time) {
 	for _, p := range procs {
 		p.mu.Lock()
-		bigPasses := slices.Clone(p.passes[big])
+		passes := slices.Clone(p.passes[first])
 		p.mu.Unlock()
-		if len(bigPasses) == 0 || bigPasses[len(bigPasses)-1].Before(from) {
+		if len(passes) == 0 || passes[len(passes)-1].Before(from) {
 			continue
 		}
-		small := p.intervals(from, to, func(name string) bool { return name != big && name != "default" })
-		own := p.intervals(from, to, func(name string) bool { return name == big })
-		b.ReportMetric(percentile(small, 0.99)*1000, "beside-big-p99-ms")
-		b.ReportMetric(percentile(own, 0.99)*1000, "big-interval-p99-ms")
+		others := p.intervals(from, to, func(name string) bool { return name != first && name != "default" })
+		own := p.intervals(from, to, func(name string) bool { return name == first })
+		b.Logf("the %s target's leader: process %d", kind, p.child.Pid())
+		b.ReportMetric(percentile(others, 0.99)*1000, "beside-"+kind+"-p99-ms")
+		b.ReportMetric(slices.Max(others)*1000, "beside-"+kind+"-max-ms")
+		b.ReportMetric(percentile(own, 0.99)*1000, kind+"-interval-p99-ms")
 		return
 	}
-	b.Error("no assigner led the big target")
+	b.Errorf("no assigner led the %s target", kind)
+}
+
+// floodEvery is how often each flooding member sends a report: 250 a second each, 5,000 a
+// second for 20 members, 250 times what the target's members send. Unpaced, the flood's
+// clients took the cores the assigners run on (they share the machine), which says nothing
+// of isolation inside an assigner.
+const floodEvery = 4 * time.Millisecond
+
+// flood sends target name's leader a load report every floodEvery from each of n clients,
+// as the target's members (membersOf registers them), until ctx ends, counting them in
+// sent. Each report covers the whole key space in 64 ranges, whatever the member holds.
+func flood(ctx context.Context, b *testing.B, name string, n int, addrs []string, wg *sync.WaitGroup, sent *atomic.Int64) {
+	conn, err := dial.TargetLeader(name, addrs, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := func(id string) *pb.ReportLoadRequest {
+		r := &pb.ReportLoadRequest{NodeId: id, Window: durationpb.New(time.Second)}
+		const step = ^uint64(0) / 64
+		for i := range uint64(64) {
+			r.Starts, r.Ends, r.Loads = append(r.Starts, i*step), append(r.Ends, (i+1)*step), append(r.Loads, 1000)
+		}
+		return r
+	}
+	for i := range n {
+		r := req(fmt.Sprintf("%s-m%d", name, i))
+		wg.Go(func() {
+			t := time.NewTicker(floodEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, _ = pb.NewNodeServiceClient(conn).ReportLoad(cctx, r)
+				cancel()
+				sent.Add(1)
+			}
+		})
+	}
+	go func() {
+		<-ctx.Done()
+		conn.Close()
+	}()
+}
+
+// crashLoop runs n members of target name that crash over and over: each registers as a new
+// process (a new incarnation), heartbeats for a second, and vanishes without leaving, then
+// comes back a fifth of a second later.
+func crashLoop(ctx context.Context, b *testing.B, name string, n int, addrs []string, wg *sync.WaitGroup) {
+	conn, err := dial.TargetLeader(name, addrs, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	nodes := pb.NewNodeServiceClient(conn)
+	for i := range n {
+		id := fmt.Sprintf("%s-m%d", name, i)
+		wg.Go(func() {
+			for life := 0; ctx.Err() == nil; life++ {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := nodes.Register(cctx, &pb.RegisterRequest{Node: &pb.Node{Id: id, Capacity: 1}, Address: "127.0.0.1:1",
+					Incarnation: fmt.Sprintf("life-%d", life)})
+				cancel()
+				for beat := 0; err == nil && beat < 5 && ctx.Err() == nil; beat++ {
+					time.Sleep(200 * time.Millisecond)
+					cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, err = nodes.Heartbeat(cctx, &pb.HeartbeatRequest{NodeId: id})
+					cancel()
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+	}
+	go func() {
+		<-ctx.Done()
+		conn.Close()
+	}()
 }
 
 // slicesOf returns how many slices target name's map has.
