@@ -36,6 +36,7 @@ type api struct {
 	s     *served
 	maps  *mapserve.Server // the leader's map, from the hub of its term
 	fresh *freshness
+	gate  *reportGate
 }
 
 // leader returns the leadership, or a status that says where the leader is.
@@ -179,6 +180,10 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 	if hb.Report, err = a.heartbeatLoad(id, req.GetLoad()); err != nil {
 		return nil, err
 	}
+	if hb.Report != nil && !a.gate.allow(id) {
+		a.countDropped() // the heartbeat itself goes on: it keeps the member's lease
+		hb.Report = nil
+	}
 	rep, err := a.call(ctx, hb)
 	if hb.Report != nil {
 		a.countReport(rep, err)
@@ -261,12 +266,23 @@ func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.Re
 		a.countMalformed()
 		return nil, a.toStatus(err)
 	}
+	if !a.gate.allow(r.Node) {
+		a.countDropped()
+		return nil, status.Errorf(codes.ResourceExhausted, "assigner: node %s reports more than %.3g times a second; this report was dropped",
+			r.Node, float64(a.gate.every))
+	}
 	rep, err := a.call(ctx, core.ReportLoad{Caller: caller(ctx), Report: r})
 	a.countReport(rep, err)
 	if err != nil {
 		return nil, err
 	}
 	return &pb.ReportLoadResponse{}, nil
+}
+
+// countDropped counts a load report over its member's rate, dropped before the core saw it.
+func (a *api) countDropped() {
+	a.s.metrics.reports.WithLabelValues("rejected").Inc()
+	a.s.metrics.reportsRejected.WithLabelValues("rate").Inc()
 }
 
 // countMalformed counts a load report refused before the core saw it.

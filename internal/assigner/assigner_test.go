@@ -640,6 +640,42 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	assert.Equal(t, 2.0, notFinite, "a NaN report, and a heartbeat carrying one")
 }
 
+// TestAMemberThatFloodsItsLeaderIsHeldToItsRate: past its reports a second (and the burst),
+// a member's reports are dropped before the core, ResourceExhausted and counted; its
+// heartbeats go on, and another member's reports are not held back.
+func TestAMemberThatFloodsItsLeaderIsHeldToItsRate(t *testing.T) {
+	c := newCluster(t)
+	// One report a quarter of an hour, a burst of one: whatever the machine's pace, the
+	// first report passes and the rest of the test's are over the rate.
+	a := c.start(small, func(cfg *assigner.Config) { cfg.MaxReportsPerSecond = 1.0 / 900 })
+	a.leading(t)
+	ctx := ctxT(t, 20*time.Second)
+	for _, id := range []string{"n1", "n2"} {
+		_, err := a.nodes.Register(ctx, &pb.RegisterRequest{Node: &pb.Node{Id: id}, Address: "127.0.0.1:1"})
+		require.NoError(t, err)
+	}
+	var dropped int
+	for range 20 {
+		_, err := a.nodes.ReportLoad(ctx, fullReport(1))
+		if code(err) == codes.ResourceExhausted {
+			dropped++
+			assert.ErrorContains(t, err, "node n1 reports more than 0.00111 times a second; this report was dropped")
+			continue
+		}
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 19, dropped, "past the burst of 1, n1's reports are dropped")
+	_, err := a.nodes.Heartbeat(ctx, &pb.HeartbeatRequest{NodeId: "n1", Load: fullReport(1)})
+	require.NoError(t, err, "a heartbeat whose report is over the rate goes on without it")
+	r := fullReport(1)
+	r.NodeId = "n2"
+	_, err = a.nodes.ReportLoad(ctx, r)
+	require.NoError(t, err, "n2 has a rate of its own")
+	rate, err := metric(a, "sliceplane_assigner_reports_rejected_total", "rate")
+	require.NoError(t, err)
+	assert.Equal(t, float64(dropped+1), rate, "every report dropped, the heartbeat's too")
+}
+
 func TestNodesThatStopReportingLeave(t *testing.T) {
 	c := newCluster(t)
 	a := c.start(small, func(cfg *assigner.Config) { cfg.Core.NodeTTL = 500 * time.Millisecond })

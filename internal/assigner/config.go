@@ -44,6 +44,10 @@ type Config struct {
 	SessionTTL time.Duration
 	// MaxRequestBytes caps a request; default 16 MiB.
 	MaxRequestBytes int
+	// MaxReportsPerSecond is how many load reports a member may send a second, in every
+	// target (--max-reports-per-second); the rest are dropped at the API, before its target's
+	// leader loop (reportGate). 0: DefaultReportsPerSecond; negative: no limit.
+	MaxReportsPerSecond float64
 	// Core configures the balancing state.
 	Core core.Config
 	// Logger receives structured logs; default slog.Default().
@@ -96,6 +100,9 @@ func (c *Config) Validate() error {
 	}
 	if err := grpcserver.FillDefaults("assigner", grpcserver.Default("MaxRequestBytes", &c.MaxRequestBytes, 16<<20)); err != nil {
 		return err
+	}
+	if c.MaxReportsPerSecond == 0 {
+		c.MaxReportsPerSecond = DefaultReportsPerSecond
 	}
 	if c.rawCore == nil {
 		raw := c.Core

@@ -22,7 +22,7 @@ type metrics struct {
 	quanta       *prometheus.CounterVec
 	reports      *prometheus.CounterVec
 	// reportsRejected counts refused load reports by reason: malformed, unknown_node,
-	// not_finite, negative, over_cap.
+	// not_finite, negative, over_cap, rate (over the member's reports a second).
 	reportsRejected *prometheus.CounterVec
 	passFailures    prometheus.Counter
 	watchers        prometheus.Gauge
@@ -76,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "load_reports_total",
 			Help: "Load reports received, by result (accepted, rejected)."}, []string{"result"}),
 		reportsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "reports_rejected_total",
-			Help: "Load reports refused whole, by reason (malformed, unknown_node, not_finite, negative, over_cap)."}, []string{"reason"}),
+			Help: "Load reports refused whole, by reason (malformed, unknown_node, not_finite, negative, over_cap, rate)."}, []string{"reason"}),
 		passFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "pass_failures_total",
 			Help: "Balancing passes that failed; the clean-up of departed nodes ran without the algorithm instead."}),
 		watchers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watchers",
@@ -116,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, end := range []string{"crashed", "served", "abandoned"} {
 		m.probes.WithLabelValues(end)
 	}
-	for _, r := range []string{"malformed", "unknown_node", "not_finite", "negative", "over_cap"} {
+	for _, r := range []string{"malformed", "unknown_node", "not_finite", "negative", "over_cap", "rate"} {
 		m.reportsRejected.WithLabelValues(r) // exported at 0, so that rates and alerts see them
 	}
 	reg.MustRegister(m.leader, m.term, m.clock, m.nodes, m.slices, m.imbalance, m.nodeLoad, m.passDuration,

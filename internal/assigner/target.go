@@ -71,7 +71,7 @@ func newTarget(name string, cfg Config, reg prometheus.Registerer, h *health.Ser
 		cfg.Source = source.NewEtcd(cfg.Client, cfg.SourcePrefix)
 	}
 	col := &collectors{reg: prometheus.WrapRegistererWith(prometheus.Labels{"target": name}, reg)}
-	a := &api{fresh: newFreshness(col)}
+	a := &api{fresh: newFreshness(col), gate: newReportGate(cfg.MaxReportsPerSecond)}
 	view, err := webview.New(cfg.History, a, cfg.Core.ZoneLabel)
 	if err != nil {
 		return nil, fmt.Errorf("assigner: the web view's history of target %s: %w", name, err)

@@ -51,6 +51,7 @@ type options struct {
 	sessionTTL    time.Duration
 	estimator     load.EstimatorFlags
 	maxLoadRate   float64
+	maxReports    float64
 	zoneLabel     string
 	mbb           bool
 	handoffTO     time.Duration
@@ -169,6 +170,10 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 			"in the application's load unit; a report above it, or with a load or key count that is not a finite number >= 0, "+
 			"is refused whole (InvalidArgument). The default, 1e9, is a thousand times the requests a second one storage node serves; "+
 			"raise it only for a load unit finer than requests")
+	f.Float64Var(&o.maxReports, "max-reports-per-second", assigner.DefaultReportsPerSecond,
+		"most load reports a member may send a second (bursts of twice that); the rest are dropped before they reach "+
+			"its target's leader loop (ResourceExhausted, or a heartbeat's report left out), so that a member that floods "+
+			"its leader slows no target; negative: no limit")
 	f.StringVar(&o.zoneLabel, "zone-label", "",
 		"node label whose value is the node's zone (e.g. zone, or topology.kubernetes.io/zone): passes spread each slice's "+
 			"replicas over distinct zones, so that losing one zone leaves every replicated slice a live replica; "+
@@ -248,9 +253,13 @@ func (o *options) run(ctx context.Context) error {
 	cfg := assigner.Config{
 		Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics, Prefix: o.prefix,
 		PassInterval: o.passInterval, ClockInterval: o.clockInterval, SessionTTL: o.sessionTTL,
-		Core:   o.coreConfig(params, est),
-		Logger: log, TLS: src, Policy: policy, Insecure: o.tls.Insecure,
+		MaxReportsPerSecond: o.maxReports,
+		Core:                o.coreConfig(params, est),
+		Logger:              log, TLS: src, Policy: policy, Insecure: o.tls.Insecure,
 		History: heatmap.Config{Columns: int(o.history / max(o.passInterval, time.Millisecond)), Cells: o.historyCells},
+	}
+	if o.maxReports == 0 {
+		return fmt.Errorf("assigner: --max-reports-per-second 0: want more than 0, or a negative number for no limit")
 	}
 	if o.history < 2*o.passInterval {
 		return fmt.Errorf("assigner: --history %s: the heatmap keeps at least two passes (--pass-interval %s)", o.history, o.passInterval)

@@ -119,6 +119,7 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		{[]string{"--handoff-linger", "-1s"}, "handoff linger -1s"},
 		{[]string{"--history", "1s"}, "--history 1s: the heatmap keeps at least two passes"},
 		{[]string{"--history-cells", "3"}, "--history-cells 3: want a power of two"},
+		{[]string{"--max-reports-per-second", "0"}, "--max-reports-per-second 0: want more than 0"},
 	} {
 		cmd := NewCommand()
 		cmd.SetArgs(c.args)
