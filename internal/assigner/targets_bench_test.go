@@ -170,14 +170,35 @@ func (p *targetProc) stop() {
 	<-p.logDone
 }
 
-// membersOf runs members of target name: each registers with the target's leader and
-// heartbeats every second until ctx ends.
-func membersOf(ctx context.Context, b *testing.B, name string, n int, addrs []string, wg *sync.WaitGroup) {
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+// leaderConn returns a connection to target name's leader, closed when ctx ends.
+func leaderConn(ctx context.Context, b *testing.B, name string, addrs []string) *grpc.ClientConn {
 	conn, err := dial.TargetLeader(name, addrs, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {
 		b.Fatal(err)
 	}
+	context.AfterFunc(ctx, func() { conn.Close() })
+	return conn
+}
+
+// membersOf runs members of target name: each registers with the target's leader and
+// heartbeats every second until ctx ends.
+func membersOf(ctx context.Context, b *testing.B, name string, n int, addrs []string, wg *sync.WaitGroup) {
+	conn := leaderConn(ctx, b, name, addrs)
 	nodes := pb.NewNodeServiceClient(conn)
 	for i := range n {
 		id := fmt.Sprintf("%s-m%d", name, i)
@@ -190,24 +211,13 @@ func membersOf(ctx context.Context, b *testing.B, name string, n int, addrs []st
 					break
 				}
 			}
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					_, _ = nodes.Heartbeat(cctx, &pb.HeartbeatRequest{NodeId: id})
-					cancel()
-				}
-			}
+			every(ctx, time.Second, func() {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, _ = nodes.Heartbeat(cctx, &pb.HeartbeatRequest{NodeId: id})
+				cancel()
+			})
 		})
 	}
-	go func() {
-		<-ctx.Done()
-		conn.Close()
-	}()
 }
 
 // BenchmarkAssignerTargets: 100 targets of 20 members each on 3 assigner processes. It
@@ -346,11 +356,7 @@ const floodEvery = 4 * time.Millisecond
 // as the target's members (membersOf registers them), until ctx ends, counting them in
 // sent. Each report covers the whole key space in 64 ranges, whatever the member holds.
 func flood(ctx context.Context, b *testing.B, name string, n int, addrs []string, wg *sync.WaitGroup, sent *atomic.Int64) {
-	conn, err := dial.TargetLeader(name, addrs, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	conn := leaderConn(ctx, b, name, addrs)
 	req := func(id string) *pb.ReportLoadRequest {
 		r := &pb.ReportLoadRequest{NodeId: id, Window: durationpb.New(time.Second)}
 		const step = ^uint64(0) / 64
@@ -362,36 +368,21 @@ func flood(ctx context.Context, b *testing.B, name string, n int, addrs []string
 	for i := range n {
 		r := req(fmt.Sprintf("%s-m%d", name, i))
 		wg.Go(func() {
-			t := time.NewTicker(floodEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
+			every(ctx, floodEvery, func() {
 				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				_, _ = pb.NewNodeServiceClient(conn).ReportLoad(cctx, r)
 				cancel()
 				sent.Add(1)
-			}
+			})
 		})
 	}
-	go func() {
-		<-ctx.Done()
-		conn.Close()
-	}()
 }
 
 // crashLoop runs n members of target name that crash over and over: each registers as a new
 // process (a new incarnation), heartbeats for a second, and vanishes without leaving, then
 // comes back a fifth of a second later.
 func crashLoop(ctx context.Context, b *testing.B, name string, n int, addrs []string, wg *sync.WaitGroup) {
-	conn, err := dial.TargetLeader(name, addrs, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	conn := leaderConn(ctx, b, name, addrs)
 	nodes := pb.NewNodeServiceClient(conn)
 	for i := range n {
 		id := fmt.Sprintf("%s-m%d", name, i)
@@ -411,10 +402,6 @@ func crashLoop(ctx context.Context, b *testing.B, name string, n int, addrs []st
 			}
 		})
 	}
-	go func() {
-		<-ctx.Done()
-		conn.Close()
-	}()
 }
 
 // slicesOf returns how many slices target name's map has.

@@ -26,6 +26,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/grpcserver"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/relay"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/target"
 )
@@ -302,25 +303,23 @@ func (d relayDispatch) WatchAssignment(req *pb.WatchAssignmentRequest, stream pb
 }
 
 func (d relayDispatch) GetAssignment(ctx context.Context, req *pb.GetAssignmentRequest) (*pb.GetAssignmentResponse, error) {
-	l, err := d.s.lane(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return l.service.GetAssignment(ctx, req)
+	return onRelay(d.s, ctx, req, (*relay.Service).GetAssignment)
 }
 
 func (d relayDispatch) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
-	l, err := d.s.lane(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return l.service.Lookup(ctx, req)
+	return onRelay(d.s, ctx, req, (*relay.Service).Lookup)
 }
 
 func (d relayDispatch) ListNodes(ctx context.Context, req *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
-	l, err := d.s.lane(ctx)
+	return onRelay(d.s, ctx, req, (*relay.Service).ListNodes)
+}
+
+// onRelay calls m on the relay of the lane of ctx's target.
+func onRelay[Req, Resp any](s *Server, ctx context.Context, req Req, m func(*relay.Service, context.Context, Req) (Resp, error)) (Resp, error) {
+	l, err := s.lane(ctx)
 	if err != nil {
-		return nil, err
+		var zero Resp
+		return zero, err
 	}
-	return l.service.ListNodes(ctx, req)
+	return m(l.service, ctx, req)
 }

@@ -1,16 +1,29 @@
-// Package democli holds what the examples' demo commands share: their DEMO_SECONDS and
-// their two-stage Ctrl-C.
+// Package democli holds what the examples' demo commands share: their logger, their
+// DEMO_SECONDS and their two-stage Ctrl-C.
 package democli
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sliceplane/sliceplane/internal/logging"
 )
+
+// Setup returns the logger of a demo command's diagnostics, at level, and sets *d from
+// $DEMO_SECONDS unless --duration was given (DurationFromEnv).
+func Setup(cmd *cobra.Command, level string, d *time.Duration) (*slog.Logger, error) {
+	log, err := logging.New(os.Stderr, level, "text")
+	if err != nil {
+		return nil, err
+	}
+	return log, DurationFromEnv(cmd, d)
+}
 
 // DurationFromEnv sets *d from $DEMO_SECONDS, which make demo passes on, unless --duration
 // was given: the flag wins.

@@ -17,7 +17,6 @@ import (
 
 	"github.com/sliceplane/sliceplane/examples/counter/demo"
 	"github.com/sliceplane/sliceplane/examples/internal/democli"
-	"github.com/sliceplane/sliceplane/internal/logging"
 )
 
 func main() { cli.Exit("counterdemo", command().Execute()) }
@@ -59,14 +58,11 @@ func command() *cobra.Command {
 		Args:         cobra.NoArgs,
 		SilenceUsage: true, SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logging.New(os.Stderr, logLevel, "text")
+			log, err := democli.Setup(cmd, logLevel, &cfg.Duration)
 			if err != nil {
 				return err
 			}
 			cfg.Log = log
-			if err := democli.DurationFromEnv(cmd, &cfg.Duration); err != nil {
-				return err
-			}
 			dir, err := os.MkdirTemp("", "sliceplane-counter-")
 			if err != nil {
 				return err
