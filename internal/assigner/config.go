@@ -48,6 +48,10 @@ type Config struct {
 	// target (--max-reports-per-second); the rest are dropped at the API, before its target's
 	// leader loop (reportGate). 0: DefaultReportsPerSecond; negative: no limit.
 	MaxReportsPerSecond float64
+	// HeavySlices is the size from which a target is heavy: its owner leads it alone
+	// (target.Place; --heavy-target-slices). 0: target.HeavySlices. Give every assigner the
+	// same.
+	HeavySlices int64
 	// Core configures the balancing state.
 	Core core.Config
 	// Logger receives structured logs; default slog.Default().
@@ -100,6 +104,12 @@ func (c *Config) Validate() error {
 	}
 	if err := grpcserver.FillDefaults("assigner", grpcserver.Default("MaxRequestBytes", &c.MaxRequestBytes, 16<<20)); err != nil {
 		return err
+	}
+	if c.HeavySlices == 0 {
+		c.HeavySlices = target.HeavySlices
+	}
+	if c.HeavySlices < 0 {
+		return fmt.Errorf("assigner: --heavy-target-slices %d: want at least 1", c.HeavySlices)
 	}
 	if c.MaxReportsPerSecond == 0 {
 		c.MaxReportsPerSecond = DefaultReportsPerSecond

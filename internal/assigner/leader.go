@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,6 +135,8 @@ type leadership struct {
 	wake  time.Time // when the core wants its next Tick
 	// configGen is the count of the target's config changes the core has (served.coreConfig).
 	configGen uint64
+	// sized is the size this leader last published for placement; -1 before the first.
+	sized int64
 
 	snapshotting atomic.Bool
 	background   sync.WaitGroup // snapshots and history being written
@@ -284,7 +288,7 @@ func (s *served) begin(ctx context.Context, e *concurrency.Election, lease *lead
 	}
 	term := uint64(e.Rev())
 	l := &leadership{term: term, fence: etcdstate.Fence{Key: e.Key(), Rev: e.Rev()}, lease: lease, core: c,
-		log: s.log.With("term", term), reqs: make(chan request), done: make(chan struct{}), configGen: gen}
+		log: s.log.With("term", term), reqs: make(chan request), done: make(chan struct{}), configGen: gen, sized: -1}
 	// Before the first step: a step that changes the map records a column and may persist the
 	// history, which must go on from the persisted one, not replace its first chunk.
 	s.restoreHistory(ctx, l)
@@ -333,6 +337,9 @@ func (s *served) loop(ctx context.Context, l *leadership, b boot) error {
 	}
 	timer := time.NewTimer(l.untilWake(s.now()))
 	defer timer.Stop()
+	sizes := time.NewTicker(sizeEvery)
+	defer sizes.Stop()
+	s.publishSize(ctx, l)
 	for {
 		var err error
 		select {
@@ -351,12 +358,43 @@ func (s *served) loop(ctx context.Context, l *leadership, b boot) error {
 			err = s.sourceEvent(ctx, l, ev)
 		case <-s.reconfigured:
 			err = s.applyConfig(ctx, l)
+		case <-sizes.C:
+			s.publishSize(ctx, l)
 		}
 		if err != nil {
 			return err
 		}
 		timer.Reset(l.untilWake(s.now()))
 	}
+}
+
+// sizeEvery is how often a leader looks at its target's size for placement; sizeChange, by
+// how much it must have changed to be published again, so that splits and merges around a
+// size do not move the target between assigners.
+const (
+	sizeEvery  = 5 * time.Second
+	sizeChange = 0.1
+)
+
+// publishSize writes the target's size (its map's slices) where every assigner's placement
+// reads it (target.Place), when it changed by more than sizeChange since the last. A write
+// that fails is tried again at the next look: placement waits, leadership does not.
+func (s *served) publishSize(ctx context.Context, l *leadership) {
+	a, _, _ := l.core.Assignment()
+	if a == nil {
+		return
+	}
+	n := int64(a.Len())
+	if l.sized >= 0 && math.Abs(float64(n-l.sized)) <= sizeChange*float64(l.sized) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := s.cfg.Client.Put(ctx, s.sizeKey, strconv.FormatInt(n, 10)); err != nil {
+		l.log.Warn("publishing the target's size for placement failed; trying again", "err", err)
+		return
+	}
+	l.sized = n
 }
 
 // applyConfig steps the target's latest config into the core, if the core does not have

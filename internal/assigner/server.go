@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -264,15 +265,20 @@ func (s *Server) follow(ctx context.Context, observer *concurrency.Session) erro
 	if err != nil {
 		return err
 	}
+	sizes, sizesRev, err := membership.LoadSet(ctx, s.cfg.Client, s.cfg.Prefix+target.SizesDir)
+	if err != nil {
+		return err
+	}
 	watchCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	lives := membership.WatchSet(watchCtx, s.cfg.Client, s.cfg.Prefix+membership.AssignersDir, live, liveRev)
 	registered := s.registry.Watch(watchCtx, regs, regRev)
+	sized := membership.WatchSet(watchCtx, s.cfg.Client, s.cfg.Prefix+target.SizesDir, sizes, sizesRev)
 	for {
 		if err := s.reconcile(ctx, observer, regs); err != nil {
 			s.log.Error("the registry of targets cannot be read; the targets run as they were", "err", err)
 		}
-		s.spread(slices.Sorted(maps.Keys(live)))
+		s.spread(slices.Sorted(maps.Keys(live)), sizes)
 		var ok bool
 		select {
 		case <-ctx.Done():
@@ -281,6 +287,7 @@ func (s *Server) follow(ctx context.Context, observer *concurrency.Session) erro
 			return errors.New("this assigner's lease among the live ones was lost")
 		case live, ok = <-lives:
 		case regs, ok = <-registered:
+		case sizes, ok = <-sized:
 		}
 		if !ok {
 			return errors.New("a watch ended")
@@ -288,12 +295,18 @@ func (s *Server) follow(ctx context.Context, observer *concurrency.Session) erro
 	}
 }
 
-// spread tells every target what this assigner is to it among the live assigners.
-func (s *Server) spread(live []string) {
+// spread tells every target what this assigner is to it among the live assigners, by their
+// sizes as their leaders published them (target.Place).
+func (s *Server) spread(live []string, published map[string]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	sizes := make(map[string]int64, len(s.targets))
+	for name := range s.targets {
+		sizes[name], _ = strconv.ParseInt(published[name], 10, 64) // none, or unreadable: light
+	}
+	placed := target.Place(sizes, live, s.cfg.HeavySlices)
 	for name, r := range s.targets {
-		ranked := target.Rank(name, live)
+		ranked := placed[name]
 		p := placement{role: target.Of(ranked, s.cfg.Advertise)}
 		if len(ranked) > 0 {
 			p.owner = ranked[0]

@@ -29,6 +29,8 @@ import (
 // campaigns for (target.Of), and supervise carries that out.
 type served struct {
 	name   string
+	// sizeKey is where the leader publishes the target's size for placement (target.Place).
+	sizeKey string
 	cfg    Config // the process's, with the target's prefix, source and core config
 	log    *slog.Logger
 	store  *etcdstate.Store
@@ -63,7 +65,7 @@ type served struct {
 // newTarget returns target name, configured by cfg (the process's config with the target's
 // core config), its metrics labelled with its name.
 func newTarget(name string, cfg Config, reg prometheus.Registerer, h *health.Server) (*served, error) {
-	root := target.Root(cfg.Prefix, name)
+	root, sizeKey := target.Root(cfg.Prefix, name), cfg.Prefix+target.SizesDir+name
 	if name != target.Default {
 		cfg.Prefix, cfg.SourcePrefix, cfg.Source = root, target.DataPrefix(cfg.Prefix, name), nil
 	}
@@ -78,7 +80,7 @@ func newTarget(name string, cfg Config, reg prometheus.Registerer, h *health.Ser
 	}
 	log := cfg.Logger.With("target", name)
 	t := &served{
-		name: name, cfg: cfg, log: log, store: etcdstate.New(cfg.Client, cfg.Prefix+"assigner/"), source: cfg.Source,
+		name: name, sizeKey: sizeKey, cfg: cfg, log: log, store: etcdstate.New(cfg.Client, cfg.Prefix+"assigner/"), source: cfg.Source,
 		metrics: newMetrics(col), view: view, page: view.Handler(log), api: a, health: h,
 		healthName: target.LeaderHealthService(name), collectors: col, now: time.Now, keepAlive: etcdKeepAlive,
 		reconfigured: make(chan struct{}, 1),

@@ -237,3 +237,50 @@ func TestATargetsConfigChangesWithoutANewTerm(t *testing.T) {
 		return st.GetLeader() && st.GetPosition().GetTerm() > term
 	})
 }
+
+// TestAHeavyTargetIsLedAlone: once a target's leader publishes a size of HeavySlices or more,
+// the assigner that owns it leads no other target; the light ones move to the others.
+func TestAHeavyTargetIsLedAlone(t *testing.T) {
+	c := newCluster(t)
+	heavy := func(cfg *assigner.Config) { small(cfg); cfg.HeavySlices = 64 }
+	nodes := []*node{c.start(heavy), c.start(heavy), c.start(heavy)}
+	owner(t, nodes...)
+	admin := pb.NewTargetServiceClient(nodes[0].conn)
+	names := []string{"big"}
+	_, err := admin.CreateTarget(ctxT(t, 5*time.Second), &pb.CreateTargetRequest{Name: "big",
+		Config: "params: {initial_slices_per_node: \"96\", min_slices_per_node: \"2\", max_slices_per_node: \"128\"}\n"})
+	require.NoError(t, err)
+	for i := range 12 { // by Rank alone, one of them would be led beside big but 1% of the time
+		name := fmt.Sprintf("light-%d", i)
+		_, err := admin.CreateTarget(ctxT(t, 5*time.Second), &pb.CreateTargetRequest{Name: name})
+		require.NoError(t, err)
+		names = append(names, name)
+	}
+	// A member of big, so that it has a map (96 slices) and its leader a size to publish.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	member, err := dial.TargetLeader("big", addrsOf(nodes...), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer member.Close()
+	beats := pb.NewNodeServiceClient(member)
+	go func() {
+		for ctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			if _, err := beats.Heartbeat(cctx, &pb.HeartbeatRequest{NodeId: "m1"}); status.Code(err) == codes.NotFound {
+				_, _ = beats.Register(cctx, &pb.RegisterRequest{Node: &pb.Node{Id: "m1", Capacity: 1}, Address: "127.0.0.1:1"})
+			}
+			cancel()
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	bigOwner := target.Rank("big", addrsOf(nodes...))[0]
+	eventually(t, 30*time.Second, "big led by its owner, and nothing else led there", func() bool {
+		for _, name := range names {
+			st, err := nodes[0].admin.Status(named(ctxT(t, time.Second), name), &pb.StatusRequest{})
+			if err != nil || st.GetLeaderAddress() == "" || (name == "big") != (st.GetLeaderAddress() == bigOwner) {
+				return false
+			}
+		}
+		return true
+	})
+}

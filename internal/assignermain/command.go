@@ -13,6 +13,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assigner/core"
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/target"
 	"github.com/sliceplane/sliceplane/internal/target/registry"
 
 	"github.com/spf13/cobra"
@@ -52,6 +53,7 @@ type options struct {
 	estimator     load.EstimatorFlags
 	maxLoadRate   float64
 	maxReports    float64
+	heavySlices   int64
 	zoneLabel     string
 	mbb           bool
 	handoffTO     time.Duration
@@ -174,6 +176,9 @@ func (o *options) addBalancingFlags(f *pflag.FlagSet) {
 		"most load reports a member may send a second (bursts of twice that); the rest are dropped before they reach "+
 			"its target's leader loop (ResourceExhausted, or a heartbeat's report left out), so that a member that floods "+
 			"its leader slows no target; negative: no limit")
+	f.Int64Var(&o.heavySlices, "heavy-target-slices", target.HeavySlices,
+		"the size, in slices, from which a target is heavy: the assigner that owns it leads no other target, so that its "+
+			"passes delay no other's. Give every assigner the same")
 	f.StringVar(&o.zoneLabel, "zone-label", "",
 		"node label whose value is the node's zone (e.g. zone, or topology.kubernetes.io/zone): passes spread each slice's "+
 			"replicas over distinct zones, so that losing one zone leaves every replicated slice a live replica; "+
@@ -253,10 +258,13 @@ func (o *options) run(ctx context.Context) error {
 	cfg := assigner.Config{
 		Listen: o.listen, Advertise: o.advertise, MetricsListen: o.metrics, Prefix: o.prefix,
 		PassInterval: o.passInterval, ClockInterval: o.clockInterval, SessionTTL: o.sessionTTL,
-		MaxReportsPerSecond: o.maxReports,
-		Core:                o.coreConfig(params, est),
-		Logger:              log, TLS: src, Policy: policy, Insecure: o.tls.Insecure,
+		MaxReportsPerSecond: o.maxReports, HeavySlices: o.heavySlices,
+		Core:   o.coreConfig(params, est),
+		Logger: log, TLS: src, Policy: policy, Insecure: o.tls.Insecure,
 		History: heatmap.Config{Columns: int(o.history / max(o.passInterval, time.Millisecond)), Cells: o.historyCells},
+	}
+	if o.heavySlices < 1 {
+		return fmt.Errorf("assigner: --heavy-target-slices %d: want at least 1", o.heavySlices)
 	}
 	if o.maxReports == 0 {
 		return fmt.Errorf("assigner: --max-reports-per-second 0: want more than 0, or a negative number for no limit")

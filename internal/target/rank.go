@@ -2,6 +2,7 @@ package target
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -49,4 +50,52 @@ func Of(ranked []string, self string) Role {
 		return Backup
 	}
 	return Neither
+}
+
+// SizesDir holds each target's size under the cluster's prefix, <prefix>sizes/<name>: the
+// number of slices of its map, as its leader publishes it (Place reads them).
+const SizesDir = "sizes/"
+
+// HeavySlices is the size from which a target is heavy by default (Place; the assigner's
+// --heavy-target-slices): a pass over 50,000 slices
+// takes tens of milliseconds of a core (BENCHMARKS.md, Assigner at scale), which every
+// other target led by the same assigner would wait for.
+const HeavySlices = 50_000
+
+// Place ranks the live assigners for every target of sizes, each target's slices as its
+// leader last published them. A heavy target (heavy slices or more) is ranked by Rank among
+// all the assigners, and its owner leads it alone: the light targets are ranked by Rank among
+// the other assigners, and then the heavy targets' owners, who may only back them up. At
+// least one assigner is always left to the light targets. So a target whose passes take a
+// core's while runs beside no other; and when an assigner that leads light targets only
+// leaves or joins, only the targets it was or becomes first for move, as with Rank alone.
+func Place(sizes map[string]int64, assigners []string, heavy int64) map[string][]string {
+	out := make(map[string][]string, len(sizes))
+	names := slices.Sorted(maps.Keys(sizes))
+	// From the largest, so that which heavy targets have an assigner of their own, when
+	// there are too many for all, does not depend on the map's order.
+	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(sizes[b], sizes[a]) })
+	reserved := map[string]bool{} // the owners of heavy targets
+	for _, name := range names {
+		if sizes[name] < heavy || len(reserved) >= len(assigners)-1 {
+			break
+		}
+		ranked := Rank(name, assigners)
+		out[name] = ranked
+		reserved[ranked[0]] = true
+	}
+	light := slices.DeleteFunc(slices.Clone(assigners), func(a string) bool { return reserved[a] })
+	for _, name := range names {
+		if _, done := out[name]; done {
+			continue
+		}
+		ranked := Rank(name, light)
+		for _, a := range Rank(name, assigners) {
+			if reserved[a] {
+				ranked = append(ranked, a)
+			}
+		}
+		out[name] = ranked
+	}
+	return out
 }

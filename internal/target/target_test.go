@@ -64,3 +64,58 @@ func TestRankMovesOnlyWhatItMust(t *testing.T) {
 	}
 	assert.Equal(t, target.Neither, target.Of(target.Rank("kv", nil), "x"))
 }
+
+// TestPlaceLeavesAHeavyTargetAlone: a heavy target (HeavySlices or more) has an owner that
+// owns no other; the light targets spread over the rest by rendezvous, so that an
+// assigner of light targets that leaves moves only its own; with none heavy, Place is Rank.
+func TestPlaceLeavesAHeavyTargetAlone(t *testing.T) {
+	assigners := []string{"a1:7070", "a2:7070", "a3:7070"}
+	weights := map[string]int64{"big": 150_000}
+	for i := range 100 {
+		weights[fmt.Sprintf("t%03d", i)] = 2_000
+	}
+	placed := target.Place(weights, assigners, target.HeavySlices)
+	bigOwner := placed["big"][0]
+	require.Equal(t, target.Rank("big", assigners), placed["big"], "a heavy target is ranked among all")
+	owned := map[string]int{}
+	for name, ranked := range placed {
+		require.Len(t, ranked, 3, name)
+		owned[ranked[0]]++
+		if name != "big" {
+			assert.NotEqual(t, bigOwner, ranked[0], "%s is not led beside the heavy target", name)
+			assert.Equal(t, bigOwner, ranked[2], "%s ranks the heavy target's owner last", name)
+		}
+	}
+	assert.Equal(t, 1, owned[bigOwner])
+	for _, a := range assigners {
+		if a != bigOwner {
+			assert.Greater(t, owned[a], 35, "the light targets spread over the other two: %v", owned)
+		}
+	}
+
+	// A light assigner leaves: only its targets move.
+	var victim string
+	for _, a := range assigners {
+		if a != bigOwner {
+			victim = a
+			break
+		}
+	}
+	after := target.Place(weights, slices.DeleteFunc(slices.Clone(assigners), func(a string) bool { return a == victim }), target.HeavySlices)
+	for name, ranked := range placed {
+		if ranked[0] != victim {
+			assert.Equal(t, ranked[0], after[name][0], "%s was not the leaver's: it stays", name)
+		}
+	}
+
+	even := map[string]int64{"x": 2_000, "y": target.HeavySlices - 1, "z": 0}
+	for name, ranked := range target.Place(even, assigners, target.HeavySlices) {
+		assert.Equal(t, target.Rank(name, assigners), ranked, "no heavy target: Rank")
+	}
+	one := target.Place(map[string]int64{"big": 150_000, "t": 1}, assigners[:1], target.HeavySlices)
+	assert.Equal(t, assigners[:1], one["big"], "one assigner leads everything")
+	assert.Equal(t, assigners[:1], one["t"])
+	two := target.Place(map[string]int64{"big": 150_000, "huge": 300_000, "t": 1}, assigners[:2], target.HeavySlices)
+	assert.NotEqual(t, two["huge"][0], two["t"][0], "the largest heavy target has an assigner of its own")
+	assert.Equal(t, two["big"][0], two["t"][0], "one assigner is left to the light targets, and to the heavy ones past it")
+}

@@ -122,7 +122,7 @@ func (r *Registry) Put(ctx context.Context, rec Record, create bool) error {
 	return nil
 }
 
-// Delete removes target name and its assigner state (map, members, history); its data
+// Delete removes target name and its assigner state (map, members, history, size); its data
 // items, if its source is an etcd prefix, stay. It refuses while members are registered,
 // unless force.
 func (r *Registry) Delete(ctx context.Context, name string, force bool, c Change) error {
@@ -141,7 +141,7 @@ func (r *Registry) Delete(ctx context.Context, name string, force bool, c Change
 	value, _ := json.Marshal(Record{Name: name, Changed: c})
 	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key(name)), ">", 0)).
 		Then(clientv3.OpDelete(r.key(name)), clientv3.OpDelete(state, clientv3.WithPrefix()),
-			clientv3.OpPut(r.auditKey(c, name), string(value))).
+			clientv3.OpDelete(r.prefix+target.SizesDir+name), clientv3.OpPut(r.auditKey(c, name), string(value))).
 		Commit()
 	switch {
 	case err != nil:
