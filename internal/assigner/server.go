@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/sliceplane/sliceplane/internal/grpcserver"
 	"github.com/sliceplane/sliceplane/internal/membership"
 	"github.com/sliceplane/sliceplane/internal/mtls"
+	"github.com/sliceplane/sliceplane/internal/source/postgres"
 	"github.com/sliceplane/sliceplane/internal/target"
 	"github.com/sliceplane/sliceplane/internal/target/registry"
 	"github.com/sliceplane/sliceplane/internal/webview"
@@ -45,9 +47,12 @@ type Server struct {
 type running struct {
 	*served
 	record registry.Record
-	places chan placement // the latest placement only
-	cancel context.CancelFunc
-	done   chan struct{}
+	// ownSource is the source the server opened for the target (its config's), closed
+	// with it; nil for an etcd prefix or the default target's, which the command owns.
+	ownSource *postgres.Source
+	places    chan placement // the latest placement only
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // New returns a server listening on cfg.Listen (and cfg.MetricsListen); Run serves.
@@ -353,7 +358,7 @@ func (s *Server) reconcile(ctx context.Context, observer *concurrency.Session, s
 	for name, rec := range want {
 		r, ok := s.targets[name]
 		if !ok {
-			if r, err = s.start(rec); err != nil {
+			if r, err = s.start(ctx, rec); err != nil {
 				s.log.Error("cannot run a target; it is left unserved", "target", name, "err", err)
 				continue
 			}
@@ -368,19 +373,21 @@ func (s *Server) reconcile(ctx context.Context, observer *concurrency.Session, s
 
 // retune gives running target r its new config rec in place, and reports whether it could:
 // everything but the role model and the exclusive mode, which a term keeps (a primary's
-// lease and fence mean nothing under another model), applies at the leader's next pass.
+// lease and fence mean nothing under another model), and the source, whose clock stamps
+// the term's quanta, applies at the leader's next pass.
 func (s *Server) retune(r *running, rec registry.Record) bool {
 	cc, err := s.coreOf(rec)
 	if err != nil { // the registry checks a config before it stores it
 		r.log.Error("the target's new config is invalid; it keeps its config", "err", err)
 		return true
 	}
-	if old := r.coreCfg.Load(); cc.Roles != old.Roles || cc.Exclusive != old.Exclusive {
+	if old := r.coreCfg.Load(); cc.Roles != old.Roles || cc.Exclusive != old.Exclusive ||
+		!maps.Equal(rec.Config.Source, r.record.Config.Source) {
 		return false
 	}
 	r.reconfigure(cc)
 	r.record = rec
-	r.log.Info("the target's config changed", "config", string(rec.Config.Marshal()))
+	r.log.Info("the target's config changed", "config", string(rec.Config.Redacted().Marshal()))
 	return true
 }
 
@@ -397,19 +404,40 @@ func (s *Server) coreOf(rec registry.Record) (core.Config, error) {
 	return cc, err
 }
 
-// start builds the runtime of target rec.
-func (s *Server) start(rec registry.Record) (*running, error) {
+// start builds the runtime of target rec, opening its source if its config names one (its
+// etcd data prefix otherwise; the default target's is the flags').
+func (s *Server) start(ctx context.Context, rec registry.Record) (*running, error) {
 	cfg := s.cfg
 	cc, err := s.coreOf(rec)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Core = cc
-	t, err := newTarget(rec.Name, cfg, s.cfg.Registry, s.health)
-	if err != nil {
+	r := &running{record: rec, places: make(chan placement, 1)}
+	if rec.Name != target.Default {
+		cfg.Source = nil
+		opts, has, err := rec.Config.SourceOptions()
+		if err == nil && has {
+			// The leader follows only the clock: no slot.
+			r.ownSource, err = opts.Open(ctx, "", s.log.With("target", rec.Name), nil)
+			cfg.Source = r.ownSource
+		}
+		if err != nil {
+			return nil, fmt.Errorf("assigner: the source of target %s: %w", rec.Name, err)
+		}
+	}
+	if r.served, err = newTarget(rec.Name, cfg, s.cfg.Registry, s.health); err != nil {
+		r.closeSource()
 		return nil, err
 	}
-	return &running{served: t, record: rec, places: make(chan placement, 1)}, nil
+	return r, nil
+}
+
+// closeSource closes the source the server opened for r, if it did.
+func (r *running) closeSource() {
+	if r.ownSource != nil {
+		r.ownSource.Close()
+	}
 }
 
 // run supervises r on a goroutine of its own, until halt.
@@ -436,6 +464,7 @@ func (r *running) halt() {
 // stop ends r: its campaign, its leadership if it leads, its metrics and health status.
 func (s *Server) stop(r *running) {
 	r.halt()
+	r.closeSource()
 	if r.name != target.Default {
 		r.collectors.unregisterAll()
 	}
@@ -444,12 +473,13 @@ func (s *Server) stop(r *running) {
 }
 
 // stopAll stops every target, as the server stops: their leaderships end, their leases are
-// revoked.
+// revoked, the sources the server opened are closed.
 func (s *Server) stopAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.targets {
 		r.halt()
+		r.closeSource()
 	}
 }
 

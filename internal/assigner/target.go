@@ -28,13 +28,13 @@ import (
 // election, so targets fail over independently; Server decides which targets this assigner
 // campaigns for (target.Of), and supervise carries that out.
 type served struct {
-	name   string
+	name string
 	// sizeKey is where the leader publishes the target's size for placement (target.Place).
 	sizeKey string
-	cfg    Config // the process's, with the target's prefix, source and core config
-	log    *slog.Logger
-	store  *etcdstate.Store
-	source source.Source
+	cfg     Config // the process's, with the target's prefix, source and core config
+	log     *slog.Logger
+	store   *etcdstate.Store
+	source  source.Source
 	// clockOnly says the source's watch is a source.ClockWatcher's: every batch is a clock.
 	clockOnly bool
 	metrics   *metrics
@@ -67,7 +67,7 @@ type served struct {
 func newTarget(name string, cfg Config, reg prometheus.Registerer, h *health.Server) (*served, error) {
 	root, sizeKey := target.Root(cfg.Prefix, name), cfg.Prefix+target.SizesDir+name
 	if name != target.Default {
-		cfg.Prefix, cfg.SourcePrefix, cfg.Source = root, target.DataPrefix(cfg.Prefix, name), nil
+		cfg.Prefix, cfg.SourcePrefix = root, target.DataPrefix(cfg.Prefix, name)
 	}
 	if cfg.Source == nil {
 		cfg.Source = source.NewEtcd(cfg.Client, cfg.SourcePrefix)

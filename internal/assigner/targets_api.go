@@ -81,7 +81,7 @@ func (a targetAPI) change(ctx context.Context, action string) registry.Change {
 }
 
 func (a targetAPI) toProto(r registry.Record) *pb.Target {
-	out := &pb.Target{Name: r.Name, Config: string(r.Config.Marshal()), ChangedBy: r.Changed.By, Action: r.Changed.Action}
+	out := &pb.Target{Name: r.Name, Config: string(r.Config.Redacted().Marshal()), ChangedBy: r.Changed.By, Action: r.Changed.Action}
 	if r.Name == target.Default {
 		out.Config = "# the assigner's flags\n"
 	}

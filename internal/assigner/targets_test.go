@@ -283,4 +283,26 @@ func TestAHeavyTargetIsLedAlone(t *testing.T) {
 		}
 		return true
 	})
+
+	// A light assigner dies: its targets go to the other light one, none to big's owner.
+	var victim, heir *node
+	for _, n := range nodes {
+		switch {
+		case n.srv.Addr() == bigOwner:
+		case victim == nil:
+			victim = n
+		default:
+			heir = n
+		}
+	}
+	victim.stop()
+	eventually(t, 10*time.Second, "every light target led by the light assigner left", func() bool {
+		for _, name := range names[1:] {
+			st, err := heir.admin.Status(named(ctxT(t, time.Second), name), &pb.StatusRequest{})
+			if err != nil || st.GetLeaderAddress() != heir.srv.Addr() {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -13,13 +13,20 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/client"
 	"github.com/sliceplane/sliceplane/client/memstore"
+	"github.com/sliceplane/sliceplane/client/pgwriter"
 	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/internal/assigner"
 	"github.com/sliceplane/sliceplane/internal/clustertest"
+	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/distributor"
+	"github.com/sliceplane/sliceplane/internal/source/postgres"
+	"github.com/sliceplane/sliceplane/internal/source/postgres/pgtest"
 	"github.com/sliceplane/sliceplane/internal/target"
 	"github.com/sliceplane/sliceplane/internal/target/registry"
 )
@@ -104,4 +111,51 @@ func held(ctx context.Context, t *testing.T, r client.Reader, value string) []st
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// TestATargetOnPostgresBesideOneOnEtcd: a target whose config names a PostgreSQL table is
+// followed by its assigner on that table's clock, and served by a distributor lane reading
+// the same table through a slot of its own, beside the default target on etcd.
+func TestATargetOnPostgresBesideOneOnEtcd(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	pcfg := postgres.Config{DSN: pg.DSN, Table: "blue_items", Publication: "blue"}
+	require.NoError(t, postgres.Init(ctx, pcfg))
+	source := map[string]string{"source": "postgres", "pg-dsn": pg.DSN, "pg-table": "blue_items", "pg-publication": "blue"}
+	c := clustertest.New(t, clustertest.Options{
+		Assigner: func(cfg *assigner.Config) {
+			cfg.Targets = []registry.Record{{Name: "blue", Config: registry.Config{Source: source}}}
+		},
+		Distributor: func(cfg *distributor.Config) {
+			slot := pcfg
+			slot.Slot = postgres.SlotName("d1_blue")
+			src, err := postgres.Open(ctx, slot)
+			require.NoError(t, err)
+			t.Cleanup(src.Close)
+			cfg.Lanes = []distributor.Lane{{Target: target.Default}, {Target: "blue", Source: src}}
+		},
+	})
+	c.StartDistributor("d1")
+	plain := c.StartNode("n1", nil)
+	_, blueStore := startNode(t, c, "b1", "blue")
+
+	w, err := pgwriter.Open(ctx, pgwriter.Config{DSN: pg.DSN, Table: "blue_items"})
+	require.NoError(t, err)
+	defer w.Close()
+	at, err := w.Put(ctx, []byte("k1"), []byte("blue"))
+	require.NoError(t, err)
+	_, err = c.Source.Put(ctx, []byte("k1"), []byte("plain"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return slices.Equal(held(ctx, t, blueStore, "blue"), []string{"k1"}) }, 60*time.Second, 20*time.Millisecond,
+		"blue's node holds blue's row, from the table")
+	require.Eventually(t, func() bool { return slices.Equal(held(ctx, t, plain.Store, "plain"), []string{"k1"}) }, 30*time.Second, 20*time.Millisecond,
+		"the default target's node holds the etcd item")
+	conn, err := dial.TargetLeader("blue", c.Assigners(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	require.Eventually(t, func() bool {
+		st, err := pb.NewAdminServiceClient(conn).Status(ctx, &pb.StatusRequest{})
+		return err == nil && st.GetClock() >= at
+	}, 30*time.Second, 20*time.Millisecond, "blue's assigner follows the table's clock (its LSNs), not etcd's revisions")
 }

@@ -48,13 +48,18 @@ func LoadTargets(path string) (map[string]Options, error) {
 
 // parseTarget reads the source of target name from values, as its flags would.
 func parseTarget(path, name string, values map[string]any) (Options, error) {
-	var o Options
 	if err := target.CheckRef(name); err != nil {
-		return o, fmt.Errorf("sourceflag: %s: %w", path, err)
+		return Options{}, fmt.Errorf("sourceflag: %s: %w", path, err)
 	}
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	return FromValues(path+": target "+name, values)
+}
+
+// FromValues reads a source from values keyed as its flags are (source, pg-dsn, pg-table,
+// ...), checked as the flags would be; where, in the errors, says where they were read.
+func FromValues(where string, values map[string]any) (Options, error) {
+	var o Options
+	fs := pflag.NewFlagSet(where, pflag.ContinueOnError)
 	o.AddFlags(fs)
-	where := path + ": target " + name
 	if err := flagfile.Apply(fs, where, values); err != nil {
 		return o, err
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/sliceplane/sliceplane/internal/assigner/core"
 	"github.com/sliceplane/sliceplane/internal/assignment"
+	"github.com/sliceplane/sliceplane/internal/sourceflag"
 	"github.com/sliceplane/sliceplane/internal/target"
 )
 
@@ -52,6 +55,55 @@ type Config struct {
 	// Tolerance is how much imbalance passes leave alone, for users who would rather not
 	// tune constants: tight, default or loose (Tolerances).
 	Tolerance string `yaml:"imbalance_tolerance,omitempty" json:"imbalance_tolerance,omitempty"`
+	// Source is where the target's items are, when not under its etcd data prefix: the
+	// source flags' names and values (source: postgres, pg-dsn, pg-table, pg-publication,
+	// ...). The assigner follows its clock, which stamps the target's quanta; the target's
+	// distributors must read the same table (their --sources). Keep a password out of the
+	// DSN (a password file, or a client certificate): the registry is readable by viewers,
+	// who are shown the DSN without its password only.
+	Source map[string]string `yaml:"source,omitempty" json:"source,omitempty"`
+}
+
+// SourceOptions returns the target's source, and false when it is its etcd data prefix.
+func (c Config) SourceOptions() (sourceflag.Options, bool, error) {
+	if len(c.Source) == 0 {
+		return sourceflag.Options{}, false, nil
+	}
+	values := make(map[string]any, len(c.Source))
+	for k, v := range c.Source {
+		values[k] = v
+	}
+	o, err := sourceflag.FromValues("source", values)
+	if err != nil {
+		return o, false, fmt.Errorf("%w: %w", target.ErrInvalid, err)
+	}
+	return o, o.Kind != "" && o.Kind != sourceflag.Etcd, nil
+}
+
+// Redacted returns c with the password of its source's DSN replaced, for a reader of the
+// registry who needs the rest.
+func (c Config) Redacted() Config {
+	dsn, ok := c.Source["pg-dsn"]
+	if !ok {
+		return c
+	}
+	c.Source = maps.Clone(c.Source)
+	c.Source["pg-dsn"] = redactDSN(dsn)
+	return c
+}
+
+// passwordKV matches the password of a key=value DSN.
+var passwordKV = regexp.MustCompile(`(password\s*=\s*)('[^']*'|\S+)`)
+
+// redactDSN replaces the password of a URL or key=value DSN with "REDACTED".
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+		}
+		return u.String()
+	}
+	return passwordKV.ReplaceAllString(dsn, "${1}REDACTED")
 }
 
 // Tolerances are the imbalance tolerance presets: the max/mean node load a pass leaves
@@ -96,6 +148,9 @@ func (c Config) Apply(base core.Config) (core.Config, error) {
 	}
 	maps.Copy(out.Params, c.Params)
 	if err := c.applySettings(&out); err != nil {
+		return core.Config{}, err
+	}
+	if _, _, err := c.SourceOptions(); err != nil {
 		return core.Config{}, err
 	}
 	if err := out.Fill(); err != nil {

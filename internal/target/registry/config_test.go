@@ -59,6 +59,8 @@ func TestABadConfigNamesItsField(t *testing.T) {
 		"algorithm: nope\n":                  "nope",
 		"params: {max_churn: lots}\n":        "max_churn",
 		"node_tll: 10s\n":                    "node_tll",
+		"source: {source: postgres}\n":       "needs --pg-dsn",
+		"source: {pg-tabel: t}\n":            "pg-tabel",
 	} {
 		c, err := registry.Parse([]byte(config))
 		if err == nil {
@@ -85,4 +87,27 @@ func TestATargetsFile(t *testing.T) {
 		_, err := registry.ParseFile([]byte(file))
 		assert.ErrorContains(t, err, says, file)
 	}
+}
+
+// TestASourceIsReadAndItsPasswordNotShown: a target's source reads as the source flags do,
+// and the registry shows its DSN without the password, in either of libpq's forms.
+func TestASourceIsReadAndItsPasswordNotShown(t *testing.T) {
+	c, err := registry.Parse([]byte("source: {source: postgres, pg-dsn: 'postgres://app:s3cret@db/app', pg-table: items}\n"))
+	require.NoError(t, err)
+	_, err = c.Apply(base())
+	require.NoError(t, err)
+	opts, has, err := c.SourceOptions()
+	require.NoError(t, err)
+	assert.True(t, has)
+	assert.Equal(t, "items", opts.PG.Table)
+	shown := string(c.Redacted().Marshal())
+	assert.NotContains(t, shown, "s3cret")
+	assert.Contains(t, shown, "postgres://app:REDACTED@db/app")
+	assert.Contains(t, string(c.Marshal()), "s3cret", "the stored config keeps it")
+
+	kv := registry.Config{Source: map[string]string{"source": "postgres", "pg-dsn": "host=db password='a b' user=app"}}
+	assert.Equal(t, "host=db password=REDACTED user=app", kv.Redacted().Source["pg-dsn"])
+	_, has, err = registry.Config{}.SourceOptions()
+	require.NoError(t, err)
+	assert.False(t, has, "no source: the target's etcd data prefix")
 }
