@@ -270,7 +270,8 @@ func (s *Server) follow(ctx context.Context, observer *concurrency.Session) erro
 	if err != nil {
 		return err
 	}
-	sizes, sizesRev, err := membership.LoadSet(ctx, s.cfg.Client, s.cfg.Prefix+target.SizesDir)
+	sizesDir := target.Sizes(s.cfg.Prefix)
+	sizes, sizesRev, err := membership.LoadSet(ctx, s.cfg.Client, sizesDir)
 	if err != nil {
 		return err
 	}
@@ -278,7 +279,7 @@ func (s *Server) follow(ctx context.Context, observer *concurrency.Session) erro
 	defer stop()
 	lives := membership.WatchSet(watchCtx, s.cfg.Client, s.cfg.Prefix+membership.AssignersDir, live, liveRev)
 	registered := s.registry.Watch(watchCtx, regs, regRev)
-	sized := membership.WatchSet(watchCtx, s.cfg.Client, s.cfg.Prefix+target.SizesDir, sizes, sizesRev)
+	sized := membership.WatchSet(watchCtx, s.cfg.Client, sizesDir, sizes, sizesRev)
 	for {
 		if err := s.reconcile(ctx, observer, regs); err != nil {
 			s.log.Error("the registry of targets cannot be read; the targets run as they were", "err", err)

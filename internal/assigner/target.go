@@ -65,7 +65,7 @@ type served struct {
 // newTarget returns target name, configured by cfg (the process's config with the target's
 // core config), its metrics labelled with its name.
 func newTarget(name string, cfg Config, reg prometheus.Registerer, h *health.Server) (*served, error) {
-	root, sizeKey := target.Root(cfg.Prefix, name), cfg.Prefix+target.SizesDir+name
+	root, sizeKey := target.Root(cfg.Prefix, name), target.SizeKey(cfg.Prefix, name)
 	if name != target.Default {
 		cfg.Prefix, cfg.SourcePrefix = root, target.DataPrefix(cfg.Prefix, name)
 	}

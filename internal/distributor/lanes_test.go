@@ -14,7 +14,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/sliceplane/sliceplane/api/sliceplane/v1"
 	"github.com/sliceplane/sliceplane/client"
@@ -70,6 +74,19 @@ func TestOneDistributorServesTwoTargets(t *testing.T) {
 		"blue's node holds blue's items alone, from the same distributor")
 	_, addr, _ := blue.Distributor()
 	require.Equal(t, c.Distributors()["d1"].Addr, addr, "one distributor serves both")
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	health, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err, "a probe that names no target: health is the process's")
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, health.GetStatus())
+	_, err = pb.NewAdminServiceClient(conn).ListNodes(metadata.AppendToOutgoingContext(ctx, target.MetadataKey, "green"), &pb.ListNodesRequest{})
+	require.Equal(t, codes.NotFound, status.Code(err), "a target it does not serve: %v", err)
+	require.ErrorContains(t, err, `serves targets "blue", "default", not target "green"`)
+	require.Eventually(t, func() bool { // the relay reads the node list every relay.NodesInterval
+		nodes, err := pb.NewAdminServiceClient(conn).ListNodes(metadata.AppendToOutgoingContext(ctx, target.MetadataKey, "blue"), &pb.ListNodesRequest{})
+		return err == nil && len(nodes.GetNodes()) == 1 && nodes.GetNodes()[0].GetNode().GetId() == "b1"
+	}, 30*time.Second, 20*time.Millisecond, "blue's relay lists blue's node alone")
 	want1 := `
 # HELP sliceplane_distributor_nodes Nodes this distributor serves.
 # TYPE sliceplane_distributor_nodes gauge

@@ -12,7 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -215,14 +219,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	log := cfg.Logger.With("distributor", cfg.ID)
 	lanes := cfg.lanes()
-	var names []string
-	for _, l := range lanes {
-		names = append(names, target.Name(l.Target))
-	}
 	// Stopped without grace: Pull streams end only when their nodes go.
 	srv, err := grpcserver.New(grpcserver.Config{
 		Name: "distributor", Listen: cfg.Listen, Advertise: cfg.Advertise, MetricsListen: cfg.MetricsListen,
-		Targets: names, Rules: authz.DistributorRules(), Policy: cfg.Policy, TLS: cfg.TLS, Registry: cfg.Registry, Logger: log,
+		Rules: authz.DistributorRules(), Policy: cfg.Policy, TLS: cfg.TLS, Registry: cfg.Registry, Logger: log,
 	})
 	if err != nil {
 		return nil, err
@@ -263,14 +263,23 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.grpc.Run(ctx, tasks...)
 }
 
-// lane returns the lane of the target a call names: the gRPC server refused the calls of
-// any other (grpcserver.Config.Targets).
+// lane returns the lane of the target a call names, or NotFound for a target this
+// distributor does not serve. Only the services of a target go through it: health and
+// reflection are the process's, and answer a probe that names no target.
 func (s *Server) lane(ctx context.Context) (*lane, error) {
 	in := authz.CallTarget(ctx)
 	if l, ok := s.lanes[in]; ok {
 		return l, nil
 	}
-	return nil, status.Errorf(codes.NotFound, "distributor: this distributor does not serve target %q", in)
+	served := make([]string, 0, len(s.lanes))
+	for _, name := range slices.Sorted(maps.Keys(s.lanes)) {
+		served = append(served, strconv.Quote(name))
+	}
+	which := "targets "
+	if len(served) == 1 {
+		which = "target "
+	}
+	return nil, status.Errorf(codes.NotFound, "distributor: this distributor serves %s%s, not target %q", which, strings.Join(served, ", "), in)
 }
 
 // pullDispatch serves Pull on the lane of the call's target.

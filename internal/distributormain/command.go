@@ -257,7 +257,8 @@ func (o *options) run(ctx context.Context) error {
 }
 
 // lanes sets the targets of cfg and opens their sources: one target with the source flags,
-// as before targets; several with --sources. It returns what closes the sources opened.
+// read through a slot named after the distributor, as before targets; several with
+// --sources, each through a slot of its own. It returns what closes the sources opened.
 func (o *options) lanes(ctx context.Context, cfg *distributor.Config, log *slog.Logger) (func(), error) {
 	var opened []*postgres.Source
 	closeAll := func() {
@@ -265,27 +266,16 @@ func (o *options) lanes(ctx context.Context, cfg *distributor.Config, log *slog.
 			pg.Close()
 		}
 	}
-	if o.sources == "" && len(o.targets) <= 1 {
-		if len(o.targets) == 1 {
-			cfg.Target = o.targets[0]
-		}
-		// A slot of its own: a slot is confirmed by its one reader.
-		pg, err := o.source.Open(ctx, postgres.SlotName(o.id), log, nil)
-		if err != nil {
-			return closeAll, fmt.Errorf("distributor: %w", err)
-		}
-		if pg != nil {
-			opened, cfg.Source = append(opened, pg), pg
-		}
-		return closeAll, nil
-	}
 	names, sources, err := o.targetSources()
 	if err != nil {
 		return closeAll, err
 	}
 	for _, name := range names {
-		opts := sources[target.Name(name)]
-		pg, err := opts.Open(ctx, postgres.SlotName(o.id+"_"+target.Name(name)), log.With("target", target.Name(name)), nil)
+		opts, slot, llog := sources[target.Name(name)], postgres.SlotName(o.id+"_"+target.Name(name)), log.With("target", target.Name(name))
+		if o.sources == "" && len(names) == 1 {
+			opts, slot, llog = o.source, postgres.SlotName(o.id), log
+		}
+		pg, err := opts.Open(ctx, slot, llog, nil) // a slot of its own: a slot is confirmed by its one reader
 		if err != nil {
 			return closeAll, fmt.Errorf("distributor: target %s: %w", target.Name(name), err)
 		}
@@ -298,10 +288,16 @@ func (o *options) lanes(ctx context.Context, cfg *distributor.Config, log *slog.
 	return closeAll, nil
 }
 
-// targetSources returns the targets of --target (or, without it, of --sources) and the
-// sources --sources gives them, refusing a source for a target not served and the source
-// flags beside several targets.
+// targetSources returns the targets of --target (or, without it, of --sources, or the
+// default target) and the sources --sources gives them, refusing a source for a target not
+// served and the source flags beside several targets or --sources.
 func (o *options) targetSources() ([]string, map[string]sourceflag.Options, error) {
+	if o.sources == "" && len(o.targets) <= 1 {
+		if len(o.targets) == 0 {
+			return []string{""}, nil, nil
+		}
+		return o.targets, nil, nil
+	}
 	if o.source.Kind != "" && o.source.Kind != sourceflag.Etcd {
 		return nil, nil, usagef("--source %s serves one target; give the sources of several in --sources", o.source.Kind)
 	}

@@ -15,26 +15,20 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 
 	"github.com/sliceplane/sliceplane/internal/authz"
 	"github.com/sliceplane/sliceplane/internal/dial"
 	"github.com/sliceplane/sliceplane/internal/frame"
 	"github.com/sliceplane/sliceplane/internal/metricsserver"
 	"github.com/sliceplane/sliceplane/internal/mtls"
-	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 // Config configures a Server. Its owner validates and defaults it (CheckListen, a logger, a
@@ -52,9 +46,6 @@ type Config struct {
 	Pages []Page
 	// MaxRecvBytes caps a request; 0 keeps gRPC's default (4 MiB).
 	MaxRecvBytes int
-	// Targets, if set, are the targets the server serves (a distributor's): a call that
-	// names another is refused with NotFound. An assigner serves every target.
-	Targets []string
 	// Rules and Policy decide who may call what (package authz).
 	Rules  authz.Rules
 	Policy *authz.Policy
@@ -135,7 +126,7 @@ func New(cfg Config) (*Server, error) {
 	az := authz.New(cfg.Name, cfg.TLS, cfg.Policy, cfg.Rules, cfg.Registry, cfg.Logger)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, lis: countConnections(lis, cfg.Name, cfg.Registry),
-		grpc:   grpc.NewServer(append(append(opts, az.ServerOptions()...), onlyTargets(cfg.Name, cfg.Targets)...)...),
+		grpc:   grpc.NewServer(append(opts, az.ServerOptions()...)...),
 		health: health.NewServer(),
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -240,60 +231,4 @@ func (s *Server) stop() {
 		s.grpc.Stop()
 		<-stopped
 	}
-}
-
-// onlyTargets refuses the calls that name a target other than names, which the server of
-// what serves alone; nothing for none (a server of every target). The health and reflection
-// services are the process's, not a target's: a probe that names no target (an
-// orchestrator's) gets its answer.
-func onlyTargets(what string, names []string) []grpc.ServerOption {
-	if len(names) == 0 {
-		return nil
-	}
-	served := make([]string, len(names))
-	for i, n := range names {
-		served[i] = target.Name(n)
-	}
-	check := func(ctx context.Context, method string) error {
-		if processWide(method) {
-			return nil
-		}
-		if in := authz.CallTarget(ctx); !slices.Contains(served, in) {
-			return status.Errorf(codes.NotFound, "%s: this %s serves %s, not target %q", what, what, servedTargets(served), in)
-		}
-		return nil
-	}
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-			if err := check(ctx, info.FullMethod); err != nil {
-				return nil, err
-			}
-			return next(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-			if err := check(ss.Context(), info.FullMethod); err != nil {
-				return err
-			}
-			return next(srv, ss)
-		}),
-	}
-}
-
-// servedTargets names the targets of a refusal: `target "kv"`, or `targets "kv", "counter"`.
-func servedTargets(names []string) string {
-	quoted := make([]string, len(names))
-	for i, n := range names {
-		quoted[i] = strconv.Quote(n)
-	}
-	if len(names) == 1 {
-		return "target " + quoted[0]
-	}
-	return "targets " + strings.Join(quoted, ", ")
-}
-
-// processWide reports whether method is of a service every process serves for itself,
-// whichever target it serves: health and reflection.
-func processWide(method string) bool {
-	return strings.HasPrefix(method, "/"+healthpb.Health_ServiceDesc.ServiceName+"/") ||
-		strings.HasPrefix(method, "/grpc.reflection.")
 }

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
@@ -31,7 +30,6 @@ import (
 	"github.com/sliceplane/sliceplane/internal/grpcserver/grpcservertest"
 	"github.com/sliceplane/sliceplane/internal/mtls"
 	"github.com/sliceplane/sliceplane/internal/mtls/mtlstest"
-	"github.com/sliceplane/sliceplane/internal/target"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -262,48 +260,4 @@ func TestOpenConnectionsAreCounted(t *testing.T) {
 	assert.NoError(t, open(2), "two clients, three calls each")
 	require.NoError(t, conns[0].Close())
 	require.Eventually(t, func() bool { return open(1) == nil }, 10*time.Second, 5*time.Millisecond, "a client that went is no longer counted")
-}
-
-// ownService stands for a service of a target's (a distributor's Pull): its one method,
-// Check, answers an empty health response.
-var ownService = grpc.ServiceDesc{ServiceName: "test.Own", HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{{
-	MethodName: "Check",
-	Handler: func(srv any, ctx context.Context, dec func(any) error, intercept grpc.UnaryServerInterceptor) (any, error) {
-		in := new(healthpb.HealthCheckRequest)
-		if err := dec(in); err != nil {
-			return nil, err
-		}
-		answer := func(context.Context, any) (any, error) { return &healthpb.HealthCheckResponse{}, nil }
-		return intercept(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/test.Own/Check"}, answer)
-	},
-}}}
-
-// TestAServerOfSomeTargets refuses a call of its services that names another target, and
-// answers health checks that name none: an orchestrator's probe knows no target.
-func TestAServerOfSomeTargets(t *testing.T) {
-	srv, err := grpcserver.New(grpcserver.Config{Name: "test", Listen: "127.0.0.1:0", Targets: []string{"blue", "red"},
-		Registry: prometheus.NewRegistry(), Logger: quiet()})
-	require.NoError(t, err)
-	srv.RegisterService(&ownService, struct{}{})
-	run(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
-
-	st, err := check(ctx, conn, "")
-	require.NoError(t, err, "a probe that names no target")
-	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, st)
-
-	call := func(ctx context.Context) error {
-		return conn.Invoke(ctx, "/test.Own/Check", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
-	}
-	err = call(ctx)
-	assert.Equal(t, codes.NotFound, status.Code(err), "no target named is the default one: %v", err)
-	assert.ErrorContains(t, err, `serves targets "blue", "red", not target "default"`)
-	err = call(metadata.AppendToOutgoingContext(ctx, target.MetadataKey, "green"))
-	assert.Equal(t, codes.NotFound, status.Code(err), "another target: %v", err)
-	assert.NoError(t, call(metadata.AppendToOutgoingContext(ctx, target.MetadataKey, "blue")), "its own target")
-	assert.NoError(t, call(metadata.AppendToOutgoingContext(ctx, target.MetadataKey, "red")), "its other target")
 }

@@ -52,9 +52,13 @@ func Of(ranked []string, self string) Role {
 	return Neither
 }
 
-// SizesDir holds each target's size under the cluster's prefix, <prefix>sizes/<name>: the
-// number of slices of its map, as its leader publishes it (Place reads them).
-const SizesDir = "sizes/"
+// Sizes returns where the targets' sizes are under the cluster's prefix: <prefix>sizes/,
+// each target's number of slices under its name, as its leader publishes it (Place reads
+// them).
+func Sizes(prefix string) string { return prefix + "sizes/" }
+
+// SizeKey returns where target name's size is (Sizes).
+func SizeKey(prefix, name string) string { return Sizes(prefix) + Name(name) }
 
 // HeavySlices is the size from which a target is heavy by default (Place; the assigner's
 // --heavy-target-slices): a pass over 50,000 slices

@@ -141,7 +141,7 @@ func (r *Registry) Delete(ctx context.Context, name string, force bool, c Change
 	value, _ := json.Marshal(Record{Name: name, Changed: c})
 	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key(name)), ">", 0)).
 		Then(clientv3.OpDelete(r.key(name)), clientv3.OpDelete(state, clientv3.WithPrefix()),
-			clientv3.OpDelete(r.prefix+target.SizesDir+name), clientv3.OpPut(r.auditKey(c, name), string(value))).
+			clientv3.OpDelete(target.SizeKey(r.prefix, name)), clientv3.OpPut(r.auditKey(c, name), string(value))).
 		Commit()
 	switch {
 	case err != nil:
