@@ -9,6 +9,7 @@ import (
 	"github.com/sliceplane/sliceplane/client/writer"
 	"github.com/sliceplane/sliceplane/internal/source"
 	"github.com/sliceplane/sliceplane/internal/target"
+	"github.com/sliceplane/sliceplane/internal/target/registry"
 )
 
 // defaultTenants are the targets a run keeps beside the default one when CHAOS_TARGETS is
@@ -65,14 +66,13 @@ func (r *run) declareTenants(dir string) {
 	if len(r.cfg.tenants) == 0 {
 		return
 	}
-	var b strings.Builder
-	b.WriteString("targets:\n")
+	declared := map[string]registry.Config{}
 	for _, name := range r.cfg.tenants {
-		fmt.Fprintf(&b, "  %s: {}\n", name)
+		declared[name] = registry.Config{}
 		r.tenants = append(r.tenants, &tenant{name: name, c: r.c})
 	}
 	file := filepath.Join(dir, "targets.yaml")
-	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(file, registry.MarshalFile(declared), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
 	r.c.assignerArgs = append(r.c.assignerArgs, "--targets", file)

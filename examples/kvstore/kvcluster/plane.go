@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sliceplane/sliceplane/internal/embedetcd"
 	"github.com/sliceplane/sliceplane/internal/launch"
 	"github.com/sliceplane/sliceplane/internal/target/registry"
@@ -83,14 +81,8 @@ func StartPlane(ctx context.Context, opts PlaneOptions) (p *Plane, err error) {
 // writeTargets writes targets as the assigners' --targets file, Dir/targets.yaml, and
 // returns its path.
 func writeTargets(dir string, targets map[string]registry.Config) (string, error) {
-	data, err := yaml.Marshal(struct {
-		Targets map[string]registry.Config `yaml:"targets"`
-	}{targets})
-	if err != nil {
-		return "", fmt.Errorf("kvcluster: %w", err)
-	}
 	path := filepath.Join(dir, "targets.yaml")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
+	if err := os.WriteFile(path, registry.MarshalFile(targets), 0o644); err != nil {
 		return "", fmt.Errorf("kvcluster: %w", err)
 	}
 	return path, nil

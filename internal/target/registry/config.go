@@ -216,6 +216,17 @@ func (c Config) applySettings(out *core.Config) error {
 	return nil
 }
 
+// MarshalFile writes a file of targets as ParseFile reads it.
+func MarshalFile(targets map[string]Config) []byte {
+	out, err := yaml.Marshal(struct {
+		Targets map[string]Config `yaml:"targets"`
+	}{targets})
+	if err != nil { // as Marshal: a config always marshals
+		panic(fmt.Sprintf("registry: marshalling a file of targets: %v", err))
+	}
+	return out
+}
+
 // ParseFile reads a file of targets (the assigner's --targets), each by its name with its
 // target.yaml below it:
 //

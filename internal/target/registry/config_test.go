@@ -111,3 +111,14 @@ func TestASourceIsReadAndItsPasswordNotShown(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, has, "no source: the target's etcd data prefix")
 }
+
+func TestAFileOfTargetsReadsBackAsWritten(t *testing.T) {
+	two := 2
+	recs, err := registry.ParseFile(registry.MarshalFile(map[string]registry.Config{"kv": {MinReplicas: &two}, "empty": {}}))
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	assert.Equal(t, "empty", recs[0].Name)
+	assert.True(t, recs[0].Config.Equal(registry.Config{}))
+	assert.Equal(t, "kv", recs[1].Name)
+	assert.Equal(t, 2, *recs[1].Config.MinReplicas)
+}
