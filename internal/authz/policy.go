@@ -144,12 +144,16 @@ func (p *Policy) Roles(id mtls.Identity) RoleSet {
 		for _, r := range p.grants[id.ID] {
 			set.add(r)
 		}
-		for _, r := range p.grants[id.ID[:strings.LastIndex(id.ID, "/")+1]+"*"] {
+		for _, r := range p.grants[kindPattern(id)] {
 			set.add(r)
 		}
 	}
 	return set
 }
+
+// kindPattern is the policy's entry for every identity of id's kind (in its target, if
+// confined): spiffe://sliceplane/<kind>/* for spiffe://sliceplane/<kind>/<name>.
+func kindPattern(id mtls.Identity) string { return id.ID[:strings.LastIndex(id.ID, "/")+1] + "*" }
 
 // Scope returns the targets the policy lets id act in, nil for no scope: its own entry, or
 // else its kind's (<kind>/*).
@@ -160,7 +164,7 @@ func (p *Policy) Scope(id mtls.Identity) []string {
 	if s, ok := p.scopes[id.ID]; ok {
 		return s
 	}
-	return p.scopes[id.ID[:strings.LastIndex(id.ID, "/")+1]+"*"]
+	return p.scopes[kindPattern(id)]
 }
 
 // Admits reports whether id may act in target in, by its certificate and the policy's
