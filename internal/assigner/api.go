@@ -181,7 +181,7 @@ func (a *api) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.Hear
 		return nil, err
 	}
 	if hb.Report != nil && !a.gate.allow(id) {
-		a.countDropped() // the heartbeat itself goes on: it keeps the member's lease
+		a.countRefused("rate") // the heartbeat itself goes on: it keeps the member's lease
 		hb.Report = nil
 	}
 	rep, err := a.call(ctx, hb)
@@ -202,12 +202,12 @@ func (a *api) heartbeatLoad(id assignment.NodeID, req *pb.ReportLoadRequest) (*l
 		return nil, nil
 	}
 	if named := req.GetNodeId(); named != "" && named != string(id) {
-		a.countMalformed()
+		a.countRefused("malformed")
 		return nil, status.Errorf(codes.InvalidArgument, "assigner: heartbeat of %s: its load names node %q", id, named)
 	}
 	r, err := wire.ReportFromProto(req)
 	if err != nil {
-		a.countMalformed()
+		a.countRefused("malformed")
 		return nil, a.toStatus(fmt.Errorf("heartbeat: load: %w", err))
 	}
 	r.Node = id
@@ -263,11 +263,11 @@ func (a *api) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb.De
 func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.ReportLoadResponse, error) {
 	r, err := wire.ReportFromProto(req)
 	if err != nil {
-		a.countMalformed()
+		a.countRefused("malformed")
 		return nil, a.toStatus(err)
 	}
 	if !a.gate.allow(r.Node) {
-		a.countDropped()
+		a.countRefused("rate")
 		return nil, status.Errorf(codes.ResourceExhausted, "assigner: node %s reports more than %.3g times a second; this report was dropped",
 			r.Node, float64(a.gate.every))
 	}
@@ -279,16 +279,11 @@ func (a *api) ReportLoad(ctx context.Context, req *pb.ReportLoadRequest) (*pb.Re
 	return &pb.ReportLoadResponse{}, nil
 }
 
-// countDropped counts a load report over its member's rate, dropped before the core saw it.
-func (a *api) countDropped() {
+// countRefused counts a load report refused before the core saw it, for reason: malformed,
+// or rate (over its member's reports a second, dropped).
+func (a *api) countRefused(reason string) {
 	a.s.metrics.reports.WithLabelValues("rejected").Inc()
-	a.s.metrics.reportsRejected.WithLabelValues("rate").Inc()
-}
-
-// countMalformed counts a load report refused before the core saw it.
-func (a *api) countMalformed() {
-	a.s.metrics.reports.WithLabelValues("rejected").Inc()
-	a.s.metrics.reportsRejected.WithLabelValues("malformed").Inc()
+	a.s.metrics.reportsRejected.WithLabelValues(reason).Inc()
 }
 
 // countReport counts a load report the core was asked to take, by its answer: rep.Err is
