@@ -33,6 +33,8 @@ type assignerEnv struct {
 	addr   string
 	admin  pb.AdminServiceClient
 	assign pb.AssignmentServiceClient
+	// standbyAt is where the next assigner listens, when set (ctlStandby).
+	standbyAt string
 }
 
 var envNodes = []string{"n1", "n2", "n3", "n4"}
@@ -40,12 +42,18 @@ var envNodes = []string{"n1", "n2", "n3", "n4"}
 func newAssignerEnv(t *testing.T) *assignerEnv {
 	// No distributor: the nodes hold no data, so moves take effect at once rather than as
 	// handoffs that would wait for the nodes to load (handoff_test.go shows those).
-	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) { cfg.Core.BreakBeforeMake = true }})
+	e := &assignerEnv{t: t}
+	c := clustertest.New(t, clustertest.Options{Assigner: func(cfg *assigner.Config) {
+		cfg.Core.BreakBeforeMake = true
+		if e.standbyAt != "" { // ctlStandby's: an address that does not own the default target
+			cfg.Listen = e.standbyAt
+		}
+	}})
 	for _, id := range envNodes {
 		c.StartNode(id, nil)
 	}
 	conn := c.Conn()
-	e := &assignerEnv{t: t, c: c, addr: c.Assigners()[0], admin: pb.NewAdminServiceClient(conn), assign: pb.NewAssignmentServiceClient(conn)}
+	e.c, e.addr, e.admin, e.assign = c, c.Assigners()[0], pb.NewAdminServiceClient(conn), pb.NewAssignmentServiceClient(conn)
 	waitFor(t, 30*time.Second, "every node registered, a map made and a balancing pass run", func() bool {
 		st := e.status()
 		return st.GetNodes() == uint32(len(envNodes)) && st.GetSlices() > 0 && st.GetLastPass() != nil
@@ -791,7 +799,11 @@ func drainWithoutWaiting(t *testing.T, e *assignerEnv, node string) {
 }
 
 func ctlStandby(t *testing.T, e *assignerEnv) {
+	// Every assigner is active: one that owned the default target (target.Rank) would take it
+	// over within a second. This one stands by.
+	e.standbyAt = clustertest.StandbyAddress(t, e.c.Assigners()...)
 	standby := e.c.StartAssigner().Addr
+	require.Equal(t, e.standbyAt, standby)
 	var st statusOut
 	e.okJSON(&st, "--assigner", standby+","+e.addr, "status")
 	assert.True(t, st.Leader)
